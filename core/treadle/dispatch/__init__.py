@@ -1,0 +1,1 @@
+"""Dispatchers carry step messages to workers: Postgres queue (sidecar), inline (tests)."""

@@ -1,0 +1,1 @@
+"""Plain data the rest of treadle speaks: content blocks, messages, events, runs. No I/O."""

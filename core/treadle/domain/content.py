@@ -1,0 +1,59 @@
+"""The normalized content-block model (close to Anthropic's); providers translate it to their wire."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["user", "assistant"]
+
+
+@dataclass(slots=True)
+class TextBlock:
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(slots=True)
+class ToolUseBlock:
+    id: str
+    name: str
+    input: dict[str, Any]
+    type: Literal["tool_use"] = "tool_use"
+
+
+@dataclass(slots=True)
+class ToolResultBlock:
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+    type: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(slots=True)
+class ThinkingBlock:
+    thinking: str
+    signature: str | None = None
+    type: Literal["thinking"] = "thinking"
+
+
+@dataclass(slots=True)
+class ImageBlock:
+    media_type: str
+    data: str  # base64, no data: prefix
+    type: Literal["image"] = "image"
+
+
+Block = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | ImageBlock
+
+
+@dataclass(slots=True)
+class Message:
+    role: Role
+    content: list[Block] = field(default_factory=list)
+
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]

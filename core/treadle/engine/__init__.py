@@ -1,0 +1,1 @@
+"""The loop: one step = one iteration, a pure function of the run's transcript."""

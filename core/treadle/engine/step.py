@@ -1,0 +1,407 @@
+"""One step of a run: lease → replay → (model call → record the assistant turn) → tools →
+record the results → decide (next step / end_turn / max_iterations / cancelled / error).
+
+Exactly-once rules (see engine/README.md):
+- a step message whose `step_no` is stale, or whose run is leased by a live worker, is dropped;
+- every write is fenced on (lease_owner, step_no); a worker that lost its lease writes nothing;
+- the assistant turn is recorded before its tools run, so a step re-run after a crash finds the
+  unanswered tool_uses and runs just those, never calling the model in between;
+- results for one turn are committed together with the step advance; the database refuses a
+  second result for a tool_use_id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from treadle.domain.content import Block, TextBlock, ThinkingBlock, ToolUseBlock
+from treadle.domain.runs import NewEvent, StepMessage, StopReason
+from treadle.engine.agents import ResolvedAgent
+from treadle.engine.hub import RunEventHub
+from treadle.engine.replay import Transcript, replay
+from treadle.errors import LeaseLost, ProviderError, RetryableProviderError, ToolError
+from treadle.providers.base import ModelRequest, ModelResponse, RunInfo
+from treadle.store.memory import MemoryStore
+from treadle.store.steps import LeasedRun, StepOutcome, StepStore
+from treadle.tools.base import Park, ToolContext, ToolResult
+
+log = logging.getLogger("treadle.engine")
+
+MAX_STEP_FAILURES = 5
+
+
+class StepResult(Enum):
+    DROPPED = "dropped"  # stale or duplicate message, or lease held elsewhere
+    CONTINUED = "continued"  # the next step was enqueued
+    FINISHED = "finished"  # the run reached a terminal status
+    RETRY_LATER = "retry_later"  # the step crashed and was handed back
+    LEASE_LOST = "lease_lost"
+
+
+@dataclass(slots=True)
+class EngineSettings:
+    tool_parallelism: int = 8
+    provider_retries: int = 4
+    max_retry_wait_s: float = 10.0
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        steps: StepStore,
+        memory: MemoryStore,
+        agents: dict[str, ResolvedAgent],
+        enqueue: Callable[[StepMessage, float], Any] | None,
+        hub: RunEventHub | None = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        self.steps = steps
+        self.memory = memory
+        self.agents = agents
+        self._enqueue = enqueue
+        self.hub = hub or RunEventHub()
+        self.settings = settings or EngineSettings()
+        self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+        self._owner_seq = itertools.count(1)
+
+    def new_owner(self) -> str:
+        """A lease token unique to one step attempt (workers in one process never share one)."""
+        return f"{self._owner_prefix}:{next(self._owner_seq)}"
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    async def handle(self, msg: StepMessage) -> StepResult:
+        """Deliver one step message (any dispatcher)."""
+        owner = self.new_owner()
+        leased = await self.steps.lease(msg.run_id, msg.step_no, owner)
+        if leased is None:
+            return StepResult.DROPPED
+        return await self.execute(leased, owner)
+
+    async def execute(self, leased: LeasedRun, owner: str) -> StepResult:
+        renewer = asyncio.get_running_loop().call_later(
+            self.steps.lease_s / 3, self._start_renewal, leased, owner
+        )
+        try:
+            return await self._execute(leased, owner)
+        except LeaseLost as exc:
+            log.warning("%s", exc)
+            return StepResult.LEASE_LOST
+        except Exception as exc:
+            log.exception("step %s/%s crashed", leased.run_id, leased.step_no)
+            return await self._step_crashed(leased, owner, exc)
+        finally:
+            renewer.cancel()
+            self.hub.notify(leased.run_id)
+
+    # -- the step ----------------------------------------------------------------------------------
+
+    async def _execute(self, leased: LeasedRun, owner: str) -> StepResult:
+        transcript = replay(leased.events)
+        agent = self.agents.get(leased.agent)
+
+        if leased.cancel_requested:
+            return await self._finish_cancelled(leased, owner, transcript)
+        if agent is None:
+            return await self._finish_failed(
+                leased, owner, [], "unknown_agent", f"agent {leased.agent!r} is not configured"
+            )
+        if transcript.pending:  # a crash separated the assistant turn from its results
+            results = await self._run_tools(leased, agent, transcript.pending, transcript.iterations)
+            return await self._decide(leased, owner, agent, transcript.iterations, results)
+        if transcript.iterations >= agent.config.max_iterations:
+            return await self._finish(leased, owner, [], transcript, StopReason.MAX_ITERATIONS)
+
+        iteration = transcript.iterations + 1
+        retry_events: list[NewEvent] = []
+        try:
+            response = await self._call_model(leased, agent, transcript, iteration, retry_events)
+        except ProviderError as exc:
+            return await self._finish_failed(leased, owner, retry_events, exc.code, exc.message)
+
+        turn = retry_events + _assistant_events(response, iteration)
+        tool_uses = [b for b in response.content if isinstance(b, ToolUseBlock)]
+        usage = response.usage.to_json()
+        if not tool_uses:
+            totals = _add_usage(transcript.usage, usage)
+            done = NewEvent("done", {"stop_reason": StopReason.END_TURN.value, "usage": totals})
+            await self.steps.commit(
+                leased,
+                owner,
+                [*turn, done],
+                StepOutcome("completed", StopReason.END_TURN.value, iterations_delta=1, usage=usage),
+            )
+            return StepResult.FINISHED
+
+        await self.steps.append(leased, owner, turn)
+        self.hub.notify(leased.run_id)
+        results = await self._run_tools(leased, agent, tool_uses, iteration)
+        transcript.usage = _add_usage(transcript.usage, usage)
+        return await self._decide(leased, owner, agent, iteration, results, usage=usage, new_iteration=True,
+                                  totals=transcript.usage)
+
+    async def _decide(
+        self,
+        leased: LeasedRun,
+        owner: str,
+        agent: ResolvedAgent,
+        iteration: int,
+        results: list[NewEvent],
+        *,
+        usage: dict[str, int] | None = None,
+        new_iteration: bool = False,
+        totals: dict[str, int] | None = None,
+    ) -> StepResult:
+        delta = 1 if new_iteration else 0
+        if iteration >= agent.config.max_iterations:
+            if totals is None:
+                totals = replay(leased.events).usage
+            done = NewEvent("done", {"stop_reason": StopReason.MAX_ITERATIONS.value, "usage": totals})
+            await self.steps.commit(
+                leased,
+                owner,
+                [*results, done],
+                StepOutcome("completed", StopReason.MAX_ITERATIONS.value, iterations_delta=delta, usage=usage),
+            )
+            return StepResult.FINISHED
+        next_step = await self.steps.commit(
+            leased,
+            owner,
+            results,
+            StepOutcome("running", iterations_delta=delta, usage=usage, enqueue_next=True),
+        )
+        await self._dispatch(StepMessage(leased.run_id, next_step))
+        return StepResult.CONTINUED
+
+    async def _dispatch(self, msg: StepMessage, delay_s: float = 0.0) -> None:
+        if self._enqueue is not None and not self.steps.jobs_in_db:
+            await self._enqueue(msg, delay_s)
+
+    # -- model ---------------------------------------------------------------------------------------
+
+    async def _call_model(
+        self,
+        leased: LeasedRun,
+        agent: ResolvedAgent,
+        transcript: Transcript,
+        iteration: int,
+        retry_events: list[NewEvent],
+    ) -> ModelResponse:
+        """Call the agent's model, retrying retryable failures in-step (each retry is recorded
+        in `retry_events`, which the caller persists whatever the outcome)."""
+        cfg = agent.config
+        system = cfg.system_prompt
+        if transcript.system_extra:
+            system = f"{system}\n\n{transcript.system_extra}" if system else transcript.system_extra
+        if leased.metadata:
+            meta = json.dumps(leased.metadata, sort_keys=True)
+            system = f"{system}\n\nRun metadata (operator-authored, trusted):\n{meta}".lstrip()
+        attempt = 0
+        while True:
+            req = ModelRequest(
+                model=cfg.model,
+                system=system,
+                messages=transcript.messages,
+                tools=agent.tool_specs,
+                max_tokens=cfg.max_tokens,
+                run=RunInfo(leased.run_id, leased.agent, iteration, attempt),
+                options={"mock": cfg.mock},
+            )
+            try:
+                return await agent.provider.call(req)
+            except RetryableProviderError as exc:
+                if attempt >= self.settings.provider_retries:
+                    raise
+                attempt += 1
+                if exc.retry_after_s is not None:
+                    wait, reason = exc.retry_after_s, "retry-after header"
+                else:
+                    wait, reason = 0.1 * 3 ** (attempt - 1), "exponential backoff"
+                wait = min(wait, self.settings.max_retry_wait_s)
+                retry_events.append(
+                    NewEvent(
+                        "retry",
+                        {
+                            "retry": {
+                                "provider": agent.provider.name,
+                                "attempt": attempt,
+                                "wait_ms": int(wait * 1000),
+                                "reason": reason,
+                                "error": exc.message,
+                            },
+                            "iteration": iteration,
+                        },
+                    )
+                )
+                await asyncio.sleep(wait)
+
+    # -- tools ----------------------------------------------------------------------------------------
+
+    async def _run_tools(
+        self, leased: LeasedRun, agent: ResolvedAgent, uses: list[ToolUseBlock], iteration: int
+    ) -> list[NewEvent]:
+        if len(uses) == 1:
+            return [await self._run_tool(leased, agent, uses[0], iteration)]
+        sem = asyncio.Semaphore(self.settings.tool_parallelism)
+
+        async def bounded(tu: ToolUseBlock) -> NewEvent:
+            async with sem:
+                return await self._run_tool(leased, agent, tu, iteration)
+
+        return list(await asyncio.gather(*(bounded(tu) for tu in uses)))
+
+    async def _run_tool(
+        self, leased: LeasedRun, agent: ResolvedAgent, tu: ToolUseBlock, iteration: int
+    ) -> NewEvent:
+        tool = agent.tools_by_name.get(tu.name)
+        result: ToolResult | Park
+        if tool is None:
+            result = ToolResult(
+                f"tool {tu.name!r} is not permitted for agent {agent.name!r}"
+                f" (its tools: {', '.join(agent.tools_by_name) or 'none'})",
+                is_error=True,
+            )
+        else:
+            ctx = ToolContext(
+                tenant_id=leased.tenant_id,
+                run_id=leased.run_id,
+                agent=leased.agent,
+                user_id=leased.user_id,
+                tool_use_id=tu.id,
+                iteration=iteration,
+                memory=self.memory,
+                memory_scopes=tuple(agent.config.memory_scopes),
+                tools=tuple(agent.tools_by_name),
+                model=agent.config.model,
+                provider=agent.config.provider,
+            )
+            try:
+                result = await tool.invoke(ctx, tu.input)
+            except ToolError as exc:
+                result = ToolResult(exc.message, is_error=True)
+            except Exception as exc:
+                log.warning("tool %s raised %s", tu.name, exc, exc_info=True)
+                result = ToolResult(f"{tu.name} failed: {type(exc).__name__}: {exc}", is_error=True)
+            if isinstance(result, Park):
+                result = ToolResult(
+                    "not_implemented: parking a run (waiting primitives) is not available in this build",
+                    is_error=True,
+                )
+        return _tool_result_event(tu, result.content, result.is_error)
+
+    # -- endings --------------------------------------------------------------------------------------
+
+    async def _finish(
+        self,
+        leased: LeasedRun,
+        owner: str,
+        events: list[NewEvent],
+        transcript: Transcript,
+        reason: StopReason,
+    ) -> StepResult:
+        done = NewEvent("done", {"stop_reason": reason.value, "usage": transcript.usage})
+        await self.steps.commit(leased, owner, [*events, done], StepOutcome("completed", reason.value))
+        return StepResult.FINISHED
+
+    async def _finish_cancelled(self, leased: LeasedRun, owner: str, transcript: Transcript) -> StepResult:
+        why = leased.cancel_reason or "cancelled by api"
+        events = [_tool_result_event(tu, f"cancelled: {why}", True) for tu in transcript.pending]
+        events.append(
+            NewEvent("done", {"stop_reason": StopReason.CANCELLED.value, "reason": why, "usage": transcript.usage})
+        )
+        await self.steps.commit(leased, owner, events, StepOutcome("cancelled", StopReason.CANCELLED.value))
+        return StepResult.FINISHED
+
+    async def _finish_failed(
+        self, leased: LeasedRun, owner: str, events: list[NewEvent], code: str, message: str
+    ) -> StepResult:
+        transcript = replay(leased.events)
+        closing = [_tool_result_event(tu, f"run failed: {message}", True) for tu in transcript.pending]
+        error = {"code": code, "error": message}
+        await self.steps.commit(
+            leased,
+            owner,
+            [*events, *closing, NewEvent("error", error)],
+            StepOutcome("failed", StopReason.ERROR.value, error=error),
+        )
+        return StepResult.FINISHED
+
+    async def _step_crashed(self, leased: LeasedRun, owner: str, exc: Exception) -> StepResult:
+        try:
+            if leased.step_failures + 1 >= MAX_STEP_FAILURES:
+                await self._finish_failed(
+                    leased,
+                    owner,
+                    [],
+                    "internal_error",
+                    f"step failed {MAX_STEP_FAILURES} times; last error: {type(exc).__name__}: {exc}",
+                )
+                return StepResult.FINISHED
+            backoff = min(30.0, 0.5 * 2**leased.step_failures)
+            await self.steps.release_after_failure(leased, owner, backoff)
+        except Exception:
+            log.exception("could not hand back step %s/%s; the sweeper will", leased.run_id, leased.step_no)
+        return StepResult.RETRY_LATER
+
+    # -- lease renewal ----------------------------------------------------------------------------
+
+    def _start_renewal(self, leased: LeasedRun, owner: str) -> None:
+        task = asyncio.ensure_future(self._renew(leased, owner))
+        task.add_done_callback(lambda _t: None)
+
+    async def _renew(self, leased: LeasedRun, owner: str) -> None:
+        try:
+            if await self.steps.renew(leased, owner):
+                asyncio.get_running_loop().call_later(
+                    self.steps.lease_s / 3, self._start_renewal, leased, owner
+                )
+        except Exception as exc:  # the commit's fence is the authority; renewal is best effort
+            log.warning("lease renewal for %s failed: %s", leased.run_id, exc)
+
+
+def _assistant_events(response: ModelResponse, iteration: int) -> list[NewEvent]:
+    events: list[NewEvent] = []
+    text_parts: list[str] = []
+    block: Block
+    for block in response.content:
+        if isinstance(block, ThinkingBlock):
+            events.append(
+                NewEvent("thinking", {"text": block.thinking, "signature": block.signature, "iteration": iteration})
+            )
+        elif isinstance(block, TextBlock):
+            text_parts.append(block.text)
+    if text_parts:
+        events.append(NewEvent("text", {"text": "".join(text_parts), "iteration": iteration}))
+    for block in response.content:
+        if isinstance(block, ToolUseBlock):
+            events.append(
+                NewEvent(
+                    "tool_call",
+                    {"tool_use": {"id": block.id, "name": block.name, "input": block.input}, "iteration": iteration},
+                )
+            )
+    usage = dict(response.usage.to_json(), model=response.model, provider=response.provider)
+    events.append(NewEvent("usage", {"usage": usage, "iteration": iteration}))
+    return events
+
+
+def _tool_result_event(tu: ToolUseBlock, text: str, is_error: bool) -> NewEvent:
+    return NewEvent(
+        "tool_result",
+        {"tool_use": {"id": tu.id, "name": tu.name, "input": tu.input}, "text": text, "is_error": is_error},
+        tool_use_id=tu.id,
+    )
+
+
+def _add_usage(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}

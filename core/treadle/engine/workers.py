@@ -1,0 +1,105 @@
+"""The sidecar's in-process workers over the Postgres queue, and the lease sweeper."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from treadle.dispatch.base import Dispatcher
+from treadle.dispatch.postgres import PostgresQueue
+from treadle.domain.runs import StepMessage
+from treadle.engine.step import Engine
+
+log = logging.getLogger("treadle.workers")
+
+
+class WorkerPool:
+    def __init__(self, engine: Engine, queue: PostgresQueue, size: int, *, idle_poll_s: float = 0.5) -> None:
+        self.engine = engine
+        self.queue = queue
+        self.size = size
+        self.idle_poll_s = idle_poll_s
+        self._tasks: list[asyncio.Task[None]] = []
+        self.steps_run = 0
+
+    def start(self) -> None:
+        self.queue.start_listening()
+        self._tasks = [
+            asyncio.create_task(self._work(i), name=f"treadle-worker-{i}") for i in range(self.size)
+        ]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks = []
+        await self.queue.stop_listening()
+
+    async def _claim_and_run(self) -> bool:
+        owner = self.engine.new_owner()
+        found, leased = await self.engine.steps.claim_job(owner)
+        if leased is not None:
+            await self.engine.execute(leased, owner)
+            self.steps_run += 1
+        return found
+
+    async def _work(self, index: int) -> None:
+        wakeup = self.queue.wakeup
+        while True:
+            try:
+                if await self._claim_and_run():
+                    continue
+                wakeup.clear()
+                if await self._claim_and_run():  # a job may have landed before the clear
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wakeup.wait(), self.idle_poll_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("worker %d: %s", index, exc)
+                await asyncio.sleep(0.5)
+
+
+class Sweeper:
+    """Re-enqueues steps whose lease expired (worker died) or whose message was lost."""
+
+    def __init__(self, engine: Engine, dispatcher: Dispatcher, interval_s: float) -> None:
+        self.engine = engine
+        self.dispatcher = dispatcher
+        self.interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self.swept = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="treadle-sweeper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def sweep_once(self) -> int:
+        due = await self.engine.steps.sweep_expired()
+        if not self.dispatcher.jobs_in_db:
+            for run_id, step_no in due:
+                await self.dispatcher.enqueue(StepMessage(run_id, step_no))
+        if due:
+            log.info("sweeper re-enqueued %d step(s)", len(due))
+        self.swept += len(due)
+        return len(due)
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.sweep_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("sweep failed: %s", exc)
+            await asyncio.sleep(self.interval_s)

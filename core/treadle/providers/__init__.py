@@ -1,0 +1,1 @@
+"""Model providers: the Provider port and its drivers (only `mock` in this build)."""

@@ -1,0 +1,71 @@
+"""The Provider port: one model call over the normalized content-block model."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from treadle.domain.content import Block, Message
+
+
+@dataclass(slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+        }
+
+
+@dataclass(slots=True)
+class RunInfo:
+    """Facts about the run a provider may use (deterministic mocks seed from them)."""
+
+    run_id: str
+    agent: str
+    iteration: int
+    attempt: int = 0
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    model: str
+    system: str
+    messages: list[Message]
+    tools: list[ToolSpec]
+    max_tokens: int = 4096
+    run: RunInfo | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ModelResponse:
+    content: list[Block]
+    stop_reason: str  # end_turn | tool_use | max_tokens | stop_sequence
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    provider: str = ""
+
+
+DeltaSink = Callable[[str, str], Awaitable[None]]  # (kind: "text"|"thinking", delta) -> None
+
+
+class Provider(Protocol):
+    name: str
+
+    async def call(self, req: ModelRequest, on_delta: DeltaSink | None = None) -> ModelResponse: ...

@@ -1,0 +1,119 @@
+"""The deterministic mock provider: `echo`, `tool-caller` and `script`.
+
+Every answer is a pure function of the request (the transcript so far, the run id and the
+agent's `mock:` settings), so a re-delivered or re-played step asks the same question and gets
+the same answer, tool_use ids included. `latency_ms`/`jitter_ms` add delay; `error_rate` makes
+calls fail like an HTTP 429, deterministically per (run, iteration, attempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from typing import Any
+
+from treadle.config import MockSettings
+from treadle.domain.content import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from treadle.errors import ProviderError, RetryableProviderError
+from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Usage
+
+FIXED_TOOL_INPUTS: dict[str, dict[str, Any]] = {
+    "Memory": {"op": "incr", "scope": "agent", "key": "calls"},
+    "Context": {"op": "time"},
+}
+
+
+def _digest(*parts: object) -> bytes:
+    return hashlib.blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=16).digest()
+
+
+def tool_use_id(run_id: str, iteration: int, index: int) -> str:
+    return "toolu_" + _digest("tool", run_id, iteration, index).hex()[:24]
+
+
+def _approx_tokens(messages: list[Message], system: str) -> int:
+    chars = len(system)
+    for m in messages:
+        for b in m.content:
+            if isinstance(b, TextBlock):
+                chars += len(b.text)
+            elif isinstance(b, ToolResultBlock):
+                chars += len(b.content)
+            elif isinstance(b, ToolUseBlock):
+                chars += len(json.dumps(b.input))
+    return max(1, chars // 4)
+
+
+def last_user_text(messages: list[Message]) -> str:
+    for m in reversed(messages):
+        if m.role == "user":
+            text = m.text()
+            if text:
+                return text
+    return ""
+
+
+class MockProvider:
+    name = "mock"
+
+    async def call(self, req: ModelRequest, on_delta: DeltaSink | None = None) -> ModelResponse:
+        settings = req.options.get("mock")
+        if not isinstance(settings, MockSettings):
+            settings = MockSettings()
+        run_id = req.run.run_id if req.run else ""
+        iteration = req.run.iteration if req.run else 0
+        attempt = req.run.attempt if req.run else 0
+
+        delay_ms = settings.latency_ms
+        if settings.jitter_ms:
+            rng = random.Random(_digest("jitter", settings.seed, run_id, iteration, attempt))
+            delay_ms += rng.uniform(0, settings.jitter_ms)
+        if delay_ms > 0:
+            await asyncio.sleep(delay_ms / 1000.0)
+        if settings.error_rate > 0:
+            roll = random.Random(_digest("error", settings.seed, run_id, iteration, attempt)).random()
+            if roll < settings.error_rate:
+                raise RetryableProviderError("mock: 429 rate limited", retry_after_s=0.01, code="rate_limited")
+
+        assistant_turns = sum(1 for m in req.messages if m.role == "assistant")
+        content: list[Block]
+        if req.model == "echo":
+            content = [TextBlock(last_user_text(req.messages))]
+        elif req.model == "tool-caller":
+            calls_so_far = sum(1 for m in req.messages if m.role == "assistant" and m.tool_uses())
+            if req.tools and calls_so_far < settings.tool_calls:
+                tool = req.tools[0]
+                content = [
+                    ToolUseBlock(
+                        tool_use_id(run_id, iteration, 0), tool.name, dict(FIXED_TOOL_INPUTS.get(tool.name, {}))
+                    )
+                ]
+            else:
+                content = [TextBlock(f"done after {calls_so_far} tool calls")]
+        elif req.model == "script":
+            script = settings.script or []
+            if not script:
+                raise ProviderError("mock: model 'script' has no mock.script", code="mock_script_missing")
+            turn = script[min(assistant_turns, len(script) - 1)]
+            if turn.tool is not None:
+                content = [ToolUseBlock(tool_use_id(run_id, iteration, 0), turn.tool, dict(turn.input))]
+            else:
+                content = [TextBlock(turn.text or "")]
+        else:
+            raise ProviderError(f"mock: unknown model {req.model!r}", code="unknown_model")
+
+        if on_delta is not None:
+            for block in content:
+                if isinstance(block, TextBlock) and block.text:
+                    await on_delta("text", block.text)
+        out_chars = sum(len(b.text) if isinstance(b, TextBlock) else 16 for b in content)
+        stop = "tool_use" if any(isinstance(b, ToolUseBlock) for b in content) else "end_turn"
+        return ModelResponse(
+            content=content,
+            stop_reason=stop,
+            usage=Usage(input_tokens=_approx_tokens(req.messages, req.system), output_tokens=max(1, out_chars // 4)),
+            model=req.model,
+            provider=self.name,
+        )

@@ -1,0 +1,1 @@
+"""Postgres persistence: the pool, numbered migrations, and one module per aggregate."""

@@ -1,0 +1,80 @@
+"""Connecting to Postgres: `DATABASE_URL`, or an embedded server (pgserver: PG 16 + pgvector)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from treadle.errors import StoreError
+
+log = logging.getLogger("treadle.store")
+
+_embedded: dict[Path, Any] = {}
+
+
+def embedded_database_url(home: Path) -> str:
+    """Start (or reuse) the embedded Postgres under `home/pg` and return its URL.
+
+    The server outlives a crashed treadle process and is reused by the next start; a clean
+    exit of the last process using it stops it.
+    """
+    try:
+        import pgserver  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - dependency of the package
+        raise StoreError("embedded Postgres needs the 'pgserver' package; or set DATABASE_URL") from exc
+    home = home.expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    data = home / "pg"
+    if data not in _embedded:
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(home))
+        try:
+            _embedded[data] = pgserver.get_server(data, cleanup_mode="stop")
+        except Exception as exc:
+            raise StoreError(f"could not start embedded Postgres in {data}: {exc}") from exc
+    return str(_embedded[data].get_uri())
+
+
+def resolve_database_url(database_url: str | None, home: Path) -> str:
+    return database_url or embedded_database_url(home)
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.set_autocommit(True)
+
+
+async def open_pool(url: str, size: int, *, name: str = "treadle") -> AsyncConnectionPool:
+    pool = AsyncConnectionPool(
+        url,
+        min_size=min(size, 4),
+        max_size=size,
+        kwargs={"row_factory": dict_row},
+        configure=_configure,
+        name=name,
+        open=False,
+        timeout=30.0,
+    )
+    try:
+        await pool.open(wait=True, timeout=30.0)
+    except Exception as exc:
+        await pool.close()
+        raise StoreError(f"database unreachable: {redact_url(url)}: {exc}") from exc
+    return pool
+
+
+def redact_url(url: str) -> str:
+    """Hide a password in a libpq URL for messages and logs."""
+    try:
+        scheme, rest = url.split("://", 1)
+    except ValueError:
+        return url
+    if "@" not in rest.split("/", 1)[0]:
+        return url
+    creds, host = rest.split("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else url

@@ -1,0 +1,219 @@
+"""Runs and their transcripts: creating a run, reading it, its events, cancelling it."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from treadle.domain.runs import RunStatus
+
+JOBS_CHANNEL = "treadle_jobs"
+
+
+def new_run_id() -> str:
+    return "r_" + secrets.token_hex(16)
+
+
+@dataclass(slots=True)
+class RunRecord:
+    id: str
+    tenant_id: str
+    user_id: str | None
+    agent: str
+    status: str
+    stop_reason: str | None
+    error: dict[str, Any] | None
+    step_no: int
+    last_seq: int
+    iterations: int
+    interactive: bool
+    metadata: dict[str, Any]
+    input_tokens: int
+    output_tokens: int
+    cache_creation_tokens: int
+    cache_read_tokens: int
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return RunStatus(self.status).terminal
+
+    def usage(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_tokens,
+            "cache_read_input_tokens": self.cache_read_tokens,
+        }
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "run_id": self.id,
+            "agent": self.agent,
+            "user_id": self.user_id,
+            "status": self.status,
+            "stop_reason": self.stop_reason,
+            "error": self.error,
+            "iterations": self.iterations,
+            "usage": self.usage(),
+            "metadata": self.metadata,
+            "interactive": self.interactive,
+            "last_seq": self.last_seq,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "completed_at": self.completed_at.isoformat() if self.completed_at else None,
+        }
+
+
+_RUN_COLUMNS = (
+    "id, tenant_id, user_id, agent, status, stop_reason, error, step_no, last_seq, iterations, interactive,"
+    " metadata, input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, cancel_requested,"
+    " created_at, updated_at, completed_at, lease_owner, lease_until"
+)
+
+
+@dataclass(slots=True)
+class NewRun:
+    tenant_id: str
+    agent: str
+    segments: list[dict[str, Any]]
+    user_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    interactive: bool = False
+    idempotency_key: str | None = None
+
+
+@dataclass(slots=True)
+class StoredEvent:
+    seq: int
+    type: str
+    payload: dict[str, Any]
+    created_at: datetime | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"seq": self.seq, "type": self.type}
+        out.update(self.payload)
+        if self.created_at is not None:
+            out["ts"] = self.created_at.isoformat()
+        return out
+
+
+class RunStore:
+    def __init__(self, pool: AsyncConnectionPool, *, jobs_in_db: bool, requeue_after_s: float) -> None:
+        self.pool = pool
+        self.jobs_in_db = jobs_in_db
+        self.requeue_after_s = requeue_after_s
+
+    async def create(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Insert a queued run with its `user_input` and `started` events (and, with the Postgres
+        queue, its first job) in one statement. Returns (run, created); an idempotency key that was
+        seen before returns the existing run and created=False."""
+        run_id = new_run_id()
+        user_input = {"segments": new.segments}
+        started = {"agent": new.agent, "run_id": run_id, "user_id": new.user_id}
+        sql = f"""
+        WITH r AS (
+            INSERT INTO runs (id, tenant_id, user_id, agent, status, metadata, interactive,
+                              idempotency_key, root_run_id, last_seq, lease_until)
+            VALUES (%(id)s, %(tenant)s, %(user)s, %(agent)s, 'queued', %(meta)s, %(interactive)s,
+                    %(idem)s, %(id)s, 2, now() + make_interval(secs => %(requeue)s))
+            ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+            RETURNING {_RUN_COLUMNS}
+        ), ev AS (
+            INSERT INTO events (run_id, seq, tenant_id, type, payload)
+            SELECT r.id, v.seq, r.tenant_id, v.type, v.payload FROM r,
+              (VALUES (1, 'user_input', %(ui)s::jsonb), (2, 'started', %(st)s::jsonb)) AS v(seq, type, payload)
+        ), jb AS (
+            INSERT INTO jobs (tenant_id, run_id, step_no) SELECT r.tenant_id, r.id, 0 FROM r WHERE %(jobs)s
+        )
+        SELECT r.*, CASE WHEN %(jobs)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM r
+        """
+        params = {
+            "id": run_id,
+            "tenant": new.tenant_id,
+            "user": new.user_id,
+            "agent": new.agent,
+            "meta": Jsonb(new.metadata or {}),
+            "interactive": new.interactive,
+            "idem": new.idempotency_key,
+            "requeue": self.requeue_after_s,
+            "ui": Jsonb(user_input),
+            "st": Jsonb(started),
+            "jobs": self.jobs_in_db,
+        }
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(sql, params)
+            row = await cur.fetchone()
+            if row is None and new.idempotency_key is not None:
+                cur = await conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = %s AND idempotency_key = %s",
+                    (new.tenant_id, new.idempotency_key),
+                )
+                existing = await cur.fetchone()
+                if existing is not None:
+                    return _record(existing), False
+            if row is None:  # pragma: no cover - the insert cannot silently fail otherwise
+                raise RuntimeError("run insert returned nothing")
+            return _record(row), True
+
+    async def get(self, tenant_id: str, run_id: str) -> RunRecord | None:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s AND tenant_id = %s", (run_id, tenant_id)
+            )
+            row = await cur.fetchone()
+        return _record(row) if row else None
+
+    async def events(
+        self, tenant_id: str, run_id: str, from_seq: int = 0, limit: int = 1000
+    ) -> list[StoredEvent]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT seq, type, payload, created_at FROM events"
+                " WHERE run_id = %s AND tenant_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+                (run_id, tenant_id, from_seq, limit),
+            )
+            rows = await cur.fetchall()
+        return [StoredEvent(r["seq"], r["type"], r["payload"], r["created_at"]) for r in rows]
+
+    async def request_cancel(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None:
+        """Flag the run; the next step (at its next safe point) finishes it as cancelled.
+        Returns the run as it is now (a finished run is returned unchanged)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"""UPDATE runs SET cancel_requested = true, cancel_reason = %s, updated_at = now()
+                    WHERE id = %s AND tenant_id = %s AND status NOT IN ('completed','failed','cancelled')
+                    RETURNING {_RUN_COLUMNS}""",
+                (reason, run_id, tenant_id),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                cur = await conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s AND tenant_id = %s", (run_id, tenant_id)
+                )
+                row = await cur.fetchone()
+        return _record(row) if row else None
+
+    async def list_runs(self, tenant_id: str, status: str | None, limit: int) -> list[RunRecord]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = %s AND (%s::text IS NULL OR status = %s)"
+                " ORDER BY created_at DESC LIMIT %s",
+                (tenant_id, status, status, limit),
+            )
+            rows = await cur.fetchall()
+        return [_record(r) for r in rows]
+
+
+def _record(row: dict[str, Any]) -> RunRecord:
+    return RunRecord(**{k: v for k, v in row.items() if not k.startswith("_")})

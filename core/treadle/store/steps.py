@@ -1,0 +1,345 @@
+"""The hot path of the engine: lease a run for one step, append events, commit the step.
+
+Every write carries a fence: it applies only while `runs.lease_owner` is this worker and
+`runs.step_no` is the step being executed. A write whose fence fails raises LeaseLost and
+changes nothing, so a worker that lost its lease (it was presumed dead and swept) can never
+corrupt a transcript another worker has continued.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from treadle.domain.runs import NewEvent
+from treadle.errors import LeaseLost
+from treadle.store.runs import JOBS_CHANNEL
+
+_LEASED_COLUMNS = (
+    "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
+    " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata"
+)
+_EVENTS_AGG = (
+    "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
+    " FROM events e WHERE e.run_id = runs.id) AS events"
+)
+
+
+@dataclass(slots=True)
+class LeasedRun:
+    run_id: str
+    tenant_id: str
+    user_id: str | None
+    agent: str
+    status: str
+    step_no: int
+    last_seq: int
+    iterations: int
+    step_failures: int
+    cancel_requested: bool
+    cancel_reason: str | None
+    metadata: dict[str, Any]
+    events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """What a step commits besides its events."""
+
+    status: str  # running | completed | failed | cancelled
+    stop_reason: str | None = None
+    error: dict[str, Any] | None = None
+    iterations_delta: int = 0
+    usage: dict[str, int] | None = None
+    enqueue_next: bool = False
+    delay_s: float = 0.0
+
+    @property
+    def final(self) -> bool:
+        return self.status in ("completed", "failed", "cancelled")
+
+
+def _leased(row: dict[str, Any]) -> LeasedRun:
+    events = row["events"]
+    if isinstance(events, str):
+        events = json.loads(events)
+    return LeasedRun(
+        run_id=row["id"],
+        tenant_id=row["tenant_id"],
+        user_id=row["user_id"],
+        agent=row["agent"],
+        status=row["status"],
+        step_no=row["step_no"],
+        last_seq=row["last_seq"],
+        iterations=row["iterations"],
+        step_failures=row["step_failures"],
+        cancel_requested=row["cancel_requested"],
+        cancel_reason=row["cancel_reason"],
+        metadata=row["metadata"],
+        events=[(e[0], e[1], e[2]) for e in events],
+    )
+
+
+def _event_arrays(events: list[NewEvent]) -> tuple[list[str], list[Jsonb], list[str | None]]:
+    return (
+        [e.type for e in events],
+        [Jsonb(e.payload) for e in events],
+        [e.tool_use_id for e in events],
+    )
+
+
+class StepStore:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        *,
+        jobs_in_db: bool,
+        lease_s: float,
+        requeue_after_s: float,
+    ) -> None:
+        self.pool = pool
+        self.jobs_in_db = jobs_in_db
+        self.lease_s = lease_s
+        self.requeue_after_s = requeue_after_s
+
+    # -- taking a lease ------------------------------------------------------------------------
+
+    _LEASE_SET = (
+        "lease_owner = %(owner)s, lease_until = now() + make_interval(secs => %(lease)s),"
+        " status = CASE WHEN runs.status = 'queued' THEN 'running' ELSE runs.status END, updated_at = now()"
+    )
+    _LEASE_FREE = (
+        "runs.status IN ('queued','running') AND (runs.lease_owner IS NULL OR runs.lease_until < now())"
+    )
+
+    async def lease(self, run_id: str, step_no: int, owner: str) -> LeasedRun | None:
+        """Lease the run for `step_no`; None when the message is stale or the lease is held."""
+        sql = f"""UPDATE runs SET {self._LEASE_SET}
+                  WHERE runs.id = %(run_id)s AND runs.step_no = %(step)s AND {self._LEASE_FREE}
+                  RETURNING {_LEASED_COLUMNS}, {_EVENTS_AGG}"""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                sql, {"owner": owner, "lease": self.lease_s, "run_id": run_id, "step": step_no}
+            )
+            row = await cur.fetchone()
+            leased = _leased(row) if row else None
+            if leased is not None:
+                await self._ensure_complete(conn, leased)
+        return leased
+
+    async def claim_job(self, owner: str) -> tuple[bool, LeasedRun | None]:
+        """Take the next due job off the Postgres queue and lease its run, atomically.
+
+        Returns (found_job, leased). A job whose step is stale or whose run is leased by a live
+        worker is consumed and dropped (found_job=True, leased=None)."""
+        sql = f"""
+        WITH j AS (
+            DELETE FROM jobs WHERE id = (
+                SELECT id FROM jobs WHERE run_at <= now() ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+            RETURNING run_id, step_no
+        ), l AS (
+            UPDATE runs SET {self._LEASE_SET} FROM j
+            WHERE runs.id = j.run_id AND runs.step_no = j.step_no AND {self._LEASE_FREE}
+            RETURNING {_LEASED_COLUMNS}, {_EVENTS_AGG}
+        )
+        SELECT l.*, j.run_id AS job_run_id FROM j LEFT JOIN l ON l.id = j.run_id
+        """
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(sql, {"owner": owner, "lease": self.lease_s})
+            row = await cur.fetchone()
+            if row is None:
+                return False, None
+            if row["id"] is None:
+                return True, None
+            leased = _leased(row)
+            await self._ensure_complete(conn, leased)
+        return True, leased
+
+    async def _ensure_complete(self, conn: Any, leased: LeasedRun) -> None:
+        """The events were read in the lease statement's snapshot; if a commit raced in just
+        before our lease, reread them so the transcript matches `last_seq`."""
+        if (leased.events[-1][0] if leased.events else 0) == leased.last_seq:
+            return
+        cur = await conn.execute(
+            "SELECT seq, type, payload FROM events WHERE run_id = %s ORDER BY seq", (leased.run_id,)
+        )
+        leased.events = [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
+
+    async def renew(self, leased: LeasedRun, owner: str) -> bool:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE runs SET lease_until = now() + make_interval(secs => %s)"
+                " WHERE id = %s AND lease_owner = %s AND step_no = %s",
+                (self.lease_s, leased.run_id, owner, leased.step_no),
+            )
+            return cur.rowcount == 1
+
+    # -- writing under the lease ---------------------------------------------------------------
+
+    async def append(self, leased: LeasedRun, owner: str, events: list[NewEvent]) -> list[int]:
+        """Append events mid-step (e.g. the assistant turn before its tools run)."""
+        if not events:
+            return []
+        types, payloads, tool_use_ids = _event_arrays(events)
+        sql = """
+        WITH g AS (
+            UPDATE runs SET last_seq = last_seq + %(n)s, updated_at = now(),
+                   lease_until = now() + make_interval(secs => %(lease)s)
+            WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
+            RETURNING tenant_id, last_seq - %(n)s AS base
+        )
+        INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
+        SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, t.payload, t.tool_use_id
+        FROM g, unnest(%(types)s::text[], %(payloads)s::jsonb[], %(tuids)s::text[])
+             WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
+        RETURNING seq
+        """
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                sql,
+                {
+                    "n": len(events),
+                    "lease": self.lease_s,
+                    "run_id": leased.run_id,
+                    "owner": owner,
+                    "step": leased.step_no,
+                    "types": types,
+                    "payloads": payloads,
+                    "tuids": tool_use_ids,
+                },
+            )
+            seqs = [r["seq"] for r in await cur.fetchall()]
+        if not seqs:
+            raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could append")
+        base = leased.last_seq
+        leased.last_seq += len(seqs)
+        leased.events.extend(
+            (base + i + 1, e.type, e.payload) for i, e in enumerate(events)
+        )
+        return seqs
+
+    async def commit(
+        self, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
+    ) -> int:
+        """Append the step's last events, advance `step_no`, release the lease and (with the
+        Postgres queue) enqueue the next step, all in one statement. Returns the new step_no."""
+        types, payloads, tool_use_ids = _event_arrays(events)
+        usage = outcome.usage or {}
+        enqueue_here = outcome.enqueue_next and self.jobs_in_db
+        sql = f"""
+        WITH g AS (
+            UPDATE runs SET
+                last_seq = last_seq + %(n)s, step_no = step_no + 1, step_failures = 0,
+                lease_owner = NULL,
+                lease_until = CASE WHEN %(final)s THEN NULL
+                                   ELSE now() + make_interval(secs => %(requeue)s + %(delay)s) END,
+                status = %(status)s,
+                stop_reason = coalesce(%(stop)s, stop_reason),
+                error = coalesce(%(error)s, error),
+                completed_at = CASE WHEN %(final)s THEN now() ELSE completed_at END,
+                iterations = iterations + %(iters)s,
+                input_tokens = input_tokens + %(in_t)s, output_tokens = output_tokens + %(out_t)s,
+                cache_creation_tokens = cache_creation_tokens + %(cc_t)s,
+                cache_read_tokens = cache_read_tokens + %(cr_t)s,
+                updated_at = now()
+            WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
+            RETURNING tenant_id, last_seq - %(n)s AS base, step_no
+        ), ev AS (
+            INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
+            SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, t.payload, t.tool_use_id
+            FROM g, unnest(%(types)s::text[], %(payloads)s::jsonb[], %(tuids)s::text[])
+                 WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
+        ), jb AS (
+            INSERT INTO jobs (tenant_id, run_id, step_no, run_at)
+            SELECT g.tenant_id, %(run_id)s, g.step_no, now() + make_interval(secs => %(delay)s)
+            FROM g WHERE %(enqueue)s
+        )
+        SELECT g.step_no, CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM g
+        """
+        params = {
+            "n": len(events),
+            "final": outcome.final,
+            "requeue": self.requeue_after_s,
+            "delay": outcome.delay_s,
+            "status": outcome.status,
+            "stop": outcome.stop_reason,
+            "error": Jsonb(outcome.error) if outcome.error is not None else None,
+            "iters": outcome.iterations_delta,
+            "in_t": usage.get("input_tokens", 0),
+            "out_t": usage.get("output_tokens", 0),
+            "cc_t": usage.get("cache_creation_input_tokens", 0),
+            "cr_t": usage.get("cache_read_input_tokens", 0),
+            "run_id": leased.run_id,
+            "owner": owner,
+            "step": leased.step_no,
+            "types": types,
+            "payloads": payloads,
+            "tuids": tool_use_ids,
+            "enqueue": enqueue_here,
+        }
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(sql, params)
+            row = await cur.fetchone()
+        if row is None:
+            raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
+        leased.last_seq += len(events)
+        return int(row["step_no"])
+
+    async def release_after_failure(self, leased: LeasedRun, owner: str, backoff_s: float) -> bool:
+        """A step crashed with an unexpected error: give the lease back so the step is retried
+        after `backoff_s` (by the sweeper, or a delayed job). Returns False if the lease was lost."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """WITH g AS (
+                       UPDATE runs SET lease_owner = NULL, step_failures = step_failures + 1,
+                              lease_until = now() + make_interval(secs => %(b)s), updated_at = now()
+                       WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
+                       RETURNING tenant_id, step_no)
+                   INSERT INTO jobs (tenant_id, run_id, step_no, run_at)
+                   SELECT tenant_id, %(run_id)s, step_no, now() + make_interval(secs => %(b)s) FROM g
+                   WHERE %(jobs)s
+                   RETURNING 1""",
+                {
+                    "b": backoff_s,
+                    "run_id": leased.run_id,
+                    "owner": owner,
+                    "step": leased.step_no,
+                    "jobs": self.jobs_in_db,
+                },
+            )
+            return cur.rowcount == 1 or not self.jobs_in_db
+
+    # -- the sweeper ---------------------------------------------------------------------------
+
+    async def sweep_expired(self, limit: int = 500) -> list[tuple[str, int]]:
+        """Re-enqueue steps whose lease (or re-queue deadline) has passed: the worker died, or the
+        step message was lost. Runs as a singleton per database (transaction advisory lock)."""
+        sql = """
+        WITH lock AS (SELECT pg_try_advisory_xact_lock(7472616401) AS ok),
+        due AS (
+            SELECT id FROM runs, lock
+            WHERE lock.ok AND status IN ('queued','running') AND lease_until < now()
+            ORDER BY lease_until LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        ), upd AS (
+            UPDATE runs SET lease_owner = NULL,
+                   lease_until = now() + make_interval(secs => %(requeue)s), updated_at = now()
+            FROM due WHERE runs.id = due.id
+            RETURNING runs.id, runs.tenant_id, runs.step_no
+        ), jb AS (
+            INSERT INTO jobs (tenant_id, run_id, step_no) SELECT tenant_id, id, step_no FROM upd
+            WHERE %(jobs)s
+        )
+        SELECT id, step_no FROM upd
+        """
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                sql, {"limit": limit, "requeue": self.requeue_after_s, "jobs": self.jobs_in_db}
+            )
+            rows = await cur.fetchall()
+            if rows and self.jobs_in_db:
+                await conn.execute(f"SELECT pg_notify('{JOBS_CHANNEL}', '')")
+        return [(r["id"], r["step_no"]) for r in rows]
