@@ -93,7 +93,7 @@ class TreadleConfig(BaseModel):
 class Settings(BaseSettings):
     """Process settings from the environment (`TREADLE_*`, plus `DATABASE_URL`)."""
 
-    model_config = SettingsConfigDict(env_prefix="TREADLE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TREADLE_", extra="ignore", populate_by_name=True)
 
     config: Path = Path("treadle.yaml")
     home: Path = Path(".treadle")

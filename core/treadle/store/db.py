@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ def embedded_database_url(home: Path) -> str:
     The server outlives a crashed treadle process and is reused by the next start; a clean
     exit of the last process using it stops it.
     """
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     try:
         import pgserver  # type: ignore[import-untyped]
     except ImportError as exc:  # pragma: no cover - dependency of the package
@@ -32,7 +34,10 @@ def embedded_database_url(home: Path) -> str:
     home.mkdir(parents=True, exist_ok=True)
     data = home / "pg"
     if data not in _embedded:
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(home))
+        if "XDG_RUNTIME_DIR" not in os.environ:  # pgserver's platformdirs wants a private one
+            run_dir = home / "run"
+            run_dir.mkdir(mode=0o700, exist_ok=True)
+            os.environ["XDG_RUNTIME_DIR"] = str(run_dir)
         try:
             _embedded[data] = pgserver.get_server(data, cleanup_mode="stop")
         except Exception as exc:

@@ -1,0 +1,39 @@
+"""The FastAPI app factory. Shapes pass a lifespan that puts a Runtime on `app.state.runtime`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from fastapi import FastAPI
+
+from treadle import __version__
+from treadle.api import runs
+from treadle.api.errors import install_error_handlers
+from treadle.api.limits import BodySizeLimit
+from treadle.security.principal import BearerAuthenticator
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+def create_app(
+    *, auth_token: str | None, max_request_bytes: int, lifespan: Lifespan | None = None
+) -> FastAPI:
+    app = FastAPI(
+        title="treadle",
+        version=__version__,
+        description="A durable agent runtime: runs survive crashes because the transcript is the state.",
+        lifespan=lifespan,
+    )
+    app.state.authenticator = BearerAuthenticator(auth_token)
+    app.state.runtime = None
+    install_error_handlers(app)
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True, "version": __version__}
+
+    app.include_router(runs.router)
+    app.add_middleware(BodySizeLimit, max_bytes=max_request_bytes)
+    return app

@@ -1,0 +1,65 @@
+"""One place that turns errors into HTTP responses: `{"code": "<snake_case>", "error": "<message>"}`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from treadle.errors import TreadleError
+
+log = logging.getLogger("treadle.api")
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "rate_limited",
+    501: "not_implemented",
+    503: "unavailable",
+}
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"code": code, "error": message, **extra}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(TreadleError)
+    async def _treadle(_req: Request, exc: TreadleError) -> JSONResponse:
+        if exc.status >= 500:
+            log.error("%s: %s", exc.code, exc.message)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg", "")} for e in exc.errors()
+        ]
+        first = details[0] if details else {"loc": [], "msg": "invalid request"}
+        where = ".".join(p for p in first["loc"] if p != "body") or "body"
+        return JSONResponse(
+            error_body("validation_error", f"{where}: {first['msg']}", details=details), status_code=422
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, "error")
+        message = exc.detail if isinstance(exc.detail, str) else code
+        return JSONResponse(error_body(code, message), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return JSONResponse(error_body("internal_error", "internal error"), status_code=500)

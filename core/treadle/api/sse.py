@@ -1,0 +1,60 @@
+"""Server-sent events for a run: `id: <seq>` on every frame, resumable with `from_seq` or
+`Last-Event-ID`, ending once the run is terminal and fully drained (or a time budget passes)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from treadle.engine.hub import RunEventHub
+from treadle.store.runs import RunStore
+
+SSE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "Connection": "keep-alive",
+    "X-Accel-Buffering": "no",
+}
+
+
+def sse_frame(event: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n".encode()
+
+
+async def stream_run_events(
+    runs: RunStore,
+    hub: RunEventHub,
+    tenant_id: str,
+    run_id: str,
+    from_seq: int,
+    *,
+    keepalive_s: float = 15.0,
+    poll_s: float = 0.25,
+    budget_s: float | None = None,
+) -> AsyncIterator[bytes]:
+    cursor = from_seq
+    started = time.monotonic()
+    last_sent = started
+    while True:
+        events = await runs.events(tenant_id, run_id, cursor, limit=500)
+        for ev in events:
+            cursor = ev.seq
+            yield sse_frame(ev.type, ev.to_api(), ev.seq)
+        now = time.monotonic()
+        if events:
+            last_sent = now
+            if len(events) == 500:
+                continue
+        else:
+            run = await runs.get(tenant_id, run_id)
+            if run is None or (run.terminal and run.last_seq <= cursor):
+                return
+        if budget_s is not None and now - started >= budget_s:
+            yield b": budget exhausted; resume with from_seq\n\n"
+            return
+        if now - last_sent >= keepalive_s:
+            last_sent = now
+            yield b": keepalive\n\n"
+        await hub.wait(run_id, poll_s)

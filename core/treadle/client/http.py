@@ -1,0 +1,106 @@
+"""Client for the HTTP API, with an SSE reader that tracks the last seq for resumption."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(slots=True)
+class SseEvent:
+    event: str
+    data: dict[str, Any]
+    id: int | None
+
+
+async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+    event, data, event_id = "message", [], None
+    async for line in lines:
+        if line == "":
+            if data:
+                yield SseEvent(event, json.loads("\n".join(data)), event_id)
+            event, data, event_id = "message", [], None
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                event = value
+            elif field == "data":
+                data.append(value)
+            elif field == "id" and value.isdigit():
+                event_id = int(value)
+    if data:
+        yield SseEvent(event, json.loads("\n".join(data)), event_id)
+
+
+class TreadleClient:
+    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout)
+
+    async def __aenter__(self) -> TreadleClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    @staticmethod
+    def _check(resp: httpx.Response) -> Any:
+        if resp.status_code >= 400:
+            try:
+                body = resp.json()
+                raise ApiError(resp.status_code, body.get("code", "error"), body.get("error", resp.text))
+            except (ValueError, AttributeError):
+                raise ApiError(resp.status_code, "error", resp.text) from None
+        return resp.json()
+
+    async def health(self) -> dict[str, Any]:
+        return self._check(await self.http.get("/healthz"))  # type: ignore[no-any-return]
+
+    async def start_run(self, agent: str, prompt: str | None = None, **fields: Any) -> dict[str, Any]:
+        body = {"agent": agent, **({"prompt": prompt} if prompt is not None else {}), **fields}
+        return self._check(await self.http.post("/v1/runs", json=body))  # type: ignore[no-any-return]
+
+    async def get_run(self, run_id: str) -> dict[str, Any]:
+        return self._check(await self.http.get(f"/v1/runs/{run_id}"))  # type: ignore[no-any-return]
+
+    async def events(self, run_id: str, from_seq: int = 0) -> list[dict[str, Any]]:
+        body = self._check(await self.http.get(f"/v1/runs/{run_id}/events", params={"from_seq": from_seq}))
+        return body["events"]  # type: ignore[no-any-return]
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
+        payload = {"reason": reason} if reason else None
+        return self._check(await self.http.post(f"/v1/runs/{run_id}/cancel", json=payload))  # type: ignore[no-any-return]
+
+    async def _sse(self, method: str, url: str, **kw: Any) -> AsyncIterator[SseEvent]:
+        headers = {"Accept": "text/event-stream", **kw.pop("headers", {})}
+        async with self.http.stream(method, url, headers=headers, timeout=None, **kw) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                self._check(resp)
+            async for ev in parse_sse(resp.aiter_lines()):
+                yield ev
+
+    def stream(self, run_id: str, from_seq: int = 0) -> AsyncIterator[SseEvent]:
+        return self._sse("GET", f"/v1/runs/{run_id}/stream", params={"from_seq": from_seq})
+
+    def run_streaming(self, agent: str, prompt: str | None = None, **fields: Any) -> AsyncIterator[SseEvent]:
+        body = {"agent": agent, **({"prompt": prompt} if prompt is not None else {}), **fields}
+        return self._sse("POST", "/v1/runs", json=body)

@@ -1,0 +1,75 @@
+"""Composition root of the self-hosted shape: API + in-process workers + sweeper, one process.
+
+The ASGI app is served by an adapter (`treadle_sidecar.server`, uvicorn); the core never
+imports a server.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from treadle.api.app import create_app
+from treadle.config import Settings, TreadleConfig, load_config, load_settings
+from treadle.dispatch.postgres import PostgresQueue
+from treadle.engine.workers import Sweeper, WorkerPool
+from treadle.errors import ConfigError
+from treadle.runtime import Runtime
+
+log = logging.getLogger("treadle.sidecar")
+
+
+def is_loopback_host(host: str) -> bool:
+    if host in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen(settings: Settings) -> tuple[str, int]:
+    """Without TREADLE_AUTH_TOKEN treadle runs open, so it refuses a non-loopback address."""
+    host, port = settings.listen_host_port()
+    if not settings.auth_token and not is_loopback_host(host):
+        raise ConfigError(
+            f"TREADLE_LISTEN={settings.listen}: refusing to listen on a non-loopback address without "
+            "TREADLE_AUTH_TOKEN (every /v1 route would be open to the network)"
+        )
+    return host, port
+
+
+def create_sidecar_app(settings: Settings | None = None, config: TreadleConfig | None = None) -> FastAPI:
+    settings = settings or load_settings()
+    if config is None:
+        config = load_config(settings.config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        rt = await Runtime.open(settings, config, config_source=str(settings.config))
+        workers: WorkerPool | None = None
+        if settings.workers > 0:
+            assert isinstance(rt.dispatcher, PostgresQueue)
+            workers = WorkerPool(rt.engine, rt.dispatcher, settings.workers)
+            workers.start()
+        sweeper = Sweeper(rt.engine, rt.dispatcher, settings.sweep_interval_seconds)
+        sweeper.start()
+        app.state.runtime = rt
+        app.state.workers = workers
+        log.info("treadle ready: %d agent(s), %d worker(s)", len(rt.agents), settings.workers)
+        try:
+            yield
+        finally:
+            app.state.runtime = None
+            await sweeper.stop()
+            if workers is not None:
+                await workers.stop()
+            await rt.close()
+
+    return create_app(
+        auth_token=settings.auth_token, max_request_bytes=settings.max_request_bytes, lifespan=lifespan
+    )

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: install, lint, type-check, then every test
+# (unit, integration on a real Postgres, e2e with real processes).
+# Postgres: $DATABASE_URL if set, else an embedded pgserver under .treadle/test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+.venv/bin/ruff check core sidecar tests scripts
+.venv/bin/mypy
+.venv/bin/pytest -q "$@"
