@@ -20,6 +20,8 @@ from treadle.errors import ConfigError
 IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MOCK_MODELS = ("echo", "tool-caller", "script")
 DEFAULT_MAX_ITERATIONS = 16
+MemoryScope = Literal["agent", "user", "tenant"]
+DEFAULT_MEMORY_SCOPES: tuple[MemoryScope, ...] = ("agent", "user")
 
 
 class ScriptTurn(BaseModel):
@@ -63,7 +65,7 @@ class AgentConfig(BaseModel):
     tools: list[str] = Field(default_factory=list)
     max_iterations: int = Field(default=DEFAULT_MAX_ITERATIONS, ge=1, le=1 << 20)
     max_tokens: int = Field(default=4096, ge=1)
-    memory_scopes: list[Literal["agent", "user", "tenant"]] = Field(default_factory=lambda: ["agent", "user"])
+    memory_scopes: list[MemoryScope] = Field(default_factory=lambda: list(DEFAULT_MEMORY_SCOPES))
     mock: MockSettings = Field(default_factory=MockSettings)
 
     @model_validator(mode="after")

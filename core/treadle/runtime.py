@@ -10,8 +10,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
 from treadle.config import Settings, TreadleConfig
 from treadle.dispatch.base import Dispatcher
 from treadle.domain.runs import StepMessage
@@ -21,7 +19,7 @@ from treadle.engine.step import Engine, EngineSettings
 from treadle.errors import UnknownAgent
 from treadle.providers.base import Provider
 from treadle.providers.mock import MockProvider
-from treadle.store.db import open_pool, resolve_database_url
+from treadle.store.db import Pool, open_pool, resolve_database_url
 from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
 from treadle.store.runs import NewRun, RunRecord, RunStore
@@ -40,7 +38,7 @@ class Runtime:
     settings: Settings
     config: TreadleConfig
     database_url: str
-    pool: AsyncConnectionPool
+    pool: Pool
     dispatcher: Dispatcher
     runs: RunStore
     steps: StepStore

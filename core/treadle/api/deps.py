@@ -13,7 +13,7 @@ def get_runtime(request: Request) -> Runtime:
     rt = getattr(request.app.state, "runtime", None)
     if rt is None:
         raise StoreError("treadle is starting; the runtime is not ready yet")
-    return rt  # type: ignore[no-any-return]
+    return rt  # type: ignore[no-any-return,unused-ignore]
 
 
 def get_principal(request: Request) -> Principal:

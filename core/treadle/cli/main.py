@@ -136,8 +136,9 @@ async def _run(args: argparse.Namespace) -> int:
         if await _reachable(candidate):
             url = candidate
         else:
-            from treadle.config import load_config
             from treadle_sidecar.server import BackgroundServer
+
+            from treadle.config import load_config
 
             print("no treadle server running; starting one in this process", file=sys.stderr)
             background = BackgroundServer(settings, load_config(settings.config))

@@ -26,7 +26,9 @@ class SseEvent:
 
 
 async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
-    event, data, event_id = "message", [], None
+    event: str = "message"
+    data: list[str] = []
+    event_id: int | None = None
     async for line in lines:
         if line == "":
             if data:
@@ -72,22 +74,22 @@ class TreadleClient:
         return resp.json()
 
     async def health(self) -> dict[str, Any]:
-        return self._check(await self.http.get("/healthz"))  # type: ignore[no-any-return]
+        return self._check(await self.http.get("/healthz"))
 
     async def start_run(self, agent: str, prompt: str | None = None, **fields: Any) -> dict[str, Any]:
         body = {"agent": agent, **({"prompt": prompt} if prompt is not None else {}), **fields}
-        return self._check(await self.http.post("/v1/runs", json=body))  # type: ignore[no-any-return]
+        return self._check(await self.http.post("/v1/runs", json=body))
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
-        return self._check(await self.http.get(f"/v1/runs/{run_id}"))  # type: ignore[no-any-return]
+        return self._check(await self.http.get(f"/v1/runs/{run_id}"))
 
     async def events(self, run_id: str, from_seq: int = 0) -> list[dict[str, Any]]:
         body = self._check(await self.http.get(f"/v1/runs/{run_id}/events", params={"from_seq": from_seq}))
-        return body["events"]  # type: ignore[no-any-return]
+        return body["events"]
 
     async def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
         payload = {"reason": reason} if reason else None
-        return self._check(await self.http.post(f"/v1/runs/{run_id}/cancel", json=payload))  # type: ignore[no-any-return]
+        return self._check(await self.http.post(f"/v1/runs/{run_id}/cancel", json=payload))
 
     async def _sse(self, method: str, url: str, **kw: Any) -> AsyncIterator[SseEvent]:
         headers = {"Accept": "text/event-stream", **kw.pop("headers", {})}

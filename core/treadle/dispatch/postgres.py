@@ -9,9 +9,9 @@ import logging
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from treadle.domain.runs import StepMessage
+from treadle.store.db import Pool
 from treadle.store.runs import JOBS_CHANNEL
 
 log = logging.getLogger("treadle.dispatch")
@@ -20,7 +20,7 @@ log = logging.getLogger("treadle.dispatch")
 class PostgresQueue:
     jobs_in_db = True
 
-    def __init__(self, pool: AsyncConnectionPool, url: str) -> None:
+    def __init__(self, pool: Pool, url: str) -> None:
         self.pool = pool
         self.url = url
         self.wakeup = asyncio.Event()

@@ -92,7 +92,7 @@ def replay(events: list[tuple[int, str, dict[str, Any]]]) -> Transcript:
                 assistant.content.append(TextBlock(str(payload.get("text", ""))))
             elif etype == "thinking":
                 assistant.content.append(
-                    ThinkingBlock(str(payload.get("text", "")), payload.get("signature"))  # type: ignore[arg-type]
+                    ThinkingBlock(str(payload.get("text", "")), payload.get("signature"))
                 )
             else:
                 tu = payload.get("tool_use") or {}

@@ -327,7 +327,7 @@ class Engine:
     ) -> StepResult:
         transcript = replay(leased.events)
         closing = [_tool_result_event(tu, f"run failed: {message}", True) for tu in transcript.pending]
-        error = {"code": code, "error": message}
+        error: dict[str, Any] = {"code": code, "error": message}
         await self.steps.commit(
             leased,
             owner,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from treadle.errors import StoreError
@@ -17,6 +17,8 @@ from treadle.errors import StoreError
 log = logging.getLogger("treadle.store")
 
 _embedded: dict[Path, Any] = {}
+
+Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
 
 
 def embedded_database_url(home: Path) -> str:
@@ -27,7 +29,7 @@ def embedded_database_url(home: Path) -> str:
     """
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     try:
-        import pgserver  # type: ignore[import-untyped]
+        import pgserver
     except ImportError as exc:  # pragma: no cover - dependency of the package
         raise StoreError("embedded Postgres needs the 'pgserver' package; or set DATABASE_URL") from exc
     home = home.expanduser().resolve()
@@ -49,13 +51,14 @@ def resolve_database_url(database_url: str | None, home: Path) -> str:
     return database_url or embedded_database_url(home)
 
 
-async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+async def _configure(conn: psycopg.AsyncConnection[DictRow]) -> None:
     await conn.set_autocommit(True)
 
 
-async def open_pool(url: str, size: int, *, name: str = "treadle") -> AsyncConnectionPool:
-    pool = AsyncConnectionPool(
+async def open_pool(url: str, size: int, *, name: str = "treadle") -> Pool:
+    pool: Pool = AsyncConnectionPool(
         url,
+        connection_class=psycopg.AsyncConnection[DictRow],
         min_size=min(size, 4),
         max_size=size,
         kwargs={"row_factory": dict_row},

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
+
+from treadle.store.db import Pool
 
 _LIVE = "(expires_at IS NULL OR expires_at > now())"
 
 
 class MemoryStore:
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
     async def set(

@@ -42,7 +42,7 @@ async def applied_versions(conn: psycopg.AsyncConnection[Any]) -> set[int]:
     if not present:
         return set()
     cur = await conn.execute("SELECT version FROM treadle_migrations")
-    return {(r["version"] if isinstance(r, dict) else r[0]) for r in await cur.fetchall()}  # type: ignore[index]
+    return {(r["version"] if isinstance(r, dict) else r[0]) for r in await cur.fetchall()}  # type: ignore[index,unused-ignore]
 
 
 async def migrate(url: str) -> list[int]:

@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from treadle.domain.runs import RunStatus
+from treadle.store.db import Pool
 
 JOBS_CHANNEL = "treadle_jobs"
 
@@ -109,7 +109,7 @@ class StoredEvent:
 
 
 class RunStore:
-    def __init__(self, pool: AsyncConnectionPool, *, jobs_in_db: bool, requeue_after_s: float) -> None:
+    def __init__(self, pool: Pool, *, jobs_in_db: bool, requeue_after_s: float) -> None:
         self.pool = pool
         self.jobs_in_db = jobs_in_db
         self.requeue_after_s = requeue_after_s

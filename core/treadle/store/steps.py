@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from treadle.domain.runs import NewEvent
 from treadle.errors import LeaseLost
+from treadle.store.db import Pool
 from treadle.store.runs import JOBS_CHANNEL
 
 _LEASED_COLUMNS = (
@@ -95,7 +95,7 @@ def _event_arrays(events: list[NewEvent]) -> tuple[list[str], list[Jsonb], list[
 class StepStore:
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         *,
         jobs_in_db: bool,
         lease_s: float,
