@@ -17,7 +17,6 @@ import asyncio
 import os
 import platform
 import secrets
-import statistics
 import sys
 import time
 from pathlib import Path
