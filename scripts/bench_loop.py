@@ -64,7 +64,9 @@ class StatementCounter:
         psycopg.AsyncCursor.execute = self._orig  # type: ignore[method-assign]
 
 
-async def bench_treadle(url: str, runs: int, iterations: int, workers: int) -> dict[str, Any]:
+async def bench_treadle(
+    url: str, runs: int, iterations: int, workers: int, tenant: str, chain_steps: int
+) -> dict[str, Any]:
     agents = {
         "bench": {
             "model": "tool-caller",
@@ -73,44 +75,36 @@ async def bench_treadle(url: str, runs: int, iterations: int, workers: int) -> d
             "mock": {"tool_calls": iterations},
         }
     }
-    settings = Settings(database_url=url, home=ROOT / ".treadle" / "bench", workers=workers)
+    settings = Settings(
+        database_url=url, home=ROOT / ".treadle" / "bench", workers=workers, chain_steps=chain_steps
+    )
     rt = await Runtime.open(settings, parse_config({"agents": agents}))
     step_times: list[float] = []
-    original = rt.engine.execute
+    original = rt.engine._execute_one
 
-    async def timed_execute(leased: Any, owner: str) -> Any:
+    async def timed_step(leased: Any, owner: str) -> Any:
         t0 = time.perf_counter()
         try:
             return await original(leased, owner)
         finally:
             step_times.append(time.perf_counter() - t0)
 
-    rt.engine.execute = timed_execute  # type: ignore[method-assign]
+    rt.engine._execute_one = timed_step  # type: ignore[method-assign]
     segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
     ids = []
     for _ in range(runs):
-        run, _ = await rt.start_run(NewRun(tenant_id="bench", agent="bench", segments=segments))
+        run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="bench", segments=segments))
         ids.append(run.id)
 
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
-    claim_times: list[float] = []
-    original_claim = pool._claim_and_run
-
-    async def timed_claim() -> bool:
-        t0 = time.perf_counter()
-        found = await original_claim()
-        if found:
-            claim_times.append(time.perf_counter() - t0)
-        return found
-
-    pool._claim_and_run = timed_claim  # type: ignore[method-assign]
     with StatementCounter() as counter:
         t0 = time.perf_counter()
         pool.start()
         while True:
             async with rt.pool.connection() as conn:
                 cur = await conn.execute(
-                    "SELECT count(*) AS n FROM runs WHERE tenant_id = 'bench' AND status IN ('queued','running')"
+                    "SELECT count(*) AS n FROM runs WHERE tenant_id = %s AND status IN ('queued','running')",
+                    (tenant,),
                 )
                 row = await cur.fetchone()
             if row and row["n"] == 0:
@@ -121,7 +115,8 @@ async def bench_treadle(url: str, runs: int, iterations: int, workers: int) -> d
     async with rt.pool.connection() as conn:
         cur = await conn.execute(
             "SELECT count(*) FILTER (WHERE status = 'completed') AS ok, sum(iterations) AS iters"
-            " FROM runs WHERE tenant_id = 'bench'"
+            " FROM runs WHERE tenant_id = %s",
+            (tenant,),
         )
         row = await cur.fetchone()
     await rt.close()
@@ -133,9 +128,9 @@ async def bench_treadle(url: str, runs: int, iterations: int, workers: int) -> d
         "iterations": total_iters,
         "elapsed": elapsed,
         "rate": total_iters / elapsed if elapsed else 0.0,
-        "step_p50": pct(claim_times, 50),
-        "step_p99": pct(claim_times, 99),
-        "exec_p50": pct(step_times, 50),
+        "step_p50": pct(step_times, 50),
+        "step_p99": pct(step_times, 99),
+        "steps": len(step_times),
         "statements_per_iter": max(0, counter.count - monitor) / max(1, total_iters),
     }
 
@@ -194,6 +189,7 @@ async def main() -> int:
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--floor-ops", type=int, default=4000)
+    ap.add_argument("--chain-steps", type=int, default=8, help="TREADLE_CHAIN_STEPS for the main passes")
     args = ap.parse_args()
 
     home = ROOT / ".treadle" / "bench"
@@ -206,8 +202,9 @@ async def main() -> int:
     try:
         with psycopg.connect(url) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        solo = await bench_treadle(url, min(args.runs, 20), args.iterations, 1)
-        ours = await bench_treadle(url, args.runs, args.iterations, args.workers)
+        solo = await bench_treadle(url, min(args.runs, 20), args.iterations, 1, "solo", args.chain_steps)
+        ours = await bench_treadle(url, args.runs, args.iterations, args.workers, "pool", args.chain_steps)
+        unchained = await bench_treadle(url, args.runs, args.iterations, args.workers, "one-per-job", 1)
         floor_seq = await bench_floor(url, min(args.floor_ops, 2000), 1)
         floor_par = await bench_floor(url, args.floor_ops, args.workers)
     finally:
@@ -221,7 +218,8 @@ async def main() -> int:
         f" PostgreSQL {version} ({where})"
     )
     print(
-        f"workload: {args.runs} runs x {args.iterations} iterations, {args.workers} workers, mock provider"
+        f"workload: {args.runs} runs x {args.iterations} iterations, {args.workers} workers, chain_steps"
+        f" {args.chain_steps}, mock provider"
         " (0 ms), one Memory.incr tool call per iteration"
     )
     print(f"completed runs: {ours['completed']}/{args.runs}, iterations: {ours['iterations']}")
@@ -229,12 +227,16 @@ async def main() -> int:
     print("| measure | p50 ms | p99 ms | per second |")
     print("|---|---:|---:|---:|")
     print(
-        f"| treadle iteration (claim → commit, 1 worker) | {ms(solo['step_p50'])} |"
+        f"| treadle iteration (lease → commit, 1 worker) | {ms(solo['step_p50'])} |"
         f" {ms(solo['step_p99'])} | {solo['rate']:.0f} |"
     )
     print(
-        f"| treadle iteration (claim → commit, {args.workers} workers) | {ms(ours['step_p50'])} |"
+        f"| treadle iteration (lease → commit, {args.workers} workers) | {ms(ours['step_p50'])} |"
         f" {ms(ours['step_p99'])} | {ours['rate']:.0f} |"
+    )
+    print(
+        f"| same, chaining off (one job per iteration, {args.workers} workers) | {ms(unchained['step_p50'])} |"
+        f" {ms(unchained['step_p99'])} | {unchained['rate']:.0f} |"
     )
     i50, i99, _ = floor_seq["insert"]
     t50, t99, _ = floor_seq["txn"]
@@ -245,7 +247,10 @@ async def main() -> int:
     print(f"| PG floor: 1 KB insert ({args.workers} conns) | {ms(pi50)} | {ms(pi99)} | {pir:.0f} |")
     print(f"| PG floor: txn 3 inserts + update + notify ({args.workers} conns) | {ms(pt50)} | {ms(pt99)} | {ptr:.0f} |")
     print()
-    print(f"SQL statements per iteration: {ours['statements_per_iter']:.2f}")
+    print(
+        f"SQL statements per iteration: {ours['statements_per_iter']:.2f} (chaining on),"
+        f" {unchained['statements_per_iter']:.2f} (chaining off)"
+    )
     print(
         f"ratio to the floor txn: latency p50 x{solo['step_p50'] / t50:.2f} (1 worker vs 1 conn),"
         f" throughput x{ours['rate'] / ptr:.2f} of the {args.workers}-conn floor rate"

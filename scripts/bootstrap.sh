@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create ./.venv (if needed) and install treadle with its dev extras into it. Idempotent.
+# Create ./.venv (if needed) and install treadle with its dev and cloud extras into it. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -9,6 +9,6 @@ fi
 stamp=.venv/.treadle-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install --quiet -e ".[dev]"
+  .venv/bin/python -m pip install --quiet -e ".[dev,cloud]"
   touch "$stamp"
 fi

@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-.venv/bin/ruff check core sidecar tests scripts
+.venv/bin/ruff check core sidecar cloud functions infra layers tests scripts
 .venv/bin/mypy
 .venv/bin/pytest -q "$@"

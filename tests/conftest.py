@@ -75,7 +75,7 @@ async def open_runtime(db_url: str) -> AsyncIterator[RuntimeFactory]:
     async def factory(
         agents: dict[str, Any], *, inline: bool = True, url: str | None = None, **settings: Any
     ) -> tuple[Runtime, Any]:
-        s = Settings(database_url=url or db_url, home=TEST_HOME, **{"workers": 4, **settings})
+        s = Settings(database_url=url or db_url, home=TEST_HOME, **{"workers": 4, "chain_steps": 1, **settings})
         dispatcher = InlineDispatcher() if inline else None
         rt = await Runtime.open(
             s, make_config(agents), dispatcher_factory=(lambda _p, _u: dispatcher) if inline else None

@@ -2,6 +2,12 @@
 
 Invalid configuration fails at start with the file, the key path and what is wrong, e.g.
 ``treadle.yaml: agents.demo.max_iterations: Input should be greater than or equal to 1``.
+
+Models (loomcycle's keys): ``providers:`` declares endpoints (id → driver, base_url, api_key_env,
+max_concurrent, timeouts); ``models:`` names aliases (alias → provider + model); ``tiers:`` lists
+ordered candidates (aliases or provider + model) tried in turn when one is unavailable. An agent
+names ``provider`` + ``model``, or ``model: <alias>``, or ``tier: <name>``. The ``mock`` provider
+needs no declaration. References are checked at start (``agents.a.tier: unknown tier 'x'``).
 """
 
 from __future__ import annotations
@@ -56,10 +62,73 @@ class MockSettings(BaseModel):
         return v
 
 
+DriverName = Literal["anthropic", "openai", "deepseek", "ollama", "ollama_cloud", "gemini", "mock"]
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class ProviderTimeouts(BaseModel):
+    """Seconds. `first_byte` bounds the wait for the response to begin (cold local models are
+    slow here), `idle` the silence between two stream chunks, `total` the whole call."""
+
+    model_config = ConfigDict(extra="forbid")
+    connect: float = Field(default=10.0, gt=0)
+    first_byte: float | None = Field(default=None, gt=0)  # None: the driver's default
+    idle: float = Field(default=120.0, gt=0)
+    total: float = Field(default=900.0, gt=0)
+
+
+class ProviderConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    driver: DriverName
+    base_url: str | None = None  # None: the driver's default endpoint
+    api_key_env: str | None = None  # None: the driver's default variable (e.g. ANTHROPIC_API_KEY)
+    max_concurrent: int = Field(default=16, ge=1, le=10_000)
+    timeouts: ProviderTimeouts = Field(default_factory=ProviderTimeouts)
+    retries: int | None = Field(default=None, ge=0, le=10)  # None: TREADLE_PROVIDER_RETRIES
+    options: dict[str, Any] = Field(default_factory=dict)  # driver knobs (thinking budget, temperature, ...)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^\s/]+", v):
+            raise ValueError(f"base_url must be an http(s) URL, got {v!r}")
+        return v.rstrip("/") if v else v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        if v is not None and not ENV_NAME.match(v):
+            raise ValueError("api_key_env names an environment variable (not the key itself)")
+        return v
+
+
+class ModelRef(BaseModel):
+    """A concrete model on a provider (a `models:` alias, or a tier candidate)."""
+
+    model_config = ConfigDict(extra="forbid")
+    provider: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class TierConfig(BaseModel):
+    """Ordered candidates; `pin_after_success` keeps a run on the candidate that first answered it."""
+
+    model_config = ConfigDict(extra="forbid")
+    candidates: list[str | ModelRef] = Field(min_length=1)
+    pin_after_success: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _list_form(cls, v: Any) -> Any:
+        return {"candidates": v} if isinstance(v, list) else v
+
+
 class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     provider: str = "mock"
     model: str = "echo"
+    tier: str | None = None
     description: str = ""
     system_prompt: str = ""
     tools: list[str] = Field(default_factory=list)
@@ -70,17 +139,18 @@ class AgentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _provider_model(self) -> AgentConfig:
-        if self.provider != "mock":
-            raise ValueError(f"unknown provider {self.provider!r} (this build has: mock)")
-        if self.model not in MOCK_MODELS:
-            raise ValueError(f"unknown mock model {self.model!r} (one of {', '.join(MOCK_MODELS)})")
-        if self.model == "script" and self.mock.script is None:
+        if self.tier is not None and self.model_fields_set & {"provider", "model"}:
+            raise ValueError("tier: replaces provider/model; give one or the other")
+        if self.tier is None and self.provider == "mock" and self.model == "script" and self.mock.script is None:
             raise ValueError("model 'script' needs mock.script")
         return self
 
 
 class TreadleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    models: dict[str, ModelRef] = Field(default_factory=dict)
+    tiers: dict[str, TierConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
 
     @field_validator("agents")
@@ -90,6 +160,90 @@ class TreadleConfig(BaseModel):
             if not IDENT.match(name):
                 raise ValueError(f"agent name {name!r} must match [A-Za-z0-9_-]{{1,128}}")
         return v
+
+    @field_validator("providers", "models", "tiers")
+    @classmethod
+    def _names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for name in v:
+            if not IDENT.match(name):
+                raise ValueError(f"name {name!r} must match [A-Za-z0-9_-]{{1,128}}")
+        return v
+
+    def provider_ids(self) -> list[str]:
+        return ["mock", *(p for p in self.providers if p != "mock")]
+
+    def agent_candidates(self, name: str) -> list[tuple[str, ModelRef]]:
+        """The agent's ordered (key path, provider + model) candidates; references must be valid."""
+        agent = self.agents[name]
+        if agent.tier is not None:
+            return [
+                (f"tiers.{agent.tier}.candidates.{i}", self._deref(c))
+                for i, c in enumerate(self.tiers[agent.tier].candidates)
+            ]
+        if "provider" not in agent.model_fields_set and agent.model in self.models:
+            return [(f"agents.{name}.model", self.models[agent.model])]
+        return [(f"agents.{name}.provider", ModelRef(provider=agent.provider, model=agent.model))]
+
+    def _deref(self, c: str | ModelRef) -> ModelRef:
+        return self.models[c] if isinstance(c, str) else c
+
+    def reference_errors(self) -> list[tuple[str, str]]:
+        """Cross-references the schema cannot see: providers, aliases, tiers, mock models."""
+        errs: list[tuple[str, str]] = []
+        known = self.provider_ids()
+        if "mock" in self.providers and self.providers["mock"].driver != "mock":
+            errs.append(("providers.mock.driver", "the id 'mock' is the built-in mock provider; pick another id"))
+
+        def check_ref(path: str, ref: ModelRef) -> None:
+            if ref.provider not in known:
+                errs.append((f"{path}.provider", f"unknown provider {ref.provider!r} (configured: {', '.join(known)})"))
+            elif self._driver(ref.provider) == "mock" and ref.model not in MOCK_MODELS:
+                errs.append((f"{path}.model", f"unknown mock model {ref.model!r} (one of {', '.join(MOCK_MODELS)})"))
+
+        for alias, ref in self.models.items():
+            check_ref(f"models.{alias}", ref)
+        for tier, spec in self.tiers.items():
+            for i, c in enumerate(spec.candidates):
+                if isinstance(c, str):
+                    if c not in self.models:
+                        msg = f"unknown model alias {c!r}" + _listing(self.models)
+                        errs.append((f"tiers.{tier}.candidates.{i}", msg))
+                else:
+                    check_ref(f"tiers.{tier}.candidates.{i}", c)
+        for name, agent in self.agents.items():
+            if agent.tier is not None:
+                if agent.tier not in self.tiers:
+                    errs.append((f"agents.{name}.tier", f"unknown tier {agent.tier!r}" + _listing(self.tiers)))
+                continue
+            explicit = "provider" in agent.model_fields_set
+            if not explicit and agent.model in self.models:
+                continue
+            if agent.provider not in known:
+                errs.append(
+                    (f"agents.{name}.provider", f"unknown provider {agent.provider!r} (configured: {', '.join(known)})")
+                )
+            elif self._driver(agent.provider) == "mock" and agent.model not in MOCK_MODELS:
+                hint = "" if explicit or not self.models else f"; model aliases: {', '.join(self.models)}"
+                errs.append(
+                    (
+                        f"agents.{name}.model",
+                        f"unknown mock model {agent.model!r} (one of {', '.join(MOCK_MODELS)}{hint})",
+                    )
+                )
+        if not errs:
+            for name, agent in self.agents.items():
+                for path, ref in self.agent_candidates(name):
+                    if self._driver(ref.provider) == "mock" and ref.model == "script" and agent.mock.script is None:
+                        errs.append((f"agents.{name}.mock.script", f"model 'script' (from {path}) needs mock.script"))
+        return errs
+
+    def _driver(self, provider_id: str) -> str:
+        cfg = self.providers.get(provider_id)
+        return cfg.driver if cfg is not None else "mock"
+
+
+def _listing(names: dict[str, Any]) -> str:
+    return f" (defined: {', '.join(names)})" if names else " (none defined)"
 
 
 class Settings(BaseSettings):
@@ -110,6 +264,9 @@ class Settings(BaseSettings):
     tool_parallelism: int = Field(default=8, ge=1)
     db_pool_size: int = Field(default=0, ge=0)  # 0 = workers + 4
     provider_retries: int = Field(default=4, ge=0, le=10)
+    chain_steps: int = Field(default=8, ge=1, le=1000)
+    chain_budget_seconds: float = Field(default=0.5, ge=0)
+    sync_mid_step_writes: bool = False
     sse_keepalive_seconds: float = Field(default=15.0, gt=0)
 
     def listen_host_port(self) -> tuple[str, int]:
@@ -129,10 +286,14 @@ def parse_config(data: object, source: str = "treadle.yaml") -> TreadleConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: top level must be a mapping, got {type(data).__name__}")
     try:
-        return TreadleConfig.model_validate(data)
+        config = TreadleConfig.model_validate(data)
     except ValidationError as exc:
         lines = [f"{source}: {_key_path(e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()]
         raise ConfigError("invalid configuration\n  " + "\n  ".join(lines)) from None
+    errs = config.reference_errors()
+    if errs:
+        raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}: {m}" for p, m in errs))
+    return config
 
 
 def load_config(path: Path | str) -> TreadleConfig:

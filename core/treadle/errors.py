@@ -13,7 +13,13 @@
     ├── ToolError                      (tool failure; becomes a tool_result with is_error=true)
     │   └── ToolNotPermitted           (the agent's tools: list does not name the tool)
     ├── ProviderError                  (502 provider_error)    a model call failed for good
-    │   └── RetryableProviderError     (503 provider_unavailable) 429/5xx-like; the engine retries it
+    │   ├── ProviderAuthError          (502 auth_failed | missing_api_key)  401/403, or the key variable is unset
+    │   ├── ContextLengthExceeded      (502 context_length_exceeded)  the prompt does not fit the model
+    │   ├── UnknownModel               (502 unknown_model)     the provider does not serve that model
+    │   ├── ProviderBadRequest         (502 provider_bad_request | request_too_large)  any other 4xx
+    │   ├── ProviderProtocolError      (502 malformed_stream)  the response broke the vendor's wire format
+    │   └── RetryableProviderError     (503 provider_unavailable) 5xx/overloaded; the engine retries it
+    │         codes: rate_limited (429), provider_timeout, provider_unreachable, stream_truncated
     ├── StoreError                     (503 store_unavailable)
     │   └── LeaseLost                  another worker owns the run now; the step is abandoned
     └── NotImplementedFeature          (501 not_implemented)   a documented feature this build lacks
@@ -23,6 +29,8 @@ crash a run, and never lets a LeaseLost write anything.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class TreadleError(Exception):
@@ -91,16 +99,50 @@ class ToolNotPermitted(ToolError):
 
 
 class ProviderError(TreadleError):
+    """A model call failed. `details` names the provider, model, HTTP status and the vendor's own
+    error code when known (never a credential); the engine copies them into the `error` event."""
+
     code = "provider_error"
     status = 502
+
+    def __init__(self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, code=code)
+        self.details: dict[str, Any] = dict(details or {})
+
+
+class ProviderAuthError(ProviderError):
+    code = "auth_failed"
+
+
+class ContextLengthExceeded(ProviderError):
+    code = "context_length_exceeded"
+
+
+class UnknownModel(ProviderError):
+    code = "unknown_model"
+
+
+class ProviderBadRequest(ProviderError):
+    code = "provider_bad_request"
+
+
+class ProviderProtocolError(ProviderError):
+    code = "malformed_stream"
 
 
 class RetryableProviderError(ProviderError):
     code = "provider_unavailable"
     status = 503
 
-    def __init__(self, message: str, *, retry_after_s: float | None = None, code: str | None = None) -> None:
-        super().__init__(message, code=code)
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: float | None = None,
+        code: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, code=code, details=details)
         self.retry_after_s = retry_after_s
 
 

@@ -19,6 +19,7 @@ from treadle.engine.step import Engine, EngineSettings
 from treadle.errors import UnknownAgent
 from treadle.providers.base import Provider
 from treadle.providers.mock import MockProvider
+from treadle.providers.registry import build_providers
 from treadle.store.db import Pool, open_pool, resolve_database_url
 from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
@@ -29,8 +30,9 @@ from treadle.tools.registry import ToolRegistry, default_registry
 log = logging.getLogger("treadle")
 
 
-def default_providers() -> dict[str, Provider]:
-    return {"mock": MockProvider()}
+def default_providers(config: TreadleConfig | None = None) -> dict[str, Provider]:
+    """`mock`, plus the configured `providers:` when a config is given."""
+    return build_providers(config) if config is not None else {"mock": MockProvider()}
 
 
 @dataclass
@@ -64,7 +66,8 @@ class Runtime:
 
         `dispatcher_factory(pool, url) -> Dispatcher`; default is the Postgres queue."""
         registry = registry or default_registry()
-        agents = resolve_agents(config, registry, providers or default_providers(), source=config_source)
+        built = {**default_providers(config), **(providers or {})}
+        agents = resolve_agents(config, registry, built, source=config_source)
         url = resolve_database_url(settings.database_url, settings.home)
         await migrate(url)
         size = settings.db_pool_size or settings.workers + 4
@@ -79,7 +82,7 @@ class Runtime:
         runs = RunStore(pool, jobs_in_db=jobs_in_db, requeue_after_s=settings.requeue_after_seconds)
         steps = StepStore(
             pool, jobs_in_db=jobs_in_db, lease_s=settings.lease_seconds,
-            requeue_after_s=settings.requeue_after_seconds,
+            requeue_after_s=settings.requeue_after_seconds, sync_mid_step=settings.sync_mid_step_writes,
         )
         memory = MemoryStore(pool)
         hub = RunEventHub()
@@ -90,12 +93,24 @@ class Runtime:
             enqueue=dispatcher.enqueue,
             hub=hub,
             settings=EngineSettings(
-                tool_parallelism=settings.tool_parallelism, provider_retries=settings.provider_retries
+                tool_parallelism=settings.tool_parallelism,
+                provider_retries=settings.provider_retries,
+                chain_steps=settings.chain_steps,
+                chain_budget_s=settings.chain_budget_seconds,
             ),
         )
-        return cls(settings, config, url, pool, dispatcher, runs, steps, memory, agents, engine, hub, registry)
+        rt = cls(settings, config, url, pool, dispatcher, runs, steps, memory, agents, engine, hub, registry)
+        rt.extras["providers"] = built
+        return rt
 
     async def close(self) -> None:
+        for provider in (self.extras.get("providers") or {}).values():
+            aclose = getattr(provider, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except Exception as exc:  # closing idle connections must not block shutdown
+                    log.warning("closing provider %s: %s", getattr(provider, "name", "?"), exc)
         await self.pool.close()
 
     async def start_run(self, new: NewRun) -> tuple[RunRecord, bool]:

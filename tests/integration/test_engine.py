@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from treadle.domain.runs import StepMessage
@@ -191,3 +192,39 @@ async def test_provider_failure_after_retries_fails_the_run(open_runtime: Any) -
     assert run.error["code"] == "rate_limited"
     types = [e.type for e in await rt.runs.events("default", run_id)]
     assert types.count("retry") == 2 and types[-1] == "error"
+
+
+async def test_chained_steps_give_the_same_transcript_with_fewer_messages(open_runtime: Any) -> None:
+    """With chaining a worker keeps the lease and goes on to the run's next step at once; the
+    transcript must be exactly what one-message-per-step produces."""
+    one, disp_one = await open_runtime({"a": TOOL_CALLER})
+    chained, disp_chained = await open_runtime({"a": TOOL_CALLER}, chain_steps=3, chain_budget_seconds=60)
+    a = await start(one, "a")
+    b = await start(chained, "a")
+    assert await disp_one.drain() == 4
+    assert await disp_chained.drain() == 2  # steps 0-2 chained, then 3 by a new message
+    strip = lambda evs: [(s, t, {k: v for k, v in p.items() if k not in ("tool_use", "text")})  # noqa: E731
+                         for s, t, p in evs]
+    assert strip(shape(await one.runs.events("default", a))) == strip(shape(await chained.runs.events("default", b)))
+    run = await chained.runs.get("default", b)
+    assert (run.status, run.iterations, run.step_no) == ("completed", 4, 4)
+    assert run.lease_owner is None
+
+
+async def test_cancel_reaches_a_chained_run(open_runtime: Any) -> None:
+    rt, disp = await open_runtime(
+        {"a": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 50, "latency_ms": 5}}},
+        chain_steps=100, chain_budget_seconds=60,
+    )
+    run_id = await start(rt, "a")
+    disp.queue.clear()
+    task = asyncio.create_task(rt.engine.handle(StepMessage(run_id, 0)))
+    for _ in range(200):
+        run = await rt.runs.get("default", run_id)
+        if run.iterations >= 2:
+            break
+        await asyncio.sleep(0.01)
+    await rt.runs.request_cancel("default", run_id, "enough")
+    assert await asyncio.wait_for(task, 30) is StepResult.FINISHED
+    run = await rt.runs.get("default", run_id)
+    assert run.status == "cancelled" and 2 <= run.iterations < 50

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
 from treadle import __version__
 from treadle.api import runs
@@ -18,8 +18,14 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
 def create_app(
-    *, auth_token: str | None, max_request_bytes: int, lifespan: Lifespan | None = None
+    *,
+    auth_token: str | None,
+    max_request_bytes: int,
+    lifespan: Lifespan | None = None,
+    routers: Sequence[APIRouter] | None = None,
 ) -> FastAPI:
+    """The app with `/healthz` and `routers` (default: the runs API). Each cloud function mounts
+    only the routers it serves."""
     app = FastAPI(
         title="treadle",
         version=__version__,
@@ -34,6 +40,7 @@ def create_app(
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
-    app.include_router(runs.router)
+    for router in (runs.router,) if routers is None else routers:
+        app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=max_request_bytes)
     return app

@@ -32,18 +32,27 @@ class BodySizeLimit:
                     return
         seen = 0
         started = False
+        replace = False  # the body overflowed before the app answered: the answer is our 413
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, replace
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    replace = not started
                     raise BodyTooLargeSignal
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if replace:
+                # the app caught the signal and answered with its own error (FastAPI turns any
+                # failure while reading the body into 400 "error parsing the body"): send 413
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await self._reject(send)
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)

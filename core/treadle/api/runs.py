@@ -146,7 +146,7 @@ async def stream(
 ) -> StreamingResponse:
     """SSE of the run's events after `from_seq` (or after the `Last-Event-ID` header)."""
     if last_event_id is not None:
-        if not last_event_id.strip().isdigit():
+        if not (last_event_id.strip().isascii() and last_event_id.strip().isdigit()):  # "²".isdigit() too
             raise ValidationFailed("Last-Event-ID must be an event seq (a non-negative integer)")
         from_seq = max(from_seq, int(last_event_id))
     run = await rt.runs.get(who.tenant_id, run_id)

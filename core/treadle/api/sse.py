@@ -1,5 +1,11 @@
-"""Server-sent events for a run: `id: <seq>` on every frame, resumable with `from_seq` or
-`Last-Event-ID`, ending once the run is terminal and fully drained (or a time budget passes)."""
+"""Server-sent events for a run: `id: <seq>` on every persisted frame, resumable with `from_seq`
+or `Last-Event-ID`, ending once the run is terminal and fully drained (or a time budget passes).
+
+While a model streams, live `text_delta` / `thinking_delta` frames (no `id:` line, never stored:
+`{"text", "iteration", "attempt", "provider"}`) are merged in from the engine's hub. The
+assembled `text` event follows them with an id; deltas of an iteration whose events are already
+stored are not sent, so a replay (`from_seq`) shows only the assembled text. A frame with a higher
+`attempt` than the deltas before it restarts the text (the earlier attempt failed mid-stream)."""
 
 from __future__ import annotations
 
@@ -37,24 +43,35 @@ async def stream_run_events(
     cursor = from_seq
     started = time.monotonic()
     last_sent = started
-    while True:
-        events = await runs.events(tenant_id, run_id, cursor, limit=500)
-        for ev in events:
-            cursor = ev.seq
-            yield sse_frame(ev.type, ev.to_api(), ev.seq)
-        now = time.monotonic()
-        if events:
-            last_sent = now
-            if len(events) == 500:
-                continue
-        else:
-            run = await runs.get(tenant_id, run_id)
-            if run is None or (run.terminal and run.last_seq <= cursor):
+    stored_iteration = 0  # the highest iteration whose assistant turn is stored (and sent)
+    with hub.subscribe(run_id) as live:
+        while True:
+            events = await runs.events(tenant_id, run_id, cursor, limit=500)
+            for ev in events:
+                cursor = ev.seq
+                it = ev.payload.get("iteration") if ev.type == "usage" else None
+                if isinstance(it, int):
+                    stored_iteration = max(stored_iteration, it)
+                yield sse_frame(ev.type, ev.to_api(), ev.seq)
+            now = time.monotonic()
+            if events:
+                last_sent = now
+                if len(events) == 500:
+                    continue
+            else:
+                run = await runs.get(tenant_id, run_id)
+                if run is None or (run.terminal and run.last_seq <= cursor):
+                    return
+            for frame in live.drain():
+                it = frame.data.get("iteration")
+                if isinstance(it, int) and it <= stored_iteration:
+                    continue
+                last_sent = now
+                yield sse_frame(frame.event, frame.data)
+            if budget_s is not None and now - started >= budget_s:
+                yield b": budget exhausted; resume with from_seq\n\n"
                 return
-        if budget_s is not None and now - started >= budget_s:
-            yield b": budget exhausted; resume with from_seq\n\n"
-            return
-        if now - last_sent >= keepalive_s:
-            last_sent = now
-            yield b": keepalive\n\n"
-        await hub.wait(run_id, poll_s)
+            if now - last_sent >= keepalive_s:
+                last_sent = now
+                yield b": keepalive\n\n"
+            await live.wait(poll_s)

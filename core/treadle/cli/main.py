@@ -183,7 +183,7 @@ async def _doctor(args: argparse.Namespace) -> int:
 
     from treadle.config import load_config
     from treadle.engine.agents import resolve_agents
-    from treadle.runtime import default_providers
+    from treadle.providers.registry import build_providers, key_report
     from treadle.store.db import redact_url, resolve_database_url
     from treadle.store.migrate import applied_versions, available_migrations
     from treadle.tools.registry import default_registry
@@ -203,8 +203,19 @@ async def _doctor(args: argparse.Namespace) -> int:
         return 1
     try:
         config = load_config(settings.config)
-        agents = resolve_agents(config, default_registry(), default_providers(), source=str(settings.config))
+        agents = resolve_agents(config, default_registry(), build_providers(config), source=str(settings.config))
         line("PASS", f"config {settings.config}: {len(agents)} agent(s): {', '.join(agents) or '-'}")
+        used = {c.provider_id for a in agents.values() for c in a.candidates}
+        for pid, driver, env, is_set, required in key_report(config):
+            who = f"provider {pid} (driver {driver})"
+            if is_set:
+                line("PASS", f"{who}: {env} is set")
+            elif not required:
+                line("PASS", f"{who}: no key needed ({env} is not set)")
+            elif pid in used:
+                line("FAIL", f"{who}: {env} is not set (agents using it will fail with missing_api_key)")
+            else:
+                line("WARN", f"{who}: {env} is not set (no agent uses it)")
     except ConfigError as exc:
         line("FAIL", str(exc))
     if not settings.auth_token:

@@ -43,16 +43,23 @@ async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
                 event = value
             elif field == "data":
                 data.append(value)
-            elif field == "id" and value.isdigit():
+            elif field == "id" and value.isascii() and value.isdigit():
                 event_id = int(value)
     if data:
         yield SseEvent(event, json.loads("\n".join(data)), event_id)
 
 
 class TreadleClient:
-    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout)
+        self.http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
 
     async def __aenter__(self) -> TreadleClient:
         return self
@@ -101,8 +108,32 @@ class TreadleClient:
                 yield ev
 
     def stream(self, run_id: str, from_seq: int = 0) -> AsyncIterator[SseEvent]:
-        return self._sse("GET", f"/v1/runs/{run_id}/stream", params={"from_seq": from_seq})
+        return self._follow(
+            self._sse("GET", f"/v1/runs/{run_id}/stream", params={"from_seq": from_seq}), run_id, from_seq
+        )
 
     def run_streaming(self, agent: str, prompt: str | None = None, **fields: Any) -> AsyncIterator[SseEvent]:
         body = {"agent": agent, **({"prompt": prompt} if prompt is not None else {}), **fields}
-        return self._sse("POST", "/v1/runs", json=body)
+        return self._follow(self._sse("POST", "/v1/runs", json=body), None, 0)
+
+    async def _follow(
+        self, first: AsyncIterator[SseEvent], run_id: str | None, from_seq: int
+    ) -> AsyncIterator[SseEvent]:
+        """Events of one run across responses: a response that ends before the run does (the
+        cloud shape ends each one after a time budget) is resumed after the last seq seen."""
+        last, source = from_seq, first
+        while True:
+            seen = False
+            async for ev in source:
+                seen = True
+                last = ev.id if ev.id is not None else last
+                if run_id is None and ev.event == "started":
+                    run_id = ev.data.get("run_id")
+                yield ev
+                if ev.event in ("done", "error"):
+                    return
+            if run_id is None:
+                return
+            if not seen and (await self.get_run(run_id))["status"] in ("completed", "failed", "cancelled"):
+                return
+            source = self._sse("GET", f"/v1/runs/{run_id}/stream", params={"from_seq": last})

@@ -1,1 +1,1 @@
-"""Dispatchers carry step messages to workers: Postgres queue (sidecar), inline (tests)."""
+"""Dispatchers carry step messages to workers: Postgres queue (sidecar), SQS (cloud), inline (tests)."""

@@ -32,9 +32,14 @@ class ToolResultBlock:
 
 @dataclass(slots=True)
 class ThinkingBlock:
+    """Reasoning a model showed. `signature` and `source` (the reasoning format that produced it:
+    "anthropic", "deepseek", "gemini") let a driver echo it back to the same kind of model; any
+    other provider gets the transcript without it."""
+
     thinking: str
     signature: str | None = None
     type: Literal["thinking"] = "thinking"
+    source: str | None = None
 
 
 @dataclass(slots=True)

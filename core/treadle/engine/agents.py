@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from treadle.config import AgentConfig, TreadleConfig
 from treadle.errors import ConfigError
@@ -11,18 +12,59 @@ from treadle.tools.base import Tool
 from treadle.tools.registry import ToolRegistry
 
 
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One model the agent may be served by: a provider instance and the vendor's model name."""
+
+    provider_id: str
+    provider: Provider
+    model: str
+    options: dict[str, Any] = field(default_factory=dict)
+    retries: int | None = None  # None: the engine's provider_retries
+
+    @property
+    def reasoning_format(self) -> str | None:
+        fmt = getattr(self.provider, "reasoning_format", None)
+        return fmt if isinstance(fmt, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """Ordered candidates (one unless the agent names a tier) and the tier's pinning rule."""
+
+    candidates: tuple[Candidate, ...]
+    pin_after_success: bool = False
+    tier: str | None = None
+
+
 @dataclass(slots=True)
 class ResolvedAgent:
     name: str
     config: AgentConfig
-    provider: Provider
+    provider: Provider  # the first candidate's provider
     tools: list[Tool]
     tool_specs: list[ToolSpec] = field(default_factory=list)
     tools_by_name: dict[str, Tool] = field(default_factory=dict)
+    route: ModelRoute | None = None
 
     def __post_init__(self) -> None:
         self.tool_specs = [ToolSpec(t.name, t.description, t.input_schema) for t in self.tools]
         self.tools_by_name = {t.name: t for t in self.tools}
+        if self.route is None:
+            self.route = ModelRoute((Candidate(self.config.provider, self.provider, self.config.model),))
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        assert self.route is not None
+        return self.route.candidates
+
+    @property
+    def provider_id(self) -> str:
+        return self.candidates[0].provider_id
+
+    @property
+    def model(self) -> str:
+        return self.candidates[0].model
 
 
 def resolve_agents(
@@ -34,9 +76,19 @@ def resolve_agents(
 ) -> dict[str, ResolvedAgent]:
     out: dict[str, ResolvedAgent] = {}
     for name, agent in config.agents.items():
-        provider = providers.get(agent.provider)
-        if provider is None:
-            raise ConfigError(f"{source}: agents.{name}.provider: unknown provider {agent.provider!r}")
+        candidates: list[Candidate] = []
+        for path, ref in config.agent_candidates(name):
+            provider = providers.get(ref.provider)
+            if provider is None:
+                key = path if path.endswith(".provider") else f"{path}.provider"
+                raise ConfigError(f"{source}: {key}: unknown provider {ref.provider!r}")
+            pcfg = config.providers.get(ref.provider)
+            options = {**(pcfg.options if pcfg else {}), **ref.options}
+            candidates.append(
+                Candidate(ref.provider, provider, ref.model, options, pcfg.retries if pcfg else None)
+            )
+        tier = config.tiers.get(agent.tier) if agent.tier else None
+        route = ModelRoute(tuple(candidates), bool(tier and tier.pin_after_success), agent.tier)
         tools = registry.for_agent(name, agent.tools, source=source)
-        out[name] = ResolvedAgent(name, agent, provider, tools)
+        out[name] = ResolvedAgent(name, agent, candidates[0].provider, tools, route=route)
     return out

@@ -92,7 +92,9 @@ def replay(events: list[tuple[int, str, dict[str, Any]]]) -> Transcript:
                 assistant.content.append(TextBlock(str(payload.get("text", ""))))
             elif etype == "thinking":
                 assistant.content.append(
-                    ThinkingBlock(str(payload.get("text", "")), payload.get("signature"))
+                    ThinkingBlock(
+                        str(payload.get("text", "")), payload.get("signature"), source=payload.get("source")
+                    )
                 )
             else:
                 tu = payload.get("tool_use") or {}

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -25,11 +26,12 @@ from typing import Any
 
 from treadle.domain.content import Block, TextBlock, ThinkingBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent, StepMessage, StopReason
-from treadle.engine.agents import ResolvedAgent
+from treadle.engine.agents import Candidate, ResolvedAgent
 from treadle.engine.hub import RunEventHub
 from treadle.engine.replay import Transcript, replay
-from treadle.errors import LeaseLost, ProviderError, RetryableProviderError, ToolError
-from treadle.providers.base import ModelRequest, ModelResponse, RunInfo
+from treadle.engine.resolver import Call, RetryPolicy, call_route
+from treadle.errors import LeaseLost, ProviderError, ToolError
+from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.store.memory import MemoryStore
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore
 from treadle.tools.base import Park, ToolContext, ToolResult
@@ -42,6 +44,7 @@ MAX_STEP_FAILURES = 5
 class StepResult(Enum):
     DROPPED = "dropped"  # stale or duplicate message, or lease held elsewhere
     CONTINUED = "continued"  # the next step was enqueued
+    CHAINED = "chained"  # the step committed and this worker holds the lease for the next one
     FINISHED = "finished"  # the run reached a terminal status
     RETRY_LATER = "retry_later"  # the step crashed and was handed back
     LEASE_LOST = "lease_lost"
@@ -51,6 +54,11 @@ class StepResult(Enum):
 class EngineSettings:
     tool_parallelism: int = 8
     provider_retries: int = 4
+    #: at most this many steps of one run back to back under one lease chain before handing the
+    #: next step to the dispatcher (1 = always hand off, one message per iteration)
+    chain_steps: int = 1
+    #: ... and stop chaining once the chain has run this long (fairness between runs)
+    chain_budget_s: float = 0.5
     max_retry_wait_s: float = 10.0
 
 
@@ -89,6 +97,16 @@ class Engine:
         return await self.execute(leased, owner)
 
     async def execute(self, leased: LeasedRun, owner: str) -> StepResult:
+        """Run the leased step — and, while chaining is allowed, the run's next steps under the
+        lease the commit hands over (`StepOutcome.chain_owner`)."""
+        leased.chain_deadline = time.monotonic() + self.settings.chain_budget_s
+        while True:
+            result = await self._execute_one(leased, owner)
+            if result is not StepResult.CHAINED or leased.chain_owner is None:
+                return result
+            owner = leased.chain_owner
+
+    async def _execute_one(self, leased: LeasedRun, owner: str) -> StepResult:
         renewer = asyncio.get_running_loop().call_later(
             self.steps.lease_s / 3, self._start_renewal, leased, owner
         )
@@ -118,7 +136,12 @@ class Engine:
             )
         if transcript.pending:  # a crash separated the assistant turn from its results
             results = await self._run_tools(leased, agent, transcript.pending, transcript.iterations)
-            return await self._decide(leased, owner, agent, transcript.iterations, results)
+            # the crashed attempt appended its turn but never committed the run row's counters
+            behind = transcript.iterations > leased.iterations
+            return await self._decide(
+                leased, owner, agent, transcript.iterations, results,
+                usage=_last_turn_usage(leased.events) if behind else None, new_iteration=behind,
+            )
         if transcript.iterations >= agent.config.max_iterations:
             return await self._finish(leased, owner, [], transcript, StopReason.MAX_ITERATIONS)
 
@@ -127,7 +150,7 @@ class Engine:
         try:
             response = await self._call_model(leased, agent, transcript, iteration, retry_events)
         except ProviderError as exc:
-            return await self._finish_failed(leased, owner, retry_events, exc.code, exc.message)
+            return await self._finish_failed(leased, owner, retry_events, exc.code, exc.message, exc.details)
 
         turn = retry_events + _assistant_events(response, iteration)
         tool_uses = [b for b in response.content if isinstance(b, ToolUseBlock)]
@@ -174,14 +197,25 @@ class Engine:
                 StepOutcome("completed", StopReason.MAX_ITERATIONS.value, iterations_delta=delta, usage=usage),
             )
             return StepResult.FINISHED
+        chain_owner = self._next_chain_owner(leased)
         next_step = await self.steps.commit(
             leased,
             owner,
             results,
-            StepOutcome("running", iterations_delta=delta, usage=usage, enqueue_next=True),
+            StepOutcome(
+                "running", iterations_delta=delta, usage=usage, enqueue_next=chain_owner is None,
+                chain_owner=chain_owner,
+            ),
         )
+        if chain_owner is not None:
+            return StepResult.CHAINED
         await self._dispatch(StepMessage(leased.run_id, next_step))
         return StepResult.CONTINUED
+
+    def _next_chain_owner(self, leased: LeasedRun) -> str | None:
+        if leased.chained + 1 >= self.settings.chain_steps or time.monotonic() >= leased.chain_deadline:
+            return None
+        return self.new_owner()
 
     async def _dispatch(self, msg: StepMessage, delay_s: float = 0.0) -> None:
         if self._enqueue is not None and not self.steps.jobs_in_db:
@@ -197,8 +231,9 @@ class Engine:
         iteration: int,
         retry_events: list[NewEvent],
     ) -> ModelResponse:
-        """Call the agent's model, retrying retryable failures in-step (each retry is recorded
-        in `retry_events`, which the caller persists whatever the outcome)."""
+        """Call the agent's model through its route (engine/resolver.py): in-step retries, then
+        the next tier candidate. `retry`/`provider_fallback`/… events land in `retry_events`,
+        which the caller persists whatever the outcome. Text deltas go to live subscribers."""
         cfg = agent.config
         system = cfg.system_prompt
         if transcript.system_extra:
@@ -206,44 +241,35 @@ class Engine:
         if leased.metadata:
             meta = json.dumps(leased.metadata, sort_keys=True)
             system = f"{system}\n\nRun metadata (operator-authored, trusted):\n{meta}".lstrip()
-        attempt = 0
-        while True:
-            req = ModelRequest(
-                model=cfg.model,
-                system=system,
-                messages=transcript.messages,
-                tools=agent.tool_specs,
-                max_tokens=cfg.max_tokens,
-                run=RunInfo(leased.run_id, leased.agent, iteration, attempt),
-                options={"mock": cfg.mock},
-            )
-            try:
-                return await agent.provider.call(req)
-            except RetryableProviderError as exc:
-                if attempt >= self.settings.provider_retries:
-                    raise
-                attempt += 1
-                if exc.retry_after_s is not None:
-                    wait, reason = exc.retry_after_s, "retry-after header"
-                else:
-                    wait, reason = 0.1 * 3 ** (attempt - 1), "exponential backoff"
-                wait = min(wait, self.settings.max_retry_wait_s)
-                retry_events.append(
-                    NewEvent(
-                        "retry",
-                        {
-                            "retry": {
-                                "provider": agent.provider.name,
-                                "attempt": attempt,
-                                "wait_ms": int(wait * 1000),
-                                "reason": reason,
-                                "error": exc.message,
-                            },
-                            "iteration": iteration,
-                        },
+        assert agent.route is not None
+        call = Call(
+            run_id=leased.run_id,
+            agent=leased.agent,
+            iteration=iteration,
+            system=system,
+            messages=transcript.messages,
+            request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens, "options": {"mock": cfg.mock}},
+            history=leased.events,
+        )
+        policy = RetryPolicy(retries=self.settings.provider_retries, max_wait_s=self.settings.max_retry_wait_s)
+        return await call_route(agent.route, call, policy, retry_events, self._delta_sink(leased.run_id, iteration))
+
+    def _delta_sink(self, run_id: str, iteration: int) -> Callable[[Candidate, int], DeltaSink | None]:
+        """Live `text_delta`/`thinking_delta` frames for the run's SSE readers (never persisted)."""
+        hub = self.hub
+
+        def factory(cand: Candidate, attempt: int) -> DeltaSink:
+            async def sink(kind: str, delta: str) -> None:
+                if hub.has_live(run_id):
+                    hub.publish(
+                        run_id,
+                        f"{kind}_delta",
+                        {"text": delta, "iteration": iteration, "attempt": attempt, "provider": cand.provider_id},
                     )
-                )
-                await asyncio.sleep(wait)
+
+            return sink
+
+        return factory
 
     # -- tools ----------------------------------------------------------------------------------------
 
@@ -282,8 +308,8 @@ class Engine:
                 memory=self.memory,
                 memory_scopes=tuple(agent.config.memory_scopes),
                 tools=tuple(agent.tools_by_name),
-                model=agent.config.model,
-                provider=agent.config.provider,
+                model=agent.model,
+                provider=agent.provider_id,
             )
             try:
                 result = await tool.invoke(ctx, tu.input)
@@ -323,11 +349,17 @@ class Engine:
         return StepResult.FINISHED
 
     async def _finish_failed(
-        self, leased: LeasedRun, owner: str, events: list[NewEvent], code: str, message: str
+        self,
+        leased: LeasedRun,
+        owner: str,
+        events: list[NewEvent],
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
     ) -> StepResult:
         transcript = replay(leased.events)
         closing = [_tool_result_event(tu, f"run failed: {message}", True) for tu in transcript.pending]
-        error: dict[str, Any] = {"code": code, "error": message}
+        error: dict[str, Any] = {**(details or {}), "code": code, "error": message}
         await self.steps.commit(
             leased,
             owner,
@@ -375,9 +407,10 @@ def _assistant_events(response: ModelResponse, iteration: int) -> list[NewEvent]
     block: Block
     for block in response.content:
         if isinstance(block, ThinkingBlock):
-            events.append(
-                NewEvent("thinking", {"text": block.thinking, "signature": block.signature, "iteration": iteration})
-            )
+            thinking: dict[str, object] = {"text": block.thinking, "signature": block.signature, "iteration": iteration}
+            if block.source:
+                thinking["source"] = block.source
+            events.append(NewEvent("thinking", thinking))
         elif isinstance(block, TextBlock):
             text_parts.append(block.text)
     if text_parts:
@@ -390,7 +423,9 @@ def _assistant_events(response: ModelResponse, iteration: int) -> list[NewEvent]
                     {"tool_use": {"id": block.id, "name": block.name, "input": block.input}, "iteration": iteration},
                 )
             )
-    usage = dict(response.usage.to_json(), model=response.model, provider=response.provider)
+    usage: dict[str, object] = dict(response.usage.to_json(), model=response.model, provider=response.provider)
+    if response.max_context_tokens:
+        usage["max_context_tokens"] = response.max_context_tokens
     events.append(NewEvent("usage", {"usage": usage, "iteration": iteration}))
     return events
 
@@ -401,6 +436,15 @@ def _tool_result_event(tu: ToolUseBlock, text: str, is_error: bool) -> NewEvent:
         {"tool_use": {"id": tu.id, "name": tu.name, "input": tu.input}, "text": text, "is_error": is_error},
         tool_use_id=tu.id,
     )
+
+
+def _last_turn_usage(events: list[tuple[int, str, dict[str, Any]]]) -> dict[str, int]:
+    """The token counts of the last recorded `usage` event (the turn a crashed step appended)."""
+    for _seq, etype, payload in reversed(events):
+        if etype == "usage":
+            usage = payload.get("usage") or {}
+            return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return {}
 
 
 def _add_usage(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:

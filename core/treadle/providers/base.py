@@ -60,12 +60,16 @@ class ModelResponse:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     provider: str = ""
+    max_context_tokens: int | None = None  # the model's window, when the provider reports one
 
 
 DeltaSink = Callable[[str, str], Awaitable[None]]  # (kind: "text"|"thinking", delta) -> None
 
 
 class Provider(Protocol):
+    """One model call. Drivers may also define `reasoning_format` (the kind of ThinkingBlock they can
+    read back, e.g. "anthropic"; absent or None = none) and `async aclose()` (release connections)."""
+
     name: str
 
     async def call(self, req: ModelRequest, on_delta: DeltaSink | None = None) -> ModelResponse: ...

@@ -4,6 +4,12 @@ Every write carries a fence: it applies only while `runs.lease_owner` is this wo
 `runs.step_no` is the step being executed. A write whose fence fails raises LeaseLost and
 changes nothing, so a worker that lost its lease (it was presumed dead and swept) can never
 corrupt a transcript another worker has continued.
+
+Durability: the step commit is synchronous. Mid-step writes (taking the lease, appending the
+assistant turn) commit with `synchronous_commit = off` unless `sync_mid_step` is set: a crash of
+treadle loses none of them (Postgres holds them), and after a crash of Postgres itself only a
+suffix of the log can be missing — the in-flight step then simply runs again from its start,
+because every later synchronous commit flushes the writes before it.
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ class LeasedRun:
     cancel_reason: str | None
     metadata: dict[str, Any]
     events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    #: steps executed back to back under this lease chain (see StepOutcome.chain_owner)
+    chained: int = 0
+    chain_owner: str | None = None
+    chain_deadline: float = 0.0
 
 
 @dataclass(slots=True)
@@ -57,6 +67,9 @@ class StepOutcome:
     usage: dict[str, int] | None = None
     enqueue_next: bool = False
     delay_s: float = 0.0
+    #: keep the run leased for its next step under this new owner token, instead of releasing
+    #: it and enqueueing a job: the same worker continues at once (no claim, no reload)
+    chain_owner: str | None = None
 
     @property
     def final(self) -> bool:
@@ -84,12 +97,9 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
     )
 
 
-def _event_arrays(events: list[NewEvent]) -> tuple[list[str], list[Jsonb], list[str | None]]:
-    return (
-        [e.type for e in events],
-        [Jsonb(e.payload) for e in events],
-        [e.tool_use_id for e in events],
-    )
+def _events_param(events: list[NewEvent]) -> Jsonb:
+    """All new events as one JSON array parameter (one dump, no per-element array escaping)."""
+    return Jsonb([{"type": e.type, "payload": e.payload, "tool_use_id": e.tool_use_id} for e in events])
 
 
 class StepStore:
@@ -100,8 +110,10 @@ class StepStore:
         jobs_in_db: bool,
         lease_s: float,
         requeue_after_s: float,
+        sync_mid_step: bool = False,
     ) -> None:
         self.pool = pool
+        self.mid_step_commit = "on" if sync_mid_step else "off"
         self.jobs_in_db = jobs_in_db
         self.lease_s = lease_s
         self.requeue_after_s = requeue_after_s
@@ -119,11 +131,19 @@ class StepStore:
     async def lease(self, run_id: str, step_no: int, owner: str) -> LeasedRun | None:
         """Lease the run for `step_no`; None when the message is stale or the lease is held."""
         sql = f"""UPDATE runs SET {self._LEASE_SET}
+                  FROM (SELECT set_config('synchronous_commit', %(commit_mode)s, true)) AS s
                   WHERE runs.id = %(run_id)s AND runs.step_no = %(step)s AND {self._LEASE_FREE}
                   RETURNING {_LEASED_COLUMNS}, {_EVENTS_AGG}"""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                sql, {"owner": owner, "lease": self.lease_s, "run_id": run_id, "step": step_no}
+                sql,
+                {
+                    "owner": owner,
+                    "lease": self.lease_s,
+                    "run_id": run_id,
+                    "step": step_no,
+                    "commit_mode": self.mid_step_commit,
+                },
             )
             row = await cur.fetchone()
             leased = _leased(row) if row else None
@@ -137,7 +157,8 @@ class StepStore:
         Returns (found_job, leased). A job whose step is stale or whose run is leased by a live
         worker is consumed and dropped (found_job=True, leased=None)."""
         sql = f"""
-        WITH j AS (
+        WITH s AS (SELECT set_config('synchronous_commit', %(commit_mode)s, true) AS v),
+        j AS (
             DELETE FROM jobs WHERE id = (
                 SELECT id FROM jobs WHERE run_at <= now() ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
             RETURNING run_id, step_no
@@ -146,10 +167,12 @@ class StepStore:
             WHERE runs.id = j.run_id AND runs.step_no = j.step_no AND {self._LEASE_FREE}
             RETURNING {_LEASED_COLUMNS}, {_EVENTS_AGG}
         )
-        SELECT l.*, j.run_id AS job_run_id FROM j LEFT JOIN l ON l.id = j.run_id
+        SELECT l.*, j.run_id AS job_run_id FROM s, j LEFT JOIN l ON l.id = j.run_id
         """
         async with self.pool.connection() as conn:
-            cur = await conn.execute(sql, {"owner": owner, "lease": self.lease_s})
+            cur = await conn.execute(
+                sql, {"owner": owner, "lease": self.lease_s, "commit_mode": self.mid_step_commit}
+            )
             row = await cur.fetchone()
             if row is None:
                 return False, None
@@ -184,7 +207,6 @@ class StepStore:
         """Append events mid-step (e.g. the assistant turn before its tools run)."""
         if not events:
             return []
-        types, payloads, tool_use_ids = _event_arrays(events)
         sql = """
         WITH g AS (
             UPDATE runs SET last_seq = last_seq + %(n)s, updated_at = now(),
@@ -194,7 +216,8 @@ class StepStore:
         )
         INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
         SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, t.payload, t.tool_use_id
-        FROM g, unnest(%(types)s::text[], %(payloads)s::jsonb[], %(tuids)s::text[])
+        FROM g, (SELECT set_config('synchronous_commit', %(commit_mode)s, true)) AS s,
+             ROWS FROM (jsonb_to_recordset(%(events)s::jsonb) AS (type text, payload jsonb, tool_use_id text))
              WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
         RETURNING seq
         """
@@ -207,9 +230,8 @@ class StepStore:
                     "run_id": leased.run_id,
                     "owner": owner,
                     "step": leased.step_no,
-                    "types": types,
-                    "payloads": payloads,
-                    "tuids": tool_use_ids,
+                    "events": _events_param(events),
+                    "commit_mode": self.mid_step_commit,
                 },
             )
             seqs = [r["seq"] for r in await cur.fetchall()]
@@ -226,16 +248,20 @@ class StepStore:
         self, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
     ) -> int:
         """Append the step's last events, advance `step_no`, release the lease and (with the
-        Postgres queue) enqueue the next step, all in one statement. Returns the new step_no."""
-        types, payloads, tool_use_ids = _event_arrays(events)
+        Postgres queue) enqueue the next step, all in one statement. Returns the new step_no.
+
+        With `outcome.chain_owner` the lease passes to that token for the next step and nothing is
+        enqueued; `leased` is updated in place (step_no, events, counters) for the caller to go on."""
         usage = outcome.usage or {}
-        enqueue_here = outcome.enqueue_next and self.jobs_in_db
+        chain = outcome.chain_owner is not None and not outcome.final
+        enqueue_here = outcome.enqueue_next and self.jobs_in_db and not chain
         sql = f"""
         WITH g AS (
             UPDATE runs SET
                 last_seq = last_seq + %(n)s, step_no = step_no + 1, step_failures = 0,
-                lease_owner = NULL,
+                lease_owner = %(chain_owner)s,
                 lease_until = CASE WHEN %(final)s THEN NULL
+                                   WHEN %(chain_owner)s::text IS NOT NULL THEN now() + make_interval(secs => %(lease)s)
                                    ELSE now() + make_interval(secs => %(requeue)s + %(delay)s) END,
                 status = %(status)s,
                 stop_reason = coalesce(%(stop)s, stop_reason),
@@ -247,18 +273,19 @@ class StepStore:
                 cache_read_tokens = cache_read_tokens + %(cr_t)s,
                 updated_at = now()
             WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
-            RETURNING tenant_id, last_seq - %(n)s AS base, step_no
+            RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason
         ), ev AS (
             INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
             SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, t.payload, t.tool_use_id
-            FROM g, unnest(%(types)s::text[], %(payloads)s::jsonb[], %(tuids)s::text[])
+            FROM g, ROWS FROM (jsonb_to_recordset(%(events)s::jsonb) AS (type text, payload jsonb, tool_use_id text))
                  WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
         ), jb AS (
             INSERT INTO jobs (tenant_id, run_id, step_no, run_at)
             SELECT g.tenant_id, %(run_id)s, g.step_no, now() + make_interval(secs => %(delay)s)
             FROM g WHERE %(enqueue)s
         )
-        SELECT g.step_no, CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM g
+        SELECT g.step_no, g.cancel_requested, g.cancel_reason,
+               CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM g
         """
         params = {
             "n": len(events),
@@ -276,17 +303,28 @@ class StepStore:
             "run_id": leased.run_id,
             "owner": owner,
             "step": leased.step_no,
-            "types": types,
-            "payloads": payloads,
-            "tuids": tool_use_ids,
+            "events": _events_param(events),
             "enqueue": enqueue_here,
+            "chain_owner": outcome.chain_owner if chain else None,
+            "lease": self.lease_s,
         }
         async with self.pool.connection() as conn:
             cur = await conn.execute(sql, params)
             row = await cur.fetchone()
         if row is None:
             raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
+        base = leased.last_seq
         leased.last_seq += len(events)
+        if chain:
+            leased.events.extend((base + i + 1, e.type, e.payload) for i, e in enumerate(events))
+            leased.step_no = int(row["step_no"])
+            leased.iterations += outcome.iterations_delta
+            leased.step_failures = 0
+            leased.cancel_requested = bool(row["cancel_requested"])
+            leased.cancel_reason = row["cancel_reason"]
+            leased.status = outcome.status
+            leased.chained += 1
+            leased.chain_owner = outcome.chain_owner
         return int(row["step_no"])
 
     async def release_after_failure(self, leased: LeasedRun, owner: str, backoff_s: float) -> bool:

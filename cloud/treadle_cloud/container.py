@@ -1,0 +1,92 @@
+"""One Lambda execution environment: an event loop and the Runtime on it, kept across invocations.
+
+The psycopg pool belongs to the loop it was opened on, so every invocation runs on the same loop
+(`Container.run`). mangum runs the app on `asyncio.get_event_loop()`; `run` and `activate` make
+this container's loop the current one first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from treadle.config import load_config, load_settings
+from treadle.dispatch.sqs import SqsDispatcher
+from treadle.errors import ConfigError
+from treadle.runtime import Runtime
+from treadle_cloud.env import CloudSettings, aws_client, export_secrets
+
+log = logging.getLogger("treadle.cloud")
+
+T = TypeVar("T")
+
+#: database connections per execution environment (one invocation at a time)
+DEFAULT_POOL_SIZE = 2
+
+
+def remaining_s(context: Any) -> float:
+    """Seconds this invocation has left (infinite without a Lambda context)."""
+    get = getattr(context, "get_remaining_time_in_millis", None)
+    return get() / 1000.0 if callable(get) else math.inf
+
+
+class Container:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.cloud: CloudSettings | None = None
+        self._runtime: Runtime | None = None
+
+    def activate(self) -> asyncio.AbstractEventLoop:
+        asyncio.set_event_loop(self.loop)
+        return self.loop
+
+    def run(self, aw: Coroutine[Any, Any, T]) -> T:
+        return self.activate().run_until_complete(aw)
+
+    def runtime(self) -> Runtime:
+        """The Runtime, opened on the first call (secrets, migrations, pool)."""
+        if self._runtime is None:
+            cloud = CloudSettings()
+            exported = export_secrets(cloud)
+            if exported:
+                log.info("from Secrets Manager: %s", ", ".join(exported))
+            self._runtime = self.run(open_cloud_runtime(cloud))
+            self.cloud = cloud
+        return self._runtime
+
+    def close(self) -> None:
+        """Tests only: Lambda freezes an environment, it never closes it."""
+        if self._runtime is not None:
+            self.run(self._runtime.close())
+            self._runtime = None
+        self.loop.close()
+
+
+class LazySqsClient:
+    """`send_message` on a boto3 SQS client created on first use."""
+
+    def send_message(self, **kwargs: Any) -> Any:
+        return aws_client("sqs").send_message(**kwargs)
+
+
+async def open_cloud_runtime(cloud: CloudSettings) -> Runtime:
+    settings = load_settings()
+    if not settings.database_url:
+        raise ConfigError("the cloud shape needs DATABASE_URL or TREADLE_DB_SECRET_ARN (no embedded Postgres)")
+    if not cloud.queue_url:
+        raise ConfigError("TREADLE_QUEUE_URL is not set")
+    if settings.db_pool_size == 0:
+        settings = settings.model_copy(update={"db_pool_size": DEFAULT_POOL_SIZE})
+    config = load_config(settings.config)
+    sqs = LazySqsClient()
+    rt = await Runtime.open(
+        settings,
+        config,
+        dispatcher_factory=lambda _pool, _url: SqsDispatcher(sqs, cloud.queue_url),
+        config_source=str(settings.config),
+    )
+    rt.extras["cloud"] = cloud
+    return rt

@@ -1,0 +1,125 @@
+"""Cloud settings from the environment, and secrets from Secrets Manager into the environment."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, MutableMapping
+from functools import cache
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from treadle.errors import ConfigError
+
+log = logging.getLogger("treadle.cloud")
+
+# Names a provider-keys secret may not set: the runtime's own wiring and the platform's.
+_RESERVED = re.compile(r"^(AWS_|LAMBDA_|TREADLE_|_|LD_|PYTHON)|^(DATABASE_URL|PATH|HOME|TZ)$")
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
+
+
+class CloudSettings(BaseSettings):
+    """`TREADLE_*` settings only the cloud shape reads (the rest are the core's `Settings`)."""
+
+    model_config = SettingsConfigDict(env_prefix="TREADLE_", extra="ignore")
+
+    queue_url: str = ""
+    db_secret_arn: str | None = None
+    db_host: str | None = None  # overrides the secret's host: the RDS Proxy endpoint
+    db_port: int | None = None
+    db_name: str | None = None
+    db_sslmode: str = "require"
+    api_token_secret_arn: str | None = None
+    provider_keys_secret_arn: str | None = None
+    sse_budget_seconds: float = Field(default=25.0, gt=0)
+    #: time kept back at the end of a worker invocation (commit, report the batch)
+    step_safety_seconds: float = Field(default=5.0, ge=0)
+    #: a record is not started with less time than this left; it goes back to the queue
+    min_step_seconds: float = Field(default=10.0, gt=0)
+
+
+@cache
+def aws_client(service: str) -> Any:
+    """A boto3 client per service and container (boto3 is imported on first use: it costs
+    ~150 ms, which only the invocations that talk to AWS should pay)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        service,
+        config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=3, read_timeout=10),
+    )
+
+
+SecretReader = Callable[[str], str]
+
+
+def read_secret(arn: str) -> str:
+    return str(aws_client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"])
+
+
+def database_url_from_secret(secret: str, cloud: CloudSettings) -> str:
+    """A libpq URL from an RDS secret (`username`, `password`, `host`, `port`, `dbname`)."""
+    from psycopg.conninfo import make_conninfo
+
+    try:
+        data = json.loads(secret)
+        user, password = data["username"], data["password"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError("TREADLE_DB_SECRET_ARN: the secret is not an RDS secret (username/password)") from exc
+    host = cloud.db_host or data.get("host")
+    if not host:
+        raise ConfigError("TREADLE_DB_SECRET_ARN: no host in the secret and TREADLE_DB_HOST is unset")
+    return make_conninfo(
+        "",
+        host=host,
+        port=str(cloud.db_port or data.get("port") or 5432),
+        dbname=cloud.db_name or data.get("dbname") or "postgres",
+        user=user,
+        password=password,
+        sslmode=cloud.db_sslmode,
+        application_name="treadle",
+    )
+
+
+def export_secrets(
+    cloud: CloudSettings,
+    environ: MutableMapping[str, str] | None = None,
+    reader: SecretReader = read_secret,
+) -> list[str]:
+    """Put the database URL, the API token and the provider keys into the environment, where
+    the core's settings and the providers read them. A variable already set wins (an explicit
+    override). Returns the names exported (never the values)."""
+    env = os.environ if environ is None else environ
+    exported: list[str] = []
+    if not env.get("DATABASE_URL") and cloud.db_secret_arn:
+        env["DATABASE_URL"] = database_url_from_secret(reader(cloud.db_secret_arn), cloud)
+        exported.append("DATABASE_URL")
+    if cloud.api_token_secret_arn and not env.get("TREADLE_AUTH_TOKEN"):
+        token = reader(cloud.api_token_secret_arn).strip()
+        if not token:
+            raise ConfigError("TREADLE_API_TOKEN_SECRET_ARN: the secret is empty")
+        env["TREADLE_AUTH_TOKEN"] = token
+        exported.append("TREADLE_AUTH_TOKEN")
+    if cloud.provider_keys_secret_arn:
+        raw = reader(cloud.provider_keys_secret_arn)
+        try:
+            keys = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            keys = None
+        if not isinstance(keys, dict):
+            raise ConfigError(
+                'TREADLE_PROVIDER_KEYS_SECRET_ARN: expected a JSON object {"ANTHROPIC_API_KEY": "..."}'
+            )
+        for name, value in keys.items():
+            if not _ENV_NAME.match(name) or _RESERVED.search(name):
+                log.warning("provider keys secret: ignoring %r (not an allowed variable name)", name)
+                continue
+            if isinstance(value, str) and value and not env.get(name):
+                env[name] = value
+                exported.append(name)
+    return exported

@@ -1,0 +1,65 @@
+"""HTTP functions (api, webhook, mcp): the FastAPI app with the function's routers, through mangum.
+
+API Gateway's HTTP API cannot stream, and mangum buffers a streaming response into one body, so a
+`text/event-stream` response ends after a time budget (`TREADLE_SSE_BUDGET_SECONDS`, never past
+the invocation's own deadline) with a comment telling the client to resume with `from_seq` /
+`Last-Event-ID`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from mangum import Mangum
+
+from treadle.api.app import create_app
+from treadle.errors import TreadleError
+from treadle_cloud.container import Container, remaining_s
+
+log = logging.getLogger("treadle.cloud")
+
+#: kept back from the invocation's deadline when sizing an SSE response
+SSE_MARGIN_S = 3.0
+
+
+def error_response(status: int, code: str, message: str) -> dict[str, Any]:
+    """An API Gateway (payload 2.0) response in treadle's error shape."""
+    return {
+        "statusCode": status,
+        "headers": {"content-type": "application/json"},
+        "body": json.dumps({"code": code, "error": message}),
+        "isBase64Encoded": False,
+    }
+
+
+class HttpFunction:
+    def __init__(self, routers: Sequence[APIRouter], container: Container | None = None) -> None:
+        self.routers = list(routers)
+        self.container = container or Container()
+        self.app: FastAPI | None = None
+        self._adapter: Mangum | None = None
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        try:
+            rt = self.container.runtime()
+        except TreadleError as exc:  # e.g. the database is unreachable: answer, don't crash
+            log.error("runtime unavailable: %s", exc.message)
+            return error_response(503, "unavailable", f"treadle is unavailable: {exc.message}")
+        if self._adapter is None:
+            self.app = create_app(
+                auth_token=rt.settings.auth_token,
+                max_request_bytes=rt.settings.max_request_bytes,
+                routers=self.routers,
+            )
+            self.app.state.runtime = rt
+            self.container.activate()
+            self._adapter = Mangum(self.app, lifespan="off")
+        cloud = self.container.cloud
+        budget = cloud.sse_budget_seconds if cloud else 25.0
+        rt.extras["sse_budget_s"] = max(1.0, min(budget, remaining_s(context) - SSE_MARGIN_S))
+        self.container.activate()
+        return self._adapter(event, context)

@@ -1,0 +1,37 @@
+"""The maintenance function, invoked every minute by EventBridge Scheduler.
+
+It re-enqueues every step whose lease expired (its worker died or timed out) or whose re-queue
+deadline passed (its message was lost, or it waits longer than SQS can delay a message). The
+sweep is a singleton per database (advisory lock), so overlapping invocations are harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from treadle.engine.workers import Sweeper
+from treadle_cloud.container import Container, remaining_s
+
+log = logging.getLogger("treadle.cloud.maintenance")
+
+#: stop sweeping with this much time left
+MARGIN_S = 5.0
+#: rows per sweep statement (StepStore.sweep_expired's default)
+SWEEP_LIMIT = 500
+
+
+class MaintenanceFunction:
+    def __init__(self, container: Container | None = None) -> None:
+        self.container = container or Container()
+
+    def __call__(self, event: dict[str, Any] | None, context: Any) -> dict[str, Any]:
+        rt = self.container.runtime()
+        sweeper = Sweeper(rt.engine, rt.dispatcher, interval_s=60.0)
+        total = 0
+        while True:
+            n = self.container.run(sweeper.sweep_once())
+            total += n
+            if n < SWEEP_LIMIT or remaining_s(context) < MARGIN_S:
+                break
+        return {"requeued": total}

@@ -1,0 +1,1 @@
+"""webhook function."""

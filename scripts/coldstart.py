@@ -1,0 +1,201 @@
+"""Cold-start numbers of the cloud shape's handlers (a script, not a test: numbers are printed).
+
+    .venv/bin/python scripts/coldstart.py [--repeat 3] [--layer-python /path/to/python3.12]
+
+1. Import time of each handler module in a fresh interpreter: `python -X importtime`'s cumulative
+   time for `functions.<name>.handler` (the median of `--repeat` runs). Goal: api ≤ 300 ms,
+   worker ≤ 200 ms.
+   With `--layer-python` (an interpreter of the Lambda runtime's version) the same is measured
+   the way Lambda imports: only the staged code (build/lambda-app, from `cdk synth`) and the built
+   layer (layers/build/layer/python) on the path.
+2. First invocation of api and worker in a fresh process, against moto's SQS and a real Postgres
+   ($DATABASE_URL, else the embedded one): the first call opens the runtime (migrations check,
+   pool), the second shows the warm path.
+3. The dependency layer's size, unzipped and zipped (build it with layers/build.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HANDLERS = ("api", "worker", "webhook", "mcp", "scheduler", "maintenance")
+GOALS_MS = {"api": 300, "worker": 200}
+LAYER = ROOT / "layers" / "build" / "layer"
+STAGED = ROOT / "build" / "lambda-app"
+
+
+def import_ms(python: str, module: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> float:
+    proc = subprocess.run(
+        [python, "-X", "importtime", "-c", f"import {module}"],
+        capture_output=True, text=True, env=env, cwd=cwd, check=True,
+    )
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and line.rstrip().endswith(f"| {module}"):
+            return int(line.split("|")[1]) / 1000.0
+    raise RuntimeError(f"no importtime line for {module}:\n{proc.stderr[-2000:]}")
+
+
+def median_import(python: str, module: str, repeat: int, **kw: object) -> float:
+    import_ms(python, module, **kw)  # the first run writes bytecode
+    return statistics.median(import_ms(python, module, **kw) for _ in range(repeat))  # type: ignore[arg-type]
+
+
+def table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print(f"\n{title}")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+
+
+def imports(repeat: int, layer_python: str | None) -> None:
+    rows = []
+    lambda_env = None
+    if layer_python:
+        if not (LAYER / "python").is_dir() or not STAGED.is_dir():
+            sys.exit("--layer-python needs layers/build/layer (layers/build.py) and build/lambda-app (cdk synth)")
+        lambda_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{STAGED}:{LAYER / 'python'}", "LANG": "C.UTF-8"}
+    for name in HANDLERS:
+        module = f"functions.{name}.handler"
+        dev = median_import(sys.executable, module, repeat)
+        row = [name, f"{dev:.0f}"]
+        if layer_python:
+            row.append(f"{median_import(layer_python, module, repeat, env=lambda_env, cwd=STAGED):.0f}")
+        goal = GOALS_MS.get(name)
+        row.append(f"≤ {goal}" if goal else "")
+        rows.append(row)
+    header = ["handler", f"import ms (venv, Python {sys.version_info[0]}.{sys.version_info[1]})"]
+    if layer_python:
+        header.append("import ms (staged code + layer)")
+    table(f"Handler import time (python -X importtime, cumulative, median of {repeat})", [*header, "goal"], rows)
+
+
+FIRST_INVOCATION = textwrap.dedent(
+    """
+    import json, sys, time
+    sys.path.insert(0, {sim!r})
+    t0 = time.perf_counter()
+    from lambda_sim import FakeContext, http_event, load_handler_module, sqs_event
+    api = load_handler_module("api") if {which!r} == "api" else None
+    worker = load_handler_module("worker") if {which!r} == "worker" else None
+    t1 = time.perf_counter()
+    out = {{"import_ms": (t1 - t0) * 1000}}
+    if api is not None:
+        auth = {{"authorization": "Bearer coldstart"}}
+        for key in ("first_ms", "second_ms"):
+            t = time.perf_counter()
+            resp = api.handler(http_event("POST", "/v1/runs", headers=auth, body={{"agent": "echo", "prompt": "hi"}}),
+                               FakeContext("api", 30))
+            out[key] = (time.perf_counter() - t) * 1000
+            assert resp["statusCode"] == 202, resp
+    else:
+        import boto3
+        sqs = boto3.client("sqs")
+        for key in ("first_ms", "second_ms"):
+            msgs = sqs.receive_message(QueueUrl={queue!r}, MaxNumberOfMessages=1, WaitTimeSeconds=5)["Messages"]
+            t = time.perf_counter()
+            resp = worker.handler(sqs_event(msgs, {arn!r}), FakeContext("worker", 300))
+            out[key] = (time.perf_counter() - t) * 1000
+            assert resp == {{"batchItemFailures": []}}, resp
+    print(json.dumps(out))
+    """
+)
+
+
+def invocations(repeat: int) -> None:
+    import boto3
+    import psycopg
+    from moto.server import ThreadedMotoServer
+    from psycopg.conninfo import make_conninfo
+
+    from treadle.store.db import resolve_database_url
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    aws = {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
+    os.environ.update(aws)
+    admin = resolve_database_url(os.environ.get("DATABASE_URL"), ROOT / ".treadle" / "coldstart")
+    dbname = f"treadle_coldstart_{os.getpid()}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}"')
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    config = ROOT / ".treadle" / "coldstart" / "treadle.yaml"
+    config.write_text("agents:\n  echo:\n    provider: mock\n    model: echo\n")
+    try:
+        sqs = boto3.client("sqs")
+        queue = sqs.create_queue(QueueName="coldstart")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        env = {
+            **os.environ, **aws,
+            "DATABASE_URL": make_conninfo(admin, dbname=dbname), "TREADLE_QUEUE_URL": queue,
+            "TREADLE_CONFIG": str(config), "TREADLE_AUTH_TOKEN": "coldstart",
+        }
+        # one process creates the database's tables first, so every measured cold start sees a
+        # migrated database (as every cold start but the very first does in AWS)
+        results: dict[str, list[dict[str, float]]] = {"api": [], "worker": []}
+        for i in range(repeat + 1):
+            for which in ("api", "worker"):
+                code = FIRST_INVOCATION.format(sim=str(ROOT / "tests" / "cloud"), which=which, queue=queue, arn=arn)
+                proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+                if proc.returncode != 0:
+                    raise RuntimeError(proc.stderr[-3000:])
+                if i > 0:
+                    results[which].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        rows = []
+        for which, runs in results.items():
+            med = {k: statistics.median(r[k] for r in runs) for k in ("import_ms", "first_ms", "second_ms")}
+            rows.append([which, f"{med['import_ms']:.0f}", f"{med['first_ms']:.0f}", f"{med['second_ms']:.0f}"])
+        table(
+            f"First invocation in a fresh process (median of {repeat}; api: POST /v1/runs, worker: one step)",
+            ["function", "import ms", "1st invocation ms", "2nd invocation ms"],
+            rows,
+        )
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        server.stop()
+
+
+def layer_size() -> None:
+    if not (LAYER / "python").is_dir():
+        print("\nLayer: not built (run .venv/bin/python layers/build.py)")
+        return
+    sys.path.insert(0, str(ROOT / "layers"))
+    from build import dir_size, zip_size
+
+    mb = 1024 * 1024
+    table("Dependency layer (layers/build/layer)", ["unzipped MB", "zipped MB"],
+          [[f"{dir_size(LAYER) / mb:.1f}", f"{zip_size(LAYER) / mb:.1f}"]])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--layer-python", help="an interpreter of the Lambda runtime's version (e.g. python3.12)")
+    ap.add_argument("--skip-invocations", action="store_true")
+    args = ap.parse_args()
+    (ROOT / ".treadle" / "coldstart").mkdir(parents=True, exist_ok=True)
+    print(f"machine: {os.cpu_count()} cores; {sys.platform}; Python {sys.version.split()[0]}")
+    imports(args.repeat, args.layer_python)
+    if not args.skip_invocations:
+        invocations(args.repeat)
+    layer_size()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""The CDK app: synthesized once in Python (aws_cdk.assertions), then linted with cfn-lint.
+Synth takes ~10 s (jsii starts node), so every assertion shares one template."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="CDK synth needs node on PATH")
+
+CONFIG = """\
+agents:
+  helper:
+    provider: mock
+    model: tool-caller
+    tools: [Memory]
+"""
+FUNCTIONS = ("api", "worker", "webhook", "mcp", "scheduler", "maintenance")
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    sys.path.insert(0, str(ROOT / "infra"))
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from treadle_infra import TreadleRuntimeProps, TreadleStack
+
+    tmp = tmp_path_factory.mktemp("cdk")
+    (tmp / "layer" / "python").mkdir(parents=True)
+    (tmp / "layer" / "python" / "placeholder.txt").write_text("a stand-in for the built layer\n")
+    (tmp / "treadle.yaml").write_text(CONFIG)
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    app = cdk.App(outdir=str(tmp / "cdk.out"), context=context)
+    props = TreadleRuntimeProps(layer_dir=tmp / "layer", staging_dir=tmp / "app", config_file=tmp / "treadle.yaml")
+    stack = TreadleStack(app, "Treadle", props=props)
+    template = Template.from_stack(stack)
+    return {"template": template, "json": template.to_json(), "tmp": tmp}
+
+
+def resources(t: dict[str, Any], rtype: str) -> dict[str, dict[str, Any]]:
+    return {k: r for k, r in t["Resources"].items() if r["Type"] == rtype}
+
+
+def function_id(t: dict[str, Any], name: str) -> str:
+    [fid] = [k for k, r in resources(t, "AWS::Lambda::Function").items()
+             if r["Properties"]["Handler"] == f"functions.{name}.handler.handler"]
+    return fid
+
+
+def role_statements(t: dict[str, Any], fid: str) -> list[dict[str, Any]]:
+    role = t["Resources"][fid]["Properties"]["Role"]["Fn::GetAtt"][0]
+    out = []
+    for pol in resources(t, "AWS::IAM::Policy").values():
+        if {"Ref": role} in pol["Properties"]["Roles"]:
+            out.extend(pol["Properties"]["PolicyDocument"]["Statement"])
+    return out
+
+
+def stmt_resources(s: dict[str, Any]) -> list[Any]:
+    return s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]
+
+
+def actions(stmts: list[dict[str, Any]]) -> set[str]:
+    out: set[str] = set()
+    for s in stmts:
+        out.update([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    return out
+
+
+def test_functions_layer_and_code(synth: dict[str, Any]) -> None:
+    t = synth["json"]
+    fns = resources(t, "AWS::Lambda::Function")
+    assert sorted(r["Properties"]["Handler"] for r in fns.values()) == sorted(
+        f"functions.{n}.handler.handler" for n in FUNCTIONS
+    )
+    [layer_id] = resources(t, "AWS::Lambda::LayerVersion")
+    for r in fns.values():
+        p = r["Properties"]
+        assert p["Runtime"] == "python3.12" and p["Layers"] == [{"Ref": layer_id}]
+        assert p["VpcConfig"]["SubnetIds"] and p["LoggingConfig"]["LogFormat"] == "JSON"
+        env = p["Environment"]["Variables"]
+        assert {"TREADLE_QUEUE_URL", "TREADLE_DB_SECRET_ARN", "TREADLE_DB_HOST", "TREADLE_CONFIG"} <= set(env)
+    worker = fns[function_id(t, "worker")]["Properties"]
+    assert worker["Timeout"] == 300 and "TREADLE_PROVIDER_KEYS_SECRET_ARN" in worker["Environment"]["Variables"]
+    assert fns[function_id(t, "api")]["Properties"]["Timeout"] == 30
+    groups = resources(t, "AWS::Logs::LogGroup")
+    assert len(groups) == len(FUNCTIONS) and {g["Properties"]["RetentionInDays"] for g in groups.values()} == {30}
+
+    staged = synth["tmp"] / "app"
+    assert (staged / "treadle.yaml").read_text() == CONFIG
+    for rel in ("treadle/runtime.py", "treadle/store/migrations/0002_pgvector.sql", "treadle_cloud/worker.py",
+                *(f"functions/{n}/handler.py" for n in FUNCTIONS)):
+        assert (staged / rel).is_file(), rel
+    assert not list(staged.rglob("__pycache__")) and not (staged / "treadle_sidecar").exists()
+
+
+def test_database_proxy_and_secrets(synth: dict[str, Any]) -> None:
+    tpl, t = synth["template"], synth["json"]
+    tpl.has_resource_properties("AWS::RDS::DBCluster", {
+        "Engine": "aurora-postgresql",
+        "EngineVersion": "17.5",
+        "StorageEncrypted": True,
+        "DatabaseName": "treadle",
+        "ServerlessV2ScalingConfiguration": {"MinCapacity": 0.5, "MaxCapacity": 4},
+    })
+    tpl.has_resource_properties("AWS::RDS::DBInstance", {"DBInstanceClass": "db.serverless",
+                                                         "PubliclyAccessible": False})
+    tpl.has_resource_properties("AWS::RDS::DBProxy", {"EngineFamily": "POSTGRESQL", "RequireTLS": True})
+    assert len(resources(t, "AWS::SecretsManager::Secret")) == 3  # database, API token, provider keys
+    [proxy] = resources(t, "AWS::RDS::DBProxy").values()
+    assert proxy["Properties"]["VpcSubnetIds"]
+
+
+def test_queue_dlq_and_event_source_mapping(synth: dict[str, Any]) -> None:
+    tpl, t = synth["template"], synth["json"]
+    queues = resources(t, "AWS::SQS::Queue")
+    [(main_id, main)] = [(k, q) for k, q in queues.items() if "RedrivePolicy" in q["Properties"]]
+    [dlq_id] = [k for k in queues if k != main_id]
+    assert main["Properties"]["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]}, "maxReceiveCount": 10}
+    assert main["Properties"]["VisibilityTimeout"] == 6 * 300
+    assert not main["Properties"].get("FifoQueue")
+    tpl.has_resource_properties("AWS::Lambda::EventSourceMapping", {
+        "FunctionName": {"Ref": function_id(t, "worker")},
+        "EventSourceArn": {"Fn::GetAtt": [main_id, "Arn"]},
+        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        "BatchSize": 5,
+        "ScalingConfig": {"MaximumConcurrency": 20},
+    })
+
+
+def test_least_privilege_iam(synth: dict[str, Any]) -> None:
+    t = synth["json"]
+    for pol in resources(t, "AWS::IAM::Policy").values():
+        for s in pol["Properties"]["PolicyDocument"]["Statement"]:
+            assert s["Effect"] == "Allow" and "*" not in stmt_resources(s) and "*" not in actions([s]), s
+    worker = actions(role_statements(t, function_id(t, "worker")))
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:SendMessage"} <= worker
+    api = role_statements(t, function_id(t, "api"))
+    assert "sqs:ReceiveMessage" not in actions(api) and "sqs:SendMessage" in actions(api)
+    [sched] = [s for s in api if "scheduler:CreateSchedule" in actions([s])]
+    assert "schedule/" in json.dumps(sched["Resource"]) and "iam:PassRole" in actions(api)
+
+    [keys_id] = [k for k, r in resources(t, "AWS::SecretsManager::Secret").items() if "ProviderKeys" in k]
+    readers = [fn for fn in FUNCTIONS
+               if any({"Ref": keys_id} in stmt_resources(s) for s in role_statements(t, function_id(t, fn)))]
+    assert readers == ["worker"]  # only the worker calls models
+    for fn in ("maintenance", "scheduler", "worker"):
+        assert not any("scheduler:" in a for a in actions(role_statements(t, function_id(t, fn))))
+
+
+def test_http_api_routes(synth: dict[str, Any]) -> None:
+    tpl, t = synth["template"], synth["json"]
+    routes = {r["Properties"]["RouteKey"] for r in resources(t, "AWS::ApiGatewayV2::Route").values()}
+    assert routes == {"ANY /{proxy+}", "ANY /v1/_webhooks/{proxy+}", "ANY /v1/_mcp"}
+    tpl.has_resource_properties("AWS::ApiGatewayV2::Api", {"ProtocolType": "HTTP"})
+    tpl.resource_count_is("AWS::ApiGatewayV2::Integration", 3)
+    tpl.has_resource_properties("AWS::ApiGatewayV2::Integration", {"PayloadFormatVersion": "2.0"})
+    assert set(t["Outputs"]) >= {"ApiUrl", "QueueUrl"}
+
+
+def test_scheduler_group_role_and_maintenance_schedule(synth: dict[str, Any]) -> None:
+    tpl, t = synth["template"], synth["json"]
+    tpl.resource_count_is("AWS::Scheduler::ScheduleGroup", 1)
+    [schedule] = resources(t, "AWS::Scheduler::Schedule").values()
+    assert schedule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+    assert schedule["Properties"]["Target"]["Arn"] == {"Fn::GetAtt": [function_id(t, "maintenance"), "Arn"]}
+    roles = [r for r in resources(t, "AWS::IAM::Role").values()
+             if "scheduler.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
+    assert len(roles) == 2  # the group's (for treadle's schedules) and the maintenance schedule's
+
+
+def test_alarms(synth: dict[str, Any]) -> None:
+    t = synth["json"]
+    alarms = resources(t, "AWS::CloudWatch::Alarm")
+    [dlq_alarm] = [a for a in alarms.values() if a["Properties"]["MetricName"] == "ApproximateNumberOfMessagesVisible"]
+    p = dlq_alarm["Properties"]
+    assert p["Threshold"] == 1 and p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    [topic_id] = resources(t, "AWS::SNS::Topic")
+    assert p["AlarmActions"] == [{"Ref": topic_id}]
+
+
+def test_cfn_lint_finds_no_errors(synth: dict[str, Any]) -> None:
+    path = synth["tmp"] / "Treadle.template.json"
+    path.write_text(json.dumps(synth["json"]))
+    cfn_lint = Path(sys.executable).with_name("cfn-lint")
+    proc = subprocess.run([str(cfn_lint), "--format", "json", str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 4, 8, 12), proc.stderr  # bit 2: errors; 4: warnings; 8: informational
+    findings = json.loads(proc.stdout or "[]")
+    errors = [f for f in findings if f["Level"] == "Error"]
+    assert errors == [], errors

@@ -1,0 +1,57 @@
+"""Fixtures for the end-to-end tests: fresh databases and `treadle serve` subprocesses that are
+always stopped (and their databases dropped) when the test ends. On failure pytest shows each
+server's log tail, printed at teardown."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import ServerProcess, create_database, drop_database, write_config
+
+MakeDb = Callable[[str], str]
+StartServer = Callable[..., Awaitable[ServerProcess]]
+
+
+@pytest.fixture
+def make_db(server_url: str) -> Iterator[MakeDb]:
+    """`make_db(prefix)` → the URL of a new empty database, dropped when the test ends."""
+    made: list[str] = []
+
+    def factory(prefix: str = "e2e") -> str:
+        url = create_database(server_url, prefix)
+        made.append(url)
+        return url
+
+    yield factory
+    for url in made:
+        drop_database(server_url, url)
+
+
+@pytest.fixture
+def start_server(make_db: MakeDb, tmp_path: Path) -> Iterator[StartServer]:
+    """`await start_server(database_url, agents, name=..., **env)` → a healthy ServerProcess.
+
+    `agents` is the `agents:` mapping of the operator YAML; `env` adds TREADLE_* variables.
+    Every server started here is stopped (SIGTERM, then SIGKILL) before the databases go."""
+    servers: list[ServerProcess] = []
+
+    async def factory(database_url: str, agents: dict[str, Any], *, name: str = "treadle",
+                      ready_timeout: float = 60.0, **env: str) -> ServerProcess:
+        workdir = tmp_path / name
+        workdir.mkdir(exist_ok=True)
+        config = write_config(workdir / "treadle.yaml", agents)
+        srv = ServerProcess(database_url=database_url, config_path=config, workdir=workdir, name=name, env=env)
+        servers.append(srv)
+        srv.start()
+        await srv.wait_ready(ready_timeout)
+        return srv
+
+    yield factory
+    for srv in servers:
+        srv.stop()
+    for srv in servers:
+        print(f"\n===== {srv.name}: {srv.starts} start(s), logs in {srv.workdir}")
+        print(srv.log_tail(3000, all_starts=True))

@@ -1,0 +1,168 @@
+"""Operator configuration: every invalid config names the file, the key path and what is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from treadle.config import (
+    DEFAULT_MAX_ITERATIONS,
+    AgentConfig,
+    MockSettings,
+    Settings,
+    load_config,
+    load_settings,
+    parse_config,
+)
+from treadle.errors import ConfigError
+
+
+def config_error(data: Any, source: str = "treadle.yaml") -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, source)
+    return str(info.value)
+
+
+def test_valid_config_and_defaults() -> None:
+    cfg = parse_config({"agents": {"demo": {"model": "tool-caller", "tools": ["Memory"]}, "e": {}}})
+    assert set(cfg.agents) == {"demo", "e"}
+    demo = cfg.agents["demo"]
+    assert (demo.provider, demo.model, demo.tools) == ("mock", "tool-caller", ["Memory"])
+    assert demo.max_iterations == DEFAULT_MAX_ITERATIONS
+    assert demo.memory_scopes == ["agent", "user"]
+    assert cfg.agents["e"].model == "echo" and cfg.agents["e"].tools == []
+
+
+def test_empty_or_missing_config_has_no_agents() -> None:
+    assert parse_config(None).agents == {}
+    assert parse_config({}).agents == {}
+
+
+def test_bad_max_iterations_names_file_key_and_problem() -> None:
+    msg = config_error({"agents": {"demo": {"max_iterations": 0}}}, "conf/treadle.yaml")
+    assert "conf/treadle.yaml: agents.demo.max_iterations: Input should be greater than or equal to 1" in msg
+
+
+def test_non_integer_max_iterations() -> None:
+    msg = config_error({"agents": {"demo": {"max_iterations": "many"}}})
+    assert "treadle.yaml: agents.demo.max_iterations:" in msg
+    assert "integer" in msg
+
+
+def test_unknown_provider() -> None:
+    msg = config_error({"agents": {"demo": {"provider": "openai", "model": "gpt"}}})
+    assert "treadle.yaml: agents.demo.provider: unknown provider 'openai'" in msg
+
+
+def test_unknown_mock_model() -> None:
+    msg = config_error({"agents": {"demo": {"model": "gpt-9"}}})
+    assert "treadle.yaml: agents.demo.model: unknown mock model 'gpt-9'" in msg
+
+
+def test_unknown_tier_and_tier_with_model() -> None:
+    assert "treadle.yaml: agents.demo.tier: unknown tier 'fast'" in config_error(
+        {"agents": {"demo": {"tier": "fast"}}}
+    )
+    msg = config_error({"tiers": {"fast": ["echo"]}, "agents": {"demo": {"tier": "fast", "model": "echo"}}})
+    assert "treadle.yaml: agents.demo" in msg and "tier" in msg
+
+
+def test_script_model_without_script() -> None:
+    msg = config_error({"agents": {"s": {"model": "script"}}})
+    assert "treadle.yaml: agents.s" in msg and "needs mock.script" in msg
+
+
+def test_script_must_end_with_text() -> None:
+    msg = config_error({"agents": {"s": {"model": "script", "mock": {"script": [{"tool": "Memory"}]}}}})
+    assert "treadle.yaml: agents.s.mock.script: " in msg and "must end with a {text: ...} turn" in msg
+
+
+def test_script_turn_is_text_or_tool_not_both() -> None:
+    script = [{"text": "a", "tool": "Memory"}, {"text": "done"}]
+    msg = config_error({"agents": {"s": {"model": "script", "mock": {"script": script}}}})
+    assert "treadle.yaml: agents.s.mock.script.0: " in msg and "either {text: ...} or {tool:" in msg
+
+
+def test_extra_keys_are_refused_at_every_level() -> None:
+    assert "treadle.yaml: agents.demo.modle: Extra inputs are not permitted" in config_error(
+        {"agents": {"demo": {"modle": "echo"}}}
+    )
+    assert "treadle.yaml: servers: Extra inputs are not permitted" in config_error({"agents": {}, "servers": {}})
+    assert "treadle.yaml: agents.demo.mock.latency: Extra inputs are not permitted" in config_error(
+        {"agents": {"demo": {"mock": {"latency": 5}}}}
+    )
+
+
+def test_several_errors_are_all_reported() -> None:
+    msg = config_error({"agents": {"a": {"max_iterations": 0}, "b": {"max_tokens": 0}}})
+    assert "agents.a.max_iterations" in msg and "agents.b.max_tokens" in msg
+
+
+def test_bad_agent_name() -> None:
+    msg = config_error({"agents": {"bad name": {}}})
+    assert "treadle.yaml: agents:" in msg and "'bad name'" in msg
+
+
+def test_bad_memory_scope_and_error_rate() -> None:
+    assert "agents.a.memory_scopes.0:" in config_error({"agents": {"a": {"memory_scopes": ["global"]}}})
+    assert "agents.a.mock.error_rate: Input should be less than or equal to 1" in config_error(
+        {"agents": {"a": {"mock": {"error_rate": 1.5}}}}
+    )
+
+
+def test_top_level_must_be_a_mapping() -> None:
+    msg = config_error(["agents"], "x.yaml")
+    assert msg.startswith("x.yaml: top level must be a mapping")
+
+
+def test_load_config_names_the_file(tmp_path: Path) -> None:
+    p = tmp_path / "my.yaml"
+    p.write_text("agents:\n  demo:\n    max_iterations: -3\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(p)
+    assert f"{p}: agents.demo.max_iterations: Input should be greater than or equal to 1" in str(info.value)
+
+
+def test_load_config_valid_file(tmp_path: Path) -> None:
+    p = tmp_path / "treadle.yaml"
+    p.write_text("agents:\n  demo:\n    model: tool-caller\n    tools: [Memory, Context]\n")
+    cfg = load_config(p)
+    assert cfg.agents["demo"].tools == ["Memory", "Context"]
+
+
+def test_load_config_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="configuration file not found"):
+        load_config(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("agents: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+        load_config(bad)
+
+
+def test_load_settings_reports_env_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TREADLE_WORKERS", "-1")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert "TREADLE_WORKERS:" in str(info.value)
+
+
+def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TREADLE_WORKERS", "3")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@h/db")
+    s = load_settings()
+    assert s.workers == 3 and s.database_url == "postgresql://u@h/db"
+
+
+def test_listen_host_port() -> None:
+    assert Settings(listen="127.0.0.1:8787").listen_host_port() == ("127.0.0.1", 8787)
+    assert Settings(listen="[::1]:9000").listen_host_port() == ("::1", 9000)
+    for bad in ("8787", "host:", "host:abc"):
+        with pytest.raises(ConfigError, match="TREADLE_LISTEN"):
+            Settings(listen=bad).listen_host_port()
+
+
+def test_models_can_be_built_directly() -> None:
+    assert AgentConfig().model == "echo"
+    assert MockSettings().tool_calls == 3
