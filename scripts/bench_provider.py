@@ -229,8 +229,10 @@ async def main() -> int:
             conn.execute(f'CREATE DATABASE "{dbname}"')
         url = make_conninfo(admin, dbname=dbname)
         try:
-            loops = {}
+            solo: dict[str, Any] = {}
+            loops: dict[str, Any] = {}
             for agent in ("mock", "openai", "mock", "openai"):  # twice each, alternating; keep the second
+                solo[agent] = await bench_loop(url, base_url, agent, min(args.runs, 20), args.iterations, 1)
                 loops[agent] = await bench_loop(url, base_url, agent, args.runs, args.iterations, args.workers)
         finally:
             with psycopg.connect(admin, autocommit=True) as conn:
@@ -240,6 +242,7 @@ async def main() -> int:
         server.join(5)
 
     m, o = calls["mock"], calls["openai"]
+    sm, so = solo["mock"], solo["openai"]
     lm, lo = loops["mock"], loops["openai"]
     print(f"# treadle provider-driver benchmark — {time.strftime('%Y-%m-%d')}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
@@ -251,10 +254,19 @@ async def main() -> int:
     print("|---|---:|---:|---:|---:|---:|---:|")
     print(f"| provider call alone ({len(o)} calls, sequential) | {ms(pct(m, 50))} | {ms(pct(o, 50))} |"
           f" {ms(pct(o, 50) - pct(m, 50))} | {ms(pct(m, 99))} | {ms(pct(o, 99))} | {ms(pct(o, 99) - pct(m, 99))} |")
+    print(f"| loop iteration (lease → commit, 1 worker) | {ms(sm['p50'])} | {ms(so['p50'])} |"
+          f" {ms(so['p50'] - sm['p50'])} | {ms(sm['p99'])} | {ms(so['p99'])} | {ms(so['p99'] - sm['p99'])} |")
     print(f"| loop iteration (lease → commit, {args.workers} workers) | {ms(lm['p50'])} | {ms(lo['p50'])} |"
           f" {ms(lo['p50'] - lm['p50'])} | {ms(lm['p99'])} | {ms(lo['p99'])} | {ms(lo['p99'] - lm['p99'])} |")
     print()
-    print(f"iterations/s: mock {lm['rate']:.0f}, openai {lo['rate']:.0f};"
+    try:
+        import sniffio  # noqa: F401
+
+        note = "present"
+    except ImportError:
+        note = "absent: httpcore retries a failed `import sniffio` on every request (~0.5 ms here)"
+    print(f"sniffio: {note}")
+    print(f"iterations/s ({args.workers} workers): mock {lm['rate']:.0f}, openai {lo['rate']:.0f};"
           f" completed runs: mock {lm['completed']}/{args.runs}, openai {lo['completed']}/{args.runs}")  # fmt: skip
     ok = lm["completed"] == args.runs and lo["completed"] == args.runs
     return 0 if ok else 1

@@ -27,7 +27,7 @@ class MaintenanceFunction:
 
     def __call__(self, event: dict[str, Any] | None, context: Any) -> dict[str, Any]:
         rt = self.container.runtime()
-        sweeper = Sweeper(rt.engine, rt.dispatcher, interval_s=60.0)
+        sweeper = Sweeper(rt.engine, rt.dispatcher, interval_s=60.0, wake_due=rt.wake_due)
         total = 0
         while True:
             n = self.container.run(sweeper.sweep_once())

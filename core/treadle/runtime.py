@@ -25,6 +25,7 @@ from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
 from treadle.store.runs import NewRun, RunRecord, RunStore
 from treadle.store.steps import StepStore
+from treadle.store.waits import WaitStore
 from treadle.tools.registry import ToolRegistry, default_registry
 
 log = logging.getLogger("treadle")
@@ -50,6 +51,7 @@ class Runtime:
     hub: RunEventHub
     registry: ToolRegistry
     extras: dict[str, Any] = field(default_factory=dict)
+    waits: WaitStore | None = None
 
     @classmethod
     async def open(
@@ -85,8 +87,12 @@ class Runtime:
             requeue_after_s=settings.requeue_after_seconds, sync_mid_step=settings.sync_mid_step_writes,
         )
         memory = MemoryStore(pool)
+        waits = WaitStore(pool, jobs_in_db=jobs_in_db, requeue_after_s=settings.requeue_after_seconds)
+        services: dict[str, Any] = {}
         hub = RunEventHub()
         engine = Engine(
+            waits=waits,
+            services=services,
             steps=steps,
             memory=memory,
             agents=agents,
@@ -101,6 +107,8 @@ class Runtime:
         )
         rt = cls(settings, config, url, pool, dispatcher, runs, steps, memory, agents, engine, hub, registry)
         rt.extras["providers"] = built
+        rt.waits = waits
+        services["runtime"] = rt
         return rt
 
     async def close(self) -> None:
@@ -120,6 +128,27 @@ class Runtime:
         if created and not self.dispatcher.jobs_in_db:
             await self.dispatcher.enqueue(StepMessage(run.id, 0))
         return run, created
+
+    async def poke(self, tenant_id: str, keys: list[str]) -> int:
+        """Wake every run parked on any of `keys`; returns how many woke."""
+        assert self.waits is not None
+        woken = await self.waits.poke(tenant_id, keys)
+        await self._enqueue_woken(woken)
+        return len(woken)
+
+    async def wake_due(self) -> int:
+        """Wake runs whose wait deadline passed (sweeper / maintenance)."""
+        assert self.waits is not None
+        woken = await self.waits.wake_due()
+        await self._enqueue_woken(woken)
+        return len(woken)
+
+    async def _enqueue_woken(self, woken: list[tuple[str, int]]) -> None:
+        if not self.dispatcher.jobs_in_db:
+            for run_id, step_no in woken:
+                await self.dispatcher.enqueue(StepMessage(run_id, step_no))
+        for run_id, _ in woken:
+            self.hub.notify(run_id)
 
     async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None:
         run = await self.runs.request_cancel(tenant_id, run_id, reason)

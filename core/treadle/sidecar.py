@@ -56,7 +56,7 @@ def create_sidecar_app(settings: Settings | None = None, config: TreadleConfig |
             assert isinstance(rt.dispatcher, PostgresQueue)
             workers = WorkerPool(rt.engine, rt.dispatcher, settings.workers)
             workers.start()
-        sweeper = Sweeper(rt.engine, rt.dispatcher, settings.sweep_interval_seconds)
+        sweeper = Sweeper(rt.engine, rt.dispatcher, settings.sweep_interval_seconds, wake_due=rt.wake_due)
         sweeper.start()
         app.state.runtime = rt
         app.state.workers = workers

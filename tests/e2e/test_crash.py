@@ -77,7 +77,8 @@ async def follow(srv: Any, run_id: str, deadline: float) -> tuple[list[SseEvent]
             ):
                 if resp.status_code == 200:
                     async for ev in parse_sse(resp.aiter_lines()):
-                        frames.append(ev)
+                        if ev.id is not None:  # live-only frames (text deltas) carry no id
+                            frames.append(ev)
             if frames and frames[-1].event in ("done", "error"):
                 return frames, reconnects
         except httpx.HTTPError:

@@ -72,7 +72,8 @@ async def run_workload(make_db: Any, start_server: Any, mode: str) -> dict[str, 
     url = make_db(f"dup_{mode}")
     await migrate(url)
     await execute(url, JOB_TRIGGERS.format(mode=mode))
-    srv = await start_server(url, AGENTS, name=f"dup-{mode}", TREADLE_WORKERS="8")
+    # one job per step (no chaining), so that every step message is really delivered twice
+    srv = await start_server(url, AGENTS, name=f"dup-{mode}", TREADLE_WORKERS="8", TREADLE_CHAIN_STEPS="1")
     specs = [("tc", f"t{i}") for i in range(N_EACH)] + [("sc", f"u{i}") for i in range(N_EACH)]
     async with TreadleClient(srv.url, timeout=10) as client:
         run_ids = [(await client.start_run(agent, f"{agent} run {user}", user_id=user))["run_id"]

@@ -13,12 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
+from treadle_sidecar.server import BackgroundServer
 
 from treadle.client.http import SseEvent, parse_sse
 from treadle.config import Settings, TreadleConfig, parse_config
 from treadle.store.db import open_pool
 from treadle.store.runs import NewRun, RunStore
-from treadle_sidecar.server import BackgroundServer
 
 TEST_HOME = Path(__file__).resolve().parents[2] / ".treadle" / "test"
 MAX_BODY = 4096
@@ -104,8 +104,11 @@ async def api(db_url: str) -> AsyncIterator[Api]:
     finally:
         # leave nothing running in the shared database for later tests' workers
         try:
-            listed = (await client.get("/v1/runs", params={"limit": 500})).json()["runs"]
-            active = {r["run_id"] for r in listed if r["status"] not in ("completed", "failed", "cancelled")}
+            active = {
+                r["run_id"]
+                for status in ("queued", "running")
+                for r in (await client.get("/v1/runs", params={"status": status, "limit": 500})).json()["runs"]
+            }
             for run_id in active & set(a.started):
                 await client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "test teardown"})
                 await a.wait(run_id)

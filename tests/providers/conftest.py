@@ -92,10 +92,12 @@ async def treadle(db_url: str) -> AsyncIterator[MakeHarness]:
     """`await treadle(config_dict, **settings)` → a Harness over a runtime with that config."""
     opened: list[Runtime] = []
 
-    async def factory(config: dict[str, Any], **settings: Any) -> Harness:
+    async def factory(config: dict[str, Any], providers: dict[str, Any] | None = None, **settings: Any) -> Harness:
         s = Settings(database_url=db_url, home=TEST_HOME, **{"workers": 4, **settings})
         disp = InlineDispatcher()
-        rt = await Runtime.open(s, parse_config(config), dispatcher_factory=lambda _p, _u: disp)
+        rt = await Runtime.open(
+            s, parse_config(config), dispatcher_factory=lambda _p, _u: disp, providers=providers
+        )
         disp.handler = rt.engine.handle
         opened.append(rt)
         return Harness(rt, disp, "t_" + secrets.token_hex(6))

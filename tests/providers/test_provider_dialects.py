@@ -115,6 +115,16 @@ async def test_ollama_local_needs_no_key_and_reports_its_context_window(
     assert provider.endpoint.first_byte_s == 600.0  # type: ignore[attr-defined]
 
 
+async def test_ollama_cloud_sends_the_key(vendor: StartVendor, treadle: MakeHarness) -> None:
+    v = await vendor("ollama", key="ollama-cloud-key-0123456789", cloud=True)
+    v.fake.then(text("from the cloud"))
+    h = await treadle({"providers": {"cloud": {"driver": "ollama_cloud", "base_url": v.fake.url, "api_key_env": v.env}},
+                       "agents": {"a": {"provider": "cloud", "model": v.model}}})  # fmt: skip
+    run, events = await h.run("a")
+    assert run.status == "completed" and of(events, "usage")[0]["usage"]["max_context_tokens"] == 8192
+    assert {r.headers.get("authorization") for r in v.fake.server.requests} == {f"Bearer {v.fake.key}"}
+
+
 async def test_ollama_window_falls_back_to_model_info(vendor: StartVendor, treadle: MakeHarness) -> None:
     v = await vendor("ollama", num_ctx=None, context_length=32768)
     v.fake.then(text("hi"))
@@ -199,3 +209,33 @@ async def test_mock_agents_need_no_providers_section(treadle: MakeHarness) -> No
     assert run.status == "completed" and of(events, "text")[0]["text"] == "ping"
     usage: dict[str, Any] = of(events, "usage")[0]["usage"]
     assert (usage["provider"], usage["model"]) == ("mock", "echo")
+
+
+class _BrokenDriver:
+    name = "broken"
+
+    async def call(self, req: Any, on_delta: Any = None) -> Any:
+        raise KeyError("choices")  # a driver bug, outside the ProviderError contract
+
+
+async def test_a_driver_bug_still_ends_as_an_error_event(treadle: MakeHarness) -> None:
+    config = {"providers": {"broken": {"driver": "mock"}}, "agents": {"a": {"provider": "broken", "model": "echo"}}}
+    h = await treadle(config, providers={"broken": _BrokenDriver()})
+    run, events = await h.run("a")
+    assert (run.status, types(events)[-1]) == ("failed", "error")
+    assert run.error is not None and run.error["code"] == "provider_error" and "KeyError" in run.error["error"]
+
+
+def test_errors_never_carry_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from treadle.config import ProviderConfig
+    from treadle.providers.http import VendorError
+    from treadle.providers.registry import build_provider
+
+    monkeypatch.setenv("REDACT_TEST_KEY", "opaque-credential-value-42")
+    driver = build_provider("p", ProviderConfig(driver="openai", api_key_env="REDACT_TEST_KEY"))
+    err = driver.error_from(  # type: ignore[attr-defined]
+        VendorError("bad key opaque-credential-value-42 (also sk-live-abcdefghijkl, AIzaSyA0123456789abcdefghij)"),
+        "m", status=401,
+    )
+    assert err.code == "auth_failed" and "opaque-credential-value-42" not in err.message
+    assert "[redacted:REDACT_TEST_KEY]" in err.message and "sk-live" not in err.message and "AIza" not in err.message

@@ -247,3 +247,17 @@ async def test_overloaded_is_retried(kind: str, vendor: StartVendor, treadle: Ma
     assert run.status == "completed"
     (retry,) = of(events, "retry")
     assert retry["retry"]["code"] == "provider_unavailable" and retry["retry"]["wait_ms"] == 100
+
+
+@pytest.mark.parametrize("kind", WIRE_FORMATS)
+async def test_error_event_inside_the_stream_is_retried(kind: str, vendor: StartVendor, treadle: MakeHarness) -> None:
+    v = await vendor(kind)
+    v.fake.then(text("par", "tial", error_at=2), text("recovered"))
+    h = await treadle(agent_on(v))
+    run, events = await h.run("a")
+    assert run.status == "completed"
+    (retry,) = of(events, "retry")
+    said = {"anthropic": "overloaded_error: Overloaded", "openai": "server had an error",
+            "gemini": "UNAVAILABLE: The model is overloaded"}[kind]  # fmt: skip
+    assert retry["retry"]["code"] == "provider_unavailable" and said in retry["retry"]["error"]
+    assert of(events, "text") == [{"text": "recovered", "iteration": 1}]

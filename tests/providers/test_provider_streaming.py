@@ -43,7 +43,10 @@ async def test_live_deltas_then_assembled_text(kind: str, vendor: StartVendor, t
 
     deltas = [f for f in live if f.event == "text_delta"]
     assert all(f.id is None for f in deltas)
-    assert [f.data["text"] for f in deltas if f.data["iteration"] == 2] == list(PIECES)
+    # every piece streams live; one published in the instant before its turn is stored may be
+    # superseded by the stored text, never shown after it
+    streamed = [f.data["text"] for f in deltas if f.data["iteration"] == 2]
+    assert len(streamed) >= len(PIECES) - 1 and streamed == list(PIECES[: len(streamed)])
     assert {f.data["provider"] for f in deltas} == {"p"}
     texts = [f for f in live if f.event == "text"]
     assert [t.data["text"] for t in texts] == ["Looking.", "".join(PIECES)] and all(t.id for t in texts)

@@ -42,6 +42,9 @@ class FakeAnthropic(VendorFake):
     def authorized(self, req: Request) -> bool:
         return req.headers.get("x-api-key") == self.key
 
+    def stream_error(self) -> bytes:
+        return sse("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+
     def model_ok(self, req: Request, body: Any) -> bool:
         return body.get("model") in MODELS
 

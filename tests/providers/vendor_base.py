@@ -30,6 +30,7 @@ class Turn:
     signature: bool = True  # Gemini: sign the turn (thoughtSignature)
     cut_after: int | None = None  # close the connection after this many SSE events
     malformed_at: int | None = None  # replace this SSE event with broken JSON
+    error_at: int | None = None  # replace this SSE event with the vendor's in-stream error (then stop)
     chunk_delay_s: float = 0.0
     first_byte_delay_s: float = 0.0
     stop: str | None = None  # override the vendor's stop/finish reason
@@ -145,11 +146,16 @@ class VendorFake:
 
     # -- helpers ------------------------------------------------------------------------------------
 
-    @staticmethod
-    def stream_reply(events: list[bytes], turn: Turn, headers: dict[str, str]) -> Reply:
+    def stream_error(self) -> bytes:
+        """The vendor's error event inside a 200 stream (an overload, as vendors send them)."""
+        raise NotImplementedError
+
+    def stream_reply(self, events: list[bytes], turn: Turn, headers: dict[str, str]) -> Reply:
         if turn.malformed_at is not None:
             events = list(events)
             events[turn.malformed_at] = b'data: {"broken": \n\n'
+        if turn.error_at is not None:
+            events = [*events[: turn.error_at], self.stream_error()]
         return Reply(
             200,
             {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", **headers},

@@ -54,6 +54,11 @@ class FakeGemini(VendorFake):
     def authorized(self, req: Request) -> bool:
         return req.headers.get("x-goog-api-key") == self.key and "key" not in req.query
 
+    def stream_error(self) -> bytes:
+        doc = {"error": {"code": 503, "message": "The model is overloaded. Please try again later.",
+                         "status": "UNAVAILABLE"}}  # fmt: skip
+        return f"data: {json.dumps(doc)}\r\n\r\n".encode()
+
     def model_ok(self, req: Request, body: Any) -> bool:
         return self.model_of(req) in MODELS
 

@@ -57,6 +57,10 @@ class FakeOpenAI(VendorFake):
             return True
         return req.headers.get("authorization") == f"Bearer {self.key}"
 
+    def stream_error(self) -> bytes:
+        return sse(None, {"error": {"message": "The server had an error while processing your request.",
+                                    "type": "server_error", "param": None, "code": None}})  # fmt: skip
+
     def model_ok(self, req: Request, body: Any) -> bool:
         return body.get("model") in self.models
 
@@ -221,14 +225,19 @@ class FakeOllama(FakeOpenAI):
     reasoning_field = "reasoning"
     needs_key = False
 
-    def __init__(self, key: str = "", context_length: int = 40960, num_ctx: int | None = 8192) -> None:
+    def __init__(
+        self, key: str = "", context_length: int = 40960, num_ctx: int | None = 8192, cloud: bool = False
+    ) -> None:
         super().__init__(key)
+        self.needs_key = cloud  # ollama.com wants `Authorization: Bearer $OLLAMA_API_KEY`
         self.context_length = context_length
         self.num_ctx = num_ctx
         self.shows: list[str] = []
 
     def route(self, req: Request) -> Reply | None:
         if req.method == "POST" and req.path == "/api/show":
+            if not self.authorized(req):
+                return Reply.json(401, {"error": "unauthorized"})
             model = req.json().get("model")
             self.shows.append(model)
             if model not in self.models:

@@ -46,6 +46,13 @@ async def stream_run_events(
     stored_iteration = 0  # the highest iteration whose assistant turn is stored (and sent)
     with hub.subscribe(run_id) as live:
         while True:
+            # live frames first: a delta published before its turn was stored is still current here
+            for frame in live.drain():
+                it = frame.data.get("iteration")
+                if isinstance(it, int) and it <= stored_iteration:
+                    continue
+                last_sent = time.monotonic()
+                yield sse_frame(frame.event, frame.data)
             events = await runs.events(tenant_id, run_id, cursor, limit=500)
             for ev in events:
                 cursor = ev.seq
@@ -62,12 +69,6 @@ async def stream_run_events(
                 run = await runs.get(tenant_id, run_id)
                 if run is None or (run.terminal and run.last_seq <= cursor):
                     return
-            for frame in live.drain():
-                it = frame.data.get("iteration")
-                if isinstance(it, int) and it <= stored_iteration:
-                    continue
-                last_sent = now
-                yield sse_frame(frame.event, frame.data)
             if budget_s is not None and now - started >= budget_s:
                 yield b": budget exhausted; resume with from_seq\n\n"
                 return

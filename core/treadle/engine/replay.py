@@ -43,6 +43,8 @@ class Transcript:
         }
     )
     finished: bool = False
+    #: tool_use_id → its first `tool_parked` record ({"kind","keys","deadline","extra"})
+    parked: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def replay(events: list[tuple[int, str, dict[str, Any]]]) -> Transcript:
@@ -113,6 +115,11 @@ def replay(events: list[tuple[int, str, dict[str, Any]]]) -> Transcript:
                 v = usage.get(k)
                 if isinstance(v, int):
                     t.usage[k] += v
+        elif etype == "tool_parked":
+            tu = payload.get("tool_use") or {}
+            wait = payload.get("wait")
+            if isinstance(wait, dict):
+                t.parked.setdefault(str(tu.get("id")), wait)
         elif etype in ("done", "error"):
             t.finished = True
     close_turn(final=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,8 @@ from treadle.domain.runs import NewEvent
 from treadle.engine.agents import Candidate, ModelRoute
 from treadle.errors import ProviderError, RetryableProviderError, UnknownModel
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, RunInfo
+
+log = logging.getLogger("treadle.engine")
 
 SinkFactory = Callable[[Candidate, int], DeltaSink | None]
 
@@ -133,6 +136,14 @@ async def call_route(
             except UnknownModel as exc:
                 last_exc = exc
                 break
+            except ProviderError:
+                raise
+            except Exception as exc:  # a driver bug must still end as an error event, not a crashed step
+                log.exception("provider %s raised outside its error contract", cand.provider_id)
+                raise ProviderError(
+                    f"{cand.provider_id}: internal driver error: {type(exc).__name__}: {exc}",
+                    details={"provider": cand.provider_id, "model": cand.model},
+                ) from exc
             response.provider = cand.provider_id
             response.model = cand.model
             _unique_tool_ids(response, call)

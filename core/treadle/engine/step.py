@@ -33,7 +33,8 @@ from treadle.engine.resolver import Call, RetryPolicy, call_route
 from treadle.errors import LeaseLost, ProviderError, ToolError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.store.memory import MemoryStore
-from treadle.store.steps import LeasedRun, StepOutcome, StepStore
+from treadle.store.waits import WaitStore
+from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 log = logging.getLogger("treadle.engine")
@@ -48,6 +49,16 @@ class StepResult(Enum):
     FINISHED = "finished"  # the run reached a terminal status
     RETRY_LATER = "retry_later"  # the step crashed and was handed back
     LEASE_LOST = "lease_lost"
+    PARKED = "parked"  # the run waits (status 'waiting'); a poke or a deadline wakes it
+
+
+@dataclass(slots=True)
+class ParkedCall:
+    """A tool call that returned Park: no result yet; the run parks on its keys."""
+
+    tool_use: ToolUseBlock
+    park: Park
+    resume: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -72,7 +83,11 @@ class Engine:
         enqueue: Callable[[StepMessage, float], Any] | None,
         hub: RunEventHub | None = None,
         settings: EngineSettings | None = None,
+        waits: WaitStore | None = None,
+        services: dict[str, Any] | None = None,
     ) -> None:
+        self.waits = waits
+        self.services: dict[str, Any] = services if services is not None else {}
         self.steps = steps
         self.memory = memory
         self.agents = agents
@@ -134,8 +149,10 @@ class Engine:
             return await self._finish_failed(
                 leased, owner, [], "unknown_agent", f"agent {leased.agent!r} is not configured"
             )
-        if transcript.pending:  # a crash separated the assistant turn from its results
-            results = await self._run_tools(leased, agent, transcript.pending, transcript.iterations)
+        if transcript.pending:  # parked calls being woken, or a crash between a turn and its results
+            results = await self._run_tools(
+                leased, agent, transcript.pending, transcript.iterations, transcript.parked
+            )
             # the crashed attempt appended its turn but never committed the run row's counters
             behind = transcript.iterations > leased.iterations
             return await self._decide(
@@ -179,13 +196,16 @@ class Engine:
         owner: str,
         agent: ResolvedAgent,
         iteration: int,
-        results: list[NewEvent],
+        outcomes: list[NewEvent | ParkedCall],
         *,
         usage: dict[str, int] | None = None,
         new_iteration: bool = False,
         totals: dict[str, int] | None = None,
     ) -> StepResult:
         delta = 1 if new_iteration else 0
+        if any(isinstance(o, ParkedCall) for o in outcomes):
+            return await self._park(leased, owner, iteration, outcomes, usage=usage, delta=delta)
+        results = [o for o in outcomes if isinstance(o, NewEvent)]
         if iteration >= agent.config.max_iterations:
             if totals is None:
                 totals = replay(leased.events).usage
@@ -209,6 +229,47 @@ class Engine:
         )
         if chain_owner is not None:
             return StepResult.CHAINED
+        await self._dispatch(StepMessage(leased.run_id, next_step))
+        return StepResult.CONTINUED
+
+    async def _park(
+        self,
+        leased: LeasedRun,
+        owner: str,
+        iteration: int,
+        outcomes: list[NewEvent | ParkedCall],
+        *,
+        usage: dict[str, int] | None,
+        delta: int,
+    ) -> StepResult:
+        """Commit the results that are in, a `tool_parked` record per parked call, and the waits;
+        the run becomes `waiting` and holds no worker. A poke that raced the tool's check turns
+        the park into an ordinary next step."""
+        events: list[NewEvent] = []
+        waits: list[WaitSpec] = []
+        now = time.time()
+        for o in outcomes:
+            if isinstance(o, NewEvent):
+                events.append(o)
+                continue
+            tu, park = o.tool_use, o.park
+            first = o.resume or {}
+            deadline = first.get("deadline")
+            if deadline is None and park.deadline_s is not None:
+                deadline = now + park.deadline_s
+            wait = {"kind": park.kind, "keys": sorted(park.keys), "deadline": deadline, "extra": park.extra}
+            events.append(
+                NewEvent(
+                    "tool_parked",
+                    {"tool_use": {"id": tu.id, "name": tu.name, "input": tu.input}, "wait": wait,
+                     "iteration": iteration},
+                )
+            )
+            waits.extend(WaitSpec(tu.id, park.kind, k, v, deadline) for k, v in park.keys.items())
+        outcome = StepOutcome("waiting", iterations_delta=delta, usage=usage, waits=waits)
+        next_step = await self.steps.commit(leased, owner, events, outcome)
+        if outcome.waits:
+            return StepResult.PARKED
         await self._dispatch(StepMessage(leased.run_id, next_step))
         return StepResult.CONTINUED
 
@@ -274,21 +335,32 @@ class Engine:
     # -- tools ----------------------------------------------------------------------------------------
 
     async def _run_tools(
-        self, leased: LeasedRun, agent: ResolvedAgent, uses: list[ToolUseBlock], iteration: int
-    ) -> list[NewEvent]:
+        self,
+        leased: LeasedRun,
+        agent: ResolvedAgent,
+        uses: list[ToolUseBlock],
+        iteration: int,
+        parked: dict[str, dict[str, Any]] | None = None,
+    ) -> list[NewEvent | ParkedCall]:
+        parked = parked or {}
         if len(uses) == 1:
-            return [await self._run_tool(leased, agent, uses[0], iteration)]
+            return [await self._run_tool(leased, agent, uses[0], iteration, parked.get(uses[0].id))]
         sem = asyncio.Semaphore(self.settings.tool_parallelism)
 
-        async def bounded(tu: ToolUseBlock) -> NewEvent:
+        async def bounded(tu: ToolUseBlock) -> NewEvent | ParkedCall:
             async with sem:
-                return await self._run_tool(leased, agent, tu, iteration)
+                return await self._run_tool(leased, agent, tu, iteration, parked.get(tu.id))
 
         return list(await asyncio.gather(*(bounded(tu) for tu in uses)))
 
     async def _run_tool(
-        self, leased: LeasedRun, agent: ResolvedAgent, tu: ToolUseBlock, iteration: int
-    ) -> NewEvent:
+        self,
+        leased: LeasedRun,
+        agent: ResolvedAgent,
+        tu: ToolUseBlock,
+        iteration: int,
+        resume: dict[str, Any] | None = None,
+    ) -> NewEvent | ParkedCall:
         tool = agent.tools_by_name.get(tu.name)
         result: ToolResult | Park
         if tool is None:
@@ -310,6 +382,9 @@ class Engine:
                 tools=tuple(agent.tools_by_name),
                 model=agent.model,
                 provider=agent.provider_id,
+                waits=self.waits,
+                resume=resume,
+                services=self.services,
             )
             try:
                 result = await tool.invoke(ctx, tu.input)
@@ -319,10 +394,10 @@ class Engine:
                 log.warning("tool %s raised %s", tu.name, exc, exc_info=True)
                 result = ToolResult(f"{tu.name} failed: {type(exc).__name__}: {exc}", is_error=True)
             if isinstance(result, Park):
-                result = ToolResult(
-                    "not_implemented: parking a run (waiting primitives) is not available in this build",
-                    is_error=True,
-                )
+                if self.waits is None or not result.keys:
+                    result = ToolResult("this runtime cannot park runs (no wait store)", is_error=True)
+                else:
+                    return ParkedCall(tu, result, resume)
         return _tool_result_event(tu, result.content, result.is_error)
 
     # -- endings --------------------------------------------------------------------------------------

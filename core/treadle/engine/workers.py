@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from treadle.dispatch.base import Dispatcher
 from treadle.dispatch.postgres import PostgresQueue
@@ -67,7 +68,14 @@ class WorkerPool:
 class Sweeper:
     """Re-enqueues steps whose lease expired (worker died) or whose message was lost."""
 
-    def __init__(self, engine: Engine, dispatcher: Dispatcher, interval_s: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        dispatcher: Dispatcher,
+        interval_s: float,
+        wake_due: Callable[[], Awaitable[int]] | None = None,
+    ) -> None:
+        self.wake_due = wake_due
         self.engine = engine
         self.dispatcher = dispatcher
         self.interval_s = interval_s
@@ -91,8 +99,11 @@ class Sweeper:
                 await self.dispatcher.enqueue(StepMessage(run_id, step_no))
         if due:
             log.info("sweeper re-enqueued %d step(s)", len(due))
+        woken = await self.wake_due() if self.wake_due is not None else 0
+        if woken:
+            log.info("sweeper woke %d parked run(s) past their deadline", woken)
         self.swept += len(due)
-        return len(due)
+        return len(due) + woken
 
     async def _loop(self) -> None:
         while True:

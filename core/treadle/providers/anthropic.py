@@ -70,6 +70,8 @@ class AnthropicProvider(HttpDriver):
         budget = opts.get("thinking_budget_tokens")
         if isinstance(budget, int) and budget > 0 and _thinking_allowed(req.messages):
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            if budget >= req.max_tokens:  # the API wants max_tokens > budget_tokens
+                body["max_tokens"] = budget + req.max_tokens
         elif "temperature" in opts:
             body["temperature"] = opts["temperature"]
         return body

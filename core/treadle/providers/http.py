@@ -127,6 +127,7 @@ class HttpDriver:
         self.name = endpoint.provider_id
         self._client: httpx.AsyncClient | None = None
         self._sem: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- credentials ---------------------------------------------------------------------------
 
@@ -156,6 +157,9 @@ class HttpDriver:
     # -- transport --------------------------------------------------------------------------------
 
     def client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # connections and the semaphore belong to one event loop
+            self._client, self._sem, self._loop = None, None, loop
         if self._client is None:
             ep = self.endpoint
             self._client = httpx.AsyncClient(
@@ -171,6 +175,7 @@ class HttpDriver:
             await client.aclose()
 
     def _semaphore(self) -> asyncio.Semaphore:
+        self.client()
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.endpoint.max_concurrent)
         return self._sem

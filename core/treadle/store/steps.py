@@ -57,6 +57,23 @@ class LeasedRun:
 
 
 @dataclass(slots=True)
+class WaitSpec:
+    tool_use_id: str
+    kind: str
+    key: str
+    since_version: int
+    deadline_epoch: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tool_use_id": self.tool_use_id,
+            "kind": self.kind,
+            "key": self.key,
+            "deadline": self.deadline_epoch,
+        }
+
+
+@dataclass(slots=True)
 class StepOutcome:
     """What a step commits besides its events."""
 
@@ -70,6 +87,8 @@ class StepOutcome:
     #: keep the run leased for its next step under this new owner token, instead of releasing
     #: it and enqueueing a job: the same worker continues at once (no claim, no reload)
     chain_owner: str | None = None
+    #: park the run (status 'waiting') on these waits; see store/waits.py for the protocol
+    waits: list[WaitSpec] | None = None
 
     @property
     def final(self) -> bool:
@@ -124,8 +143,10 @@ class StepStore:
         "lease_owner = %(owner)s, lease_until = now() + make_interval(secs => %(lease)s),"
         " status = CASE WHEN runs.status = 'queued' THEN 'running' ELSE runs.status END, updated_at = now()"
     )
+    # a parked run is leased only to be cancelled; a poke sets it back to 'running' first
     _LEASE_FREE = (
-        "runs.status IN ('queued','running') AND (runs.lease_owner IS NULL OR runs.lease_until < now())"
+        "(runs.status IN ('queued','running') OR (runs.status = 'waiting' AND runs.cancel_requested))"
+        " AND (runs.lease_owner IS NULL OR runs.lease_until < now())"
     )
 
     async def lease(self, run_id: str, step_no: int, owner: str) -> LeasedRun | None:
@@ -252,15 +273,44 @@ class StepStore:
 
         With `outcome.chain_owner` the lease passes to that token for the next step and nothing is
         enqueued; `leased` is updated in place (step_no, events, counters) for the caller to go on."""
+        if outcome.waits:
+            return await self._commit_parking(leased, owner, events, outcome)
+        async with self.pool.connection() as conn:
+            return await self._commit(conn, leased, owner, events, outcome)
+
+    async def _commit_parking(
+        self, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
+    ) -> int:
+        """Park unless a poke raced the tool's check: lock the wait keys, compare versions."""
+        waits = outcome.waits or []
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "SELECT key, version FROM wait_keys WHERE tenant_id = %s AND key = ANY(%s) FOR SHARE",
+                (leased.tenant_id, [w.key for w in waits]),
+            )
+            current = {r["key"]: int(r["version"]) for r in await cur.fetchall()}
+            if any(current.get(w.key, 0) != w.since_version for w in waits):
+                outcome.status, outcome.waits, outcome.enqueue_next = "running", None, True
+                outcome.chain_owner = None
+            else:
+                outcome.status = "waiting"
+            step = await self._commit(conn, leased, owner, events, outcome)
+        outcome.waits = waits if outcome.status == "waiting" else None
+        return step
+
+    async def _commit(
+        self, conn: Any, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
+    ) -> int:
         usage = outcome.usage or {}
         chain = outcome.chain_owner is not None and not outcome.final
-        enqueue_here = outcome.enqueue_next and self.jobs_in_db and not chain
+        parked = bool(outcome.waits)
+        enqueue_here = outcome.enqueue_next and self.jobs_in_db and not chain and not parked
         sql = f"""
         WITH g AS (
             UPDATE runs SET
                 last_seq = last_seq + %(n)s, step_no = step_no + 1, step_failures = 0,
                 lease_owner = %(chain_owner)s,
-                lease_until = CASE WHEN %(final)s THEN NULL
+                lease_until = CASE WHEN %(final)s OR %(parked)s THEN NULL
                                    WHEN %(chain_owner)s::text IS NOT NULL THEN now() + make_interval(secs => %(lease)s)
                                    ELSE now() + make_interval(secs => %(requeue)s + %(delay)s) END,
                 status = %(status)s,
@@ -283,6 +333,15 @@ class StepStore:
             INSERT INTO jobs (tenant_id, run_id, step_no, run_at)
             SELECT g.tenant_id, %(run_id)s, g.step_no, now() + make_interval(secs => %(delay)s)
             FROM g WHERE %(enqueue)s
+        ), wt AS (
+            INSERT INTO run_waits (run_id, tenant_id, tool_use_id, kind, key, deadline)
+            SELECT %(run_id)s, g.tenant_id, w.tool_use_id, w.kind, w.key,
+                   CASE WHEN w.deadline IS NULL THEN NULL ELSE to_timestamp(w.deadline) END
+            FROM g, jsonb_to_recordset(%(waits)s::jsonb)
+                 AS w(tool_use_id text, kind text, key text, deadline float8)
+            ON CONFLICT DO NOTHING
+        ), clean AS (
+            DELETE FROM run_waits WHERE run_id = %(run_id)s AND %(final)s AND EXISTS (SELECT 1 FROM g)
         )
         SELECT g.step_no, g.cancel_requested, g.cancel_reason,
                CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM g
@@ -306,11 +365,12 @@ class StepStore:
             "events": _events_param(events),
             "enqueue": enqueue_here,
             "chain_owner": outcome.chain_owner if chain else None,
+            "parked": parked,
+            "waits": Jsonb([w.to_json() for w in outcome.waits or []]),
             "lease": self.lease_s,
         }
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(sql, params)
-            row = await cur.fetchone()
+        cur = await conn.execute(sql, params)
+        row = await cur.fetchone()
         if row is None:
             raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
         base = leased.last_seq

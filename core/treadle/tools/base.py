@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from treadle.store.memory import MemoryStore
+    from treadle.store.waits import WaitStore
 
 
 @dataclass(slots=True)
@@ -25,6 +26,19 @@ class ToolContext:
     model: str = ""
     provider: str = ""
     now: datetime | None = None
+    #: wait keys and pokes, for tools that park (see store/waits.py for the protocol)
+    waits: WaitStore | None = None
+    #: when this call was parked before and is now re-invoked: the first `tool_parked` record
+    #: ({"kind", "keys", "deadline" (epoch s or None), "extra"}); None on the first invocation
+    resume: dict[str, Any] | None = None
+    #: runtime services tools may use by name (e.g. "channels", "runs")
+    services: dict[str, Any] = field(default_factory=dict)
+
+    def deadline_passed(self) -> bool:
+        import time
+
+        deadline = (self.resume or {}).get("deadline")
+        return deadline is not None and time.time() >= float(deadline)
 
 
 @dataclass(slots=True)
@@ -39,10 +53,14 @@ class ToolResult:
 
 @dataclass(slots=True)
 class Park:
-    """Park the run until `kind`/`key` is satisfied or `deadline_s` passes (waiting primitives)."""
+    """Park the run: re-invoke this tool call when one of `keys` is poked or the deadline passes.
+
+    `keys` maps each wait key to the version the tool read (WaitStore.version) *before* checking
+    its condition; the engine parks only if no poke landed since. `deadline_s` counts from the
+    first park of this call (re-parks keep the original deadline, via ToolContext.resume)."""
 
     kind: str
-    key: str
+    keys: dict[str, int]
     deadline_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
