@@ -78,8 +78,12 @@ async def open_cloud_runtime(cloud: CloudSettings) -> Runtime:
         raise ConfigError("the cloud shape needs DATABASE_URL or TREADLE_DB_SECRET_ARN (no embedded Postgres)")
     if not cloud.queue_url:
         raise ConfigError("TREADLE_QUEUE_URL is not set")
+    # One SQS message per loop iteration: no chaining of a run's steps inside one invocation (a
+    # worker's lease and its records are sized from the invocation's remaining time, per step).
+    shape: dict[str, object] = {"chain_steps": 1}
     if settings.db_pool_size == 0:
-        settings = settings.model_copy(update={"db_pool_size": DEFAULT_POOL_SIZE})
+        shape["db_pool_size"] = DEFAULT_POOL_SIZE
+    settings = settings.model_copy(update=shape)
     config = load_config(settings.config)
     sqs = LazySqsClient()
     rt = await Runtime.open(

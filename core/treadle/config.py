@@ -146,8 +146,20 @@ class AgentConfig(BaseModel):
         return self
 
 
+class ChannelConfig(BaseModel):
+    """A channel declared by the operator (shared by every tenant)."""
+
+    model_config = ConfigDict(extra="forbid")
+    scope: Literal["agent", "user", "global"] = "global"
+    semantic: Literal["queue", "broadcast"] = "broadcast"
+    default_ttl: int | None = Field(default=None, gt=0, description="seconds")
+    max_messages: int | None = Field(default=None, gt=0)
+    description: str = ""
+
+
 class TreadleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    channels: dict[str, ChannelConfig] = Field(default_factory=dict)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     models: dict[str, ModelRef] = Field(default_factory=dict)
     tiers: dict[str, TierConfig] = Field(default_factory=dict)

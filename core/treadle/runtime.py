@@ -20,6 +20,7 @@ from treadle.errors import UnknownAgent
 from treadle.providers.base import Provider
 from treadle.providers.mock import MockProvider
 from treadle.providers.registry import build_providers
+from treadle.store.channels import ChannelDef, ChannelStore, channel_key
 from treadle.store.db import Pool, open_pool, resolve_database_url
 from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
@@ -109,6 +110,13 @@ class Runtime:
         rt.extras["providers"] = built
         rt.waits = waits
         services["runtime"] = rt
+        services["channels"] = ChannelStore(
+            pool,
+            {
+                name: ChannelDef(name, c.scope, c.semantic, c.default_ttl, c.max_messages, c.description, "yaml")
+                for name, c in config.channels.items()
+            },
+        )
         return rt
 
     async def close(self) -> None:
@@ -128,6 +136,24 @@ class Runtime:
         if created and not self.dispatcher.jobs_in_db:
             await self.dispatcher.enqueue(StepMessage(run.id, 0))
         return run, created
+
+    @property
+    def channels(self) -> ChannelStore:
+        store = self.engine.services["channels"]
+        assert isinstance(store, ChannelStore)
+        return store
+
+    async def publish(
+        self, tenant_id: str, channel: str, value: Any, *, scope_id: str = "", ttl_s: float | None = None
+    ) -> dict[str, Any]:
+        """Publish to a channel and wake the runs parked on it (HTTP, webhooks, schedule hooks)."""
+        d = await self.channels.get_def(tenant_id, channel)
+        if d.scope == "global":
+            scope_id = ""
+        msg, dropped = await self.channels.publish(tenant_id, d, scope_id, value, ttl_s)
+        woken = await self.poke(tenant_id, [channel_key(d.name, scope_id)])
+        return {"channel": d.name, "message_id": msg.id, "scope_id": scope_id, "published_at": msg.published_at,
+                "dropped_oldest": dropped, "woken": woken}
 
     async def poke(self, tenant_id: str, keys: list[str]) -> int:
         """Wake every run parked on any of `keys`; returns how many woke."""

@@ -17,6 +17,13 @@ from treadle.security.principal import BearerAuthenticator
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
+def api_routers() -> list[APIRouter]:
+    """The routers of the authenticated API (/v1/...), in mount order."""
+    from treadle.api import channels
+
+    return [runs.router, channels.router]
+
+
 def create_app(
     *,
     auth_token: str | None,
@@ -40,7 +47,7 @@ def create_app(
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
-    for router in (runs.router,) if routers is None else routers:
+    for router in api_routers() if routers is None else routers:
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=max_request_bytes)
     return app

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -63,3 +63,8 @@ class NewEvent:
     type: str
     payload: dict[str, object]
     tool_use_id: str | None = None
+    #: events recorded just before this one in the same write (a tool's own events)
+    preceding: list[NewEvent] = field(default_factory=list)
+
+    def flattened(self) -> list[NewEvent]:
+        return [*self.preceding, self] if self.preceding else [self]

@@ -205,7 +205,7 @@ class Engine:
         delta = 1 if new_iteration else 0
         if any(isinstance(o, ParkedCall) for o in outcomes):
             return await self._park(leased, owner, iteration, outcomes, usage=usage, delta=delta)
-        results = [o for o in outcomes if isinstance(o, NewEvent)]
+        results = [e for o in outcomes if isinstance(o, NewEvent) for e in o.flattened()]
         if iteration >= agent.config.max_iterations:
             if totals is None:
                 totals = replay(leased.events).usage
@@ -250,7 +250,7 @@ class Engine:
         now = time.time()
         for o in outcomes:
             if isinstance(o, NewEvent):
-                events.append(o)
+                events.extend(o.flattened())
                 continue
             tu, park = o.tool_use, o.park
             first = o.resume or {}
@@ -398,7 +398,9 @@ class Engine:
                     result = ToolResult("this runtime cannot park runs (no wait store)", is_error=True)
                 else:
                     return ParkedCall(tu, result, resume)
-        return _tool_result_event(tu, result.content, result.is_error)
+        event = _tool_result_event(tu, result.content, result.is_error)
+        event.preceding = [NewEvent(t, p) for t, p in result.events]
+        return event
 
     # -- endings --------------------------------------------------------------------------------------
 

@@ -45,6 +45,8 @@ class ToolContext:
 class ToolResult:
     content: str
     is_error: bool = False
+    #: extra transcript events recorded just before this result, e.g. ("channel_publish", {...})
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     @classmethod
     def json(cls, value: Any) -> ToolResult:

@@ -40,7 +40,8 @@ class ToolRegistry:
 
 
 def default_registry() -> ToolRegistry:
+    from treadle.tools.channel import ChannelTool
     from treadle.tools.context import ContextTool
     from treadle.tools.memory import MemoryTool
 
-    return ToolRegistry([MemoryTool(), ContextTool()])
+    return ToolRegistry([MemoryTool(), ContextTool(), ChannelTool()])
