@@ -33,8 +33,8 @@ from treadle.engine.resolver import Call, RetryPolicy, call_route
 from treadle.errors import LeaseLost, ProviderError, ToolError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.store.memory import MemoryStore
-from treadle.store.waits import WaitStore
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
+from treadle.store.waits import WaitStore
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 log = logging.getLogger("treadle.engine")
