@@ -179,7 +179,7 @@ async def test_provider_429s_are_retried_and_recorded(open_runtime: Any) -> None
         assert run.status == "completed"
         events = await rt.runs.events("default", run_id)
         retries += sum(1 for e in events if e.type == "retry")
-        assert [e.payload["text"] for e in events if e.type == "text"][0].startswith("hello")
+        assert next(e.payload["text"] for e in events if e.type == "text").startswith("hello")
     assert retries > 0
 
 
