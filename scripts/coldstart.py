@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -63,7 +64,12 @@ def imports(repeat: int, layer_python: str | None) -> None:
     if layer_python:
         if not (LAYER / "python").is_dir() or not STAGED.is_dir():
             sys.exit("--layer-python needs layers/build/layer (layers/build.py) and build/lambda-app (cdk synth)")
-        lambda_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{STAGED}:{LAYER / 'python'}", "LANG": "C.UTF-8"}
+        # bytecode goes to a cache of its own (Lambda's /var/task and /opt are read-only: ship the
+        # code byte-compiled — layers/build.py and the app staging do when they find python3.12)
+        lambda_env = {
+            "PATH": "/usr/bin:/bin", "PYTHONPATH": f"{STAGED}:{LAYER / 'python'}", "LANG": "C.UTF-8",
+            "PYTHONPYCACHEPREFIX": str(ROOT / ".treadle" / "coldstart" / "pycache"),
+        }
     for name in HANDLERS:
         module = f"functions.{name}.handler"
         dev = median_import(sys.executable, module, repeat)
@@ -119,6 +125,7 @@ def invocations(repeat: int) -> None:
 
     from treadle.store.db import resolve_database_url
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,8 +32,24 @@ def starter_config() -> str:
     return STARTER_YAML
 
 
-def stage_app_code(config_yaml: str, out: Path = DEFAULT_STAGING_DIR) -> Path:
-    """Copy what the functions run into `out` (replacing it) and return it."""
+def find_interpreter(version: str) -> str | None:
+    """A `pythonX.Y` on PATH that really is that version (not a pyenv shim that refuses)."""
+    exe = shutil.which(f"python{version}")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=30)
+    except OSError:
+        return None
+    return exe if out.returncode == 0 and out.stdout.strip() == version else None
+
+
+def stage_app_code(config_yaml: str, out: Path = DEFAULT_STAGING_DIR, *, compile_with: str | None = None) -> Path:
+    """Copy what the functions run into `out` (replacing it) and return it. With an interpreter
+    of the runtime's version the code is byte-compiled (/var/task is read-only on Lambda, so
+    bytecode not shipped is recompiled on every cold start); hash-checked pycs keep the asset's
+    hash a function of the sources."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -40,6 +57,9 @@ def stage_app_code(config_yaml: str, out: Path = DEFAULT_STAGING_DIR) -> Path:
     shutil.copytree(ROOT / "cloud" / "treadle_cloud", out / "treadle_cloud", ignore=_IGNORE)
     shutil.copytree(ROOT / "functions", out / "functions", ignore=_IGNORE)
     (out / "treadle.yaml").write_text(config_yaml)
+    if compile_with:
+        subprocess.run([compile_with, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash", str(out)],
+                       check=True)
     return out
 
 

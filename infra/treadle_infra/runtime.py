@@ -35,7 +35,15 @@ from aws_cdk import aws_sns_subscriptions as sns_subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from treadle_infra.assets import DEFAULT_LAYER_DIR, check_layer_dir, stage_app_code, starter_config, validate_config
+from treadle_infra.assets import (
+    DEFAULT_LAYER_DIR,
+    DEFAULT_STAGING_DIR,
+    check_layer_dir,
+    find_interpreter,
+    stage_app_code,
+    starter_config,
+    validate_config,
+)
 
 DB_NAME = "treadle"
 DB_USER = "treadle"
@@ -54,6 +62,8 @@ class TreadleRuntimeProps:
     layer_dir: Path = DEFAULT_LAYER_DIR
     #: where the application code is staged for its asset
     staging_dir: Path | None = None
+    #: byte-compile the staged code when an interpreter of the runtime's version is on PATH
+    byte_compile: bool = True
     architecture: lambda_.Architecture = field(default_factory=lambda: lambda_.Architecture.X86_64)
     python_runtime: lambda_.Runtime = field(default_factory=lambda: lambda_.Runtime.PYTHON_3_12)
     db_engine_version: rds.AuroraPostgresEngineVersion = field(
@@ -182,7 +192,9 @@ class TreadleRuntime(Construct):
 
         # -- code ---------------------------------------------------------------------------------
         config_yaml = validate_config(p.config_file) if p.config_file else starter_config()
-        staged = stage_app_code(config_yaml, p.staging_dir) if p.staging_dir else stage_app_code(config_yaml)
+        version = p.python_runtime.name.removeprefix("python")
+        compile_with = find_interpreter(version) if p.byte_compile else None
+        staged = stage_app_code(config_yaml, p.staging_dir or DEFAULT_STAGING_DIR, compile_with=compile_with)
         self.code = lambda_.Code.from_asset(str(staged))
         self.layer = lambda_.LayerVersion(
             self,

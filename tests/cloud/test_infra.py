@@ -42,7 +42,8 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (tmp / "treadle.yaml").write_text(CONFIG)
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     app = cdk.App(outdir=str(tmp / "cdk.out"), context=context)
-    props = TreadleRuntimeProps(layer_dir=tmp / "layer", staging_dir=tmp / "app", config_file=tmp / "treadle.yaml")
+    props = TreadleRuntimeProps(layer_dir=tmp / "layer", staging_dir=tmp / "app", config_file=tmp / "treadle.yaml",
+                                byte_compile=False)
     stack = TreadleStack(app, "Treadle", props=props)
     template = Template.from_stack(stack)
     return {"template": template, "json": template.to_json(), "tmp": tmp}
@@ -201,3 +202,15 @@ def test_cfn_lint_finds_no_errors(synth: dict[str, Any]) -> None:
     findings = json.loads(proc.stdout or "[]")
     errors = [f for f in findings if f["Level"] == "Error"]
     assert errors == [], errors
+
+
+def test_staged_code_can_ship_hash_checked_bytecode(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "infra"))
+    from treadle_infra.assets import stage_app_code, starter_config
+
+    out = stage_app_code(starter_config(), tmp_path / "app", compile_with=sys.executable)
+    tag = sys.implementation.cache_tag
+    pyc = out / "treadle" / "__pycache__" / f"runtime.{tag}.pyc"
+    flags = int.from_bytes(pyc.read_bytes()[4:8], "little")
+    assert flags == 0b01  # hash-based, unchecked: independent of file times, so the asset hash is stable
+    assert (out / "functions" / "worker" / "__pycache__" / f"handler.{tag}.pyc").is_file()
