@@ -10,7 +10,8 @@
    layer (layers/build/layer/python) on the path.
 2. First invocation of api and worker in a fresh process, against moto's SQS and a real Postgres
    ($DATABASE_URL, else the embedded one): the first call opens the runtime (migrations check,
-   pool), the second shows the warm path.
+   pool) and creates the SQS client (boto3 is imported then), the second shows the warm path.
+   api: POST /v1/runs; worker: one step of a mock tool-calling agent (model, tool, commit, send).
 3. The dependency layer's size, unzipped and zipped (build it with layers/build.py).
 """
 
@@ -99,15 +100,13 @@ FIRST_INVOCATION = textwrap.dedent(
         auth = {{"authorization": "Bearer coldstart"}}
         for key in ("first_ms", "second_ms"):
             t = time.perf_counter()
-            resp = api.handler(http_event("POST", "/v1/runs", headers=auth, body={{"agent": "echo", "prompt": "hi"}}),
+            resp = api.handler(http_event("POST", "/v1/runs", headers=auth, body={{"agent": "calc", "prompt": "hi"}}),
                                FakeContext("api", 30))
             out[key] = (time.perf_counter() - t) * 1000
             assert resp["statusCode"] == 202, resp
     else:
-        import boto3
-        sqs = boto3.client("sqs")
-        for key in ("first_ms", "second_ms"):
-            msgs = sqs.receive_message(QueueUrl={queue!r}, MaxNumberOfMessages=1, WaitTimeSeconds=5)["Messages"]
+        batches = json.loads(sys.stdin.read())  # received by the parent: boto3 stays unimported here
+        for key, msgs in zip(("first_ms", "second_ms"), batches):
             t = time.perf_counter()
             resp = worker.handler(sqs_event(msgs, {arn!r}), FakeContext("worker", 300))
             out[key] = (time.perf_counter() - t) * 1000
@@ -141,7 +140,10 @@ def invocations(repeat: int) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{dbname}"')
         conn.execute(f'CREATE DATABASE "{dbname}"')
     config = ROOT / ".treadle" / "coldstart" / "treadle.yaml"
-    config.write_text("agents:\n  echo:\n    provider: mock\n    model: echo\n")
+    config.write_text(  # one tool call: a worker's first step continues the run (and so sends to SQS)
+        "agents:\n  calc:\n    provider: mock\n    model: tool-caller\n    tools: [Memory]\n"
+        "    mock: {tool_calls: 1}\n"
+    )
     try:
         sqs = boto3.client("sqs")
         queue = sqs.create_queue(QueueName="coldstart")["QueueUrl"]
@@ -156,8 +158,14 @@ def invocations(repeat: int) -> None:
         results: dict[str, list[dict[str, float]]] = {"api": [], "worker": []}
         for i in range(repeat + 1):
             for which in ("api", "worker"):
-                code = FIRST_INVOCATION.format(sim=str(ROOT / "tests" / "cloud"), which=which, queue=queue, arn=arn)
-                proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+                code = FIRST_INVOCATION.format(sim=str(ROOT / "tests" / "cloud"), which=which, arn=arn)
+                batches = []
+                if which == "worker":  # the two step-0 messages the api process just sent
+                    for _ in range(2):
+                        got = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=1, WaitTimeSeconds=5)
+                        batches.append(got["Messages"])
+                proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(batches),
+                                      capture_output=True, text=True, env=env, cwd=ROOT)
                 if proc.returncode != 0:
                     raise RuntimeError(proc.stderr[-3000:])
                 if i > 0:

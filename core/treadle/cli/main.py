@@ -67,6 +67,7 @@ class Renderer:
     def __init__(self, out: Any = sys.stdout, color: bool | None = None) -> None:
         self.out = out
         self.color = out.isatty() if color is None else color
+        self._streamed: set[object] = set()  # iterations whose text arrived as live deltas
 
     def _c(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.color else text
@@ -75,10 +76,16 @@ class Renderer:
         print(text, file=self.out, flush=True)
 
     def event(self, etype: str, data: dict[str, Any]) -> None:
-        if etype == "started":
+        if etype == "text_delta":
+            self._streamed.add(data.get("iteration"))
+            print(str(data.get("text", "")), end="", file=self.out, flush=True)
+        elif etype == "started":
             self._p(self._c("1", f"▶ run {data.get('run_id')} · agent {data.get('agent')}"))
         elif etype == "text":
-            self._p(self._c("0", str(data.get("text", ""))))
+            if data.get("iteration") in self._streamed:
+                self._p("")  # the deltas already showed it; end the line
+            else:
+                self._p(self._c("0", str(data.get("text", ""))))
         elif etype == "thinking":
             self._p(self._c("2", f"(thinking) {data.get('text', '')}"))
         elif etype == "tool_call":
