@@ -6,7 +6,6 @@ imports a server.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,17 +18,9 @@ from treadle.dispatch.postgres import PostgresQueue
 from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.errors import ConfigError
 from treadle.runtime import Runtime
+from treadle.security.network import is_loopback_host
 
 log = logging.getLogger("treadle.sidecar")
-
-
-def is_loopback_host(host: str) -> bool:
-    if host in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_listen(settings: Settings) -> tuple[str, int]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import ipaddress
 import json
 import logging
 import os
@@ -31,6 +30,7 @@ from treadle.errors import (
     RetryableProviderError,
     UnknownModel,
 )
+from treadle.security.network import is_loopback_host
 
 log = logging.getLogger("treadle.providers")
 
@@ -77,13 +77,7 @@ class StreamConsumer(Protocol):
 
 
 def is_loopback_url(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(urlsplit(url).hostname or "")
 
 
 def parse_retry_after(headers: httpx.Headers) -> float | None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from treadle.errors import ToolError, TreadleError
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key
+from treadle.tools.args import optional_ttl
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 OPS = ("publish", "subscribe", "peek", "ack", "await", "broadcast", "list_channels")
@@ -193,12 +194,7 @@ def _int(args: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
 
 
 def _ttl(args: dict[str, Any]) -> float | None:
-    ttl = args.get("ttl_seconds")
-    if ttl is None:
-        return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
-        raise ToolError("Channel: ttl_seconds must be a positive number")
-    return float(ttl)
+    return optional_ttl(args, "Channel")
 
 
 def _preview(value: Any) -> str:

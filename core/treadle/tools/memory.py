@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from treadle.errors import ToolError
+from treadle.tools.args import optional_ttl
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 MAX_VALUE_BYTES = 64 * 1024
@@ -107,9 +108,4 @@ def _key(args: dict[str, Any]) -> str:
 
 
 def _ttl(args: dict[str, Any]) -> float | None:
-    ttl = args.get("ttl_seconds")
-    if ttl is None:
-        return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
-        raise ToolError("Memory: ttl_seconds must be a positive number")
-    return float(ttl)
+    return optional_ttl(args, "Memory")
