@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -25,6 +26,8 @@ T = TypeVar("T")
 
 #: database connections per execution environment (one invocation at a time)
 DEFAULT_POOL_SIZE = 2
+#: check pooled connections before use when the environment was idle this long
+CHECK_IDLE_AFTER_S = 60.0
 
 
 def remaining_s(context: Any) -> float:
@@ -38,6 +41,7 @@ class Container:
         self.loop = asyncio.new_event_loop()
         self.cloud: CloudSettings | None = None
         self._runtime: Runtime | None = None
+        self._last_used = 0.0
 
     def activate(self) -> asyncio.AbstractEventLoop:
         asyncio.set_event_loop(self.loop)
@@ -47,7 +51,9 @@ class Container:
         return self.activate().run_until_complete(aw)
 
     def runtime(self) -> Runtime:
-        """The Runtime, opened on the first call (secrets, migrations, pool)."""
+        """The Runtime, opened on the first call (secrets, migrations, pool). After the
+        environment sat frozen a while, the pool's idle connections are checked first: RDS Proxy
+        (and any firewall) closes connections that stay idle, and a frozen pool cannot notice."""
         if self._runtime is None:
             cloud = CloudSettings()
             exported = export_secrets(cloud)
@@ -55,6 +61,9 @@ class Container:
                 log.info("from Secrets Manager: %s", ", ".join(exported))
             self._runtime = self.run(open_cloud_runtime(cloud))
             self.cloud = cloud
+        elif time.monotonic() - self._last_used > CHECK_IDLE_AFTER_S:
+            self.run(self._runtime.pool.check())
+        self._last_used = time.monotonic()
         return self._runtime
 
     def close(self) -> None:

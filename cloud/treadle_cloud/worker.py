@@ -8,9 +8,10 @@ Per record (Powertools' `BatchProcessor`, in order):
   again as soon as it is dead;
 - a record is not started with less than `TREADLE_MIN_STEP_SECONDS` left: it is reported failed
   and made visible again at once, for another invocation;
-- a step that crashed (and handed its lease back) is reported failed and comes back after a
-  backoff by its visibility timeout; after 5 failures the engine fails the run itself, and a
-  message that keeps failing ends in the dead-letter queue.
+- a step that crashed (and handed its lease back), or could not reach the database, is reported
+  failed and comes back after an exponential backoff (its visibility timeout); after 5 crashed
+  steps the engine fails the run itself, and a message that keeps failing (a malformed body, say)
+  ends in the dead-letter queue.
 The next step is enqueued by the engine after each commit.
 """
 
@@ -57,20 +58,26 @@ class SqsWorker:
         return dict(process_partial_response(event, record_handler, self.processor, context))
 
     def step(self, rt: Runtime, cloud: CloudSettings, record: SQSRecord, context: Any) -> str:
-        msg = decode_step_message(record.body)
         budget = remaining_s(context) - cloud.step_safety_seconds
         if budget < cloud.min_step_seconds:
             self._release(cloud, record, 0)
-            raise NotStarted(f"{budget:.1f} s left; step {msg.run_id}/{msg.step_no} goes back to the queue")
-        # One invocation at a time per execution environment, records in order: the store's
-        # lease length can be set for the step about to run.
-        rt.steps.lease_s = min(rt.settings.lease_seconds, budget)
-        result = self.container.run(rt.engine.handle(msg))
-        self.results[result.value] = self.results.get(result.value, 0) + 1
-        if result is StepResult.RETRY_LATER:
+            raise NotStarted(f"{budget:.1f} s left; the record goes back to the queue")
+        try:
+            msg = decode_step_message(record.body)
+            # One invocation at a time per execution environment, records in order: the store's
+            # lease length can be set for the step about to run.
+            rt.steps.lease_s = min(rt.settings.lease_seconds, budget)
+            result = self.container.run(rt.engine.handle(msg))
+            self.results[result.value] = self.results.get(result.value, 0) + 1
+            if result is StepResult.RETRY_LATER:
+                raise StepHandedBack(f"step {msg.run_id}/{msg.step_no} crashed; retried after a backoff")
+        except Exception:
+            # a crashed step, an unreachable database, a malformed body: back to the queue after
+            # 2, 4, 8 … s rather than the queue's whole visibility timeout (the dead-letter queue
+            # takes it after its maxReceiveCount)
             attempts = int(record.attributes.approximate_receive_count or 1)
             self._release(cloud, record, min(MAX_RETRY_DELAY_S, 2**attempts))
-            raise StepHandedBack(f"step {msg.run_id}/{msg.step_no} crashed; retried after a backoff")
+            raise
         return result.value
 
     def _release(self, cloud: CloudSettings, record: SQSRecord, delay_s: int) -> None:

@@ -1,6 +1,6 @@
-"""API function: runs, events and the time-budgeted SSE stream, behind API Gateway's HTTP API."""
+"""API function: runs, events, channels and the time-budgeted SSE stream, behind API Gateway's HTTP API."""
 
-from treadle.api import runs
+from treadle.api.app import api_routers
 from treadle_cloud.http import HttpFunction
 
-handler = HttpFunction([runs.router])
+handler = HttpFunction(api_routers())

@@ -324,7 +324,7 @@ class TreadleRuntime(Construct):
                 ],
             )
         )
-        self.scheduler_role.grant_pass_role(self.api_function)
+        self.scheduler_role.grant_pass_role(self.api_function.grant_principal)
 
         self.maintenance_schedule = scheduler.Schedule(
             self,

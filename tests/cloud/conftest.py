@@ -13,14 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-AGENTS: dict[str, Any] = {
-    "calc": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 3}},
-    "slow": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 2, "latency_ms": 700}},
-    "echo": {"model": "echo"},
-}
-API_TOKEN = "test-token-0123456789"
+from localcloud import AGENTS, API_TOKEN
+from psycopg.conninfo import make_conninfo
 
 _AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -98,10 +92,6 @@ def cloud_db(server_url: str) -> Iterator[str]:
     yield make_conninfo(server_url, dbname=name)
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def db_host_parts(url: str) -> dict[str, str]:
-    return {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
 
 
 @pytest.fixture(scope="module")

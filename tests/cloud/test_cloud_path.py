@@ -15,9 +15,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from lambda_sim import EventSourceMapping, LambdaEnv, http_event
-
-from conftest import API_TOKEN
+from lambda_sim import EventSourceMapping, LambdaEnv, http_event, sqs_event
+from localcloud import API_TOKEN
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
 HERE = Path(__file__).resolve().parent
@@ -209,6 +208,27 @@ def test_worker_dies_mid_batch_and_every_run_completes_once(
         assert_exactly_once(events_of(api, run_id), tool_calls=2)
 
 
+def test_the_worker_sizes_leases_from_its_remaining_time(
+    envs: dict[str, LambdaEnv], sqs: Any, queue: dict[str, str], cloud_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TREADLE_LEASE_SECONDS", "30")
+    api, worker = envs["api"], envs["worker"]
+    run_id = start_run(api, "echo")
+    esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [worker])
+    [msg] = esm.receive(wait_s=1)
+    # 12 s left, 5 s kept back: less than the 10 s a step may need, so it is not started …
+    resp = worker.invoke(sqs_event([msg], queue["arn"]), timeout_s=12)
+    assert resp == {"batchItemFailures": [{"itemIdentifier": msg["MessageId"]}]}
+    assert run_rows(cloud_db, [run_id])[run_id]["status"] == "queued"
+    # … and is visible again at once, not after the queue's visibility timeout
+    [again] = esm.receive(wait_s=1)
+    assert again["MessageId"] == msg["MessageId"]
+    assert worker.invoke(sqs_event([again], queue["arn"]), timeout_s=20) == {"batchItemFailures": []}
+    assert all_terminal(cloud_db, [run_id])
+    # the lease it took: not the configured 30 s, but what the invocation had left (20 - 5)
+    assert worker.handler.container.runtime().steps.lease_s == pytest.approx(15, abs=1)
+
+
 def test_sse_ends_on_its_time_budget_and_resumes_from_seq(
     envs: dict[str, LambdaEnv], sqs: Any, queue: dict[str, str], cloud_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -351,3 +371,21 @@ async def test_the_client_follows_a_run_across_budgeted_responses(
     assert len(responses) >= 2  # the first response ran out of budget; the client resumed
     assert [ev.id for ev in events] == list(range(1, len(events) + 1))
     assert events[-1].event == "done" and events[-1].data["stop_reason"] == "end_turn"
+
+
+def test_connections_closed_while_the_environment_was_frozen_are_replaced(
+    envs: dict[str, LambdaEnv], cloud_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import treadle_cloud.container
+
+    api = envs["api"]
+    assert call(api, "GET", "/v1/runs")[0] == 200
+    with psycopg.connect(cloud_db, autocommit=True) as conn:  # what RDS Proxy does to idle clients
+        [(closed,)] = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert closed >= 1
+    monkeypatch.setattr(treadle_cloud.container, "CHECK_IDLE_AFTER_S", 0.0)
+    status, body, _ = call(api, "GET", "/v1/runs")
+    assert status == 200, body

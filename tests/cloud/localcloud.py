@@ -1,0 +1,19 @@
+"""Constants and helpers shared by tests/cloud's conftest and test modules (imported by this
+unique name: `from conftest import …` would find whichever directory's conftest came last)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict
+
+AGENTS: dict[str, Any] = {
+    "calc": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 3}},
+    "slow": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 2, "latency_ms": 700}},
+    "echo": {"model": "echo"},
+}
+API_TOKEN = "test-token-0123456789"
+
+
+def db_host_parts(url: str) -> dict[str, str]:
+    return {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
