@@ -80,14 +80,34 @@ async def bench_treadle(
     )
     rt = await Runtime.open(settings, parse_config({"agents": agents}))
     step_times: list[float] = []
+    overheads: list[float] = []  # step time minus the model call and the tool calls
+    inside: dict[str, float] = {}
     original = rt.engine._execute_one
 
+    def timing(name: str) -> None:
+        inner = getattr(rt.engine, name)
+
+        async def timed(leased: Any, *a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return await inner(leased, *a, **kw)
+            finally:
+                inside[leased.run_id] = inside.get(leased.run_id, 0.0) + time.perf_counter() - t0
+
+        setattr(rt.engine, name, timed)
+
+    timing("_call_model")
+    timing("_run_tools")
+
     async def timed_step(leased: Any, owner: str) -> Any:
+        inside[leased.run_id] = 0.0
         t0 = time.perf_counter()
         try:
             return await original(leased, owner)
         finally:
-            step_times.append(time.perf_counter() - t0)
+            spent = time.perf_counter() - t0
+            step_times.append(spent)
+            overheads.append(spent - inside.pop(leased.run_id, 0.0))
 
     rt.engine._execute_one = timed_step  # type: ignore[method-assign]
     segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
@@ -131,6 +151,8 @@ async def bench_treadle(
         "step_p50": pct(step_times, 50),
         "step_p99": pct(step_times, 99),
         "steps": len(step_times),
+        "overhead_p50": pct(overheads, 50),
+        "overhead_p99": pct(overheads, 99),
         "statements_per_iter": max(0, counter.count - monitor) / max(1, total_iters),
     }
 
@@ -233,6 +255,14 @@ async def main() -> int:
     print(
         f"| treadle iteration (lease → commit, {args.workers} workers) | {ms(ours['step_p50'])} |"
         f" {ms(ours['step_p99'])} | {ours['rate']:.0f} |"
+    )
+    print(
+        f"| orchestration only (step minus model and tool time, 1 worker) | {ms(solo['overhead_p50'])} |"
+        f" {ms(solo['overhead_p99'])} | |"
+    )
+    print(
+        f"| orchestration only ({args.workers} workers) | {ms(ours['overhead_p50'])} |"
+        f" {ms(ours['overhead_p99'])} | |"
     )
     print(
         f"| same, chaining off (one job per iteration, {args.workers} workers) | {ms(unchained['step_p50'])} |"
