@@ -18,6 +18,8 @@ from treadle.config import load_config, load_settings
 from treadle.dispatch.sqs import SqsDispatcher
 from treadle.errors import ConfigError
 from treadle.runtime import Runtime
+from treadle.schedule.eventbridge import EventBridgeScheduler
+from treadle.schedule.static import prepare_triggers
 from treadle_cloud.env import CloudSettings, aws_client, export_secrets
 
 log = logging.getLogger("treadle.cloud")
@@ -102,4 +104,7 @@ async def open_cloud_runtime(cloud: CloudSettings) -> Runtime:
         config_source=str(settings.config),
     )
     rt.extras["cloud"] = cloud
+    # triggers: yaml schedules/webhooks into the database; the API function (which has the
+    # EventBridge Scheduler variables) keeps one AWS schedule per ScheduleDef
+    await prepare_triggers(rt, EventBridgeScheduler.from_env(lambda: aws_client("scheduler")))
     return rt

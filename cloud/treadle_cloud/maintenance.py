@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from treadle.engine.workers import Sweeper
+from treadle.schedule.hooks import HookRunner
 from treadle_cloud.container import Container, remaining_s
 
 log = logging.getLogger("treadle.cloud.maintenance")
@@ -33,4 +34,5 @@ class MaintenanceFunction:
             total += n
             if n == 0 or remaining_s(context) < MARGIN_S:
                 break
-        return {"requeued": total}
+        hooks = self.container.run(HookRunner(rt).run_once())  # on_complete hooks of finished triggered runs
+        return {"requeued": total, **({"hooks": hooks} if hooks else {})}

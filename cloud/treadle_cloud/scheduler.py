@@ -1,26 +1,27 @@
 """The scheduler function: the target of EventBridge Scheduler's schedules.
 
-A schedule's target input names the schedule; EventBridge fills in the fire time:
+Each ScheduleDef has one AWS schedule (`treadle.schedule.eventbridge`) whose target input names
+it; EventBridge fills in the fire time:
 
-    {"schedule_id": "<id>", "scheduled_time": "<aws.scheduler.scheduled-time>"}
+    {"schedule_id": "<sch_…>", "version": <n>, "scheduled_time": "<aws.scheduler.scheduled-time>"}
 
-(`target_input(schedule_id)` builds it.) Schedules themselves are not in this build: a fire is
-acknowledged as `not_implemented`, without an error (an error would make EventBridge retry it).
+The core fires that time once (`Firing.fire_event`): a redelivered invocation finds the fire
+already recorded and starts nothing. A schedule that cannot fire (unknown, retired, paused,
+missed beyond catch_up_max) is acknowledged with `fired: false` and a reason — an error would
+make EventBridge retry it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
+from treadle.schedule.eventbridge import target_input
+from treadle.schedule.service import schedule_service
 from treadle_cloud.container import Container
 
 log = logging.getLogger("treadle.cloud.scheduler")
-
-
-def target_input(schedule_id: str) -> str:
-    return json.dumps({"schedule_id": schedule_id, "scheduled_time": "<aws.scheduler.scheduled-time>"})
+__all__ = ["SchedulerFunction", "target_input"]
 
 
 class SchedulerFunction:
@@ -31,7 +32,8 @@ class SchedulerFunction:
         schedule_id = event.get("schedule_id") if isinstance(event, dict) else None
         if not isinstance(schedule_id, str) or not schedule_id:
             raise ValueError(f"scheduler event without a schedule_id: {event!r}")
-        self.container.runtime()
-        log.warning("schedule %s fired at %s: schedules are not available in this build",
-                    schedule_id, event.get("scheduled_time"))
-        return {"schedule_id": schedule_id, "fired": False, "reason": "not_implemented"}
+        rt = self.container.runtime()
+        out = self.container.run(schedule_service(rt).firing.fire_event(event))
+        if not out.get("fired"):
+            log.info("schedule %s at %s not fired: %s", schedule_id, out.get("scheduled_for"), out.get("reason"))
+        return out

@@ -22,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from treadle.errors import ConfigError
+from treadle.schedule.spec import DefScope, ScheduleSpec
+from treadle.webhooks.spec import WebhookSpec
 
 IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MOCK_MODELS = ("echo", "tool-caller", "script")
@@ -135,6 +137,9 @@ class AgentConfig(BaseModel):
     max_iterations: int = Field(default=DEFAULT_MAX_ITERATIONS, ge=1, le=1 << 20)
     max_tokens: int = Field(default=4096, ge=1)
     memory_scopes: list[MemoryScope] = Field(default_factory=lambda: list(DEFAULT_MEMORY_SCOPES))
+    # which ScheduleDef / WebhookDef targets the agent's tools may author: self | named:<agent> | any (empty = deny)
+    schedule_def_scopes: list[DefScope] = Field(default_factory=list)
+    webhook_def_scopes: list[DefScope] = Field(default_factory=list)
     mock: MockSettings = Field(default_factory=MockSettings)
 
     @model_validator(mode="after")
@@ -164,6 +169,8 @@ class TreadleConfig(BaseModel):
     models: dict[str, ModelRef] = Field(default_factory=dict)
     tiers: dict[str, TierConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    scheduled_runs: dict[str, ScheduleSpec] = Field(default_factory=dict)
+    webhooks: dict[str, WebhookSpec] = Field(default_factory=dict)
 
     @field_validator("agents")
     @classmethod
@@ -247,11 +254,24 @@ class TreadleConfig(BaseModel):
                 for path, ref in self.agent_candidates(name):
                     if self._driver(ref.provider) == "mock" and ref.model == "script" and agent.mock.script is None:
                         errs.append((f"agents.{name}.mock.script", f"model 'script' (from {path}) needs mock.script"))
+        errs += _trigger_errors(self)
         return errs
 
     def _driver(self, provider_id: str) -> str:
         cfg = self.providers.get(provider_id)
         return cfg.driver if cfg is not None else "mock"
+
+
+def _trigger_errors(config: TreadleConfig) -> list[tuple[str, str]]:
+    """`scheduled_runs:` / `webhooks:` names and the agents they start."""
+    errs: list[tuple[str, str]] = []
+    for section, specs in (("scheduled_runs", config.scheduled_runs), ("webhooks", config.webhooks)):
+        for name, spec in specs.items():
+            if not IDENT.match(name):
+                errs.append((f"{section}.{name}", "name must match [A-Za-z0-9_-]{1,128}"))
+            if spec.agent is not None and spec.agent not in config.agents:
+                errs.append((f"{section}.{name}.agent", f"unknown agent {spec.agent!r}" + _listing(config.agents)))
+    return errs
 
 
 def _listing(names: dict[str, Any]) -> str:

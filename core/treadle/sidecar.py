@@ -18,6 +18,7 @@ from treadle.dispatch.postgres import PostgresQueue
 from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.errors import ConfigError
 from treadle.runtime import Runtime
+from treadle.schedule.static import start_triggers
 from treadle.security.network import is_loopback_host
 
 log = logging.getLogger("treadle.sidecar")
@@ -49,6 +50,7 @@ def create_sidecar_app(settings: Settings | None = None, config: TreadleConfig |
             workers.start()
         sweeper = Sweeper(rt.engine, rt.dispatcher, settings.sweep_interval_seconds, wake_due=rt.wake_due)
         sweeper.start()
+        schedules = await start_triggers(rt)
         app.state.runtime = rt
         app.state.workers = workers
         log.info("treadle ready: %d agent(s), %d worker(s)", len(rt.agents), settings.workers)
@@ -57,6 +59,8 @@ def create_sidecar_app(settings: Settings | None = None, config: TreadleConfig |
         finally:
             app.state.runtime = None
             await sweeper.stop()
+            if schedules is not None:
+                await schedules.stop()
             if workers is not None:
                 await workers.stop()
             await rt.close()

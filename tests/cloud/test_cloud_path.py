@@ -304,7 +304,8 @@ def test_maintenance_reenqueues_an_expired_lease(
 def test_scheduler_function_fires_by_id(envs: dict[str, LambdaEnv]) -> None:
     scheduler = envs["scheduler"]
     out = scheduler.invoke({"schedule_id": "nightly", "scheduled_time": "2025-01-01T00:00:00Z"})
-    assert out == {"schedule_id": "nightly", "fired": False, "reason": "not_implemented"}
+    assert out == {"schedule_id": "nightly", "fired": False, "reason": "unknown_schedule",
+                   "scheduled_for": "2025-01-01T00:00:00+00:00"}
     with pytest.raises(ValueError, match="schedule_id"):
         scheduler.invoke({"detail": {}})
 

@@ -19,9 +19,9 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 def api_routers() -> list[APIRouter]:
     """The routers of the authenticated API (/v1/...), in mount order."""
-    from treadle.api import channels
+    from treadle.api import channels, triggers, webhooks
 
-    return [runs.router, channels.router]
+    return [runs.router, channels.router, triggers.router, webhooks.router]
 
 
 def create_app(

@@ -1,30 +1,97 @@
-"""/v1/_webhooks: inbound webhooks (loomcycle's routes).
+"""/v1/_webhooks: inbound webhooks (no bearer: the def's signature is the authority) and their
+triage routes (bearer). Served by the sidecar's app and by the webhook Lambda alike.
 
-Webhook definitions are not in this build, so every name is unknown: `404 unknown_webhook`, never
-a 500. The routes exist so the cloud shape's webhook function (and API Gateway's routes to it) are
-in place for the feature.
+    POST /v1/_webhooks/{name}                     a delivery for the default tenant
+    POST /v1/_webhooks/{tenant}/{name}            a delivery for another tenant
+    GET  /v1/_webhooks/{name}/recent-deliveries   triage (?limit ≤ 50)
+    POST /v1/_webhooks/{name}/test                dry run: no run, no dedup, no rate token
 """
 
 from __future__ import annotations
 
-from typing import NoReturn
+import re
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
 
-from treadle.errors import NotFound
+from treadle.api.deps import get_principal, get_runtime
+from treadle.api.errors import error_body
+from treadle.errors import BodyTooLarge, NotFound
+from treadle.runtime import Runtime
+from treadle.security.principal import DEFAULT_TENANT, Principal
+from treadle.webhooks.service import ActiveWebhook, RateLimited, WebhookService, webhook_service
 
 router = APIRouter(prefix="/v1/_webhooks", tags=["webhooks"])
+Rt = Annotated[Runtime, Depends(get_runtime)]
+Who = Annotated[Principal, Depends(get_principal)]
+_IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
-def _unknown(name: str) -> NoReturn:
-    raise NotFound(f"unknown webhook {name!r}", code="unknown_webhook")
+def _unknown(name: str) -> NotFound:
+    return NotFound(f"unknown webhook {name!r}", code="unknown_webhook")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"the body is larger than this webhook's limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"the body is larger than this webhook's limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _headers(request: Request) -> dict[str, str]:
+    return {k.lower(): v for k, v in request.headers.items()}
+
+
+async def _load(svc: WebhookService, tenant: str, name: str) -> ActiveWebhook:
+    if not _IDENT.match(tenant) or not _IDENT.match(name):
+        raise _unknown(name)
+    return await svc.active(tenant, name)
+
+
+async def _deliver(rt: Runtime, tenant: str, name: str, request: Request) -> JSONResponse:
+    svc = webhook_service(rt)
+    hook = await _load(svc, tenant, name)
+    try:
+        body = await _read_body(request, hook.spec.body_size_limit_bytes)
+    except BodyTooLarge as exc:
+        await svc.reject(hook, "rejected_body", exc.message)
+        raise
+    try:
+        reply = await svc.receive(hook, _headers(request), body)
+    except RateLimited as exc:
+        retry = str(int(max(1.0, exc.retry_after_s)))
+        return JSONResponse(error_body(exc.code, exc.message), status_code=429, headers={"Retry-After": retry})
+    return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers or None)
+
+
+@router.get("/{name}/recent-deliveries")
+async def recent_deliveries(
+    name: str, rt: Rt, who: Who, limit: Annotated[int, Query(ge=1, le=50)] = 50
+) -> dict[str, Any]:
+    return await webhook_service(rt).recent(who.tenant_id, name, limit)
+
+
+@router.post("/{name}/test")
+async def test_delivery(name: str, request: Request, rt: Rt, who: Who) -> dict[str, Any]:
+    svc = webhook_service(rt)
+    hook = await _load(svc, who.tenant_id, name)
+    body = await _read_body(request, hook.spec.body_size_limit_bytes)
+    return await svc.dry_run(hook, _headers(request), body)
 
 
 @router.post("/{name}", response_model=None)
-async def receive(name: str) -> None:
-    _unknown(name)
+async def receive(name: str, request: Request, rt: Rt) -> JSONResponse:
+    return await _deliver(rt, DEFAULT_TENANT, name, request)
 
 
 @router.post("/{tenant}/{name}", response_model=None)
-async def receive_for_tenant(tenant: str, name: str) -> None:
-    _unknown(name)
+async def receive_for_tenant(tenant: str, name: str, request: Request, rt: Rt) -> JSONResponse:
+    return await _deliver(rt, tenant, name, request)

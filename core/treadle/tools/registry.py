@@ -43,5 +43,7 @@ def default_registry() -> ToolRegistry:
     from treadle.tools.channel import ChannelTool
     from treadle.tools.context import ContextTool
     from treadle.tools.memory import MemoryTool
+    from treadle.tools.scheduledef import ScheduleDefTool
+    from treadle.tools.webhookdef import WebhookDefTool
 
-    return ToolRegistry([MemoryTool(), ContextTool(), ChannelTool()])
+    return ToolRegistry([MemoryTool(), ContextTool(), ChannelTool(), ScheduleDefTool(), WebhookDefTool()])

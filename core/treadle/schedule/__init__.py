@@ -1,0 +1,1 @@
+"""Scheduled runs: ScheduleDef, cron, the sidecar's sweeper and the EventBridge adapter."""

@@ -1,0 +1,132 @@
+"""ScheduleDef bodies and on_complete hooks (loomcycle's field names), validated with pydantic.
+
+Used by the `scheduled_runs:` yaml section, the ScheduleDef tool and POST /v1/_scheduledef alike.
+A body is stored normalized (`ScheduleSpec.body()`), so the content hash is stable.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from treadle.domain.segments import Segment
+from treadle.schedule.cron import Cron, CronError, normalize_cron, zone
+
+IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+CHANNEL_NAME = r"^[A-Za-z0-9_.:/-]{1,128}$"
+MAX_HOOKS = 16
+
+
+class MemorySetHook(BaseModel):
+    """After a completed run: Memory[scope][key] = payload (or, without a payload, the run's
+    outcome `{run_id, status, final_text, ...}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["memory.set"]
+    scope: Literal["agent", "user", "tenant"]
+    key: str = Field(min_length=1, max_length=512)
+    payload: Any = None
+    ttl_seconds: float | None = Field(default=None, gt=0)
+
+
+class ChannelPublishHook(BaseModel):
+    """After a completed run: publish `{schedule_name|webhook_name, run_id, status, final_text,
+    payload}` to `channel` (waking runs parked on it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["channel.publish"]
+    channel: str = Field(pattern=CHANNEL_NAME)
+    payload: Any = None
+
+
+Hook = Annotated[MemorySetHook | ChannelPublishHook, Field(discriminator="kind")]
+
+
+def _ident(v: str | None, what: str) -> str | None:
+    if v is not None and not IDENT.match(v):
+        raise ValueError(f"{what} must match [A-Za-z0-9_-]{{1,128}}")
+    return v
+
+
+class ScheduleSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent: str
+    schedule: str
+    timezone: str = "UTC"
+    prompt: list[Segment] | str
+    user_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    #: 0 = unbounded; N = the schedule retires itself after its Nth fire
+    max_fires: int = Field(default=0, ge=0)
+    enabled: bool = True
+    #: missed fires (older than the grace window) run after downtime: the newest N; 0 = skip them all
+    catch_up_max: int = Field(default=1, ge=0, le=1000)
+    on_complete: list[Hook] = Field(default_factory=list, max_length=MAX_HOOKS)
+
+    @field_validator("agent")
+    @classmethod
+    def _agent(cls, v: str) -> str:
+        return _ident(v, "agent") or v
+
+    @field_validator("user_id")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        return _ident(v, "user_id")
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        try:
+            return normalize_cron(v)
+        except CronError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        try:
+            zone(v)
+        except CronError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, v: list[Segment] | str) -> list[Segment] | str:
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("prompt must not be empty")
+        if isinstance(v, list) and not v:
+            raise ValueError("prompt needs at least one segment")
+        return v
+
+    @property
+    def cron(self) -> Cron:
+        return Cron(self.schedule, self.timezone)
+
+    def segments(self) -> list[dict[str, Any]]:
+        """The run input: operator-authored, so a plain-string prompt is trusted text."""
+        if isinstance(self.prompt, str):
+            return [{"role": "user", "content": [{"type": "trusted-text", "text": self.prompt}]}]
+        return [s.model_dump(exclude_none=True) for s in self.prompt]
+
+    def body(self) -> dict[str, Any]:
+        """The normalized body stored in the def (and hashed)."""
+        out = self.model_dump(mode="json", exclude_none=True)
+        out["prompt"] = self.segments()
+        return out
+
+
+def validation_message(exc: ValidationError, prefix: str = "") -> str:
+    """`field.path: message; ...` — short, for tool results and 422 bodies."""
+    parts = []
+    for e in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in e.get("loc", ()) if not str(p).startswith("function-"))
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{prefix}{loc}: {msg}" if loc else f"{prefix}{msg}")
+    return "; ".join(parts)
+
+
+#: an entry of an agent's `schedule_def_scopes` / `webhook_def_scopes`
+DefScope = Annotated[str, Field(pattern=r"^(self|descendants|any|named:[A-Za-z0-9_-]{1,128})$")]

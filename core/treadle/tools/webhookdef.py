@@ -1,0 +1,31 @@
+"""Built-in `WebhookDef` (default-deny): author and manage inbound webhooks.
+
+The agent's `webhook_def_scopes` decides which webhooks it may touch, by the agent a webhook
+spawns (`self`, `named:<agent>`); channel-delivery webhooks need `any`. Empty (the default)
+refuses every op — operators manage webhooks over POST /v1/_webhookdef.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.scheduledef import def_op_schema, run_def_op
+
+OPS = ("create", "fork", "get", "list", "retire", "promote")
+
+
+class WebhookDefTool:
+    name = "WebhookDef"
+    description = (
+        "Manage inbound webhooks. op: create (name, overlay{delivery spawn|channel, agent, channel, auth{kind hmac|"
+        "bearer, header, signing_secret_env, delivery_id_header, bearer_token_env}, rate_limit, payload_mapping, "
+        "metadata, on_complete[]}) | fork | get | list | retire | promote. Secrets are environment variable names. "
+        "Limited to the agents in this agent's webhook_def_scopes."
+    )
+    input_schema: dict[str, Any] = def_op_schema(OPS, "WebhookDef fields")
+
+    async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        from treadle.webhooks.service import webhook_service
+
+        return await run_def_op(ctx, webhook_service, "webhook_def_scopes", "WebhookDef", args)

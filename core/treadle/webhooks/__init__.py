@@ -1,0 +1,1 @@
+"""Signed inbound webhooks: WebhookDef, signature verification, payload mapping, idempotency."""
