@@ -29,6 +29,9 @@ def sse_frame(event: str, data: dict[str, Any], event_id: int | None = None) -> 
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n".encode()
 
 
+TERMINAL_EVENTS = frozenset({"done", "error"})
+
+
 async def stream_run_events(
     runs: RunStore,
     hub: RunEventHub,
@@ -63,6 +66,8 @@ async def stream_run_events(
             now = time.monotonic()
             if events:
                 last_sent = now
+                if events[-1].type in TERMINAL_EVENTS:  # written by the run's final commit: nothing follows
+                    return
                 if len(events) == 500:
                     continue
             else:
