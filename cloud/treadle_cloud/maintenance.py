@@ -13,6 +13,7 @@ from typing import Any
 
 from treadle.engine.workers import Sweeper
 from treadle.schedule.hooks import HookRunner
+from treadle.schedule.service import schedule_service
 from treadle_cloud.container import Container, remaining_s
 
 log = logging.getLogger("treadle.cloud.maintenance")
@@ -35,4 +36,6 @@ class MaintenanceFunction:
             if n == 0 or remaining_s(context) < MARGIN_S:
                 break
         hooks = self.container.run(HookRunner(rt).run_once())  # on_complete hooks of finished triggered runs
+        if rt.extras.get("scheduler") is not None:  # only where the stack grants scheduler:* (the API today)
+            self.container.run(schedule_service(rt).reconcile())
         return {"requeued": total, **({"hooks": hooks} if hooks else {})}

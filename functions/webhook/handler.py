@@ -1,4 +1,4 @@
-"""Webhook function: POST /v1/_webhooks/{name} (unknown names answer 404)."""
+"""Webhook function: /v1/_webhooks/* — signed deliveries and their triage routes (treadle.api.webhooks)."""
 
 from treadle.api import webhooks
 from treadle_cloud.http import HttpFunction

@@ -16,7 +16,7 @@ from treadle.store.schedules import FireRow, ScheduleStore
 
 TENANT = "default"
 SCHEDULES = 100
-FIRES_EACH = 100  # 100 × 100 = 10,000 fires
+FIRES_EACH = 100  # 100 x 100 = 10,000 fires
 
 
 async def make_schedules(rt: Any, n: int, **overlay: Any) -> list[str]:

@@ -8,7 +8,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from conftest import client_for
-
 from treadle.schedule.service import schedule_service
 from treadle.schedule.static import sync_static_triggers
 from treadle.tools.base import ToolContext

@@ -113,7 +113,7 @@ async def test_paused_and_disabled_schedules_do_not_fire(open_rt: Any) -> None:
 
 
 async def test_run_now_fires_at_once_and_counts(open_rt: Any) -> None:
-    rt, disp = await open_rt()
+    rt, _ = await open_rt()
     from conftest import client_for
 
     st = await create(rt, "now", max_fires=2)
@@ -176,7 +176,8 @@ async def test_on_complete_memory_set(open_rt: Any) -> None:
     assert await runner.run_once() == 1
     assert await runner.run_once() == 0  # hooks run once
     found, value = await rt.memory.get(TENANT, "agent", "echo", "last-tick")
-    assert found and value["final_text"] == "tick" and value["schedule_name"] == "mem" and value["status"] == "completed"
+    assert found and value["final_text"] == "tick" and value["schedule_name"] == "mem"
+    assert value["status"] == "completed"
     assert await rt.memory.get(TENANT, "tenant", "", "fixed") == (True, {"ok": True})
     [fire] = await svc.store.recent_fires(TENANT, st.schedule_id)
     assert fire["hooks_status"] == "failed"

@@ -10,9 +10,9 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import client_for
 from signing import generic_signature, github_headers, linear_headers, stripe_header
 
+from conftest import client_for
 from treadle.schedule.hooks import HookRunner, channel_publisher
 from treadle.schedule.static import sync_static_triggers
 
@@ -157,7 +157,7 @@ async def test_bad_github_signatures_are_rejected_before_any_parse(hooks: Any, t
 
 
 async def test_stripe_signatures_tolerance_and_event_id_dedup(hooks: Any) -> None:
-    rt, _, c = hooks
+    _, _, c = hooks
     event = {"id": "evt_" + uuid.uuid4().hex[:24], "type": "charge.succeeded",
              "data": {"object": {"amount": 1999}}}
     body = body_of(event)
@@ -206,7 +206,7 @@ async def test_linear_generic_and_bearer(hooks: Any) -> None:
 
 
 async def test_limits_and_errors_are_code_error_json(hooks: Any) -> None:
-    rt, _, c = hooks
+    _, _, c = hooks
     small = b'{"a":1}'
     sig = generic_signature(GENERIC_SECRET, small)
 
@@ -221,9 +221,12 @@ async def test_limits_and_errors_are_code_error_json(hooks: Any) -> None:
     assert (r.status_code, r.json()["code"]) == (404, "unknown_webhook")
     r = await c.post("/v1/_webhooks/unset", content=small, headers={"X-Treadle-Signature": sig})
     assert (r.status_code, r.json()["code"]) == (503, "secret_unresolvable")
+    assert "TEST_NOT_SET_ANYWHERE" not in r.text  # the variable's name is for the operator only
     r = await c.post("/v1/_webhooks/forbidden", content=small, headers={"X-Treadle-Signature": sig})
     assert (r.status_code, r.json()["code"]) == (503, "secret_unresolvable")
-    assert "postgresql" not in r.text
+    assert "postgresql" not in r.text and "DATABASE_URL" not in r.text
+    triage = (await c.get("/v1/_webhooks/forbidden/recent-deliveries")).json()["deliveries"]
+    assert triage[0]["verdict"] == "unresolvable_secret" and "DATABASE_URL" in triage[0]["error"]
 
     # burst 2, then 429 with Retry-After (1 request/minute refills slowly)
     codes = []
@@ -261,8 +264,8 @@ async def test_concurrent_identical_deliveries_start_one_run(hooks: Any) -> None
     headers = github_headers(GH_SECRET, body)
     n = await run_count(rt)
     replies = await asyncio.gather(*(c.post("/v1/_webhooks/github", content=body, headers=headers)
-                                     for _ in range(12)))
-    assert sorted(r.status_code for r in replies) == [200] * 11 + [202]
+                                     for _ in range(8)))  # within the burst of 10
+    assert sorted(r.status_code for r in replies) == [200] * 7 + [202]
     assert len({r.json()["run_id"] for r in replies}) == 1
     assert await run_count(rt) == n + 1
 
@@ -362,3 +365,28 @@ async def test_on_complete_hooks_follow_a_webhook_run(open_rt: Any, monkeypatch:
         assert found and value["webhook_name"] == "gh" and value["run_id"] == r.json()["run_id"]
         recent = (await c.get("/v1/_webhooks/gh/recent-deliveries")).json()["deliveries"]
         assert recent[0]["hooks_status"] == "done"
+
+
+async def test_webhookdef_tool_is_default_deny(open_rt: Any) -> None:
+    from conftest import AGENTS
+    from treadle.errors import ToolError
+    from treadle.tools.base import ToolContext
+    from treadle.tools.webhookdef import WebhookDefTool
+
+    agents = {**AGENTS, "plain": {"model": "echo", "tools": ["WebhookDef"]},
+              "selfish": {"model": "echo", "tools": ["WebhookDef"], "webhook_def_scopes": ["self"]}}
+    rt, _ = await open_rt({"agents": agents})
+
+    def ctx(agent: str) -> ToolContext:
+        return ToolContext(tenant_id="default", run_id="r_x", agent=agent, user_id=None, tool_use_id="t",
+                           iteration=1, memory=rt.memory, services={"runtime": rt})
+
+    tool = WebhookDefTool()
+    auth = {"signing_secret_env": "SOME_SECRET"}
+    with pytest.raises(ToolError, match="default-deny"):
+        await tool.invoke(ctx("plain"), {"op": "create", "name": "w", "overlay": {"agent": "plain", "auth": auth}})
+    with pytest.raises(ToolError, match="without an agent"):
+        await tool.invoke(ctx("selfish"), {"op": "create", "name": "w", "overlay": {
+            "delivery": "channel", "channel": "events", "auth": auth}})
+    ok = await tool.invoke(ctx("selfish"), {"op": "create", "name": "w", "overlay": {"agent": "selfish", "auth": auth}})
+    assert not ok.is_error and json.loads(ok.content)["url_path"] == "/v1/_webhooks/w"

@@ -40,7 +40,7 @@ _NUMERIC = re.compile(r"^[0-9*,/\-]+$")
 _NAMED = re.compile(r"^[A-Za-z0-9*,/\-]+$")
 _TOKEN = re.compile(r"[,/\-]")
 #: how many skipped fire times `plan` counts before it stops counting (bounded work after long downtime)
-SKIP_COUNT_CAP = 10_000
+SKIP_COUNT_CAP = 1_000
 #: EventBridge Scheduler's field ranges (minute, hour, day-of-month, month, day-of-week 1=SUN..7=SAT)
 _EB_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (1, 7))
 

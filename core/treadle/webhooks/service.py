@@ -119,7 +119,7 @@ class WebhookService:
             await self.reject(hook, exc.verdict, exc.message)
             raise
         except signature.SecretUnresolvable as exc:
-            await self.reject(hook, "unresolvable_secret", exc.message)
+            await self.reject(hook, "unresolvable_secret", exc.detail)
             raise
         try:
             delivery_id = signature.delivery_id(spec.auth, headers, body)
@@ -171,8 +171,10 @@ class WebhookService:
             try:
                 signature.verify(spec.auth, headers, body, allowlist=self.settings.env_allowlist())
                 out["signature"] = {"checked": True, "valid": True}
-            except (signature.InvalidSignature, signature.SecretUnresolvable) as exc:
+            except signature.InvalidSignature as exc:
                 out["signature"] = {"checked": True, "valid": False, "code": exc.code, "error": exc.message}
+            except signature.SecretUnresolvable as exc:  # the operator's route: the detail helps
+                out["signature"] = {"checked": True, "valid": False, "code": exc.code, "error": exc.detail}
         try:
             delivery_id = signature.delivery_id(spec.auth, headers, body)
             out["delivery_id"] = delivery_id

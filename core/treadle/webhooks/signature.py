@@ -48,8 +48,15 @@ class InvalidSignature(Unauthorized):
 
 
 class SecretUnresolvable(TreadleError):
+    """The answer to the sender says only that the secret is not configured; `detail` (the
+    variable's name and why) goes to the triage record, for the operator."""
+
     code = "secret_unresolvable"
     status = 503
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("this webhook's secret is not configured")
+        self.detail = detail
 
 
 class BadDeliveryId(BadRequest):
@@ -59,10 +66,10 @@ class BadDeliveryId(BadRequest):
 def resolve_secret(name: str, allowlist: frozenset[str] = frozenset(), environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     if _DENY.match(name) or (allowlist and name not in allowlist):
-        raise SecretUnresolvable(f"the webhook's secret variable {name} is not allowed")
+        raise SecretUnresolvable(f"the secret variable {name} is not allowed for webhooks")
     value = env.get(name)
     if not value:
-        raise SecretUnresolvable(f"the webhook's secret variable {name} is not set")
+        raise SecretUnresolvable(f"the secret variable {name} is not set")
     return value
 
 
