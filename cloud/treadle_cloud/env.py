@@ -35,6 +35,8 @@ class CloudSettings(BaseSettings):
     db_sslmode: str = "require"
     api_token_secret_arn: str | None = None
     provider_keys_secret_arn: str | None = None
+    #: a JSON object of webhook signing secrets ({"GITHUB_WEBHOOK_SECRET": "..."}), for the webhook function
+    webhook_secrets_secret_arn: str | None = None
     sse_budget_seconds: float = Field(default=25.0, gt=0)
     #: time kept back at the end of a worker invocation (commit, report the batch)
     step_safety_seconds: float = Field(default=5.0, ge=0)
@@ -105,21 +107,29 @@ def export_secrets(
             raise ConfigError("TREADLE_API_TOKEN_SECRET_ARN: the secret is empty")
         env["TREADLE_AUTH_TOKEN"] = token
         exported.append("TREADLE_AUTH_TOKEN")
-    if cloud.provider_keys_secret_arn:
-        raw = reader(cloud.provider_keys_secret_arn)
-        try:
-            keys = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            keys = None
-        if not isinstance(keys, dict):
-            raise ConfigError(
-                'TREADLE_PROVIDER_KEYS_SECRET_ARN: expected a JSON object {"ANTHROPIC_API_KEY": "..."}'
-            )
-        for name, value in keys.items():
-            if not _ENV_NAME.match(name) or _RESERVED.search(name):
-                log.warning("provider keys secret: ignoring %r (not an allowed variable name)", name)
-                continue
-            if isinstance(value, str) and value and not env.get(name):
-                env[name] = value
-                exported.append(name)
+    for setting, arn, example in (
+        ("TREADLE_PROVIDER_KEYS_SECRET_ARN", cloud.provider_keys_secret_arn, "ANTHROPIC_API_KEY"),
+        ("TREADLE_WEBHOOK_SECRETS_SECRET_ARN", cloud.webhook_secrets_secret_arn, "GITHUB_WEBHOOK_SECRET"),
+    ):
+        if arn:
+            exported.extend(_export_json_map(setting, reader(arn), example, env))
+    return exported
+
+
+def _export_json_map(setting: str, raw: str, example: str, env: MutableMapping[str, str]) -> list[str]:
+    """Export a secret holding {"VAR_NAME": "value", ...} into the environment (set names win)."""
+    try:
+        keys = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        keys = None
+    if not isinstance(keys, dict):
+        raise ConfigError(f'{setting}: expected a JSON object {{"{example}": "..."}}')
+    exported: list[str] = []
+    for name, value in keys.items():
+        if not _ENV_NAME.match(name) or _RESERVED.search(name):
+            log.warning("%s: ignoring %r (not an allowed variable name)", setting, name)
+            continue
+        if isinstance(value, str) and value and not env.get(name):
+            env[name] = value
+            exported.append(name)
     return exported

@@ -165,6 +165,12 @@ class TreadleRuntime(Construct):
             description='treadle model provider keys, a JSON object: {"ANTHROPIC_API_KEY": "...", ...}',
             secret_string_value=SecretValue.unsafe_plain_text("{}"),
         )
+        self.webhook_secrets = secretsmanager.Secret(
+            self,
+            "WebhookSecrets",
+            description='treadle webhook signing secrets, a JSON object: {"GITHUB_WEBHOOK_SECRET": "...", ...}',
+            secret_string_value=SecretValue.unsafe_plain_text("{}"),
+        )
 
         # -- queues -------------------------------------------------------------------------------
         self.dead_letter_queue = sqs.Queue(
@@ -264,21 +270,23 @@ class TreadleRuntime(Construct):
         )
         self.scheduler_function.grant_invoke(self.scheduler_role)
 
+        schedule_env = {
+            "TREADLE_SCHEDULE_GROUP": self.schedule_group.schedule_group_name,
+            "TREADLE_SCHEDULER_ROLE_ARN": self.scheduler_role.role_arn,
+            "TREADLE_SCHEDULER_TARGET_ARN": self.scheduler_function.function_arn,
+        }
         self.api_function = function(
             "api",
             "treadle: HTTP API (runs, events, stream)",
             timeout=Duration.seconds(30),
             memory_mb=p.api_memory_mb,
-            env={
-                **http_env,
-                "TREADLE_SCHEDULE_GROUP": self.schedule_group.schedule_group_name,
-                "TREADLE_SCHEDULER_ROLE_ARN": self.scheduler_role.role_arn,
-                "TREADLE_SCHEDULER_TARGET_ARN": self.scheduler_function.function_arn,
-            },
+            env={**http_env, **schedule_env},
         )
         self.webhook_function = function(
-            "webhook", "treadle: inbound webhooks", timeout=Duration.seconds(30), env=http_env
+            "webhook", "treadle: inbound webhooks", timeout=Duration.seconds(30),
+            env={**http_env, "TREADLE_WEBHOOK_SECRETS_SECRET_ARN": self.webhook_secrets.secret_arn},
         )
+        self.webhook_secrets.grant_read(self.webhook_function)
         self.mcp_function = function("mcp", "treadle: MCP over Streamable HTTP", timeout=Duration.seconds(30),
                                      env=http_env)
         for fn in (self.api_function, self.webhook_function, self.mcp_function):
@@ -302,29 +310,31 @@ class TreadleRuntime(Construct):
         )
 
         self.maintenance_function = function(
-            "maintenance", "treadle: re-enqueue expired leases and due steps (every minute)",
+            "maintenance", "treadle: re-enqueue expired leases and due steps, reconcile schedules (every minute)",
             timeout=Duration.seconds(60),
+            env=schedule_env,
         )
 
-        # The API manages the schedules of its group (the schedule feature) and passes them the role.
-        self.api_function.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=[
-                    "scheduler:CreateSchedule",
-                    "scheduler:UpdateSchedule",
-                    "scheduler:DeleteSchedule",
-                    "scheduler:GetSchedule",
-                ],
-                resources=[
-                    Stack.of(self).format_arn(
-                        service="scheduler",
-                        resource="schedule",
-                        resource_name=f"{self.schedule_group.schedule_group_name}/*",
-                    )
-                ],
-            )
+        # The API (ScheduleDef ops) and maintenance (reconciling retired / yaml schedules every minute)
+        # manage the schedules of the group and pass them the role; nobody else does.
+        manage_schedules = iam.PolicyStatement(
+            actions=[
+                "scheduler:CreateSchedule",
+                "scheduler:UpdateSchedule",
+                "scheduler:DeleteSchedule",
+                "scheduler:GetSchedule",
+            ],
+            resources=[
+                Stack.of(self).format_arn(
+                    service="scheduler",
+                    resource="schedule",
+                    resource_name=f"{self.schedule_group.schedule_group_name}/*",
+                )
+            ],
         )
-        self.scheduler_role.grant_pass_role(self.api_function.grant_principal)
+        for fn in (self.api_function, self.maintenance_function):
+            fn.add_to_role_policy(manage_schedules)
+            self.scheduler_role.grant_pass_role(fn.grant_principal)
 
         self.maintenance_schedule = scheduler.Schedule(
             self,
@@ -392,6 +402,7 @@ class TreadleRuntime(Construct):
             "DeadLetterQueueUrl": (self.dead_letter_queue.queue_url, "step messages that kept failing"),
             "ApiTokenSecretArn": (self.api_token.secret_arn, "the API bearer token"),
             "ProviderKeysSecretArn": (self.provider_keys.secret_arn, "JSON object of provider API keys"),
+            "WebhookSecretsSecretArn": (self.webhook_secrets.secret_arn, "JSON object of webhook signing secrets"),
             "AlarmTopicArn": (self.alarm_topic.topic_arn, "subscribe to get treadle's alarms"),
             "ScheduleGroupName": (self.schedule_group.schedule_group_name, "EventBridge Scheduler group"),
         }

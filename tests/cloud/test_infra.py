@@ -118,7 +118,7 @@ def test_database_proxy_and_secrets(synth: dict[str, Any]) -> None:
     tpl.has_resource_properties("AWS::RDS::DBInstance", {"DBInstanceClass": "db.serverless",
                                                          "PubliclyAccessible": False})
     tpl.has_resource_properties("AWS::RDS::DBProxy", {"EngineFamily": "POSTGRESQL", "RequireTLS": True})
-    assert len(resources(t, "AWS::SecretsManager::Secret")) == 3  # database, API token, provider keys
+    assert len(resources(t, "AWS::SecretsManager::Secret")) == 4  # database, API token, provider keys, webhooks
     [proxy] = resources(t, "AWS::RDS::DBProxy").values()
     assert proxy["Properties"]["VpcSubnetIds"]
 
@@ -150,14 +150,20 @@ def test_least_privilege_iam(synth: dict[str, Any]) -> None:
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:SendMessage"} <= worker
     api = role_statements(t, function_id(t, "api"))
     assert "sqs:ReceiveMessage" not in actions(api) and "sqs:SendMessage" in actions(api)
-    [sched] = [s for s in api if "scheduler:CreateSchedule" in actions([s])]
-    assert "schedule/" in json.dumps(sched["Resource"]) and "iam:PassRole" in actions(api)
+    for fn in ("api", "maintenance"):  # ScheduleDef ops / reconciling every minute
+        stmts = role_statements(t, function_id(t, fn))
+        [sched] = [s for s in stmts if "scheduler:CreateSchedule" in actions([s])]
+        assert "schedule/" in json.dumps(sched["Resource"]) and "iam:PassRole" in actions(stmts)
 
     [keys_id] = [k for k, r in resources(t, "AWS::SecretsManager::Secret").items() if "ProviderKeys" in k]
     readers = [fn for fn in FUNCTIONS
                if any({"Ref": keys_id} in stmt_resources(s) for s in role_statements(t, function_id(t, fn)))]
     assert readers == ["worker"]  # only the worker calls models
-    for fn in ("maintenance", "scheduler", "worker"):
+    [hooks_id] = [k for k in resources(t, "AWS::SecretsManager::Secret") if "WebhookSecrets" in k]
+    readers = [fn for fn in FUNCTIONS
+               if any({"Ref": hooks_id} in stmt_resources(s) for s in role_statements(t, function_id(t, fn)))]
+    assert readers == ["webhook"]  # only the webhook function verifies signatures
+    for fn in ("scheduler", "worker", "webhook", "mcp"):
         assert not any("scheduler:" in a for a in actions(role_statements(t, function_id(t, fn))))
 
 
