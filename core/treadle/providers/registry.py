@@ -17,14 +17,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from treadle.config import ProviderConfig, TreadleConfig
-from treadle.providers.anthropic import AnthropicProvider
 from treadle.providers.base import Provider
-from treadle.providers.gemini import GeminiProvider
-from treadle.providers.http import Endpoint
 from treadle.providers.mock import MockProvider
-from treadle.providers.openai_chat import DEEPSEEK, OLLAMA, OPENAI, OpenAIChatProvider
+
+if TYPE_CHECKING:
+    from treadle.providers.http import Endpoint
+
+# The HTTP drivers (and httpx) are imported when a config asks for one: a mock-only process and
+# every cold start that does not call a model skip ~80 ms of imports.
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,8 @@ PRESETS: dict[str, Preset] = {
 
 
 def endpoint_for(provider_id: str, cfg: ProviderConfig) -> Endpoint:
+    from treadle.providers.http import Endpoint
+
     preset = PRESETS[cfg.driver]
     t = cfg.timeouts
     return Endpoint(
@@ -74,9 +79,15 @@ def build_provider(provider_id: str, cfg: ProviderConfig) -> Provider:
         return mock
     ep = endpoint_for(provider_id, cfg)
     if cfg.driver == "anthropic":
+        from treadle.providers.anthropic import AnthropicProvider
+
         return AnthropicProvider(ep)
     if cfg.driver == "gemini":
+        from treadle.providers.gemini import GeminiProvider
+
         return GeminiProvider(ep)
+    from treadle.providers.openai_chat import DEEPSEEK, OLLAMA, OPENAI, OpenAIChatProvider
+
     dialect = {"openai": OPENAI, "deepseek": DEEPSEEK}.get(cfg.driver, OLLAMA)
     return OpenAIChatProvider(ep, dialect)
 
