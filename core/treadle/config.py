@@ -140,6 +140,8 @@ class AgentConfig(BaseModel):
     # which ScheduleDef / WebhookDef targets the agent's tools may author: self | named:<agent> | any (empty = deny)
     schedule_def_scopes: list[DefScope] = Field(default_factory=list)
     webhook_def_scopes: list[DefScope] = Field(default_factory=list)
+    # sub-agents (tool Agent): how many children of one call run at once
+    max_concurrent_children: int = Field(default=4, ge=1, le=32)
     mock: MockSettings = Field(default_factory=MockSettings)
 
     @model_validator(mode="after")

@@ -26,6 +26,7 @@ from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
 from treadle.store.runs import NewRun, RunRecord, RunStore
 from treadle.store.steps import StepStore
+from treadle.store.subruns import SubRunStore
 from treadle.store.waits import WaitStore
 from treadle.tools.registry import ToolRegistry, default_registry
 
@@ -167,7 +168,16 @@ class Runtime:
         assert self.waits is not None
         woken = await self.waits.wake_due()
         await self._enqueue_woken(woken)
-        return len(woken)
+        n = len(woken)
+        subruns = SubRunStore(self.pool)
+        # parents parked on sub-agents that all ended, whose wake-up was lost (crash after the final commit)
+        for tenant_id, key in await subruns.settled_parent_waits():
+            n += await self.poke(tenant_id, [key])
+        # parked runs whose cancel request never reached a step (it landed mid-step, then a crash)
+        for run_id, step_no in await subruns.parked_cancels():
+            await self.dispatcher.enqueue(StepMessage(run_id, step_no))
+            n += 1
+        return n
 
     async def _enqueue_woken(self, woken: list[tuple[str, int]]) -> None:
         if not self.dispatcher.jobs_in_db:
@@ -177,7 +187,8 @@ class Runtime:
             self.hub.notify(run_id)
 
     async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None:
-        run = await self.runs.request_cancel(tenant_id, run_id, reason)
-        if run is not None and not run.terminal:
-            await self.dispatcher.enqueue(StepMessage(run.id, run.step_no))
-        return run
+        """Flag the run and its unfinished sub-agent runs (one statement, the whole subtree); each
+        gets a step message so its next step finishes it. A finished run is returned unchanged."""
+        for flagged_id, step_no in await SubRunStore(self.pool).request_cancel_tree(tenant_id, run_id, reason):
+            await self.dispatcher.enqueue(StepMessage(flagged_id, step_no))
+        return await self.runs.get(tenant_id, run_id)

@@ -210,6 +210,7 @@ async def test_start_run_returns_202_then_completes(api: Api) -> None:
     assert set(run) == {
         "run_id", "agent", "user_id", "status", "stop_reason", "error", "iterations", "usage", "metadata",
         "interactive", "last_seq", "created_at", "updated_at", "completed_at",
+        "parent_run_id", "root_run_id", "depth",
     }
     assert run["run_id"] == run_id and run["agent"] == "echo" and run["user_id"] == "user_1"
     assert (run["status"], run["stop_reason"], run["error"], run["iterations"]) == ("completed", "end_turn", None, 1)
@@ -437,9 +438,13 @@ async def test_malformed_json_is_422(api: Api) -> None:
     assert_error(resp, 422, "validation_error")
 
 
-async def test_interactive_runs_are_not_implemented(api: Api) -> None:
-    assert_error(await api.client.post("/v1/runs", json={"agent": "echo", "prompt": "x", "interactive": True}),
-                 501, "not_implemented")
+async def test_interactive_runs_park_for_input(api: Api) -> None:
+    run_id = await api.start("echo", "x", interactive=True)
+    run = await api.wait(run_id, lambda r: r["status"] == "waiting")
+    assert run["interactive"] is True and run["stop_reason"] is None
+    resp = await api.client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "test"})
+    assert resp.status_code == 200, resp.text
+    assert (await api.wait(run_id))["status"] == "cancelled"
 
 
 async def test_unknown_run_is_404(api: Api) -> None:

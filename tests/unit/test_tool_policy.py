@@ -46,7 +46,7 @@ def test_unknown_tool_is_a_config_error_naming_the_key_path() -> None:
         reg.for_agent("helper", ["Memory", "Shell"], source="ops/treadle.yaml")
     msg = str(info.value)
     assert msg.startswith("ops/treadle.yaml: agents.helper.tools.1: unknown tool 'Shell'")
-    assert "Context, Memory" in msg
+    assert "(known: " in msg and "Context" in msg and "Memory" in msg
 
 
 def test_unknown_tool_at_index_zero() -> None:

@@ -19,9 +19,9 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 def api_routers() -> list[APIRouter]:
     """The routers of the authenticated API (/v1/...), in mount order."""
-    from treadle.api import channels, triggers, webhooks
+    from treadle.api import channels, interrupts, steering, triggers, webhooks
 
-    return [runs.router, channels.router, triggers.router, webhooks.router]
+    return [runs.router, steering.router, interrupts.router, channels.router, triggers.router, webhooks.router]
 
 
 def create_app(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -11,9 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.sse import SSE_HEADERS, stream_run_events
+from treadle.api.steering import cancel_turn, decode_cursor, encode_cursor, waits_of
 from treadle.domain.runs import RunStatus
 from treadle.domain.segments import Segment
-from treadle.errors import NotImplementedFeature, RunNotFound, ValidationFailed
+from treadle.errors import RunNotFound, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.runs import NewRun
@@ -56,6 +57,8 @@ class RunRequest(BaseModel):
 class CancelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str | None = Field(default=None, max_length=1024)
+    #: run: end the run (and its sub-agents); turn: stop the current turn of an interactive run and park it
+    scope: Literal["run", "turn"] = "run"
 
 
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -85,8 +88,6 @@ async def create_run(
     """Start a run. With `Accept: text/event-stream` the response streams the run's events until
     it ends; otherwise `202 {"run_id", "status"}`. An `Idempotency-Key` header makes retries safe:
     the same key returns the run it started the first time."""
-    if body.interactive:
-        raise NotImplementedFeature("interactive runs are not available in this build")
     run, created = await rt.start_run(
         NewRun(
             tenant_id=who.tenant_id,
@@ -94,6 +95,7 @@ async def create_run(
             segments=body.to_segments(),
             user_id=body.user_id,
             metadata=body.metadata,
+            interactive=body.interactive,
             idempotency_key=idempotency_key,
         )
     )
@@ -108,9 +110,18 @@ async def list_runs(
     who: Who,
     status: Annotated[RunStatus | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> dict[str, Any]:
-    runs = await rt.runs.list_runs(who.tenant_id, status.value if status else None, limit)
-    return {"runs": [r.to_api() for r in runs]}
+    """The tenant's runs, newest first, `limit` per page; pass `next_cursor` back as `cursor` for the
+    next page. Parked runs (`status=waiting`) carry `waits`: [{kind, key, deadline, tool_use_id}]."""
+    runs = await rt.runs.list_runs(who.tenant_id, status.value if status else None, limit, decode_cursor(cursor))
+    out = [r.to_api() for r in runs]
+    waits = await waits_of(rt, who.tenant_id, [r.id for r in runs if r.status == RunStatus.WAITING.value])
+    for item in out:
+        if item["run_id"] in waits:
+            item["waits"] = waits[item["run_id"]]
+    next_cursor = encode_cursor(runs[-1].created_at, runs[-1].id) if len(runs) == limit else None
+    return {"runs": out, "next_cursor": next_cursor}
 
 
 @router.get("/runs/{run_id}")
@@ -157,8 +168,11 @@ async def stream(
 
 @router.post("/runs/{run_id}/cancel")
 async def cancel_run(run_id: str, rt: Rt, who: Who, body: CancelRequest | None = None) -> dict[str, Any]:
-    """Cancel the run at its next safe point (never between a tool_use and its tool_result).
-    Cancelling a finished run is a no-op that reports its status."""
+    """Cancel the run at its next safe point (never between a tool_use and its tool_result), with
+    its unfinished sub-agent runs. Cancelling a finished run is a no-op that reports its status.
+    `{"scope": "turn"}` cancels only the current turn of an interactive run (api/steering.py)."""
+    if body is not None and body.scope == "turn":
+        return await cancel_turn(rt, who.tenant_id, run_id, body.reason)
     reason = (body.reason if body else None) or "cancelled by api"
     run = await rt.cancel_run(who.tenant_id, run_id, reason)
     if run is None:

@@ -30,6 +30,16 @@ from treadle.engine.agents import Candidate, ResolvedAgent
 from treadle.engine.hub import RunEventHub
 from treadle.engine.replay import Transcript, replay
 from treadle.engine.resolver import Call, RetryPolicy, call_route
+from treadle.engine.waiting import (
+    at_rest,
+    cancel_if_requested,
+    consumed_input_id,
+    iteration_cap,
+    park_for_input,
+    take_inputs,
+    take_late_input,
+    wake_parent,
+)
 from treadle.errors import LeaseLost, ProviderError, ToolError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.store.memory import MemoryStore
@@ -117,6 +127,10 @@ class Engine:
         leased.chain_deadline = time.monotonic() + self.settings.chain_budget_s
         while True:
             result = await self._execute_one(leased, owner)
+            if result is StepResult.FINISHED and leased.parent_wait_key:
+                await wake_parent(self, leased)  # a sub-agent ended: wake the parent's Agent call
+            elif result is StepResult.PARKED:
+                await cancel_if_requested(self, leased)  # a cancel that landed mid-step
             if result is not StepResult.CHAINED or leased.chain_owner is None:
                 return result
             owner = leased.chain_owner
@@ -149,6 +163,13 @@ class Engine:
             return await self._finish_failed(
                 leased, owner, [], "unknown_agent", f"agent {leased.agent!r} is not configured"
             )
+        if leased.input_seq > consumed_input_id(leased.events):  # steering input / a turn cancel queued
+            steered = await take_inputs(self, leased, owner, transcript)
+            if steered.result is not None:
+                return steered.result
+            transcript = steered.transcript
+        elif at_rest(leased):  # an interactive run woken with no input: park again
+            return await park_for_input(self, leased, owner, [])
         if transcript.pending:  # parked calls being woken, or a crash between a turn and its results
             results = await self._run_tools(
                 leased, agent, transcript.pending, transcript.iterations, transcript.parked
@@ -159,7 +180,7 @@ class Engine:
                 leased, owner, agent, transcript.iterations, results,
                 usage=_last_turn_usage(leased.events) if behind else None, new_iteration=behind,
             )
-        if transcript.iterations >= agent.config.max_iterations:
+        if transcript.iterations >= iteration_cap(agent, leased):
             return await self._finish(leased, owner, [], transcript, StopReason.MAX_ITERATIONS)
 
         iteration = transcript.iterations + 1
@@ -172,6 +193,10 @@ class Engine:
         turn = retry_events + _assistant_events(response, iteration)
         tool_uses = [b for b in response.content if isinstance(b, ToolUseBlock)]
         usage = response.usage.to_json()
+        if not tool_uses and leased.interactive:  # end of turn: park for the next input
+            return await park_for_input(self, leased, owner, turn, usage=usage, delta=1)
+        if not tool_uses and (late := await take_late_input(self, leased, owner, turn, usage=usage)) is not None:
+            return late  # input was queued while the model answered: it is the next user turn
         if not tool_uses:
             totals = _add_usage(transcript.usage, usage)
             done = NewEvent("done", {"stop_reason": StopReason.END_TURN.value, "usage": totals})
@@ -206,7 +231,7 @@ class Engine:
         if any(isinstance(o, ParkedCall) for o in outcomes):
             return await self._park(leased, owner, iteration, outcomes, usage=usage, delta=delta)
         results = [e for o in outcomes if isinstance(o, NewEvent) for e in o.flattened()]
-        if iteration >= agent.config.max_iterations:
+        if iteration >= iteration_cap(agent, leased):
             if totals is None:
                 totals = replay(leased.events).usage
             done = NewEvent("done", {"stop_reason": StopReason.MAX_ITERATIONS.value, "usage": totals})
@@ -258,6 +283,7 @@ class Engine:
             if deadline is None and park.deadline_s is not None:
                 deadline = now + park.deadline_s
             wait = {"kind": park.kind, "keys": sorted(park.keys), "deadline": deadline, "extra": park.extra}
+            events.extend(NewEvent(t, p) for t, p in park.events)
             events.append(
                 NewEvent(
                     "tool_parked",

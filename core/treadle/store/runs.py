@@ -43,6 +43,9 @@ class RunRecord:
     completed_at: datetime | None
     lease_owner: str | None = None
     lease_until: datetime | None = None
+    parent_run_id: str | None = None
+    root_run_id: str | None = None
+    depth: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -68,6 +71,9 @@ class RunRecord:
             "usage": self.usage(),
             "metadata": self.metadata,
             "interactive": self.interactive,
+            "parent_run_id": self.parent_run_id,
+            "root_run_id": self.root_run_id,
+            "depth": self.depth,
             "last_seq": self.last_seq,
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
@@ -78,7 +84,7 @@ class RunRecord:
 _RUN_COLUMNS = (
     "id, tenant_id, user_id, agent, status, stop_reason, error, step_no, last_seq, iterations, interactive,"
     " metadata, input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, cancel_requested,"
-    " created_at, updated_at, completed_at, lease_owner, lease_until"
+    " created_at, updated_at, completed_at, lease_owner, lease_until, parent_run_id, root_run_id, depth"
 )
 
 
@@ -91,6 +97,12 @@ class NewRun:
     metadata: dict[str, Any] | None = None
     interactive: bool = False
     idempotency_key: str | None = None
+    #: a sub-agent run (tools/agent.py): its parent, the tree's root, its depth (root = 0) and
+    #: the wait key its terminal commit pokes to wake the parent
+    parent_run_id: str | None = None
+    root_run_id: str | None = None
+    depth: int = 0
+    parent_wait_key: str | None = None
 
 
 @dataclass(slots=True)
@@ -124,9 +136,11 @@ class RunStore:
         sql = f"""
         WITH r AS (
             INSERT INTO runs (id, tenant_id, user_id, agent, status, metadata, interactive,
-                              idempotency_key, root_run_id, last_seq, lease_until)
+                              idempotency_key, root_run_id, last_seq, lease_until,
+                              parent_run_id, depth, parent_wait_key)
             VALUES (%(id)s, %(tenant)s, %(user)s, %(agent)s, 'queued', %(meta)s, %(interactive)s,
-                    %(idem)s, %(id)s, 2, now() + make_interval(secs => %(requeue)s))
+                    %(idem)s, coalesce(%(root)s, %(id)s), 2, now() + make_interval(secs => %(requeue)s),
+                    %(parent)s, %(depth)s, %(pwk)s)
             ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {_RUN_COLUMNS}
         ), ev AS (
@@ -146,6 +160,10 @@ class RunStore:
             "meta": Jsonb(new.metadata or {}),
             "interactive": new.interactive,
             "idem": new.idempotency_key,
+            "root": new.root_run_id,
+            "parent": new.parent_run_id,
+            "depth": new.depth,
+            "pwk": new.parent_wait_key,
             "requeue": self.requeue_after_s,
             "ui": Jsonb(user_input),
             "st": Jsonb(started),
@@ -204,12 +222,17 @@ class RunStore:
                 row = await cur.fetchone()
         return _record(row) if row else None
 
-    async def list_runs(self, tenant_id: str, status: str | None, limit: int) -> list[RunRecord]:
+    async def list_runs(
+        self, tenant_id: str, status: str | None, limit: int, before: tuple[datetime, str] | None = None
+    ) -> list[RunRecord]:
+        """Newest first; `before` = (created_at, id) of the last run of the previous page."""
+        at, rid = before if before is not None else (None, None)
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = %s AND (%s::text IS NULL OR status = %s)"
-                " ORDER BY created_at DESC LIMIT %s",
-                (tenant_id, status, status, limit),
+                " AND (%s::timestamptz IS NULL OR (created_at, id) < (%s, %s))"
+                " ORDER BY created_at DESC, id DESC LIMIT %s",
+                (tenant_id, status, status, at, at, rid, limit),
             )
             rows = await cur.fetchall()
         return [_record(r) for r in rows]

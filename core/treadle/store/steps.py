@@ -27,7 +27,8 @@ from treadle.store.runs import JOBS_CHANNEL
 
 _LEASED_COLUMNS = (
     "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
-    " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata"
+    " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata,"
+    " runs.interactive, runs.input_seq, runs.parent_wait_key"
 )
 _EVENTS_AGG = (
     "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
@@ -54,6 +55,12 @@ class LeasedRun:
     chained: int = 0
     chain_owner: str | None = None
     chain_deadline: float = 0.0
+    #: an interactive run parks at end_turn for the next user input instead of completing
+    interactive: bool = False
+    #: id of the newest queued run_inputs row (0: none); see engine/waiting.py
+    input_seq: int = 0
+    #: a sub-agent's wake key of its parent, poked when this run reaches a terminal status
+    parent_wait_key: str | None = None
 
 
 @dataclass(slots=True)
@@ -113,6 +120,9 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
         cancel_reason=row["cancel_reason"],
         metadata=row["metadata"],
         events=[(e[0], e[1], e[2]) for e in events],
+        interactive=bool(row.get("interactive")),
+        input_seq=int(row.get("input_seq") or 0),
+        parent_wait_key=row.get("parent_wait_key"),
     )
 
 
@@ -284,12 +294,17 @@ class StepStore:
         """Park unless a poke raced the tool's check: lock the wait keys, compare versions."""
         waits = outcome.waits or []
         async with self.pool.connection() as conn, conn.transaction():
+            # lock the run first: a cancel either committed before (seen here: do not park) or
+            # waits for this commit and then enqueues the new step_no itself
+            cur = await conn.execute("SELECT cancel_requested FROM runs WHERE id = %s FOR UPDATE", (leased.run_id,))
+            run = await cur.fetchone()
+            cancelled = bool(run and run["cancel_requested"])
             cur = await conn.execute(
                 "SELECT key, version FROM wait_keys WHERE tenant_id = %s AND key = ANY(%s) FOR SHARE",
                 (leased.tenant_id, [w.key for w in waits]),
             )
             current = {r["key"]: int(r["version"]) for r in await cur.fetchall()}
-            if any(current.get(w.key, 0) != w.since_version for w in waits):
+            if cancelled or any(current.get(w.key, 0) != w.since_version for w in waits):
                 outcome.status, outcome.waits, outcome.enqueue_next = "running", None, True
                 outcome.chain_owner = None
             else:

@@ -65,6 +65,8 @@ class Park:
     keys: dict[str, int]
     deadline_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: transcript events recorded just before the `tool_parked` record, e.g. ("interruption_pending", {...})
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 class Tool(Protocol):

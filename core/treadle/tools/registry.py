@@ -40,10 +40,13 @@ class ToolRegistry:
 
 
 def default_registry() -> ToolRegistry:
+    from treadle.tools.agent import AgentTool
     from treadle.tools.channel import ChannelTool
     from treadle.tools.context import ContextTool
+    from treadle.tools.interruption import InterruptionTool
     from treadle.tools.memory import MemoryTool
     from treadle.tools.scheduledef import ScheduleDefTool
     from treadle.tools.webhookdef import WebhookDefTool
 
-    return ToolRegistry([MemoryTool(), ContextTool(), ChannelTool(), ScheduleDefTool(), WebhookDefTool()])
+    return ToolRegistry([MemoryTool(), ContextTool(), ChannelTool(), ScheduleDefTool(), WebhookDefTool(),
+                         AgentTool(), InterruptionTool()])

@@ -1,0 +1,82 @@
+"""Interruptions over HTTP: list a run's questions and answer (or decline) one.
+
+`POST /v1/runs/{run_id}/interrupts/{interrupt_id}/resolve` `{answer, disposition: answer|declined}`
+→ `{interrupt_id, status, resolved_at}`; 404 unknown run or interruption, 409 already settled,
+410 expired (it is settled as `timed_out` and the run wakes with that result), 422 bad body."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from treadle.api.deps import get_principal, get_runtime
+from treadle.errors import Conflict, NotFound, RunNotFound, TreadleError, ValidationFailed
+from treadle.runtime import Runtime
+from treadle.security.principal import Principal
+from treadle.store.interrupts import STATUSES, InterruptStore, interrupt_key
+
+router = APIRouter(prefix="/v1", tags=["interrupts"])
+
+Rt = Annotated[Runtime, Depends(get_runtime)]
+Who = Annotated[Principal, Depends(get_principal)]
+
+
+class InterruptNotFound(NotFound):
+    code = "interrupt_not_found"
+
+
+class InterruptSettled(Conflict):
+    code = "interrupt_settled"
+
+
+class InterruptExpired(TreadleError):
+    code = "interrupt_expired"
+    status = 410
+
+
+class ResolveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    answer: str | None = Field(default=None, max_length=64_000)
+    disposition: Literal["answer", "declined"] = "answer"
+    resolved_by: Literal["webui", "mcp", "cli", "api"] = "api"
+    kind: str | None = Field(default=None, max_length=64)
+
+
+@router.get("/runs/{run_id}/interrupts")
+async def list_interrupts(
+    run_id: str, rt: Rt, who: Who, status: Annotated[str | None, Query(max_length=16)] = None
+) -> dict[str, Any]:
+    if status is not None and status not in STATUSES:
+        raise ValidationFailed(f"status: must be one of {', '.join(STATUSES)}")
+    if await rt.runs.get(who.tenant_id, run_id) is None:
+        raise RunNotFound(f"run {run_id!r} not found")
+    rows = await InterruptStore(rt.pool).list_for_run(who.tenant_id, run_id, status)
+    return {"run_id": run_id, "interrupts": [r.to_api() for r in rows]}
+
+
+@router.post("/runs/{run_id}/interrupts/{interrupt_id}/resolve")
+async def resolve_interrupt(run_id: str, interrupt_id: str, body: ResolveRequest, rt: Rt, who: Who) -> dict[str, Any]:
+    if body.disposition == "answer" and not (body.answer or "").strip():
+        raise ValidationFailed("answer: required (non-empty) when disposition is 'answer'")
+    store = InterruptStore(rt.pool)
+    status = "resolved" if body.disposition == "answer" else "declined"
+    row = await store.resolve(who.tenant_id, run_id, interrupt_id, answer=body.answer, status=status,
+                              resolved_by=body.resolved_by)
+    if row is not None:
+        await rt.poke(who.tenant_id, [interrupt_key(row.id)])
+        return {"interrupt_id": row.id, "status": row.status,
+                "resolved_at": row.resolved_at.isoformat() if row.resolved_at else None}
+    current = await store.get(who.tenant_id, run_id, interrupt_id)
+    if current is None:
+        raise InterruptNotFound(f"interrupt {interrupt_id!r} not found in run {run_id!r}")
+    if current.expired:  # past its deadline, not yet swept: settle it now and wake the run
+        if await store.time_out(who.tenant_id, run_id, interrupt_id) is not None:
+            await rt.poke(who.tenant_id, [interrupt_key(interrupt_id)])
+        raise InterruptExpired(f"interrupt {interrupt_id} expired")
+    if current.status == "timed_out":
+        raise InterruptExpired(f"interrupt {interrupt_id} expired")
+    if current.status == "pending":
+        raise InterruptSettled(f"interrupt {interrupt_id} can no longer be answered: its run has finished")
+    raise InterruptSettled(f"interrupt {interrupt_id} is already {current.status}")

@@ -1,0 +1,147 @@
+"""Built-in `Agent`: run sub-agents as real child runs and wait for them without holding anything.
+
+`spawn` ({name, prompt}) starts one child; `parallel_spawn` ({spawns: [{name, prompt}, ...]},
+at most 32) starts several. The calling run parks (status `waiting`) until every child has
+settled, then receives index-aligned results `[{index, agent, run_id, ok, stop_reason, output?,
+error?}]` (`spawn` receives the single entry). A child's failure stays inside its entry; the
+call itself succeeds.
+
+How it stays exact across crashes and re-invocations:
+- each invocation reads the wait key's version first (store/waits.py), then looks at the
+  children in the database, starts the missing ones (at most `max_concurrent_children` of the
+  calling agent unfinished at once), and parks on the key if any child is unfinished;
+- a child's idempotency key is (parent run, tool_use_id, index): re-invoking the call finds the
+  children it already created instead of starting new ones;
+- a child that reaches a terminal status pokes the key (engine/waiting.py); if that poke is
+  lost, the sweeper finds the parked parent whose children are all finished and pokes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treadle.errors import ToolError
+from treadle.store.runs import NewRun
+from treadle.store.subruns import Child, SubRunStore, child_idempotency_key, spawn_wait_key
+from treadle.tools.base import Park, ToolContext, ToolResult
+
+OPS = ("spawn", "parallel_spawn")
+MAX_PARALLEL_SPAWNS = 32
+MAX_AGENT_DEPTH = 3
+DEFAULT_MAX_CONCURRENT_CHILDREN = 4
+MAX_PROMPT_CHARS = 256_000
+
+_SPAWN_PROPS: dict[str, Any] = {
+    "name": {"type": "string", "description": "the configured agent to run"},
+    "prompt": {"type": "string", "description": "the child's task"},
+}
+
+
+class AgentTool:
+    name = "Agent"
+    description = (
+        "Run sub-agents as child runs and wait for their results. op: spawn (name, prompt) → the child's "
+        "result {index, agent, ok, output?, error?}; parallel_spawn (spawns: [{name, prompt}], ≤32) → the "
+        "results in the same order. Waiting holds no resources; a child's failure is reported in its entry."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "op": {"type": "string", "enum": list(OPS), "default": "spawn"},
+            **_SPAWN_PROPS,
+            "spawns": {
+                "type": "array",
+                "maxItems": MAX_PARALLEL_SPAWNS,
+                "items": {"type": "object", "properties": _SPAWN_PROPS, "required": ["name", "prompt"]},
+            },
+        },
+    }
+
+    async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        rt = ctx.services.get("runtime")
+        if rt is None or ctx.waits is None:
+            raise ToolError("Agent: sub-agents are not available in this runtime")
+        op = args.get("op", "spawn")
+        if op not in OPS:
+            raise ToolError(f"Agent: op must be one of {', '.join(OPS)}")
+        spawns = _spawns(args, op)
+        known: dict[str, Any] = rt.agents
+        unknown = sorted({s["name"] for s in spawns if s["name"] not in known})
+        if unknown and ctx.resume is None:
+            raise ToolError(f"Agent: unknown agent(s) {', '.join(unknown)} (configured: {', '.join(sorted(known))})")
+
+        key = spawn_wait_key(ctx.run_id, ctx.tool_use_id)
+        version = await ctx.waits.version(ctx.tenant_id, key)  # before looking at the children
+        store = SubRunStore(rt.pool)
+        kids = await store.children(ctx.tenant_id, ctx.run_id, key)
+        missing = [i for i in range(len(spawns)) if i not in kids and spawns[i]["name"] in known]
+        if missing:
+            caller = known.get(ctx.agent)
+            limit = caller.config.max_concurrent_children if caller is not None else DEFAULT_MAX_CONCURRENT_CHILDREN
+            room = limit - sum(1 for k in kids.values() if not k.terminal)
+            if room > 0:
+                depth, root = await store.lineage(ctx.tenant_id, ctx.run_id)
+                if depth + 1 > MAX_AGENT_DEPTH:
+                    raise ToolError(f"Agent: sub-agents may nest at most {MAX_AGENT_DEPTH} deep (this run is at "
+                                    f"depth {depth})")
+                for i in missing[:room]:
+                    kids[i] = await _start_child(rt, ctx, spawns[i], i, key, depth, root)
+
+        settled = all((kids[i].terminal if i in kids else s["name"] not in known) for i, s in enumerate(spawns))
+        if not settled:
+            children = [{"index": k.index, "agent": k.agent, "run_id": k.run_id}
+                        for k in sorted(kids.values(), key=lambda c: c.index)]
+            return Park("agent", {key: version}, extra={"op": op, "count": len(spawns), "children": children})
+
+        entries = [
+            kids[i].result() if i in kids  # a name unknown now: the config changed while the call waited
+            else {"index": i, "agent": s["name"], "ok": False, "error": f"unknown agent {s['name']!r}"}
+            for i, s in enumerate(spawns)
+        ]
+
+        result = ToolResult.json(entries[0] if op == "spawn" else entries)
+        for e in entries:
+            result.events.append(("spawn_child_result", {"spawn_child": {"tool_use_id": ctx.tool_use_id, **e}}))
+        return result
+
+
+async def _start_child(
+    rt: Any, ctx: ToolContext, spawn: dict[str, str], index: int, key: str, depth: int, root: str
+) -> Child:
+    run, _created = await rt.start_run(
+        NewRun(
+            tenant_id=ctx.tenant_id,
+            agent=spawn["name"],
+            segments=[{"role": "user", "content": [{"type": "trusted-text", "text": spawn["prompt"]}]}],
+            user_id=ctx.user_id,
+            idempotency_key=child_idempotency_key(ctx.run_id, ctx.tool_use_id, index),
+            parent_run_id=ctx.run_id,
+            root_run_id=root,
+            depth=depth + 1,
+            parent_wait_key=key,
+        )
+    )
+    return Child(index, run.id, run.agent, run.status, run.stop_reason, run.error)
+
+
+def _spawns(args: dict[str, Any], op: str) -> list[dict[str, str]]:
+    raw: Any = [args] if op == "spawn" else args.get("spawns")
+    if op == "parallel_spawn" and (not isinstance(raw, list) or not raw):
+        raise ToolError("Agent.parallel_spawn: spawns (a non-empty list of {name, prompt}) is required")
+    assert isinstance(raw, list)
+    if len(raw) > MAX_PARALLEL_SPAWNS:
+        raise ToolError(f"Agent.parallel_spawn: at most {MAX_PARALLEL_SPAWNS} spawns")
+    out: list[dict[str, str]] = []
+    for i, s in enumerate(raw):
+        where = f"Agent.{op}" + (f": spawns[{i}]" if op == "parallel_spawn" else "")
+        if not isinstance(s, dict):
+            raise ToolError(f"{where} must be an object {{name, prompt}}")
+        name, prompt = s.get("name"), s.get("prompt")
+        if not isinstance(name, str) or not name:
+            raise ToolError(f"{where}: name (an agent name) is required")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ToolError(f"{where}: prompt (non-empty text) is required")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise ToolError(f"{where}: prompt is longer than {MAX_PROMPT_CHARS} characters")
+        out.append({"name": name, "prompt": prompt})
+    return out

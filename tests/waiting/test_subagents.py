@@ -1,0 +1,220 @@
+"""Sub-agents (tool `Agent`): children are real runs, the parent parks holding nothing, results
+come back index-aligned, cancel cascades, and nothing is lost across restarts or lost pokes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from waiting_support import (
+    ECHO,
+    FAILING,
+    answer,
+    asker,
+    children,
+    events,
+    result_json,
+    scripted,
+    spawner,
+    start,
+    status,
+    tool_results,
+    types,
+)
+
+from treadle.engine.workers import Sweeper
+from treadle.store.subruns import spawn_wait_key
+
+
+def eight_with_two_failing() -> list[dict[str, str]]:
+    return [{"name": "bad" if i in (2, 5) else "echo", "prompt": f"task {i}"} for i in range(8)]
+
+
+async def test_parallel_spawn_of_eight_with_two_failures_returns_eight_aligned_results(open_runtime: Any) -> None:
+    agents = {"parent": spawner(eight_with_two_failing(), max_concurrent_children=8), "echo": ECHO, "bad": FAILING}
+    rt, disp = await open_runtime(agents, provider_retries=0)
+    parent = await start(rt, "parent")
+    await disp.drain()
+    assert await status(rt, parent) == "completed"
+    evs = await events(rt, parent)
+    results = result_json(evs)
+    assert [r["index"] for r in results] == list(range(8))
+    assert [r["ok"] for r in results] == [i not in (2, 5) for i in range(8)]
+    assert [r["output"] for r in results if r["ok"]] == [f"task {i}" for i in range(8) if i not in (2, 5)]
+    assert all("rate_limited" in r["error"] for r in results if not r["ok"])
+    assert [r["agent"] for r in results] == ["bad" if i in (2, 5) else "echo" for i in range(8)]
+    assert tool_results(evs)[0]["is_error"] is False  # a child's failure stays inside the envelope
+    assert types(evs).count("spawn_child_result") == 8
+    assert [e.payload["text"] for e in evs if e.type == "text"] == ["all done"]
+    kids = await children(rt, parent)
+    assert len(kids) == 8
+    assert {k["id"] for k in kids} == {r["run_id"] for r in results}
+    assert all(k["depth"] == 1 and k["root_run_id"] == parent and k["parent_run_id"] == parent for k in kids)
+    assert sorted(k["status"] for k in kids) == ["completed"] * 6 + ["failed"] * 2
+    # each child has its own transcript
+    child_evs = await events(rt, results[0]["run_id"])
+    assert types(child_evs)[:2] == ["user_input", "started"] and types(child_evs)[-1] == "done"
+
+
+async def test_spawn_returns_the_single_childs_result(open_runtime: Any) -> None:
+    turns = [{"tool": "Agent", "input": {"op": "spawn", "name": "echo", "prompt": "ping"}}, {"text": "ok"}]
+    rt, disp = await open_runtime({"p": scripted(turns, ["Agent"]), "echo": ECHO})
+    parent = await start(rt, "p")
+    await disp.drain()
+    assert await status(rt, parent) == "completed"
+    result = result_json(await events(rt, parent))
+    assert result["ok"] is True and result["output"] == "ping" and result["index"] == 0 and result["agent"] == "echo"
+
+
+async def test_a_parent_waiting_on_waiting_children_holds_nothing(open_runtime: Any) -> None:
+    spawns = [{"name": "asker", "prompt": f"q{i}"} for i in range(3)]
+    rt, disp = await open_runtime({"parent": spawner(spawns), "asker": asker()})
+    parent = await start(rt, "parent")
+    await disp.drain()
+    kids = await children(rt, parent)
+    assert len(kids) == 3
+    for run_id in [parent, *(k["id"] for k in kids)]:
+        run = await rt.runs.get("default", run_id)
+        assert run.status == "waiting" and run.lease_owner is None
+    assert disp.queue == []  # nothing scheduled, no worker held
+    assert types(await events(rt, parent))[-1] == "tool_parked"
+
+    for k in kids:
+        await answer(rt, k["id"], f"yes {k['id'][-4:]}")
+    await disp.drain()
+    assert await status(rt, parent) == "completed"
+    assert [r["output"] for r in result_json(await events(rt, parent))] == ["asked"] * 3
+
+
+async def test_max_concurrent_children_starts_the_rest_as_earlier_ones_finish(open_runtime: Any) -> None:
+    spawns = [{"name": "asker", "prompt": f"q{i}"} for i in range(5)]
+    rt, disp = await open_runtime({"parent": spawner(spawns, max_concurrent_children=2), "asker": asker()})
+    parent = await start(rt, "parent")
+    await disp.drain()
+    seen = []
+    for _ in range(5):
+        kids = await children(rt, parent)
+        active = [k for k in kids if k["status"] not in ("completed", "failed", "cancelled")]
+        seen.append((len(kids), len(active)))
+        assert len(active) <= 2
+        await answer(rt, active[0]["id"])
+        await disp.drain()
+    assert seen == [(2, 2), (3, 2), (4, 2), (5, 2), (5, 1)]
+    assert await status(rt, parent) == "completed"
+    assert [r["index"] for r in result_json(await events(rt, parent))] == [0, 1, 2, 3, 4]
+
+
+async def test_a_re_invoked_call_finds_its_children_instead_of_starting_new_ones(open_runtime: Any) -> None:
+    spawns = [{"name": "asker", "prompt": f"q{i}"} for i in range(2)]
+    rt, disp = await open_runtime({"parent": spawner(spawns), "asker": asker()})
+    parent = await start(rt, "parent")
+    await disp.drain()
+    before = await children(rt, parent)
+    [call] = [e.payload["tool_use"]["id"] for e in await events(rt, parent) if e.type == "tool_call"]
+    # a spurious wake re-invokes the same tool call: it re-parks and creates nothing
+    assert await rt.poke("default", [spawn_wait_key(parent, call)]) == 1
+    await disp.drain()
+    assert await status(rt, parent) == "waiting"
+    assert [k["id"] for k in await children(rt, parent)] == [k["id"] for k in before]
+    evs = await events(rt, parent)
+    assert types(evs).count("tool_parked") == 2 and not tool_results(evs)
+
+
+async def test_cancelling_a_parent_cancels_its_subtree(open_runtime: Any) -> None:
+    middle = spawner([{"name": "asker", "prompt": "deep"}])
+    rt, disp = await open_runtime(
+        {"top": spawner([{"name": "middle", "prompt": "m"}, {"name": "asker", "prompt": "a"}]),
+         "middle": middle, "asker": asker()}
+    )
+    top = await start(rt, "top")
+    await disp.drain()
+    kids = await children(rt, top)
+    [mid] = [k["id"] for k in kids if k["agent"] == "middle"]
+    [grandchild] = await children(rt, mid)
+    assert grandchild["depth"] == 2 and grandchild["root_run_id"] == top
+    await rt.cancel_run("default", top, "enough")
+    await disp.drain()
+    assert await status(rt, top) == "cancelled"
+    for run_id in [k["id"] for k in kids] + [grandchild["id"]]:
+        run = await rt.runs.get("default", run_id)
+        assert run.status == "cancelled", run_id
+    assert {k["cancel_reason"] for k in await children(rt, top)} == {"parent run cancelled"}
+    [res] = tool_results(await events(rt, top))
+    assert res["is_error"] and "enough" in res["text"]
+
+
+async def test_depth_is_limited_to_three(open_runtime: Any) -> None:
+    nest = scripted([{"tool": "Agent", "input": {"op": "spawn", "name": "nest", "prompt": "go"}}, {"text": "done"}],
+                    ["Agent"])
+    rt, disp = await open_runtime({"nest": nest})
+    root = await start(rt, "nest")
+    await disp.drain()
+    assert await status(rt, root) == "completed"
+    chain, run_id = [], root
+    while kids := await children(rt, run_id):
+        [kid] = kids
+        chain.append(kid["depth"])
+        run_id = kid["id"]
+    assert chain == [1, 2, 3]
+    [deepest] = tool_results(await events(rt, run_id))
+    assert deepest["is_error"] and "at most 3" in deepest["text"]
+    assert result_json(await events(rt, root))["ok"] is True
+
+
+async def test_unknown_agent_and_bad_input_are_tool_errors(open_runtime: Any) -> None:
+    turns = [
+        {"tool": "Agent", "input": {"op": "spawn", "name": "ghost", "prompt": "boo"}},
+        {"tool": "Agent", "input": {"op": "parallel_spawn", "spawns": []}},
+        {"tool": "Agent", "input": {"op": "parallel_spawn", "spawns": [{"name": "echo", "prompt": "x"}] * 33}},
+        {"text": "end"},
+    ]
+    rt, disp = await open_runtime({"p": scripted(turns, ["Agent"]), "echo": ECHO})
+    parent = await start(rt, "p")
+    await disp.drain()
+    results = tool_results(await events(rt, parent))
+    assert [r["is_error"] for r in results] == [True, True, True]
+    assert "ghost" in results[0]["text"] and "non-empty" in results[1]["text"] and "32" in results[2]["text"]
+    assert await children(rt, parent) == []
+
+
+async def test_a_parent_parked_on_children_survives_a_restart(open_runtime: Any, fresh_db_url: str) -> None:
+    agents = {"parent": spawner([{"name": "echo", "prompt": "a"}, {"name": "echo", "prompt": "b"}]), "echo": ECHO}
+    rt, disp = await open_runtime(agents, url=fresh_db_url, requeue_after_seconds=0.2)
+    parent = await start(rt, "parent")
+    await rt.engine.handle(disp.queue.pop(0))  # only the parent's step: it starts both children and parks
+    assert await status(rt, parent) == "waiting"
+    assert len(disp.queue) == 2  # the children's first steps, about to be lost with the process
+    await rt.close()
+
+    rt2, disp2 = await open_runtime(agents, url=fresh_db_url, requeue_after_seconds=0.2)
+    assert disp2.queue == []
+    await asyncio.sleep(0.3)
+    sweeper = Sweeper(rt2.engine, disp2, 1.0, wake_due=rt2.wake_due)
+    assert await sweeper.sweep_once() == 2  # the children's lost messages, re-enqueued
+    await disp2.drain()
+    assert await status(rt2, parent) == "completed"
+    assert [r["output"] for r in result_json(await events(rt2, parent))] == ["a", "b"]
+
+
+async def test_a_lost_wake_up_is_found_by_the_sweeper(
+    open_runtime: Any, fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, disp = await open_runtime({"parent": spawner([{"name": "echo", "prompt": "a"}]), "echo": ECHO},
+                                  url=fresh_db_url)
+
+    async def crash_before_poke(*_a: Any) -> None:
+        return None
+
+    monkeypatch.setattr("treadle.engine.step.wake_parent", crash_before_poke)
+    parent = await start(rt, "parent")
+    await disp.drain()
+    [kid] = await children(rt, parent)
+    assert kid["status"] == "completed" and await status(rt, parent) == "waiting"
+    monkeypatch.undo()
+
+    assert await rt.wake_due() == 1
+    await disp.drain()
+    assert await status(rt, parent) == "completed"
+    assert json.loads(tool_results(await events(rt, parent))[0]["text"])[0]["output"] == "a"

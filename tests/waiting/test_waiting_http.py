@@ -1,0 +1,195 @@
+"""The waiting primitives through HTTP: the app over an inline runtime (steps run when the test
+drains the dispatcher), each test on its own database so `GET /v1/runs` sees only its runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from waiting_support import ECHO, FAILING, asker, spawner
+
+from treadle.api.app import create_app
+
+AGENTS: dict[str, Any] = {
+    "chat": ECHO,
+    "asker": asker("ship it?"),
+    "quick": asker("fast?", timeout_ms=200),
+    "parent": spawner([{"name": "bad" if i in (2, 5) else "chat", "prompt": f"t{i}"} for i in range(8)]),
+    "boss": spawner([{"name": "asker", "prompt": "a"}, {"name": "asker", "prompt": "b"}]),
+    "bad": FAILING,
+}
+
+
+@dataclass
+class Http:
+    client: httpx.AsyncClient
+    rt: Any
+    disp: Any
+
+    async def start(self, agent: str, **body: Any) -> str:
+        resp = await self.client.post("/v1/runs", json={"agent": agent, "prompt": "hello", **body})
+        assert resp.status_code == 202, resp.text
+        await self.disp.drain()
+        return str(resp.json()["run_id"])
+
+    async def run(self, run_id: str) -> dict[str, Any]:
+        resp = await self.client.get(f"/v1/runs/{run_id}")
+        assert resp.status_code == 200, resp.text
+        return resp.json()  # type: ignore[no-any-return]
+
+    async def events(self, run_id: str) -> list[dict[str, Any]]:
+        resp = await self.client.get(f"/v1/runs/{run_id}/events")
+        assert resp.status_code == 200, resp.text
+        return resp.json()["events"]  # type: ignore[no-any-return]
+
+    async def post(self, path: str, body: Any = None) -> httpx.Response:
+        resp = await self.client.post(path, json=body)
+        await self.disp.drain()
+        return resp
+
+
+@pytest.fixture
+async def http(open_runtime: Any, fresh_db_url: str) -> AsyncIterator[Http]:
+    rt, disp = await open_runtime(AGENTS, url=fresh_db_url, provider_retries=0)
+    app = create_app(auth_token=None, max_request_bytes=1 << 20)
+    app.state.runtime = rt
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://treadle") as client:
+        yield Http(client, rt, disp)
+
+
+def error(resp: httpx.Response, status: int, code: str) -> None:
+    assert resp.status_code == status, resp.text
+    assert resp.json()["code"] == code, resp.text
+
+
+async def test_interactive_run_over_http(http: Http) -> None:
+    run_id = await http.start("chat", interactive=True)
+    run = await http.run(run_id)
+    assert run["status"] == "waiting" and run["interactive"] is True
+    listed = (await http.client.get("/v1/runs", params={"status": "waiting"})).json()
+    [item] = listed["runs"]
+    assert item["run_id"] == run_id
+    assert item["waits"] == [{"kind": "awaiting_input", "key": f"input:{run_id}", "tool_use_id": None,
+                              "deadline": None}]
+
+    error(await http.post(f"/v1/runs/{run_id}/input", {"text": "   "}), 422, "validation_error")
+    error(await http.post("/v1/runs/r_nope/input", {"text": "hi"}), 404, "run_not_found")
+    error(await http.post(f"/v1/runs/{run_id}/cancel", {"scope": "turn"}), 409, "not_mid_turn")
+
+    resp = await http.post(f"/v1/runs/{run_id}/input", {"text": "how are you?"})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["delivered"] is True and resp.json()["woke"] is True
+    evs = await http.events(run_id)
+    assert [e["type"] for e in evs][-4:] == ["user_input", "text", "usage", "awaiting_input"]
+    assert evs[-3]["text"] == "how are you?"
+    assert (await http.run(run_id))["status"] == "waiting"
+
+    resp = await http.post(f"/v1/runs/{run_id}/cancel", {"reason": "done"})
+    assert resp.status_code == 200 and (await http.run(run_id))["status"] == "cancelled"
+    error(await http.post(f"/v1/runs/{run_id}/input", {"text": "late"}), 409, "run_finished")
+    error(await http.post(f"/v1/runs/{run_id}/cancel", {"scope": "turn"}), 409, "run_finished")
+
+
+async def test_turn_cancel_over_http(http: Http) -> None:
+    plain = await http.start("asker")
+    error(await http.post(f"/v1/runs/{plain}/cancel", {"scope": "turn"}), 409, "not_interactive")
+    run_id = await http.start("asker", interactive=True)
+    resp = await http.post(f"/v1/runs/{run_id}/cancel", {"scope": "turn", "reason": "wrong question"})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["stopped"] is True
+    assert [e["type"] for e in await http.events(run_id)][-2:] == ["turn_cancelled", "awaiting_input"]
+    [q] = (await http.client.get(f"/v1/runs/{run_id}/interrupts")).json()["interrupts"]
+    assert q["status"] == "cancelled"
+    assert (await http.run(run_id))["status"] == "waiting"
+
+
+async def test_interrupt_answered_over_http_resumes_the_run(http: Http) -> None:
+    run_id = await http.start("asker")
+    assert (await http.run(run_id))["status"] == "waiting"
+    listed = (await http.client.get("/v1/runs", params={"status": "waiting"})).json()["runs"]
+    assert [w["kind"] for w in listed[0]["waits"]] == ["interruption"] and listed[0]["waits"][0]["deadline"]
+    resp = await http.client.get(f"/v1/runs/{run_id}/interrupts")
+    [q] = resp.json()["interrupts"]
+    assert q["status"] == "pending" and q["question"] == "ship it?" and q["options"] == ["yes", "no"]
+    pending = [e for e in await http.events(run_id) if e["type"] == "interruption_pending"]
+    assert pending[0]["interrupt_id"] == q["interrupt_id"]
+
+    base = f"/v1/runs/{run_id}/interrupts"
+    error(await http.post(f"{base}/int_unknown/resolve", {"answer": "yes"}), 404, "interrupt_not_found")
+    error(await http.post(f"{base}/{q['interrupt_id']}/resolve", {"disposition": "answer"}), 422,
+          "validation_error")
+    error(await http.post(f"{base}/{q['interrupt_id']}/resolve", {"answer": "y", "disposition": "maybe"}), 422,
+          "validation_error")
+    error(await http.post("/v1/runs/r_nope/interrupts/x/resolve", {"answer": "y"}), 404, "interrupt_not_found")
+    error(await http.client.get("/v1/runs/r_nope/interrupts"), 404, "run_not_found")
+
+    resp = await http.post(f"{base}/{q['interrupt_id']}/resolve", {"answer": "yes, ship"})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["interrupt_id"] == q["interrupt_id"] and body["status"] == "resolved" and body["resolved_at"]
+    run = await http.run(run_id)
+    assert run["status"] == "completed"
+    [res] = [e for e in await http.events(run_id) if e["type"] == "tool_result"]
+    assert '"answer":"yes, ship"' in res["text"] and '"status":"resolved"' in res["text"]
+    error(await http.post(f"{base}/{q['interrupt_id']}/resolve", {"answer": "again"}), 409, "interrupt_settled")
+
+
+async def test_an_expired_interrupt_answers_410_and_the_run_gets_timed_out(http: Http) -> None:
+    run_id = await http.start("quick")
+    [q] = (await http.client.get(f"/v1/runs/{run_id}/interrupts")).json()["interrupts"]
+    await asyncio.sleep(0.3)
+    resp = await http.post(f"/v1/runs/{run_id}/interrupts/{q['interrupt_id']}/resolve", {"answer": "too late"})
+    error(resp, 410, "interrupt_expired")
+    run = await http.run(run_id)  # the expiry was settled and the run woken at once, not at the next sweep
+    assert run["status"] == "completed"
+    [res] = [e for e in await http.events(run_id) if e["type"] == "tool_result"]
+    assert '"status":"timed_out"' in res["text"]
+
+
+async def test_sub_agents_over_http(http: Http) -> None:
+    run_id = await http.start("parent")
+    run = await http.run(run_id)
+    assert run["status"] == "completed"
+    [res] = [e for e in await http.events(run_id) if e["type"] == "tool_result"]
+    results = json.loads(res["text"])
+    assert len(results) == 8 and [r["ok"] for r in results].count(False) == 2
+    child = await http.run(results[0]["run_id"])
+    assert child["parent_run_id"] == run_id and child["root_run_id"] == run_id and child["depth"] == 1
+
+
+async def test_cancelling_a_parent_over_http_cancels_its_children(http: Http) -> None:
+    run_id = await http.start("boss")
+    listed = (await http.client.get("/v1/runs", params={"status": "waiting"})).json()["runs"]
+    assert len(listed) == 3  # the parent and its two children
+    kids = [r for r in listed if r["parent_run_id"] == run_id]
+    assert len(kids) == 2 and all(r["waits"][0]["kind"] == "interruption" for r in kids)
+    [parent] = [r for r in listed if r["run_id"] == run_id]
+    assert parent["waits"][0]["kind"] == "agent"
+    resp = await http.post(f"/v1/runs/{run_id}/cancel", {"reason": "stop all"})
+    assert resp.status_code == 200
+    for r in [parent, *kids]:
+        assert (await http.run(r["run_id"]))["status"] == "cancelled"
+    waiting = (await http.client.get("/v1/runs", params={"status": "waiting"})).json()["runs"]
+    assert waiting == []
+
+
+async def test_waiting_runs_are_listed_a_page_at_a_time(http: Http) -> None:
+    ids = {await http.start("chat", interactive=True) for _ in range(3)}
+    seen: list[str] = []
+    cursor = None
+    for _ in range(4):
+        params: dict[str, Any] = {"status": "waiting", "limit": 2}
+        if cursor:
+            params["cursor"] = cursor
+        page = (await http.client.get("/v1/runs", params=params)).json()
+        seen += [r["run_id"] for r in page["runs"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(ids) and len(seen) == 3
+    error(await http.client.get("/v1/runs", params={"cursor": "%%%"}), 422, "validation_error")

@@ -1,0 +1,77 @@
+"""The same primitives on the sidecar's Postgres job queue with real workers: children, pokes and
+wake-ups insert jobs in their own statements (jobs_in_db), and parked runs leave no job behind."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from waiting_support import ECHO, answer, asker, result_json, spawner, start
+
+from treadle.engine.waiting import input_key
+from treadle.engine.workers import WorkerPool
+from treadle.store.inputs import InputStore
+
+
+async def wait_for(rt: Any, run_id: str, statuses: tuple[str, ...], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = await rt.runs.get("default", run_id)
+        if run.status in statuses and run.lease_owner is None:
+            return run
+        assert time.monotonic() < deadline, f"{run_id} stuck in {run.status}"
+        await asyncio.sleep(0.02)
+
+
+async def jobs(rt: Any) -> int:
+    async with rt.pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) AS n FROM jobs")
+        row = await cur.fetchone()
+    return int(row["n"])
+
+
+async def test_children_questions_and_input_on_the_postgres_queue(open_runtime: Any, fresh_db_url: str) -> None:
+    agents = {
+        "parent": spawner([{"name": "chat", "prompt": f"p{i}"} for i in range(5)] + [{"name": "asker", "prompt": "q"}],
+                          max_concurrent_children=2),
+        "chat": ECHO,
+        "asker": asker(),
+    }
+    rt, queue = await open_runtime(agents, inline=False, url=fresh_db_url)
+    workers = WorkerPool(rt.engine, queue, 4, idle_poll_s=0.05)
+    workers.start()
+    try:
+        parent = await start(rt, "parent")
+        chat = await start(rt, "chat", "hello", interactive=True)
+        await wait_for(rt, chat, ("waiting",))
+        deadline = time.monotonic() + 20
+        while True:  # the five echo children finish; the asker child waits for its answer
+            async with rt.pool.connection() as conn:
+                cur = await conn.execute("SELECT id, agent, status FROM runs WHERE parent_run_id = %s", (parent,))
+                kids = await cur.fetchall()
+            [ask] = [k for k in kids if k["agent"] == "asker"] or [None]
+            if ask is not None and ask["status"] == "waiting" and sum(k["status"] == "completed" for k in kids) == 5:
+                break
+            assert time.monotonic() < deadline, kids
+            await asyncio.sleep(0.02)
+        await wait_for(rt, parent, ("waiting",))
+        assert await jobs(rt) == 0  # three parked runs, no job, no worker busy
+
+        await answer(rt, ask["id"])
+        await InputStore(rt.pool).add("default", chat, "input", "again")
+        await rt.poke("default", [input_key(chat)])
+        run = await wait_for(rt, parent, ("completed",))
+        assert run.stop_reason == "end_turn"
+        results = result_json(await rt.runs.events("default", parent))
+        assert [r["ok"] for r in results] == [True] * 6
+        assert [r["output"] for r in results] == ["p0", "p1", "p2", "p3", "p4", "asked"]
+        deadline = time.monotonic() + 20
+        while [e.type for e in await rt.runs.events("default", chat)].count("awaiting_input") < 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        await wait_for(rt, chat, ("waiting",))
+        await rt.cancel_run("default", chat, "bye")
+        await wait_for(rt, chat, ("cancelled",))
+    finally:
+        await workers.stop()
