@@ -4,12 +4,29 @@
     ├── ConfigError                    (500 config_error)      invalid treadle.yaml / env, names file + key path
     ├── BadRequest                     (400 bad_request)
     │   ├── UnknownAgent               (400 unknown_agent)
+    │   ├── BadDeliveryId              (400 bad_delivery_id)   webhook delivery id header malformed
+    │   ├── BadPayload                 (400 bad_payload)       webhook body is not the JSON its mapping needs
     │   └── ValidationFailed           (422 validation_error)
+    │       ├── DefRefused             (422 tool_refused)      a *Def op refused (bad input, outside scope)
+    │       └── MappingFailed          (422 mapping_failed)    a required webhook payload path is missing
     ├── Unauthorized                   (401 unauthorized)
     ├── NotFound                       (404 not_found)
-    │   └── RunNotFound                (404 run_not_found)
+    │   ├── RunNotFound                (404 run_not_found)
+    │   ├── InterruptNotFound          (404 interrupt_not_found)
+    │   ├── UnknownSchedule            (404 unknown_schedule)
+    │   └── UnknownWebhook             (404 unknown_webhook)
     ├── Conflict                       (409 conflict)
+    │   ├── RunFinished                (409 run_finished)      input/turn cancel for a finished run
+    │   ├── NotInteractive             (409 not_interactive)
+    │   ├── NotMidTurn                 (409 not_mid_turn)
+    │   └── InterruptSettled           (409 interrupt_settled)
+    ├── InterruptExpired               (410 interrupt_expired)
     ├── BodyTooLarge                   (413 body_too_large)
+    ├── QueueFull                      (429 queue_full)        too many undelivered inputs for a run
+    ├── RateLimited                    (429 rate_limited)      per-webhook rate limit; carries Retry-After
+    ├── ChannelsUnavailable            (503 channels_unavailable)
+    ├── ChannelPublishFailed           (503 channel_publish_failed)  a schedule/webhook publish failed
+    ├── SecretUnresolvable             (503 secret_unresolvable)  a webhook's secret variable is unset
     ├── ToolError                      (tool failure; becomes a tool_result with is_error=true)
     │   └── ToolNotPermitted           (the agent's tools: list does not name the tool)
     ├── ProviderError                  (502 provider_error)    a model call failed for good
@@ -158,3 +175,93 @@ class LeaseLost(StoreError):
 class NotImplementedFeature(TreadleError):
     code = "not_implemented"
     status = 501
+
+
+# -- feature errors (routes and services raise these; the HTTP mapping stays in api/errors.py) --
+
+
+class RunFinished(Conflict):
+    code = "run_finished"
+
+
+class NotInteractive(Conflict):
+    code = "not_interactive"
+
+
+class NotMidTurn(Conflict):
+    code = "not_mid_turn"
+
+
+class QueueFull(TreadleError):
+    code = "queue_full"
+    status = 429
+
+
+class InterruptNotFound(NotFound):
+    code = "interrupt_not_found"
+
+
+class InterruptSettled(Conflict):
+    code = "interrupt_settled"
+
+
+class InterruptExpired(TreadleError):
+    code = "interrupt_expired"
+    status = 410
+
+
+class UnknownSchedule(NotFound):
+    code = "unknown_schedule"
+
+
+class DefRefused(ValidationFailed):
+    """An op the family refuses (bad input, invalid def, outside the caller's scope): 422."""
+
+    code = "tool_refused"
+
+
+class ChannelsUnavailable(TreadleError):
+    code = "channels_unavailable"
+    status = 503
+
+
+class ChannelPublishFailed(TreadleError):
+    code = "channel_publish_failed"
+    status = 503
+
+
+class SecretUnresolvable(TreadleError):
+    """The answer to the sender says only that the secret is not configured; `detail` (the
+    variable's name and why) goes to the triage record, for the operator."""
+
+    code = "secret_unresolvable"
+    status = 503
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("this webhook's secret is not configured")
+        self.detail = detail
+
+
+class BadDeliveryId(BadRequest):
+    code = "bad_delivery_id"
+
+
+class UnknownWebhook(NotFound):
+    code = "unknown_webhook"
+
+
+class RateLimited(TreadleError):
+    code = "rate_limited"
+    status = 429
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class BadPayload(BadRequest):
+    code = "bad_payload"
+
+
+class MappingFailed(ValidationFailed):
+    code = "mapping_failed"

@@ -12,7 +12,13 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from treadle.api.deps import get_principal, get_runtime
-from treadle.errors import Conflict, NotFound, RunNotFound, TreadleError, ValidationFailed
+from treadle.errors import (
+    InterruptExpired,
+    InterruptNotFound,
+    InterruptSettled,
+    RunNotFound,
+    ValidationFailed,
+)
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.interrupts import STATUSES, InterruptStore, interrupt_key
@@ -21,19 +27,6 @@ router = APIRouter(prefix="/v1", tags=["interrupts"])
 
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
-
-
-class InterruptNotFound(NotFound):
-    code = "interrupt_not_found"
-
-
-class InterruptSettled(Conflict):
-    code = "interrupt_settled"
-
-
-class InterruptExpired(TreadleError):
-    code = "interrupt_expired"
-    status = 410
 
 
 class ResolveRequest(BaseModel):

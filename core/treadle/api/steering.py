@@ -16,7 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.engine.waiting import input_key
-from treadle.errors import Conflict, RunNotFound, TreadleError, ValidationFailed
+from treadle.errors import (
+    NotInteractive,
+    NotMidTurn,
+    QueueFull,
+    RunFinished,
+    RunNotFound,
+    ValidationFailed,
+)
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.inputs import InputStore
@@ -26,23 +33,6 @@ router = APIRouter(prefix="/v1", tags=["runs"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 MAX_INPUT_CHARS = 256_000
-
-
-class RunFinished(Conflict):
-    code = "run_finished"
-
-
-class NotInteractive(Conflict):
-    code = "not_interactive"
-
-
-class NotMidTurn(Conflict):
-    code = "not_mid_turn"
-
-
-class QueueFull(TreadleError):
-    code = "queue_full"
-    status = 429
 
 
 class InputRequest(BaseModel):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from treadle.domain.defs import DefRecord, content_sha256
-from treadle.errors import Conflict, NotFound, ValidationFailed
+from treadle.errors import Conflict, DefRefused, NotFound
 from treadle.schedule.spec import validation_message
 from treadle.store.defs import DefStore
 
@@ -25,12 +25,6 @@ if TYPE_CHECKING:
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 SCOPE = re.compile(r"^(self|descendants|any|named:[A-Za-z0-9_-]{1,128})$")
 STATIC_DESCRIPTION = "from treadle.yaml"
-
-
-class DefRefused(ValidationFailed):
-    """An op the family refuses (bad input, invalid def, outside the caller's scope): 422."""
-
-    code = "tool_refused"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from treadle.errors import NotFound, TreadleError
+from treadle.errors import ChannelPublishFailed, ChannelsUnavailable, NotFound, TreadleError
 from treadle.store.schedules import ScheduleStore
 from treadle.store.webhooks import WebhookStore
 
@@ -24,16 +24,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("treadle.triggers")
 
 MAX_FINAL_TEXT = 16 * 1024
-
-
-class ChannelsUnavailable(TreadleError):
-    code = "channels_unavailable"
-    status = 503
-
-
-class ChannelPublishFailed(TreadleError):
-    code = "channel_publish_failed"
-    status = 503
 
 
 class ChannelPublisher(Protocol):

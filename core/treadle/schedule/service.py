@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter, ValidationError
 
 from treadle.domain.defs import DefRecord
-from treadle.errors import Conflict, NotFound
+from treadle.errors import Conflict, UnknownSchedule
 from treadle.schedule.base import Scheduler, ScheduleTarget
 from treadle.schedule.defops import DefFamily, DefRefused, ScopeGate
 from treadle.schedule.settings import TriggerSettings
@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("treadle.schedules")
 _HOOK = TypeAdapter(Hook)
-
-
-class UnknownSchedule(NotFound):
-    code = "unknown_schedule"
 
 
 class ScheduleFamily(DefFamily):

@@ -17,15 +17,11 @@ from typing import Any
 from jsonpath import JSONPath, JSONPathEnvironment
 from jsonpath.exceptions import JSONPathError
 
-from treadle.errors import ValidationFailed
+from treadle.errors import MappingFailed
 
 _ENV = JSONPathEnvironment(strict=True)
 IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MAX_VALUE_CHARS = 64 * 1024
-
-
-class MappingFailed(ValidationFailed):
-    code = "mapping_failed"
 
 
 @lru_cache(maxsize=1024)

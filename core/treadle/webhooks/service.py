@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from treadle.domain.defs import DefRecord
-from treadle.errors import BadRequest, NotFound, TreadleError
+from treadle.errors import BadPayload, RateLimited, TreadleError, UnknownWebhook
 from treadle.schedule.defops import DefFamily, DefRefused
 from treadle.schedule.hooks import require_publisher
 from treadle.schedule.settings import TriggerSettings
@@ -39,23 +39,6 @@ log = logging.getLogger("treadle.webhooks")
 KIND = "webhook"
 #: a claimed channel delivery without a result after this long is published by a redelivery
 ABANDONED_CLAIM = timedelta(seconds=60)
-
-
-class UnknownWebhook(NotFound):
-    code = "unknown_webhook"
-
-
-class RateLimited(TreadleError):
-    code = "rate_limited"
-    status = 429
-
-    def __init__(self, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class BadPayload(BadRequest):
-    code = "bad_payload"
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from treadle.errors import BadRequest, TreadleError, Unauthorized
+from treadle.errors import BadDeliveryId, SecretUnresolvable, Unauthorized
 from treadle.webhooks.spec import WebhookAuth
 
 STRIPE_TOLERANCE_S = 300
@@ -45,22 +45,6 @@ class InvalidSignature(Unauthorized):
     def __init__(self, message: str, *, verdict: str = "rejected_sig") -> None:
         super().__init__(message)
         self.verdict = verdict
-
-
-class SecretUnresolvable(TreadleError):
-    """The answer to the sender says only that the secret is not configured; `detail` (the
-    variable's name and why) goes to the triage record, for the operator."""
-
-    code = "secret_unresolvable"
-    status = 503
-
-    def __init__(self, detail: str) -> None:
-        super().__init__("this webhook's secret is not configured")
-        self.detail = detail
-
-
-class BadDeliveryId(BadRequest):
-    code = "bad_delivery_id"
 
 
 def resolve_secret(name: str, allowlist: frozenset[str] = frozenset(), environ: Mapping[str, str] | None = None) -> str:
