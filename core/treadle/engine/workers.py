@@ -65,8 +65,41 @@ class WorkerPool:
                 await asyncio.sleep(0.5)
 
 
-class Sweeper:
+class PeriodicTask:
+    """A background loop calling `run_once` every `interval_s` (errors are logged, never fatal)."""
+
+    task_name = "treadle-periodic"
+    interval_s: float
+    _task: asyncio.Task[None] | None = None
+
+    async def run_once(self) -> object:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=self.task_name)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("%s failed: %s", self.task_name, exc)
+            await asyncio.sleep(self.interval_s)
+
+
+class Sweeper(PeriodicTask):
     """Re-enqueues steps whose lease expired (worker died) or whose message was lost."""
+
+    task_name = "treadle-sweeper"
 
     def __init__(
         self,
@@ -79,18 +112,10 @@ class Sweeper:
         self.engine = engine
         self.dispatcher = dispatcher
         self.interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
         self.swept = 0
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="treadle-sweeper")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+    async def run_once(self) -> object:
+        return await self.sweep_once()
 
     async def sweep_once(self) -> int:
         due = await self.engine.steps.sweep_expired()
@@ -105,12 +130,3 @@ class Sweeper:
         self.swept += len(due)
         return len(due) + woken
 
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.sweep_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("sweep failed: %s", exc)
-            await asyncio.sleep(self.interval_s)

@@ -5,12 +5,11 @@ advisory lock held for the tick); the fire rows' uniqueness makes even unlocked 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from treadle.engine.workers import PeriodicTask
 from treadle.schedule.firing import TickResult
 from treadle.schedule.hooks import HookRunner
 from treadle.schedule.service import schedule_service
@@ -24,25 +23,19 @@ log = logging.getLogger("treadle.schedules")
 SWEEPER_LOCK_KEY = 0x7472_2D73_6368_6564
 
 
-class ScheduleSweeper:
+class ScheduleSweeper(PeriodicTask):
+    task_name = "treadle-schedule-sweeper"
+
     def __init__(self, rt: Runtime, *, interval_s: float | None = None, singleton: bool = True) -> None:
         self.rt = rt
         self.service = schedule_service(rt)
         self.hooks = HookRunner(rt)
         self.interval_s = interval_s if interval_s is not None else self.service.settings.scheduler_tick_seconds
         self.singleton = singleton
-        self._task: asyncio.Task[None] | None = None
         self.ticks = 0
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="treadle-schedule-sweeper")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+    async def run_once(self) -> object:
+        return await self.tick_once()
 
     async def tick_once(self, now: datetime | None = None) -> TickResult | None:
         """One tick; None when another sweeper holds the lock."""
@@ -64,12 +57,3 @@ class ScheduleSweeper:
                      result.fired, result.failed, result.skipped, handled)
         return result
 
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.tick_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("schedule sweep failed: %s", exc)
-            await asyncio.sleep(self.interval_s)
