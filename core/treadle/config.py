@@ -21,6 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from treadle.domain.substrate import EvaluationScope, SkillSpec
+from treadle.embeddings.config import MemoryConfig
 from treadle.errors import ConfigError
 from treadle.schedule.spec import DefScope, ScheduleSpec
 from treadle.webhooks.spec import WebhookSpec
@@ -140,6 +142,15 @@ class AgentConfig(BaseModel):
     # which ScheduleDef / WebhookDef targets the agent's tools may author: self | named:<agent> | any (empty = deny)
     schedule_def_scopes: list[DefScope] = Field(default_factory=list)
     webhook_def_scopes: list[DefScope] = Field(default_factory=list)
+    # substrate (default-deny): which AgentDefs / SkillDefs its tools may author (self | named:<name> | any),
+    # and what its Evaluation tool may do (submit_self | submit_descendants | submit_any | read_any)
+    agent_def_scopes: list[DefScope] = Field(default_factory=list)
+    skill_def_scopes: list[DefScope] = Field(default_factory=list)
+    evaluation_scopes: list[EvaluationScope] = Field(default_factory=list)
+    # skills whose bodies are added to the system prompt (yaml `skills:` or a promoted SkillDef)
+    skills: list[str] = Field(default_factory=list, max_length=32)
+    # byte quota of this agent's `agent` Memory scope (default: memory.max_scope_bytes)
+    memory_quota_bytes: int | None = Field(default=None, ge=16)
     # sub-agents (tool Agent): how many children of one call run at once
     max_concurrent_children: int = Field(default=4, ge=1, le=32)
     mock: MockSettings = Field(default_factory=MockSettings)
@@ -173,6 +184,8 @@ class TreadleConfig(BaseModel):
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     scheduled_runs: dict[str, ScheduleSpec] = Field(default_factory=dict)
     webhooks: dict[str, WebhookSpec] = Field(default_factory=dict)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    skills: dict[str, SkillSpec] = Field(default_factory=dict)
 
     @field_validator("agents")
     @classmethod
@@ -257,6 +270,7 @@ class TreadleConfig(BaseModel):
                     if self._driver(ref.provider) == "mock" and ref.model == "script" and agent.mock.script is None:
                         errs.append((f"agents.{name}.mock.script", f"model 'script' (from {path}) needs mock.script"))
         errs += _trigger_errors(self)
+        errs += _substrate_errors(self)
         return errs
 
     def _driver(self, provider_id: str) -> str:
@@ -273,6 +287,21 @@ def _trigger_errors(config: TreadleConfig) -> list[tuple[str, str]]:
                 errs.append((f"{section}.{name}", "name must match [A-Za-z0-9_-]{1,128}"))
             if spec.agent is not None and spec.agent not in config.agents:
                 errs.append((f"{section}.{name}.agent", f"unknown agent {spec.agent!r}" + _listing(config.agents)))
+    return errs
+
+
+def _substrate_errors(config: TreadleConfig) -> list[tuple[str, str]]:
+    """`memory:` (embedder package present, limits consistent), skill names and agents' `skills:`."""
+    errs = config.memory.problems()
+    for name in config.skills:
+        if not IDENT.match(name):
+            errs.append((f"skills.{name}", "name must match [A-Za-z0-9_-]{1,128}"))
+    for agent_name, agent in config.agents.items():
+        for i, skill in enumerate(agent.skills):
+            if not IDENT.match(skill):
+                errs.append((f"agents.{agent_name}.skills.{i}", "a skill name must match [A-Za-z0-9_-]{1,128}"))
+        if len(set(agent.skills)) != len(agent.skills):
+            errs.append((f"agents.{agent_name}.skills", "names a skill twice"))
     return errs
 
 

@@ -22,6 +22,10 @@
     │   └── InterruptSettled           (409 interrupt_settled)
     ├── InterruptExpired               (410 interrupt_expired)
     ├── BodyTooLarge                   (413 body_too_large)
+    ├── MemoryQuotaExceeded            (413 value_too_large | memory_quota_exceeded)
+    ├── EmbedderNotConfigured          (501 embedder_not_configured)  embed/search without memory.embedder
+    ├── VectorUnavailable              (501 pgvector_not_installed)   vector Memory on a server without pgvector
+    ├── EmbedderError                  (502 embedder_error | embedder_auth | embedder_unreachable | ...)
     ├── QueueFull                      (429 queue_full)        too many undelivered inputs for a run
     ├── RateLimited                    (429 rate_limited)      per-webhook rate limit; carries Retry-After
     ├── ChannelsUnavailable            (503 channels_unavailable)
@@ -265,3 +269,30 @@ class BadPayload(BadRequest):
 
 class MappingFailed(ValidationFailed):
     code = "mapping_failed"
+
+
+# -- substrate (Memory vector facet, Defs) ----------------------------------------------------------
+
+
+class MemoryQuotaExceeded(TreadleError):
+    """A value over `memory.max_value_bytes`, or a scope over its byte quota."""
+
+    code = "memory_quota_exceeded"
+    status = 413
+
+
+class EmbedderNotConfigured(TreadleError):
+    code = "embedder_not_configured"
+    status = 501
+
+
+class VectorUnavailable(TreadleError):
+    code = "pgvector_not_installed"
+    status = 501
+
+
+class EmbedderError(TreadleError):
+    """The embedder failed (HTTP status, unreachable, bad answer); never carries a credential."""
+
+    code = "embedder_error"
+    status = 502

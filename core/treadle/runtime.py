@@ -16,7 +16,6 @@ from treadle.domain.runs import StepMessage
 from treadle.engine.agents import ResolvedAgent, resolve_agents
 from treadle.engine.hub import RunEventHub
 from treadle.engine.step import Engine, EngineSettings
-from treadle.errors import UnknownAgent
 from treadle.providers.base import Provider
 from treadle.providers.mock import MockProvider
 from treadle.providers.registry import build_providers
@@ -88,7 +87,8 @@ class Runtime:
             pool, jobs_in_db=jobs_in_db, lease_s=settings.lease_seconds,
             requeue_after_s=settings.requeue_after_seconds, sync_mid_step=settings.sync_mid_step_writes,
         )
-        memory = MemoryStore(pool)
+        memory = MemoryStore(pool, max_value_bytes=config.memory.max_value_bytes,
+                             max_scope_bytes=config.memory.max_scope_bytes)
         waits = WaitStore(pool, jobs_in_db=jobs_in_db, requeue_after_s=settings.requeue_after_seconds)
         services: dict[str, Any] = {}
         hub = RunEventHub()
@@ -111,6 +111,12 @@ class Runtime:
         rt.extras["providers"] = built
         rt.waits = waits
         services["runtime"] = rt
+        # substrate: runs pinned to AgentDefs/skills are resolved per step; Memory embeddings
+        from treadle.embeddings.registry import build_embedder
+        from treadle.substrate.resolve import AgentResolver
+
+        services["agent_resolver"] = AgentResolver(rt)
+        services["embedder"] = build_embedder(config.memory.embedder)
         services["channels"] = ChannelStore(
             pool,
             {
@@ -131,8 +137,9 @@ class Runtime:
         await self.pool.close()
 
     async def start_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        if new.agent not in self.agents:
-            raise UnknownAgent(f"unknown agent {new.agent!r}")
+        from treadle.substrate.resolve import pin_run
+
+        await pin_run(self, new)  # the promoted AgentDef, else the yaml agent; skills pinned (or UnknownAgent)
         run, created = await self.runs.create(new)
         if created and not self.dispatcher.jobs_in_db:
             await self.dispatcher.enqueue(StepMessage(run.id, 0))

@@ -210,7 +210,7 @@ async def test_start_run_returns_202_then_completes(api: Api) -> None:
     assert set(run) == {
         "run_id", "agent", "user_id", "status", "stop_reason", "error", "iterations", "usage", "metadata",
         "interactive", "last_seq", "created_at", "updated_at", "completed_at",
-        "parent_run_id", "root_run_id", "depth",
+        "parent_run_id", "root_run_id", "depth", "def_id", "def_content_sha256", "skill_def_ids",
     }
     assert run["run_id"] == run_id and run["agent"] == "echo" and run["user_id"] == "user_1"
     assert (run["status"], run["stop_reason"], run["error"], run["iterations"]) == ("completed", "end_turn", None, 1)

@@ -19,9 +19,10 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 def api_routers() -> list[APIRouter]:
     """The routers of the authenticated API (/v1/...), in mount order."""
-    from treadle.api import channels, interrupts, steering, triggers, webhooks
+    from treadle.api import channels, interrupts, memory, steering, substrate, triggers, webhooks
 
-    return [runs.router, steering.router, interrupts.router, channels.router, triggers.router, webhooks.router]
+    return [runs.router, steering.router, interrupts.router, channels.router, triggers.router, webhooks.router,
+            substrate.router, memory.router]
 
 
 def create_app(

@@ -265,6 +265,29 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return asyncio.run(_doctor(args))
 
 
+def cmd_hash(args: argparse.Namespace) -> int:
+    """The content hash of a treadle.yaml agent or skill, as AgentDef/SkillDef compute it (drift checks:
+    compare with `{"op": "verify", "name": ..., "content_sha256": ...}`)."""
+    from treadle.config import load_config
+    from treadle.substrate.agentdefs import agent_hash
+    from treadle.substrate.skilldefs import skill_body, skill_content_sha256
+
+    config = load_config(_settings(args).config)
+    if args.kind == "agent":
+        if args.name not in config.agents:
+            print(f"error: no agent {args.name!r} in the config (agents: {', '.join(config.agents) or '-'})",
+                  file=sys.stderr)
+            return 1
+        print(agent_hash(config.agents[args.name]))
+        return 0
+    if args.name not in config.skills:
+        print(f"error: no skill {args.name!r} in the config (skills: {', '.join(config.skills) or '-'})",
+              file=sys.stderr)
+        return 1
+    print(skill_content_sha256(skill_body(config.skills[args.name])))
+    return 0
+
+
 # -- main ------------------------------------------------------------------------------------------
 
 
@@ -294,6 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="check config, database, migrations and pgvector")
     d.set_defaults(func=cmd_doctor)
+
+    h = sub.add_parser("hash", help="print the content_sha256 of a treadle.yaml agent or skill (drift checks)")
+    h.add_argument("kind", choices=["agent", "skill"])
+    h.add_argument("name")
+    h.set_defaults(func=cmd_hash)
     return p
 
 

@@ -153,9 +153,18 @@ class Engine:
 
     # -- the step ----------------------------------------------------------------------------------
 
+    async def _agent_for(self, leased: LeasedRun) -> ResolvedAgent | None:
+        """The agent a step runs: through the runtime's resolver (the AgentDef and skills the run
+        was pinned to at start, see substrate/resolve.py), else the treadle.yaml agent."""
+        resolver = self.services.get("agent_resolver")
+        if resolver is not None:
+            resolved: ResolvedAgent | None = await resolver(leased)
+            return resolved
+        return self.agents.get(leased.agent)
+
     async def _execute(self, leased: LeasedRun, owner: str) -> StepResult:
         transcript = replay(leased.events)
-        agent = self.agents.get(leased.agent)
+        agent = await self._agent_for(leased)
 
         if leased.cancel_requested:
             return await self._finish_cancelled(leased, owner, transcript)
@@ -411,6 +420,8 @@ class Engine:
                 waits=self.waits,
                 resume=resume,
                 services=self.services,
+                def_id=leased.def_id,
+                agent_config=agent.config,
             )
             try:
                 result = await tool.invoke(ctx, tu.input)

@@ -1,24 +1,102 @@
-"""Memory rows: tenant/scope/scope_id/key → JSON value, optional expiry."""
+"""Memory rows: tenant/scope/scope_id/key → JSON value, optional expiry — and the vector facet.
+
+Quotas: one value may hold `max_value_bytes` (its compact JSON, UTF-8) and the live values of one
+(tenant, scope, scope_id) together `quota_bytes` (default `max_scope_bytes`); writes to a scope
+are serialized by a transaction advisory lock, so concurrent sets cannot overrun it.
+
+Vectors (pgvector): `set(..., embedding=...)` stores the value's embedding in
+`memory_embeddings` in the same transaction; a set without one drops a stale embedding; deleting
+or overwriting the row cascades. `search` ranks a scope's live keys by cosine similarity to a
+query vector (optionally blended with recency) — exactly for scopes of up to `exact_scan_limit`
+embedded keys, through the HNSW index above that. On a server without pgvector every vector
+operation raises VectorUnavailable ("pgvector not installed"); plain Memory keeps working.
+"""
 
 from __future__ import annotations
 
+import builtins
+import json
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from treadle.errors import MemoryQuotaExceeded, VectorUnavailable
 from treadle.store.db import Pool
 
 _LIVE = "(expires_at IS NULL OR expires_at > now())"
+DEFAULT_MAX_VALUE_BYTES = 64 * 1024
+DEFAULT_MAX_SCOPE_BYTES = 1 << 20
+#: dimensions with an HNSW index (see migration 0004); others are always searched exactly
+INDEXED_DIMENSIONS = (384, 768, 1024, 1536)
+_ABSENT_RECHECK_S = 60.0
+
+
+def value_size(value: Any) -> int:
+    """Bytes a value counts against the limits: its compact JSON in UTF-8."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def vector_literal(vector: list[float]) -> str:
+    return "[" + ",".join(format(float(x), ".9g") for x in vector) + "]"
+
+
+@dataclass(slots=True)
+class Embedding:
+    embedder: str
+    model: str
+    vector: list[float]
+    text: str
+
+    @property
+    def dimension(self) -> int:
+        return len(self.vector)
 
 
 class MemoryStore:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(
+        self, pool: Pool, *, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        max_scope_bytes: int = DEFAULT_MAX_SCOPE_BYTES,
+    ) -> None:
         self.pool = pool
+        self.max_value_bytes = max_value_bytes
+        self.max_scope_bytes = max_scope_bytes
+        #: memory_embeddings exists (True, for good) / was absent at this monotonic time
+        self._vectors: bool | float | None = None
+
+    def check_value(self, value: Any) -> int:
+        size = value_size(value)
+        if size > self.max_value_bytes:
+            raise MemoryQuotaExceeded(f"value is {size} bytes; the limit is {self.max_value_bytes}",
+                                      code="value_too_large")
+        return size
 
     async def set(
-        self, tenant: str, scope: str, scope_id: str, key: str, value: Any, ttl_s: float | None
-    ) -> None:
-        async with self.pool.connection() as conn:
+        self, tenant: str, scope: str, scope_id: str, key: str, value: Any, ttl_s: float | None,
+        *, embedding: Embedding | None = None, quota_bytes: int | None = None,
+    ) -> dict[str, int]:
+        """Upsert the value (and its embedding, or drop a stale one); returns {size_bytes,
+        scope_bytes, quota_bytes}. MemoryQuotaExceeded leaves everything unchanged."""
+        size = self.check_value(value)
+        quota = quota_bytes or self.max_scope_bytes
+        async with self.pool.connection() as conn, conn.transaction():
+            if embedding is not None:
+                await self._require_vectors(conn)
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                                (f"memory\x1f{tenant}\x1f{scope}\x1f{scope_id}",))
+            cur = await conn.execute(
+                f"SELECT coalesce(sum(octet_length(value::text)), 0)::bigint AS used FROM memory"
+                f" WHERE tenant_id = %s AND scope = %s AND scope_id = %s AND key <> %s AND {_LIVE}",
+                (tenant, scope, scope_id, key),
+            )
+            row = await cur.fetchone()
+            used = int(row["used"]) if row else 0
+            if used + size > quota:
+                raise MemoryQuotaExceeded(
+                    f"scope {scope}/{scope_id or '-'} would hold {used + size} bytes; its quota is {quota}"
+                    f" ({used} used by other keys)"
+                )
             await conn.execute(
                 """INSERT INTO memory (tenant_id, scope, scope_id, key, value, expires_at)
                    VALUES (%s, %s, %s, %s, %s,
@@ -27,6 +105,33 @@ class MemoryStore:
                    SET value = excluded.value, expires_at = excluded.expires_at, updated_at = now()""",
                 (tenant, scope, scope_id, key, Jsonb(value), ttl_s, ttl_s),
             )
+            if embedding is not None:
+                await conn.execute(
+                    """INSERT INTO memory_embeddings (tenant_id, scope, scope_id, key, embedder, model, dimension,
+                                                      embedding, embed_text)
+                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s::vector, %s)
+                       ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE SET
+                         embedder = excluded.embedder, model = excluded.model, dimension = excluded.dimension,
+                         embedding = excluded.embedding, embed_text = excluded.embed_text, created_at = now()""",
+                    (tenant, scope, scope_id, key, embedding.embedder, embedding.model, embedding.dimension,
+                     vector_literal(embedding.vector), embedding.text),
+                )
+            elif await self._has_vectors(conn):
+                await conn.execute(
+                    "DELETE FROM memory_embeddings WHERE tenant_id = %s AND scope = %s AND scope_id = %s AND key = %s",
+                    (tenant, scope, scope_id, key),
+                )
+        return {"size_bytes": size, "scope_bytes": used + size, "quota_bytes": quota}
+
+    async def usage(self, tenant: str, scope: str, scope_id: str) -> dict[str, int]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT count(*) AS keys, coalesce(sum(octet_length(value::text)), 0)::bigint AS bytes FROM memory"
+                f" WHERE tenant_id = %s AND scope = %s AND scope_id = %s AND {_LIVE}",
+                (tenant, scope, scope_id),
+            )
+            row = await cur.fetchone()
+        return {"keys": int(row["keys"]), "bytes": int(row["bytes"])} if row else {"keys": 0, "bytes": 0}
 
     async def get(self, tenant: str, scope: str, scope_id: str, key: str) -> tuple[bool, Any]:
         async with self.pool.connection() as conn:
@@ -50,7 +155,7 @@ class MemoryStore:
     async def list(
         self, tenant: str, scope: str, scope_id: str, prefix: str, limit: int
     ) -> list[dict[str, Any]]:
-        like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        like = _like(prefix)
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 f"SELECT key, value, updated_at, expires_at FROM memory WHERE tenant_id = %s AND scope = %s"
@@ -95,3 +200,146 @@ class MemoryStore:
             row = await cur.fetchone()
         value = row["value"] if row else None
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    async def entry(self, tenant: str, scope: str, scope_id: str, key: str) -> dict[str, Any] | None:
+        """The live entry with its metadata (and its embedding's model, when it has one)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT key, value, created_at, updated_at, expires_at FROM memory WHERE tenant_id = %s"
+                f" AND scope = %s AND scope_id = %s AND key = %s AND {_LIVE}",
+                (tenant, scope, scope_id, key),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            embedding = None
+            if await self._has_vectors(conn):
+                cur = await conn.execute(
+                    "SELECT embedder, model, dimension, created_at FROM memory_embeddings"
+                    " WHERE tenant_id = %s AND scope = %s AND scope_id = %s AND key = %s",
+                    (tenant, scope, scope_id, key),
+                )
+                emb = await cur.fetchone()
+                if emb is not None:
+                    embedding = {"embedder": emb["embedder"], "model": emb["model"], "dimension": emb["dimension"],
+                                 "embedded_at": emb["created_at"].isoformat()}
+        return {
+            "key": row["key"], "value": row["value"], "created_at": row["created_at"].isoformat(),
+            "updated_at": row["updated_at"].isoformat(),
+            "expires_at": row["expires_at"].isoformat() if row["expires_at"] else None,
+            "embedding": embedding,
+        }
+
+    # -- vectors ---------------------------------------------------------------------------------
+
+    async def require_vectors(self) -> None:
+        """Raise VectorUnavailable ("pgvector not installed") unless vector Memory works here."""
+        if self._vectors is True:
+            return
+        async with self.pool.connection() as conn:
+            await self._require_vectors(conn)
+
+    async def vectors_available(self) -> bool:
+        try:
+            await self.require_vectors()
+        except VectorUnavailable:
+            return False
+        return True
+
+    async def search(
+        self, tenant: str, scope: str, scope_id: str, *, vector: builtins.list[float], model: str, k: int,
+        min_score: float | None = None, recency_weight: float = 0.0, half_life_hours: float = 168.0,
+        prefix: str = "", exact_scan_limit: int = 20_000,
+    ) -> builtins.list[dict[str, Any]]:
+        """The scope's live embedded keys (embedded by `model`), best first: `similarity` is the
+        cosine similarity, `score` = (1 - recency_weight)·similarity + recency_weight·2^(-age/half_life).
+        `min_score` drops keys whose similarity is below it."""
+        dim = len(vector)
+        if dim < 1:
+            raise ValueError("empty query vector")
+        params: dict[str, Any] = {
+            "t": tenant, "s": scope, "i": scope_id, "model": model, "q": vector_literal(vector), "k": k,
+            "min": min_score, "w": recency_weight, "hl": half_life_hours, "like": _like(prefix),
+        }
+        async with self.pool.connection() as conn, conn.transaction():
+            await self._require_vectors(conn)
+            approximate = False
+            if dim in INDEXED_DIMENSIONS:
+                cur = await conn.execute(
+                    "SELECT count(*) AS n FROM memory_embeddings WHERE tenant_id = %(t)s AND scope = %(s)s"
+                    " AND scope_id = %(i)s AND model = %(model)s",
+                    params,
+                )
+                row = await cur.fetchone()
+                approximate = row is not None and int(row["n"]) > exact_scan_limit
+            if approximate:
+                # HNSW returns ef_search candidates before the scope filter applies: ask for plenty
+                params["n"] = max(k * 10, 100)
+                await conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, params["n"])),))
+                candidates = f"""
+                    SELECT e.key FROM memory_embeddings e
+                    WHERE e.dimension = {dim} AND e.tenant_id = %(t)s AND e.scope = %(s)s AND e.scope_id = %(i)s
+                      AND e.model = %(model)s
+                    ORDER BY e.embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT %(n)s"""
+                source = f"memory_embeddings e JOIN ({candidates}) c ON c.key = e.key"
+            else:
+                source = "memory_embeddings e"
+            cur = await conn.execute(
+                f"""WITH scored AS MATERIALIZED (
+                        SELECT e.key, m.value, m.updated_at,
+                               1 - (e.embedding::vector({dim}) <=> %(q)s::vector({dim})) AS similarity
+                        FROM {source}
+                        JOIN memory m ON m.tenant_id = e.tenant_id AND m.scope = e.scope
+                                     AND m.scope_id = e.scope_id AND m.key = e.key
+                        WHERE e.tenant_id = %(t)s AND e.scope = %(s)s AND e.scope_id = %(i)s
+                          AND e.model = %(model)s AND e.dimension = {dim} AND e.key LIKE %(like)s
+                          AND (m.expires_at IS NULL OR m.expires_at > now()))
+                    SELECT key, value, updated_at, similarity,
+                           (1 - %(w)s::float8) * similarity + %(w)s::float8 * exp(
+                               -ln(2) * greatest(extract(epoch FROM now() - updated_at), 0) / 3600.0 / %(hl)s::float8
+                           ) AS score
+                    FROM scored WHERE %(min)s::float8 IS NULL OR similarity >= %(min)s::float8
+                    ORDER BY score DESC, key LIMIT %(k)s""",
+                params,
+            )
+            rows = await cur.fetchall()
+        return [
+            {"key": r["key"], "score": round(float(r["score"]), 6), "similarity": round(float(r["similarity"]), 6),
+             "value": r["value"], "updated_at": r["updated_at"].isoformat()}
+            for r in rows
+        ]
+
+    async def _has_vectors(self, conn: Any) -> bool:
+        """Whether memory_embeddings exists (cached; an absence is re-checked after a minute)."""
+        if self._vectors is True:
+            return True
+        if isinstance(self._vectors, float) and time.monotonic() - self._vectors < _ABSENT_RECHECK_S:
+            return False
+        cur = await conn.execute("SELECT to_regclass('memory_embeddings') IS NOT NULL AS present")
+        row = await cur.fetchone()
+        present = bool(row and row["present"])
+        self._vectors = True if present else time.monotonic()
+        return present
+
+    async def _require_vectors(self, conn: Any) -> None:
+        if self._vectors is True:
+            return
+        cur = await conn.execute("SELECT to_regclass('memory_embeddings') IS NOT NULL AS present")
+        row = await cur.fetchone()
+        if not (row and row["present"]):
+            cur = await conn.execute(
+                "SELECT CASE WHEN to_regproc('treadle_ensure_vector_memory') IS NULL THEN false"
+                " ELSE treadle_ensure_vector_memory() END AS ok"
+            )
+            row = await cur.fetchone()
+            if not (row and row["ok"]):
+                self._vectors = time.monotonic()
+                raise VectorUnavailable(
+                    "pgvector not installed: this PostgreSQL server has no 'vector' extension, so Memory "
+                    "embeddings and search are unavailable (the embedded Postgres and Aurora ship it)"
+                )
+        self._vectors = True
+
+
+def _like(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

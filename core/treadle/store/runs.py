@@ -46,6 +46,9 @@ class RunRecord:
     parent_run_id: str | None = None
     root_run_id: str | None = None
     depth: int = 0
+    def_id: str | None = None
+    def_content_sha256: str | None = None
+    skill_def_ids: dict[str, str] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -74,6 +77,9 @@ class RunRecord:
             "parent_run_id": self.parent_run_id,
             "root_run_id": self.root_run_id,
             "depth": self.depth,
+            "def_id": self.def_id,
+            "def_content_sha256": self.def_content_sha256,
+            "skill_def_ids": self.skill_def_ids,
             "last_seq": self.last_seq,
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
@@ -84,7 +90,8 @@ class RunRecord:
 _RUN_COLUMNS = (
     "id, tenant_id, user_id, agent, status, stop_reason, error, step_no, last_seq, iterations, interactive,"
     " metadata, input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, cancel_requested,"
-    " created_at, updated_at, completed_at, lease_owner, lease_until, parent_run_id, root_run_id, depth"
+    " created_at, updated_at, completed_at, lease_owner, lease_until, parent_run_id, root_run_id, depth,"
+    " def_id, def_content_sha256, skill_def_ids"
 )
 
 
@@ -103,6 +110,11 @@ class NewRun:
     root_run_id: str | None = None
     depth: int = 0
     parent_wait_key: str | None = None
+    #: set by Runtime.start_run (substrate/resolve.py): the AgentDef the run runs with (None: the
+    #: treadle.yaml agent), its content hash, and the skills pinned by name
+    def_id: str | None = None
+    def_content_sha256: str | None = None
+    skill_def_ids: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -133,14 +145,18 @@ class RunStore:
         run_id = new_run_id()
         user_input = {"segments": new.segments}
         started = {"agent": new.agent, "run_id": run_id, "user_id": new.user_id}
+        if new.def_id is not None:
+            started["def_id"] = new.def_id
+            started["def_content_sha256"] = new.def_content_sha256
         sql = f"""
         WITH r AS (
             INSERT INTO runs (id, tenant_id, user_id, agent, status, metadata, interactive,
                               idempotency_key, root_run_id, last_seq, lease_until,
-                              parent_run_id, depth, parent_wait_key)
+                              parent_run_id, depth, parent_wait_key, def_id, def_content_sha256,
+                              skill_def_ids)
             VALUES (%(id)s, %(tenant)s, %(user)s, %(agent)s, 'queued', %(meta)s, %(interactive)s,
                     %(idem)s, coalesce(%(root)s, %(id)s), 2, now() + make_interval(secs => %(requeue)s),
-                    %(parent)s, %(depth)s, %(pwk)s)
+                    %(parent)s, %(depth)s, %(pwk)s, %(def_id)s, %(def_sha)s, %(skills)s)
             ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {_RUN_COLUMNS}
         ), ev AS (
@@ -164,6 +180,9 @@ class RunStore:
             "parent": new.parent_run_id,
             "depth": new.depth,
             "pwk": new.parent_wait_key,
+            "def_id": new.def_id,
+            "def_sha": new.def_content_sha256,
+            "skills": Jsonb(new.skill_def_ids) if new.skill_def_ids else None,
             "requeue": self.requeue_after_s,
             "ui": Jsonb(user_input),
             "st": Jsonb(started),

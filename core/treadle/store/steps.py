@@ -28,7 +28,7 @@ from treadle.store.runs import JOBS_CHANNEL
 _LEASED_COLUMNS = (
     "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
     " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata,"
-    " runs.interactive, runs.input_seq, runs.parent_wait_key"
+    " runs.interactive, runs.input_seq, runs.parent_wait_key, runs.def_id, runs.skill_def_ids"
 )
 _EVENTS_AGG = (
     "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
@@ -61,6 +61,9 @@ class LeasedRun:
     input_seq: int = 0
     #: a sub-agent's wake key of its parent, poked when this run reaches a terminal status
     parent_wait_key: str | None = None
+    #: the AgentDef (def_id) and skills ({name: def_id | "yaml"}) pinned at run start
+    def_id: str | None = None
+    skill_def_ids: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -123,6 +126,8 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
         interactive=bool(row.get("interactive")),
         input_seq=int(row.get("input_seq") or 0),
         parent_wait_key=row.get("parent_wait_key"),
+        def_id=row.get("def_id"),
+        skill_def_ids=row.get("skill_def_ids"),
     )
 
 

@@ -65,7 +65,10 @@ class AgentTool:
         if op not in OPS:
             raise ToolError(f"Agent: op must be one of {', '.join(OPS)}")
         spawns = _spawns(args, op)
-        known: dict[str, Any] = rt.agents
+        known: dict[str, Any] = dict(rt.agents)
+        from treadle.substrate.resolve import promoted_agents  # names only promoted AgentDefs define
+
+        known.update(await promoted_agents(rt, ctx.tenant_id, {s["name"] for s in spawns} - set(known)))
         unknown = sorted({s["name"] for s in spawns if s["name"] not in known})
         if unknown and ctx.resume is None:
             raise ToolError(f"Agent: unknown agent(s) {', '.join(unknown)} (configured: {', '.join(sorted(known))})")

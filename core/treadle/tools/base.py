@@ -33,6 +33,10 @@ class ToolContext:
     resume: dict[str, Any] | None = None
     #: runtime services tools may use by name (e.g. "channels", "runs")
     services: dict[str, Any] = field(default_factory=dict)
+    #: the AgentDef the run was pinned to at start (None: the agent comes from treadle.yaml)
+    def_id: str | None = None
+    #: the calling agent's configuration (AgentConfig) — its scopes and quotas
+    agent_config: Any = None
 
     def deadline_passed(self) -> bool:
         import time

@@ -1,42 +1,158 @@
-"""Built-in `Context`: facts an agent may ask about itself and the world (read-only)."""
+"""Built-in `Context`: facts an agent may ask about itself and the runtime (read-only).
+
+ops: self (agent, def_id, model, iteration, context-window use) | tools (its tools with their
+input schemas) | agents (what is runnable in the tenant) | time | help (bundled topics written
+for agents; no topic → the list) | capabilities (embedder, vector search, def families, scopes).
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from importlib import resources
 from typing import Any
 
 from treadle.errors import ToolError
 from treadle.tools.base import Park, ToolContext, ToolResult
 
-OPS = ("time", "self")
+OPS = ("self", "tools", "agents", "time", "help", "capabilities")
+HELP_PACKAGE = "treadle.substrate.help"
+
+
+def help_topics() -> dict[str, str]:
+    """topic → its text (the bundled `substrate/help/*.md`)."""
+    out: dict[str, str] = {}
+    for entry in resources.files(HELP_PACKAGE).iterdir():
+        if entry.name.endswith(".md"):
+            out[entry.name.removesuffix(".md")] = entry.read_text(encoding="utf-8")
+    return dict(sorted(out.items()))
+
+
+def _summary(text: str) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first.lstrip("# ").split(" — ", 1)[-1]
 
 
 class ContextTool:
     name = "Context"
-    description = "Read-only facts. op: time (current UTC time) | self (this agent, run, model, iteration)."
+    description = (
+        "Read-only facts about yourself and the runtime. op: self (your agent, def_id, model, iteration, context "
+        "use) | tools (your tools and their input schemas) | agents (agents runnable here) | time (UTC now) | "
+        "help (topic: getting-started, memory, defs, skills, evaluation, context; none → list) | capabilities."
+    )
     input_schema: dict[str, Any] = {
         "type": "object",
-        "properties": {"op": {"type": "string", "enum": list(OPS)}},
+        "properties": {
+            "op": {"type": "string", "enum": list(OPS)},
+            "topic": {"type": "string", "description": "help: the topic to read"},
+        },
         "required": ["op"],
     }
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         op = args.get("op")
+        rt = ctx.services.get("runtime")
         if op == "time":
             now = ctx.now or datetime.now(UTC)
             return ToolResult.json({"now": now.isoformat(), "unix": now.timestamp(), "timezone": "UTC"})
         if op == "self":
-            return ToolResult.json(
-                {
-                    "agent": ctx.agent,
-                    "run_id": ctx.run_id,
-                    "user_id": ctx.user_id,
-                    "tenant_id": ctx.tenant_id,
-                    "model": ctx.model,
-                    "provider": ctx.provider,
-                    "iteration": ctx.iteration,
-                    "tools": list(ctx.tools),
-                    "memory_scopes": list(ctx.memory_scopes),
-                }
-            )
+            return ToolResult.json(await _self(ctx, rt))
+        if op == "tools":
+            return ToolResult.json({"tools": [_tool_entry(rt, name) for name in ctx.tools]})
+        if op == "agents":
+            return ToolResult.json(await _agents(ctx, rt))
+        if op == "help":
+            return ToolResult.json(_help(args.get("topic")))
+        if op == "capabilities":
+            return ToolResult.json(await _capabilities(ctx, rt))
         raise ToolError(f"Context: op must be one of {', '.join(OPS)}")
+
+
+async def _self(ctx: ToolContext, rt: Any) -> dict[str, Any]:
+    cfg = ctx.agent_config
+    out: dict[str, Any] = {
+        "agent": ctx.agent, "def_id": ctx.def_id, "content_sha256": None, "run_id": ctx.run_id,
+        "user_id": ctx.user_id, "tenant_id": ctx.tenant_id, "model": ctx.model, "provider": ctx.provider,
+        "iteration": ctx.iteration, "max_iterations": getattr(cfg, "max_iterations", None),
+        "tools": list(ctx.tools), "memory_scopes": list(ctx.memory_scopes),
+        "skills": list(getattr(cfg, "skills", ()) or ()), "context": None,
+    }
+    if rt is None:
+        return out
+    run = await rt.runs.get(ctx.tenant_id, ctx.run_id)
+    if run is not None:
+        out["content_sha256"] = run.def_content_sha256
+        out["skill_def_ids"] = run.skill_def_ids
+    usage: dict[str, Any] | None = None
+    for event in reversed(await rt.runs.events(ctx.tenant_id, ctx.run_id, 0, 5000)):
+        if event.type == "usage":
+            usage = event.payload.get("usage") or {}
+            break
+    if usage is not None:
+        used = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens",
+                                                     "cache_creation_input_tokens"))
+        window = usage.get("max_context_tokens")
+        out["context"] = {
+            "last_turn_input_tokens": used, "last_turn_output_tokens": int(usage.get("output_tokens") or 0),
+            "max_context_tokens": window, "used_fraction": round(used / window, 4) if window else None,
+        }
+    return out
+
+
+def _tool_entry(rt: Any, name: str) -> dict[str, Any]:
+    tool = rt.registry.get(name) if rt is not None else None
+    if tool is None:
+        return {"name": name}
+    return {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+
+
+async def _agents(ctx: ToolContext, rt: Any) -> dict[str, Any]:
+    if rt is None:
+        return {"agents": [{"name": ctx.agent, "source": "yaml"}]}
+    from treadle.substrate import substrate
+
+    listing = await substrate(rt).agents.op_list(ctx.tenant_id, {"op": "list"}, None, None)
+    runnable: dict[str, dict[str, Any]] = {}
+    for s in listing["static"]:
+        runnable[s["name"]] = {"name": s["name"], "source": "yaml", "def_id": None,
+                               "content_sha256": s["content_sha256"],
+                               "description": rt.config.agents[s["name"]].description}
+    for d in listing["defs"]:
+        if d["active"]:
+            runnable[d["name"]] = {"name": d["name"], "source": "runtime", "def_id": d["def_id"],
+                                   "version": d["version"], "content_sha256": d["content_sha256"],
+                                   "description": d["description"]}
+    return {"agents": [runnable[n] for n in sorted(runnable)], "count": len(runnable)}
+
+
+def _help(topic: Any) -> dict[str, Any]:
+    topics = help_topics()
+    if topic is None or topic == "":
+        return {"topics": [{"topic": t, "summary": _summary(text)} for t, text in topics.items()]}
+    if not isinstance(topic, str) or topic not in topics:
+        raise ToolError(f"Context.help: unknown topic {topic!r} (topics: {', '.join(topics)})")
+    return {"topic": topic, "text": topics[topic]}
+
+
+async def _capabilities(ctx: ToolContext, rt: Any) -> dict[str, Any]:
+    cfg = ctx.agent_config
+    embedder = ctx.services.get("embedder")
+    out: dict[str, Any] = {
+        "tools_available": rt.registry.names() if rt is not None else list(ctx.tools),
+        "memory": {
+            "scopes": list(ctx.memory_scopes),
+            "embedder": {"driver": embedder.name, "model": embedder.model} if embedder is not None else None,
+            "vector_search": None,
+            "max_value_bytes": ctx.memory.max_value_bytes,
+            "scope_quota_bytes": ctx.memory.max_scope_bytes,
+            "agent_scope_quota_bytes": getattr(cfg, "memory_quota_bytes", None) or ctx.memory.max_scope_bytes,
+        },
+        "defs": {
+            "families": ["AgentDef", "SkillDef", "ScheduleDef", "WebhookDef"],
+            "agent_def_scopes": list(getattr(cfg, "agent_def_scopes", ()) or ()),
+            "skill_def_scopes": list(getattr(cfg, "skill_def_scopes", ()) or ()),
+        },
+        "evaluation_scopes": list(getattr(cfg, "evaluation_scopes", ()) or ()),
+        "help_topics": list(help_topics()),
+    }
+    out["memory"]["vector_search"] = embedder is not None and await ctx.memory.vectors_available()
+    return out

@@ -1,27 +1,33 @@
-"""Built-in `Memory`: a small key/value store per scope (agent, user, tenant), with optional TTL."""
+"""Built-in `Memory`: a small key/value store per scope (agent, user, tenant), with optional TTL,
+and a vector facet: `set` with `embed: true` stores an embedding of the value, `search` ranks a
+scope's embedded keys by meaning (substrate/memory.py). Values and scopes have byte quotas."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from treadle.errors import ToolError
+from treadle.embeddings.config import MemoryConfig
+from treadle.errors import ToolError, TreadleError
+from treadle.store.memory import DEFAULT_MAX_VALUE_BYTES
+from treadle.substrate.memory import MemoryService
 from treadle.tools.args import optional_ttl
 from treadle.tools.base import Park, ToolContext, ToolResult
 
-MAX_VALUE_BYTES = 64 * 1024
+MAX_VALUE_BYTES = DEFAULT_MAX_VALUE_BYTES
 MAX_KEY_LEN = 512
-OPS = ("set", "get", "delete", "list", "incr")
+OPS = ("set", "get", "delete", "list", "incr", "search")
 SCOPES = ("agent", "user", "tenant")
 
 
 class MemoryTool:
     name = "Memory"
     description = (
-        "Persistent key/value memory. op: set|get|delete|list|incr. scope: agent (shared by every run "
+        "Persistent key/value memory. op: set|get|delete|list|incr|search. scope: agent (shared by every run "
         "of this agent), user (this run's user), tenant (everyone in the tenant; needs permission). "
-        "set takes value (any JSON) and optional ttl_seconds; list takes optional prefix and limit; "
-        "incr takes optional delta (default 1)."
+        "set takes value (any JSON), optional ttl_seconds, and embed: true (with optional embed_text) to make "
+        "the entry findable by meaning; search takes query and optional k, min_score (cosine similarity), "
+        "recency_weight (0..1) and prefix, and returns keys ranked by score. list takes optional prefix and "
+        "limit; incr takes optional delta (default 1)."
     )
     input_schema: dict[str, Any] = {
         "type": "object",
@@ -31,6 +37,14 @@ class MemoryTool:
             "key": {"type": "string"},
             "value": {},
             "ttl_seconds": {"type": "number", "exclusiveMinimum": 0},
+            "embed": {"type": "boolean", "description": "set: also store an embedding of the value"},
+            "embed_text": {"type": "string", "description": "set: embed this text instead of the value"},
+            "query": {"type": "string", "description": "search: what to look for"},
+            "k": {"type": "integer", "minimum": 1, "description": "search: how many results (default 10)"},
+            "min_score": {"type": "number", "description": "search: drop results less similar than this"},
+            "recency_weight": {"type": "number", "minimum": 0, "maximum": 1},
+            "recency_half_life_hours": {"type": "number", "exclusiveMinimum": 0},
+            "include_values": {"type": "boolean"},
             "prefix": {"type": "string"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
             "delta": {"type": "integer"},
@@ -51,9 +65,16 @@ class MemoryTool:
                 f" (its memory_scopes: {', '.join(ctx.memory_scopes) or 'none'})"
             )
         scope_id = _scope_id(ctx, scope)
+        try:
+            return await self._op(ctx, op, scope, scope_id, args)
+        except TreadleError as exc:
+            if isinstance(exc, ToolError):
+                raise
+            raise ToolError(f"Memory.{op}: {exc.code}: {exc.message.removeprefix(exc.code + ': ')}") from None
+
+    async def _op(self, ctx: ToolContext, op: str, scope: str, scope_id: str, args: dict[str, Any]) -> ToolResult:
         mem, tenant = ctx.memory, ctx.tenant_id
         ttl = _ttl(args)
-
         if op == "list":
             prefix = args.get("prefix") or ""
             if not isinstance(prefix, str):
@@ -63,16 +84,25 @@ class MemoryTool:
                 raise ToolError("Memory.list: limit must be an integer in 1..1000")
             entries = await mem.list(tenant, scope, scope_id, prefix, limit)
             return ToolResult.json({"scope": scope, "entries": entries, "count": len(entries)})
+        if op == "search":
+            return ToolResult.json(await _search(ctx, scope, scope_id, args))
 
         key = _key(args)
         if op == "set":
             if "value" not in args:
                 raise ToolError("Memory.set: value is required")
-            size = len(json.dumps(args["value"]).encode())
-            if size > MAX_VALUE_BYTES:
-                raise ToolError(f"Memory.set: value is {size} bytes; the limit is {MAX_VALUE_BYTES}")
-            await mem.set(tenant, scope, scope_id, key, args["value"], ttl)
-            return ToolResult.json({"ok": True, "key": key, "scope": scope})
+            embed, embed_text = args.get("embed", False), args.get("embed_text")
+            if not isinstance(embed, bool):
+                raise ToolError("Memory.set: embed must be a boolean")
+            if embed_text is not None and not isinstance(embed_text, str):
+                raise ToolError("Memory.set: embed_text must be a string")
+            quota = getattr(ctx.agent_config, "memory_quota_bytes", None) if scope == "agent" else None
+            out = await service(ctx).set(tenant, scope, scope_id, key, args["value"], ttl, embed=embed,
+                                         embed_text=embed_text, quota_bytes=quota)
+            result: dict[str, Any] = {"ok": True, "key": key, "scope": scope}
+            if out.get("embedding"):
+                result["embedding"] = out["embedding"]
+            return ToolResult.json(result)
         if op == "get":
             found, value = await mem.get(tenant, scope, scope_id, key)
             return ToolResult.json({"found": found, "key": key, "value": value})
@@ -86,6 +116,36 @@ class MemoryTool:
         if value is None:
             raise ToolError(f"Memory.incr: the value at {key!r} is not an integer")
         return ToolResult.json({"key": key, "value": value})
+
+
+def service(ctx: ToolContext) -> MemoryService:
+    rt = ctx.services.get("runtime")
+    config = rt.config.memory if rt is not None else MemoryConfig()
+    return MemoryService(ctx.memory, config, ctx.services.get("embedder"))
+
+
+async def _search(ctx: ToolContext, scope: str, scope_id: str, args: dict[str, Any]) -> dict[str, Any]:
+    k = args.get("k", args.get("top_k"))
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool)):
+        raise ToolError("Memory.search: k must be an integer")
+    numbers = {}
+    for name in ("min_score", "recency_weight", "recency_half_life_hours"):
+        v = args.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise ToolError(f"Memory.search: {name} must be a number")
+        numbers[name] = None if v is None else float(v)
+    query = args.get("query")
+    if not isinstance(query, str):
+        raise ToolError("Memory.search: query (text) is required")
+    prefix = args.get("prefix") or ""
+    include_values = args.get("include_values", True)
+    if not isinstance(prefix, str) or not isinstance(include_values, bool):
+        raise ToolError("Memory.search: prefix must be a string and include_values a boolean")
+    return await service(ctx).search(
+        ctx.tenant_id, scope, scope_id, query, k=k, min_score=numbers["min_score"],
+        recency_weight=numbers["recency_weight"] or 0.0, half_life_hours=numbers["recency_half_life_hours"],
+        prefix=prefix, include_values=include_values,
+    )
 
 
 def _scope_id(ctx: ToolContext, scope: str) -> str:

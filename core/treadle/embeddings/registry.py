@@ -1,0 +1,24 @@
+"""Build the configured embedder (or None)."""
+
+from __future__ import annotations
+
+import httpx
+
+from treadle.embeddings.base import Embedder
+from treadle.embeddings.config import EmbedderConfig
+
+
+def build_embedder(cfg: EmbedderConfig | None, transport: httpx.AsyncBaseTransport | None = None) -> Embedder | None:
+    if cfg is None:
+        return None
+    if cfg.driver == "local":
+        from treadle.embeddings.local import LocalEmbedder
+
+        return LocalEmbedder(cfg)
+    from treadle.embeddings.gemini import GeminiEmbedder
+    from treadle.embeddings.ollama import OllamaEmbedder
+    from treadle.embeddings.openai import OpenAIEmbedder
+    from treadle.embeddings.voyage import VoyageEmbedder
+
+    drivers = {"openai": OpenAIEmbedder, "ollama": OllamaEmbedder, "gemini": GeminiEmbedder, "voyage": VoyageEmbedder}
+    return drivers[cfg.driver](cfg, transport)  # type: ignore[abstract,no-any-return,unused-ignore]

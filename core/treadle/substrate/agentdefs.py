@@ -1,0 +1,84 @@
+"""AgentDef: agents created, forked and promoted at run time, over the treadle.yaml base.
+
+A body is an agent's yaml mapping (`AgentConfig`), normalized: fields left at their defaults are
+dropped (so `max_iterations: 16` and no `max_iterations` are the same def) and line endings are
+LF. Its `content_sha256` is `"sha256:" + hex(SHA-256(canonical JSON))` over the body minus the
+fields that are not the agent's behaviour — `description` and the `*_def_scopes` — with the
+system prompt's trailing whitespace trimmed and empty values dropped. A yaml agent, the tool and
+POST /v1/_agentdef therefore give one definition one hash; `treadle hash agent NAME` prints it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from treadle.config import AgentConfig
+from treadle.domain.defs import content_sha256, normalize_text
+from treadle.errors import DefRefused
+from treadle.schedule.spec import validation_message
+from treadle.substrate.family import SubstrateFamily
+
+KIND = "agent"
+HASH_EXCLUDED = frozenset({"description", "agent_def_scopes", "skill_def_scopes", "schedule_def_scopes",
+                           "webhook_def_scopes"})
+#: list fields a def written through a tool may carry only as far as the caller (or the parent) does
+GRANT_FIELDS = ("tools", "memory_scopes", "agent_def_scopes", "skill_def_scopes", "schedule_def_scopes",
+                "webhook_def_scopes", "evaluation_scopes")
+
+
+def agent_body(cfg: AgentConfig) -> dict[str, Any]:
+    """The normalized body of an agent definition."""
+    body: dict[str, Any] = cfg.model_dump(mode="json", exclude_defaults=True)
+    for explicit in ("provider", "model"):  # an explicit provider changes how `model` is read (alias or not)
+        if explicit in cfg.model_fields_set and cfg.tier is None:
+            body[explicit] = getattr(cfg, explicit)
+    if "system_prompt" in body:
+        body["system_prompt"] = body["system_prompt"].replace("\r\n", "\n").replace("\r", "\n")
+    return body
+
+
+def agent_content_sha256(body: dict[str, Any]) -> str:
+    fields = {k: v for k, v in body.items() if k not in HASH_EXCLUDED}
+    if isinstance(fields.get("system_prompt"), str):
+        fields["system_prompt"] = normalize_text(fields["system_prompt"])
+    return content_sha256(fields)
+
+
+def agent_hash(cfg: AgentConfig) -> str:
+    return agent_content_sha256(agent_body(cfg))
+
+
+class AgentDefFamily(SubstrateFamily):
+    kind = KIND
+    label = "AgentDef"
+    fork_promotes = False
+
+    def validate(self, name: str, overlay: dict[str, Any]) -> dict[str, Any]:
+        try:
+            cfg = AgentConfig.model_validate(overlay)
+        except ValidationError as exc:
+            raise DefRefused(f"invalid AgentDef: {validation_message(exc)}") from None
+        probe = self.rt.config.model_copy(update={"agents": {name: cfg}})
+        errs = [f"{path.removeprefix(f'agents.{name}.')}: {msg}" for path, msg in probe.reference_errors()
+                if path.startswith(f"agents.{name}.")]
+        unknown = [t for t in cfg.tools if self.rt.registry.get(t) is None]
+        if unknown:
+            errs.append(f"tools: unknown tool(s) {', '.join(unknown)} (known: {', '.join(self.rt.registry.names())})")
+        if errs:
+            raise DefRefused("invalid AgentDef: " + "; ".join(errs))
+        return agent_body(cfg)
+
+    def content_hash(self, body: dict[str, Any]) -> str:
+        return agent_content_sha256(body)
+
+    def static_body(self, name: str) -> dict[str, Any] | None:
+        cfg = self.rt.config.agents.get(name)
+        return agent_body(cfg) if cfg is not None else None
+
+    def static_names(self) -> list[str]:
+        return sorted(self.rt.config.agents)
+
+    def effective(self, body: dict[str, Any]) -> dict[str, Any]:
+        return AgentConfig.model_validate(body).model_dump(mode="json", include=set(GRANT_FIELDS))

@@ -1,0 +1,52 @@
+"""Built-in `Evaluation` (default-deny): score runs and read the scores of defs
+(substrate/evaluation.py). Gated by the calling agent's `evaluation_scopes`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treadle.errors import ToolError, TreadleError
+from treadle.substrate.evaluation import OPS, EvalGate
+from treadle.tools.agentdef import runtime_of
+from treadle.tools.base import Park, ToolContext, ToolResult
+
+
+class EvaluationTool:
+    name = "Evaluation"
+    description = (
+        "Score runs and read scores. op: submit (run_id, score, dimensions{name: number}, judgement, rationale) | "
+        "get (eval_id) | list_for_run (run_id) | list_for_def (def_id or name, include_lineage) | aggregate "
+        "(def_id or name, include_lineage) → count and mean per def version. Scores inform choices; they never "
+        "promote anything by themselves. Limited by this agent's evaluation_scopes."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "op": {"type": "string", "enum": list(OPS)},
+            "run_id": {"type": "string"},
+            "eval_id": {"type": "string"},
+            "def_id": {"type": "string"},
+            "name": {"type": "string", "description": "an agent name (list_for_def, aggregate)"},
+            "score": {"type": "number"},
+            "dimensions": {"type": "object", "additionalProperties": {"type": "number"}},
+            "judgement": {"type": "string"},
+            "rationale": {"type": "string"},
+            "include_lineage": {"type": "boolean"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+        },
+        "required": ["op"],
+    }
+
+    async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        from treadle.substrate import substrate
+
+        service = substrate(runtime_of(ctx, "Evaluation")).evaluations
+        scopes = tuple(getattr(ctx.agent_config, "evaluation_scopes", ()) or ())
+        gate = EvalGate(scopes, ctx.run_id, ctx.agent, ctx.def_id)
+        try:
+            return ToolResult.json(await service.dispatch(ctx.tenant_id, args, gate=gate))
+        except TreadleError as exc:
+            if isinstance(exc, ToolError):
+                raise
+            raise ToolError(exc.message if exc.message.startswith("Evaluation") else f"Evaluation: {exc.message}") \
+                from None

@@ -1,0 +1,30 @@
+"""Built-in `SkillDef` (default-deny): manage skills — text added to the system prompt of the
+agents that list them in `skills:`. The calling agent's `skill_def_scopes` decides which skills
+it may touch: `self` (the skills it lists itself), `named:<skill>`, `any`; empty refuses all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treadle.tools.agentdef import gate_for, run_substrate_op, runtime_of, substrate_def_schema
+from treadle.tools.base import Park, ToolContext, ToolResult
+
+OPS = ("create", "fork", "get", "list", "retire", "promote", "verify")
+
+
+class SkillDefTool:
+    name = "SkillDef"
+    description = (
+        "Manage skills (instructions added to the system prompt of agents that list them in skills:). "
+        "op: create (name, overlay{body, description, tools}) | fork (def_id or name, overlay) | get | list | "
+        "retire | promote (def_id) | verify (name, content_sha256). Runs pin the skill version they start with. "
+        "Limited to the skills in this agent's skill_def_scopes."
+    )
+    input_schema: dict[str, Any] = substrate_def_schema(OPS, "SkillDef fields: body (required), description, tools")
+
+    async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        from treadle.substrate import substrate
+
+        family = substrate(runtime_of(ctx, "SkillDef")).skills
+        own = frozenset(getattr(ctx.agent_config, "skills", ()) or ())
+        return await run_substrate_op(ctx, family, gate_for(ctx, "skill_def_scopes", own, ()), args)

@@ -1,0 +1,138 @@
+"""Helpers of the substrate tests: databases, runtimes with the inline dispatcher, the API in-process
+(ASGI), scripted mock agents and their tool results, and a mock that fills run ids into scripts."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from treadle.api.app import create_app
+from treadle.config import Settings, parse_config
+from treadle.dispatch.inline import InlineDispatcher
+from treadle.runtime import Runtime
+from treadle.store.runs import NewRun
+
+HERE = Path(__file__).resolve().parent
+TEST_HOME = HERE.parents[1] / ".treadle" / "test"
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+TENANT = "default"
+
+
+def new_database(server_url: str, prefix: str) -> str:
+    name = f"treadle_{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return make_conninfo(server_url, dbname=name)
+
+
+def drop_database(server_url: str, url: str) -> None:
+    name = conninfo_to_dict(url)["dbname"]
+    assert isinstance(name, str) and name.startswith("treadle_")
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def open_runtime(url: str, config: dict[str, Any], **kw: Any) -> tuple[Runtime, InlineDispatcher]:
+    settings = Settings(database_url=url, home=TEST_HOME, workers=2, chain_steps=1)
+    dispatcher = InlineDispatcher()
+    rt = await Runtime.open(settings, parse_config(config), dispatcher_factory=lambda _p, _u: dispatcher, **kw)
+    dispatcher.handler = rt.engine.handle
+    return rt, dispatcher
+
+
+def client_for(rt: Runtime) -> httpx.AsyncClient:
+    app = create_app(auth_token="s3cret", max_request_bytes=1 << 20)
+    app.state.runtime = rt
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://treadle.test",
+                             headers={"authorization": "Bearer s3cret"})
+
+
+def prompt(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
+
+
+def scripted(*calls: tuple[str, dict[str, Any]], **agent: Any) -> dict[str, Any]:
+    """A mock agent that makes `calls` (tool, input) in order, then says "done"."""
+    script = [{"tool": tool, "input": inp} for tool, inp in calls] + [{"text": "done"}]
+    tools = sorted({tool for tool, _ in calls})
+    return {"model": "script", "tools": agent.pop("tools", tools), "mock": {"script": script}, **agent}
+
+
+async def run_agent(rt: Runtime, disp: InlineDispatcher, agent: str, *, tenant: str = TENANT,
+                    user_id: str | None = None, text: str = "go") -> Any:
+    run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent=agent, segments=prompt(text), user_id=user_id))
+    await disp.drain()
+    done = await rt.runs.get(tenant, run.id)
+    assert done is not None
+    return done
+
+
+async def tool_results(rt: Runtime, run_id: str, tenant: str = TENANT) -> list[tuple[bool, Any]]:
+    """(is_error, JSON result or the error text) of each tool call, in order."""
+    out: list[tuple[bool, Any]] = []
+    for e in await rt.runs.events(tenant, run_id):
+        if e.type == "tool_result":
+            text = e.payload["text"]
+            out.append((True, text) if e.payload["is_error"] else (False, json.loads(text)))
+    return out
+
+
+async def ok_results(rt: Runtime, run_id: str, tenant: str = TENANT) -> list[Any]:
+    results = await tool_results(rt, run_id, tenant)
+    errors = [r for err, r in results if err]
+    assert not errors, errors
+    return [r for _, r in results]
+
+
+class TemplatingMock:
+    """The mock provider, with placeholders in scripted tool inputs filled at call time:
+    "$RUN" → this run's id, "$RESULT.<field>" → that field of the previous tool result (JSON),
+    "$VAR.<name>" → `vars[name]` (set by the test). Deterministic for a given transcript."""
+
+    name = "mock"
+
+    def __init__(self) -> None:
+        from treadle.providers.mock import MockProvider
+
+        self.inner = MockProvider()
+        self.vars: dict[str, Any] = {}
+        self.systems: list[str] = []
+
+    async def call(self, req: Any, on_delta: Any = None) -> Any:
+        from treadle.domain.content import ToolResultBlock, ToolUseBlock
+
+        self.systems.append(req.system)
+        resp = await self.inner.call(req, on_delta)
+        last: Any = None
+        for m in req.messages:
+            for b in m.content:
+                if isinstance(b, ToolResultBlock):
+                    last = b.content
+        run_id = req.run.run_id if req.run else ""
+
+        def fill(v: Any) -> Any:
+            if isinstance(v, dict):
+                return {k: fill(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [fill(x) for x in v]
+            if v == "$RUN":
+                return run_id
+            if isinstance(v, str) and v.startswith("$RESULT."):
+                text = last if isinstance(last, str) else "".join(getattr(p, "text", "") for p in last or [])
+                return json.loads(text).get(v.removeprefix("$RESULT."))
+            if isinstance(v, str) and v.startswith("$VAR."):
+                return self.vars[v.removeprefix("$VAR.")]
+            return v
+
+        resp.content = [ToolUseBlock(b.id, b.name, fill(b.input)) if isinstance(b, ToolUseBlock) else b
+                        for b in resp.content]
+        return resp
