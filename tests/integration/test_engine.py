@@ -173,14 +173,19 @@ async def test_provider_429s_are_retried_and_recorded(open_runtime: Any) -> None
     )
     ids = [await start(rt, "e", f"hello {i}") for i in range(6)]
     await disp.drain()
-    retries = 0
-    for run_id in ids:
+    retries, completed = 0, 0
+    for run_id in ids:  # the 429s are random per run id: each run either got through or used every retry
         run = await rt.runs.get("default", run_id)
-        assert run.status == "completed"
         events = await rt.runs.events("default", run_id)
-        retries += sum(1 for e in events if e.type == "retry")
-        assert next(e.payload["text"] for e in events if e.type == "text").startswith("hello")
-    assert retries > 0
+        mine = sum(1 for e in events if e.type == "retry")
+        retries += mine
+        if run.status == "completed":
+            completed += 1
+            assert mine <= 10
+            assert next(e.payload["text"] for e in events if e.type == "text").startswith("hello")
+        else:
+            assert (run.status, run.error["code"], mine) == ("failed", "rate_limited", 10)
+    assert retries > 0 and completed > 0
 
 
 async def test_provider_failure_after_retries_fails_the_run(open_runtime: Any) -> None:
