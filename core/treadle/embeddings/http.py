@@ -4,6 +4,7 @@ failure modes mapped to stable codes (the key never appears in a message), and b
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from typing import Any
 
 import httpx
@@ -13,7 +14,7 @@ from treadle.embeddings.config import EmbedderConfig
 from treadle.errors import EmbedderError
 
 
-class HttpEmbedder:
+class HttpEmbedder(ABC):
     """Base of the HTTP drivers: subclasses set `name` and implement `_batch`."""
 
     name = "http"
@@ -39,8 +40,9 @@ class HttpEmbedder:
             out.extend(check_vectors(await self._batch(chunk, kind), len(chunk), self.name))
         return out
 
-    async def _batch(self, texts: list[str], kind: EmbedKind) -> list[list[float]]:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    async def _batch(self, texts: list[str], kind: EmbedKind) -> list[list[float]]:
+        ...
 
     async def post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
         timeout = httpx.Timeout(self.cfg.timeout_seconds, connect=min(10.0, self.cfg.timeout_seconds))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 
 from treadle.dispatch.base import Dispatcher
@@ -65,15 +66,16 @@ class WorkerPool:
                 await asyncio.sleep(0.5)
 
 
-class PeriodicTask:
+class PeriodicTask(ABC):
     """A background loop calling `run_once` every `interval_s` (errors are logged, never fatal)."""
 
     task_name = "treadle-periodic"
     interval_s: float
     _task: asyncio.Task[None] | None = None
 
+    @abstractmethod
     async def run_once(self) -> object:
-        raise NotImplementedError
+        ...
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=self.task_name)

@@ -13,6 +13,7 @@ version overrides the yaml one for new runs. `retire` of the active version fall
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -74,7 +75,7 @@ def _bool(args: dict[str, Any], key: str, default: bool) -> bool:
     return v
 
 
-class SubstrateFamily:
+class SubstrateFamily(ABC):
     """One def kind. Subclasses set `kind`, `label` and implement the hooks."""
 
     kind = ""
@@ -87,19 +88,23 @@ class SubstrateFamily:
 
     # -- hooks ------------------------------------------------------------------------------------
 
+    @abstractmethod
     def validate(self, name: str, overlay: dict[str, Any]) -> dict[str, Any]:
         """The normalized body (DefRefused when invalid)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def content_hash(self, body: dict[str, Any]) -> str:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def static_body(self, name: str) -> dict[str, Any] | None:
         """The normalized body of a treadle.yaml definition of `name`, if any."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def static_names(self) -> list[str]:
-        raise NotImplementedError
+        ...
 
     def effective(self, body: dict[str, Any]) -> dict[str, Any]:
         """The body with defaults filled in (what a grant check compares)."""
