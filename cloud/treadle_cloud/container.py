@@ -18,9 +18,8 @@ from treadle.config import load_config, load_settings
 from treadle.dispatch.sqs import SqsDispatcher
 from treadle.errors import ConfigError
 from treadle.runtime import Runtime
-from treadle.schedule.eventbridge import EventBridgeScheduler
-from treadle.schedule.static import prepare_triggers
 from treadle_cloud.env import CloudSettings, aws_client, export_secrets
+from treadle_cloud.snapstart import prepare_snapshot
 
 log = logging.getLogger("treadle.cloud")
 
@@ -39,8 +38,15 @@ def remaining_s(context: Any) -> float:
 
 
 class Container:
-    def __init__(self) -> None:
+    """`sync_triggers`: at open, bring treadle.yaml's schedules and webhooks into the database and
+    the ScheduleDefs into EventBridge Scheduler — what the functions that serve or fire triggers
+    do (api, webhook, scheduler, maintenance); the worker only runs steps and skips it (and the
+    trigger modules' import)."""
+
+    def __init__(self, *, sync_triggers: bool = True) -> None:
+        self.sync_triggers = sync_triggers
         self.loop = asyncio.new_event_loop()
+        prepare_snapshot()  # under SnapStart: first-invocation imports into the snapshot
         self.cloud: CloudSettings | None = None
         self._runtime: Runtime | None = None
         self._last_used = 0.0
@@ -61,7 +67,7 @@ class Container:
             exported = export_secrets(cloud)
             if exported:
                 log.info("from Secrets Manager: %s", ", ".join(exported))
-            self._runtime = self.run(open_cloud_runtime(cloud))
+            self._runtime = self.run(open_cloud_runtime(cloud, sync_triggers=self.sync_triggers))
             self.cloud = cloud
         elif time.monotonic() - self._last_used > CHECK_IDLE_AFTER_S:
             self.run(self._runtime.pool.check())
@@ -83,7 +89,7 @@ class LazySqsClient:
         return aws_client("sqs").send_message(**kwargs)
 
 
-async def open_cloud_runtime(cloud: CloudSettings) -> Runtime:
+async def open_cloud_runtime(cloud: CloudSettings, *, sync_triggers: bool = True) -> Runtime:
     settings = load_settings()
     if not settings.database_url:
         raise ConfigError("the cloud shape needs DATABASE_URL or TREADLE_DB_SECRET_ARN (no embedded Postgres)")
@@ -104,7 +110,11 @@ async def open_cloud_runtime(cloud: CloudSettings) -> Runtime:
         config_source=str(settings.config),
     )
     rt.extras["cloud"] = cloud
-    # triggers: yaml schedules/webhooks into the database; the API function (which has the
-    # EventBridge Scheduler variables) keeps one AWS schedule per ScheduleDef
-    await prepare_triggers(rt, EventBridgeScheduler.from_env(lambda: aws_client("scheduler")))
+    if sync_triggers:
+        # yaml schedules/webhooks into the database; the API function (which has the EventBridge
+        # Scheduler variables) keeps one AWS schedule per ScheduleDef
+        from treadle.schedule.eventbridge import EventBridgeScheduler
+        from treadle.schedule.static import prepare_triggers
+
+        await prepare_triggers(rt, EventBridgeScheduler.from_env(lambda: aws_client("scheduler")))
     return rt

@@ -11,8 +11,8 @@ from functools import cache
 from typing import Any
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
 
 log = logging.getLogger("treadle.cloud")
@@ -22,10 +22,8 @@ _RESERVED = re.compile(r"^(AWS_|LAMBDA_|TREADLE_|_|LD_|PYTHON)|^(DATABASE_URL|PA
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
 
 
-class CloudSettings(BaseSettings):
+class CloudSettings(EnvSettings):
     """`TREADLE_*` settings only the cloud shape reads (the rest are the core's `Settings`)."""
-
-    model_config = SettingsConfigDict(env_prefix="TREADLE_", extra="ignore")
 
     queue_url: str = ""
     db_secret_arn: str | None = None

@@ -44,7 +44,7 @@ class StepHandedBack(Exception):
 
 class SqsWorker:
     def __init__(self, container: Container | None = None) -> None:
-        self.container = container or Container()
+        self.container = container or Container(sync_triggers=False)
         self.processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
         self.results: dict[str, int] = {}
 

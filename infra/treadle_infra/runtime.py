@@ -86,6 +86,10 @@ class TreadleRuntimeProps:
     alarm_email: str | None = None
     #: seconds an SSE response may last (HTTP API integrations end at 30 s)
     sse_budget_seconds: int = 25
+    #: Lambda SnapStart (Python 3.12+): each deploy publishes a version whose initialized
+    #: environment (every import done) is snapshotted; a cold start restores it instead of
+    #: importing again. Everything invokes the `live` alias of that version.
+    snap_start: bool = True
 
 
 class TreadleRuntime(Construct):
@@ -221,7 +225,12 @@ class TreadleRuntime(Construct):
             "TREADLE_CONFIG": "/var/task/treadle.yaml",
             "TREADLE_HOME": "/tmp/treadle",
             "POWERTOOLS_SERVICE_NAME": "treadle",
+            # no pydantic plugins are installed: skip the entry-point scan at the first model build
+            "PYDANTIC_DISABLE_PLUGINS": "__all__",
         }
+
+        #: function name → what its trigger invokes (the `live` alias with SnapStart)
+        self.entry: dict[str, lambda_.IFunction] = {}
 
         def function(name: str, description: str, *, timeout: Duration, memory_mb: int = 512,
                      env: dict[str, str] | None = None) -> lambda_.Function:
@@ -248,9 +257,16 @@ class TreadleRuntime(Construct):
                 logging_format=lambda_.LoggingFormat.JSON,
                 application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
                 system_log_level_v2=lambda_.SystemLogLevel.WARN,
+                snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if p.snap_start else None,
             )
             self.db_secret.grant_read(fn)
             self.queue.grant_send_messages(fn)
+            # what triggers invoke: the SnapStart version's alias (a snapshot only serves
+            # published versions), else the function itself
+            self.entry[name] = (
+                lambda_.Alias(self, f"{title}Live", alias_name="live", version=fn.current_version)
+                if p.snap_start else fn
+            )
             return fn
 
         http_env = {
@@ -268,12 +284,12 @@ class TreadleRuntime(Construct):
                 "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}}
             ),
         )
-        self.scheduler_function.grant_invoke(self.scheduler_role)
+        self.entry["scheduler"].grant_invoke(self.scheduler_role)
 
         schedule_env = {
             "TREADLE_SCHEDULE_GROUP": self.schedule_group.schedule_group_name,
             "TREADLE_SCHEDULER_ROLE_ARN": self.scheduler_role.role_arn,
-            "TREADLE_SCHEDULER_TARGET_ARN": self.scheduler_function.function_arn,
+            "TREADLE_SCHEDULER_TARGET_ARN": self.entry["scheduler"].function_arn,
         }
         self.api_function = function(
             "api",
@@ -300,7 +316,7 @@ class TreadleRuntime(Construct):
             env={"TREADLE_PROVIDER_KEYS_SECRET_ARN": self.provider_keys.secret_arn},
         )
         self.provider_keys.grant_read(self.worker_function)
-        self.worker_function.add_event_source(
+        self.entry["worker"].add_event_source(
             event_sources.SqsEventSource(
                 self.queue,
                 batch_size=p.worker_batch_size,
@@ -343,7 +359,7 @@ class TreadleRuntime(Construct):
             schedule=scheduler.ScheduleExpression.rate(Duration.minutes(1)),
             schedule_group=self.schedule_group,
             target=scheduler_targets.LambdaInvoke(
-                self.maintenance_function,
+                self.entry["maintenance"],
                 input=scheduler.ScheduleTargetInput.from_object({"source": "treadle.maintenance"}),
                 retry_attempts=0,
                 max_event_age=Duration.minutes(1),
@@ -353,9 +369,9 @@ class TreadleRuntime(Construct):
         # -- HTTP API -----------------------------------------------------------------------------
         self.http_api = apigw.HttpApi(self, "HttpApi", description="treadle HTTP API")
         routes = [
-            ("/{proxy+}", self.api_function, "Api"),
-            ("/v1/_webhooks/{proxy+}", self.webhook_function, "Webhook"),
-            ("/v1/_mcp", self.mcp_function, "Mcp"),
+            ("/{proxy+}", self.entry["api"], "Api"),
+            ("/v1/_webhooks/{proxy+}", self.entry["webhook"], "Webhook"),
+            ("/v1/_mcp", self.entry["mcp"], "Mcp"),
         ]
         for path, fn, title in routes:
             self.http_api.add_routes(

@@ -59,6 +59,13 @@ def function_id(t: dict[str, Any], name: str) -> str:
     return fid
 
 
+def entry_ref(t: dict[str, Any], name: str) -> dict[str, str]:
+    """What triggers invoke: the function's `live` alias (SnapStart serves published versions only)."""
+    [alias_id] = [k for k, r in resources(t, "AWS::Lambda::Alias").items()
+                  if r["Properties"]["FunctionName"] == {"Ref": function_id(t, name)}]
+    return {"Ref": alias_id}
+
+
 def role_statements(t: dict[str, Any], fid: str) -> list[dict[str, Any]]:
     role = t["Resources"][fid]["Properties"]["Role"]["Fn::GetAtt"][0]
     out = []
@@ -133,12 +140,14 @@ def test_queue_dlq_and_event_source_mapping(synth: dict[str, Any]) -> None:
     assert main["Properties"]["VisibilityTimeout"] == 6 * 300
     assert not main["Properties"].get("FifoQueue")
     tpl.has_resource_properties("AWS::Lambda::EventSourceMapping", {
-        "FunctionName": {"Ref": function_id(t, "worker")},
         "EventSourceArn": {"Fn::GetAtt": [main_id, "Arn"]},
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
         "BatchSize": 5,
         "ScalingConfig": {"MaximumConcurrency": 20},
     })
+    [mapping] = resources(t, "AWS::Lambda::EventSourceMapping").values()
+    # the worker's live alias (CDK names it as function name + ":live")
+    assert entry_ref(t, "worker")["Ref"] in json.dumps(mapping["Properties"]["FunctionName"])
 
 
 def test_least_privilege_iam(synth: dict[str, Any]) -> None:
@@ -182,10 +191,38 @@ def test_scheduler_group_role_and_maintenance_schedule(synth: dict[str, Any]) ->
     tpl.resource_count_is("AWS::Scheduler::ScheduleGroup", 1)
     [schedule] = resources(t, "AWS::Scheduler::Schedule").values()
     assert schedule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
-    assert schedule["Properties"]["Target"]["Arn"] == {"Fn::GetAtt": [function_id(t, "maintenance"), "Arn"]}
+    assert schedule["Properties"]["Target"]["Arn"] == entry_ref(t, "maintenance")
     roles = [r for r in resources(t, "AWS::IAM::Role").values()
              if "scheduler.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
     assert len(roles) == 2  # the group's (for treadle's schedules) and the maintenance schedule's
+
+
+def test_snapstart_versions_and_aliases(synth: dict[str, Any]) -> None:
+    """Every function snapshots its published versions, and every trigger invokes the `live`
+    alias of the current version (the HTTP API, SQS, the maintenance schedule, treadle's own
+    schedules through TREADLE_SCHEDULER_TARGET_ARN)."""
+    t = synth["json"]
+    fns = resources(t, "AWS::Lambda::Function")
+    versions = resources(t, "AWS::Lambda::Version")
+    aliases = resources(t, "AWS::Lambda::Alias")
+    assert len(versions) == len(aliases) == len(FUNCTIONS)
+    for name in FUNCTIONS:
+        fid = function_id(t, name)
+        assert fns[fid]["Properties"]["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+        [alias] = [a for k, a in aliases.items() if {"Ref": k} == entry_ref(t, name)]
+        assert alias["Properties"]["Name"] == "live"
+        version_id = alias["Properties"]["FunctionVersion"]["Fn::GetAtt"][0]
+        assert versions[version_id]["Properties"]["FunctionName"] == {"Ref": fid}
+    integrations = json.dumps(resources(t, "AWS::ApiGatewayV2::Integration"))
+    for name in ("api", "webhook", "mcp"):
+        assert entry_ref(t, name)["Ref"] in integrations and function_id(t, name) not in integrations
+    api_env = fns[function_id(t, "api")]["Properties"]["Environment"]["Variables"]
+    assert api_env["TREADLE_SCHEDULER_TARGET_ARN"] == entry_ref(t, "scheduler")
+    assert api_env["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
+    # the scheduler role may invoke the alias treadle's schedules target
+    invoke = [s for pol in resources(t, "AWS::IAM::Policy").values()
+              for s in pol["Properties"]["PolicyDocument"]["Statement"] if "lambda:InvokeFunction" in actions([s])]
+    assert any(entry_ref(t, "scheduler") in stmt_resources(s) for s in invoke)
 
 
 def test_alarms(synth: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from treadle.config import (
     DEFAULT_MAX_ITERATIONS,
@@ -166,3 +167,29 @@ def test_listen_host_port() -> None:
 def test_models_can_be_built_directly() -> None:
     assert AgentConfig().model == "echo"
     assert MockSettings().tool_calls == 3
+
+
+def test_settings_read_the_environment_case_insensitively_and_keywords_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    from treadle.config import load_settings
+
+    monkeypatch.setenv("treadle_workers", "3")
+    monkeypatch.setenv("TREADLE_SYNC_MID_STEP_WRITES", "yes")
+    monkeypatch.setenv("TREADLE_CHAIN_BUDGET_SECONDS", "0.25")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://db.example/x")
+    monkeypatch.setenv("TREADLE_NOT_A_SETTING", "ignored")
+    s = load_settings(listen="0.0.0.0:9000")
+    assert (s.workers, s.sync_mid_step_writes, s.chain_budget_seconds) == (3, True, 0.25)
+    assert s.database_url == "postgresql://db.example/x" and s.listen == "0.0.0.0:9000"
+    assert load_settings(workers=5).workers == 5  # a keyword beats the environment
+    monkeypatch.setenv("TREADLE_WORKERS", "many")
+    with pytest.raises(ConfigError, match="TREADLE_WORKERS"):
+        load_settings()
+
+
+def test_env_settings_from_an_explicit_mapping() -> None:
+    from treadle.schedule.settings import TriggerSettings
+
+    s = TriggerSettings.from_env({"TREADLE_SCHEDULER_ENABLED": "0", "TREADLE_SCHEDULER_BATCH": "50"})
+    assert isinstance(s, TriggerSettings) and s.scheduler_enabled is False and s.scheduler_batch == 50
+    with pytest.raises(ValidationError):
+        TriggerSettings.from_env({"TREADLE_SCHEDULER_BATCH": "0"})  # ge=1

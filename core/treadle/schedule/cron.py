@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import croniter
 
 MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -49,6 +49,15 @@ class CronError(ValueError):
     """An invalid or non-portable schedule expression / timezone."""
 
 
+@cache
+def _croniter() -> Any:
+    """croniter, imported where a schedule is computed: the worker and API functions of the cloud
+    shape load schedule specs with the config but only the sweeper/scheduler compute fire times."""
+    from croniter import croniter
+
+    return croniter
+
+
 def normalize_cron(expr: str) -> str:
     """The expression with single spaces and macros expanded; CronError if it is not accepted."""
     if not isinstance(expr, str) or not expr.strip():
@@ -71,7 +80,7 @@ def normalize_cron(expr: str) -> str:
         for token in _TOKEN.split(f):
             if token and not token.isdigit() and token != "*" and token.lower() not in names:
                 raise CronError(f"schedule {text!r}: {token!r} is not valid in the {FIELD_NAMES[i]} field")
-    if not croniter.is_valid(text):
+    if not _croniter().is_valid(text):
         raise CronError(f"schedule {text!r} is not a valid cron expression (a value is out of range?)")
     expanded = _expand(text)
     if expanded[2] != ["*"] and expanded[4] != ["*"]:
@@ -92,7 +101,7 @@ def zone(name: str) -> ZoneInfo:
 
 
 def _expand(text: str) -> list[list[int | str]]:
-    expanded, _ = croniter.expand(text)
+    expanded, _ = _croniter().expand(text)
     return [list(f) for f in expanded]
 
 
@@ -117,21 +126,21 @@ class Cron:
 
     def next_after(self, t: datetime) -> datetime:
         """The first fire time strictly after `t` (UTC)."""
-        it = croniter(self.expr, utc(t).astimezone(self.zone))
+        it = _croniter()(self.expr, utc(t).astimezone(self.zone))
         return utc(it.get_next(datetime))
 
     def prev_at_or_before(self, t: datetime) -> datetime:
         """The last fire time at or before `t` (UTC)."""
-        it = croniter(self.expr, utc(t).astimezone(self.zone) + timedelta(seconds=1))
+        it = _croniter()(self.expr, utc(t).astimezone(self.zone) + timedelta(seconds=1))
         return utc(it.get_prev(datetime))
 
     def prev_before(self, t: datetime) -> datetime:
-        it = croniter(self.expr, utc(t).astimezone(self.zone))
+        it = _croniter()(self.expr, utc(t).astimezone(self.zone))
         return utc(it.get_prev(datetime))
 
     def matches(self, t: datetime) -> bool:
         local = utc(t).astimezone(self.zone)
-        return local.second == 0 and local.microsecond == 0 and bool(croniter.match(self.expr, local))
+        return local.second == 0 and local.microsecond == 0 and bool(_croniter().match(self.expr, local))
 
     def to_eventbridge(self) -> str:
         return to_eventbridge(self.expr)

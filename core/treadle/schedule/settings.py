@@ -5,12 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from treadle.envsettings import EnvSettings
 
 
-class TriggerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TREADLE_", extra="ignore")
-
+class TriggerSettings(EnvSettings):
     #: the sidecar's in-process schedule sweeper
     scheduler_enabled: bool = True
     scheduler_tick_seconds: float = Field(default=1.0, gt=0)

@@ -12,21 +12,23 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any
-
-from jsonpath import JSONPath, JSONPathEnvironment
-from jsonpath.exceptions import JSONPathError
+from typing import TYPE_CHECKING, Any
 
 from treadle.errors import MappingFailed
 
-_ENV = JSONPathEnvironment(strict=True)
+if TYPE_CHECKING:
+    from jsonpath import JSONPath
 IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MAX_VALUE_CHARS = 64 * 1024
 
 
 @lru_cache(maxsize=1024)
 def _compile(path: str) -> JSONPath:
-    query = _ENV.compile(path)
+    # imported here: python-jsonpath costs ~35 ms to import, which functions that never map a
+    # payload (the cloud worker, say) should not pay
+    from jsonpath import JSONPath, JSONPathEnvironment
+
+    query = JSONPathEnvironment(strict=True).compile(path)
     if not isinstance(query, JSONPath) or not query.singular_query():
         raise ValueError("not singular")
     return query
@@ -37,6 +39,8 @@ def compile_path(path: str, target: str = "") -> JSONPath:
     where = f"payload_mapping.{target}: " if target else ""
     if not isinstance(path, str) or not path.startswith("$") or len(path) > 512:
         raise ValueError(f"{where}a path starts with '$' (e.g. $.issue.title)")
+    from jsonpath.exceptions import JSONPathError
+
     try:
         return _compile(path)
     except (JSONPathError, ValueError):

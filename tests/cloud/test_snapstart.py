@@ -1,0 +1,72 @@
+"""SnapStart INIT: first-invocation imports land in the snapshot, and each restore reseeds `random`.
+
+Lambda's `snapshot_restore_py` exists only inside the Lambda Python runtime; the subprocess test
+puts a stand-in with the same two functions on the path and plays the runtime: INIT (import the
+handler module with AWS_LAMBDA_INITIALIZATION_TYPE=snap-start), then "restore" (run the hooks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from treadle_cloud.snapstart import prepare_snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+
+STAND_IN = """\
+after, before = [], []
+def register_after_restore(fn, *a, **kw):
+    after.append(fn)
+    return fn
+def register_before_snapshot(fn, *a, **kw):
+    before.append(fn)
+    return fn
+"""
+
+PLAY = """\
+import json, random, sys
+import functions.worker.handler  # INIT
+import snapshot_restore_py
+imported = {m: m in sys.modules for m in ("boto3", "botocore.config", "httpx")}
+random.seed(7)
+snapshot_state = random.random()
+random.seed(7)  # the snapshot's state, as every restored environment would start with it
+for hook in snapshot_restore_py.after:  # restore
+    hook()
+print(json.dumps({"hooks": len(snapshot_restore_py.after), "imported": imported,
+                  "same_draw_after_restore": random.random() == snapshot_state}))
+"""
+
+
+def play(tmp_path: Path, init_type: str) -> dict[str, object]:
+    (tmp_path / "snapshot_restore_py.py").write_text(STAND_IN)
+    env = {**os.environ, "AWS_LAMBDA_INITIALIZATION_TYPE": init_type,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", PLAY], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_a_snapstart_init_primes_imports_and_reseeds_after_restore(tmp_path: Path) -> None:
+    out = play(tmp_path, "snap-start")
+    assert out["hooks"] == 1
+    assert out["imported"] == {"boto3": True, "botocore.config": True, "httpx": True}
+    assert out["same_draw_after_restore"] is False
+
+
+def test_an_on_demand_init_registers_nothing_and_imports_lazily(tmp_path: Path) -> None:
+    out = play(tmp_path, "on-demand")
+    assert out["hooks"] == 0
+    assert out["imported"]["boto3"] is False  # boto3 waits for the first AWS call
+    assert out["same_draw_after_restore"] is True
+
+
+def test_prepare_snapshot_survives_a_trimmed_layer() -> None:
+    hooks: list[object] = []
+    assert prepare_snapshot(hooks.append, imports=("treadle_no_such_module",)) is True
+    assert len(hooks) == 1
