@@ -9,60 +9,17 @@
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 
-from treadle.api.deps import get_principal, get_runtime
-from treadle.errors import BadRequest
-from treadle.runtime import Runtime
-from treadle.schedule.defops import DefFamily
+from treadle.api.defroutes import Rt, Who, add_def_routes
 from treadle.schedule.service import schedule_service
-from treadle.security.principal import Principal
 from treadle.webhooks.service import webhook_service
 
 router = APIRouter(prefix="/v1", tags=["triggers"])
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
-
-
-async def _op_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw.strip():
-        raise BadRequest("the body is the op input: {\"op\": ..., ...}")
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise BadRequest("the body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    return body
-
-
-async def _names(family: DefFamily, tenant: str) -> dict[str, Any]:
-    records = await family.defs.list(tenant, family.kind)
-    return {"names": sorted({r.name for r in records if r.active})}
-
-
-@router.post("/_scheduledef")
-async def scheduledef(request: Request, rt: Rt, who: Who) -> dict[str, Any]:
-    return await schedule_service(rt).family.dispatch(who.tenant_id, await _op_body(request))
-
-
-@router.get("/_scheduledef/names")
-async def scheduledef_names(rt: Rt, who: Who) -> dict[str, Any]:
-    return await _names(schedule_service(rt).family, who.tenant_id)
-
-
-@router.post("/_webhookdef")
-async def webhookdef(request: Request, rt: Rt, who: Who) -> dict[str, Any]:
-    return await webhook_service(rt).family.dispatch(who.tenant_id, await _op_body(request))
-
-
-@router.get("/_webhookdef/names")
-async def webhookdef_names(rt: Rt, who: Who) -> dict[str, Any]:
-    return await _names(webhook_service(rt).family, who.tenant_id)
+add_def_routes(router, "/_scheduledef", lambda rt: schedule_service(rt).family)
+add_def_routes(router, "/_webhookdef", lambda rt: webhook_service(rt).family)
 
 
 @router.get("/_schedules/list-all")

@@ -1,30 +1,27 @@
-"""Op dispatch shared by ScheduleDef and WebhookDef (loomcycle's op-input shape), over DefStore.
+"""The ScheduleDef and WebhookDef families (loomcycle's op-input shape), over DefStore.
 
 Input: `{"op": create|fork|get|list|retire|promote (+ family ops), "name", "def_id", "version",
 "overlay", "description", "promote" (default true), "retired" (list: include retired)}`. The same
-dispatch serves the built-in tools (with a scope gate) and POST /v1/_<family>def (operator).
+dispatch serves the built-in tools (with a scope gate) and POST /v1/_<family>def (operator); the
+op routing and argument checks are the shared ones of treadle/defops.py.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from treadle.defops import STATIC_DESCRIPTION, DefOps, OpHandler, merge_overlay, opt_bool, opt_str
 from treadle.domain.defs import DefRecord, content_sha256
-from treadle.errors import Conflict, DefRefused, NotFound
+from treadle.errors import Conflict, DefRefused
 from treadle.schedule.spec import validation_message
-from treadle.store.defs import DefStore
 
-if TYPE_CHECKING:
-    from treadle.runtime import Runtime
+__all__ = ["STATIC_DESCRIPTION", "DefFamily", "DefRefused", "ScopeGate"]
 
-NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 SCOPE = re.compile(r"^(self|descendants|any|named:[A-Za-z0-9_-]{1,128})$")
-STATIC_DESCRIPTION = "from treadle.yaml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,26 +49,11 @@ class ScopeGate:
             raise DefRefused(f"{what}: {target} is outside this agent's {self.field} ({', '.join(self.scopes)})")
 
 
-def _str(args: dict[str, Any], key: str, *, max_len: int = 1024) -> str | None:
-    v = args.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, str) or len(v) > max_len:
-        raise DefRefused(f"{key} must be a string (≤{max_len} characters)")
-    return v
+class DefFamily(DefOps):
+    """One trigger def kind. Subclasses set `kind`, `label`, `spec` and may override the hooks."""
 
-
-class DefFamily:
-    """One def kind. Subclasses set `kind`, `label`, `spec` and may override the hooks."""
-
-    kind = ""
-    label = ""
     spec: type[BaseModel] = BaseModel
     extra_ops: tuple[str, ...] = ()
-
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-        self.defs = DefStore(rt.pool)
 
     # -- family hooks ------------------------------------------------------------------------------
 
@@ -103,7 +85,7 @@ class DefFamily:
 
     # -- dispatch ----------------------------------------------------------------------------------
 
-    def handlers(self) -> dict[str, Callable[[str, dict[str, Any], ScopeGate | None, str | None], Awaitable[Any]]]:
+    def handlers(self) -> dict[str, OpHandler]:
         return {
             "create": self.op_create,
             "fork": self.op_fork,
@@ -113,22 +95,9 @@ class DefFamily:
             "promote": self.op_promote,
         }
 
-    async def dispatch(
-        self, tenant_id: str, args: Any, *, gate: ScopeGate | None = None, run_id: str | None = None
-    ) -> dict[str, Any]:
-        if not isinstance(args, dict):
-            raise DefRefused(f"{self.label}: the input must be a JSON object")
-        handlers = self.handlers()
-        op = args.get("op")
-        if op not in handlers:
-            raise DefRefused(f"{self.label}: op must be one of {', '.join(handlers)}")
-        result: dict[str, Any] = await handlers[op](tenant_id, args, gate, run_id)
-        return result
-
     async def op_create(self, tenant: str, args: dict[str, Any], gate: ScopeGate | None, run_id: str | None) -> Any:
-        name = self._name(args)
-        overlay = self._overlay(args, required=True)
-        body = self.normalize(overlay)
+        name = self.name_arg(args)
+        body = self.normalize(self.overlay_arg(args, required=True))
         if gate is not None:
             gate.check(self.target_agent(body), f"{self.label}.create")
         active = await self.defs.get(tenant, self.kind, name=name)
@@ -140,16 +109,10 @@ class DefFamily:
         parent = await self.resolve(tenant, args)
         if gate is not None:
             gate.check(self.target_agent(parent.body), f"{self.label}.fork")
-        merged = {**parent.body}
-        for k, v in self._overlay(args, required=False).items():
-            if v is None:
-                merged.pop(k, None)
-            else:
-                merged[k] = v
-        body = self.normalize(merged)
+        body = self.normalize(merge_overlay(parent.body, self.overlay_arg(args, required=False)))
         if gate is not None:
             gate.check(self.target_agent(body), f"{self.label}.fork")
-        name = self._name(args) if args.get("def_id") and args.get("name") else parent.name
+        name = self.name_arg(args) if args.get("def_id") and args.get("name") else parent.name
         if name == parent.name and parent.active and content_sha256(body) == parent.content_sha256:
             return {**await self.view(tenant, parent), "deduplicated": True}
         return await self._store(tenant, name, body, args, parent=parent, run_id=run_id)
@@ -165,7 +128,7 @@ class DefFamily:
 
     async def op_list(self, tenant: str, args: dict[str, Any], gate: ScopeGate | None, run_id: str | None) -> Any:
         include_retired = bool(args.get("retired") or args.get("include_retired"))
-        name = _str(args, "name", max_len=128)
+        name = opt_str(args, "name", max_len=128)
         records = await self.defs.list(tenant, self.kind, name=name, include_retired=include_retired)
         if gate is not None:
             if not gate.scopes:
@@ -184,8 +147,7 @@ class DefFamily:
         return await self.view(tenant, record)
 
     async def op_promote(self, tenant: str, args: dict[str, Any], gate: ScopeGate | None, run_id: str | None) -> Any:
-        def_id = _str(args, "def_id", max_len=64)
-        if not def_id:
+        if not opt_str(args, "def_id", max_len=64):
             raise DefRefused(f"{self.label}.promote: def_id is required")
         record = await self.resolve(tenant, args)
         if gate is not None:
@@ -200,12 +162,8 @@ class DefFamily:
         self, tenant: str, name: str, body: dict[str, Any], args: dict[str, Any], *, parent: DefRecord | None,
         run_id: str | None,
     ) -> dict[str, Any]:
-        promote = args.get("promote", True)
-        if not isinstance(promote, bool):
-            raise DefRefused("promote must be a boolean")
-        description = _str(args, "description")
-        if description is None:
-            description = parent.description if parent is not None and parent.description != STATIC_DESCRIPTION else ""
+        promote = opt_bool(args, "promote", True)
+        description = self.description_arg(args, parent, max_len=1024)
         record = await self.store(tenant, name, body, parent_def_id=parent.def_id if parent else None,
                                   description=description, promote=promote, run_id=run_id)
         return await self.view(tenant, record)
@@ -222,37 +180,6 @@ class DefFamily:
             await self.activated(tenant, record)
         return record
 
-    async def resolve(self, tenant: str, args: dict[str, Any]) -> DefRecord:
-        """By def_id; or name (+ version); or name alone → its active version, else its newest."""
-        def_id = _str(args, "def_id", max_len=64)
-        version = args.get("version")
-        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
-            raise DefRefused("version must be a positive integer")
-        record: DefRecord | None
-        if def_id:
-            record = await self.defs.get(tenant, self.kind, def_id=def_id)
-            what = f"def {def_id!r}"
-        else:
-            name = self._name(args)
-            what = f"{name!r}" + (f" version {version}" if version else "")
-            record = await self.defs.get(tenant, self.kind, name=name, version=version)
-            if record is None and version is None:
-                versions = await self.defs.list(tenant, self.kind, name=name, include_retired=True, limit=1)
-                record = versions[0] if versions else None
-        if record is None:
-            raise NotFound(f"{self.label} {what} not found")
-        return record
-
-    def _name(self, args: dict[str, Any]) -> str:
-        name = args.get("name")
-        if not isinstance(name, str) or not NAME.match(name):
-            raise DefRefused(f"{self.label}: name is required and must match [A-Za-z0-9_-]{{1,128}}")
-        return name
-
-    def _overlay(self, args: dict[str, Any], *, required: bool) -> dict[str, Any]:
-        overlay = args.get("overlay")
-        if overlay is None and not required:
-            return {}
-        if not isinstance(overlay, dict):
-            raise DefRefused(f"{self.label}: overlay (the def's fields, an object) is required")
-        return dict(overlay)
+    async def active_names(self, tenant_id: str) -> list[str]:
+        """The names with an active version."""
+        return sorted({r.name for r in await self.defs.list(tenant_id, self.kind) if r.active})

@@ -12,22 +12,13 @@ version overrides the yaml one for new runs. `retire` of the active version fall
 
 from __future__ import annotations
 
-import re
-from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from abc import abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from treadle.defops import STATIC_DESCRIPTION, DefOps, OpHandler, merge_overlay, opt_bool, opt_str
 from treadle.domain.defs import DefRecord
-from treadle.errors import Conflict, DefRefused, NotFound
-from treadle.store.defs import DefStore
-
-if TYPE_CHECKING:
-    from treadle.runtime import Runtime
-
-NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-STATIC_DESCRIPTION = "from treadle.yaml"
-Handler = Callable[[str, dict[str, Any], "Gate | None", "str | None"], Awaitable[dict[str, Any]]]
+from treadle.errors import Conflict, DefRefused
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,32 +50,10 @@ class Gate:
                                  f"through a tool may carry only the calling agent's own {key} or its parent's)")
 
 
-def _str(args: dict[str, Any], key: str, *, max_len: int = 1024) -> str | None:
-    v = args.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, str) or len(v) > max_len:
-        raise DefRefused(f"{key} must be a string (≤{max_len} characters)")
-    return v
+class SubstrateFamily(DefOps):
+    """One substrate def kind. Subclasses set `kind`, `label` and implement the hooks."""
 
-
-def _bool(args: dict[str, Any], key: str, default: bool) -> bool:
-    v = args.get(key, default)
-    if not isinstance(v, bool):
-        raise DefRefused(f"{key} must be a boolean")
-    return v
-
-
-class SubstrateFamily(ABC):
-    """One def kind. Subclasses set `kind`, `label` and implement the hooks."""
-
-    kind = ""
-    label = ""
     fork_promotes = False
-
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-        self.defs = DefStore(rt.pool)
 
     # -- hooks ------------------------------------------------------------------------------------
 
@@ -112,31 +81,20 @@ class SubstrateFamily(ABC):
 
     # -- dispatch ---------------------------------------------------------------------------------
 
-    def handlers(self) -> dict[str, Handler]:
+    def handlers(self) -> dict[str, OpHandler]:
         return {
             "create": self.op_create, "fork": self.op_fork, "get": self.op_get, "list": self.op_list,
             "retire": self.op_retire, "promote": self.op_promote, "verify": self.op_verify,
         }
 
-    async def dispatch(
-        self, tenant_id: str, args: Any, *, gate: Gate | None = None, run_id: str | None = None
-    ) -> dict[str, Any]:
-        if not isinstance(args, dict):
-            raise DefRefused(f"{self.label}: the input must be a JSON object")
-        handlers = self.handlers()
-        op = args.get("op")
-        if op not in handlers:
-            raise DefRefused(f"{self.label}: op must be one of {', '.join(handlers)}")
-        return await handlers[op](tenant_id, args, gate, run_id)
-
     # -- ops --------------------------------------------------------------------------------------
 
     async def op_create(self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None) -> Any:
-        name = self._name(args)
+        name = self.name_arg(args)
         what = f"{self.label}.create"
         if gate is not None:
             gate.check(name, what)
-        body = self.validate(name, self._overlay(args, required=True))
+        body = self.validate(name, self.overlay_arg(args, required=True))
         if gate is not None:
             gate.check_grants(self.effective(body), None, what)
         if self.static_body(name) is not None:
@@ -152,22 +110,16 @@ class SubstrateFamily(ABC):
     async def op_fork(self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None) -> Any:
         what = f"{self.label}.fork"
         parent = await self._fork_parent(tenant, args, gate, what)
-        name = self._name(args) if args.get("def_id") and args.get("name") else parent.name
+        name = self.name_arg(args) if args.get("def_id") and args.get("name") else parent.name
         if gate is not None and name != parent.name:
             gate.check(name, what)
         if name != parent.name and self.static_body(name) is not None:
             raise DefRefused(f"{what}: {name!r} is declared in treadle.yaml; fork that name itself")
-        merged = dict(parent.body)
-        for k, v in self._overlay(args, required=False).items():
-            if v is None:
-                merged.pop(k, None)
-            else:
-                merged[k] = v
-        body = self.validate(name, merged)
+        body = self.validate(name, merge_overlay(parent.body, self.overlay_arg(args, required=False)))
         if gate is not None:
             gate.check_grants(self.effective(body), self.effective(parent.body), what)
         if name == parent.name and body == parent.body:  # nothing changes: no identical new version
-            if _bool(args, "promote", self.fork_promotes) and not parent.active:
+            if opt_bool(args, "promote", self.fork_promotes) and not parent.active:
                 parent = await self.defs.promote(tenant, self.kind, parent.def_id)
             return {**self.view(parent), "deduplicated": True}
         record = await self._store(tenant, name, body, args, parent=parent, run_id=run_id,
@@ -175,17 +127,17 @@ class SubstrateFamily(ABC):
         return self.view(record)
 
     async def op_get(self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None) -> Any:
-        record = await self.resolve(tenant, args, static_ok=True)
+        record = await self.resolve_static_ok(tenant, args)
         if gate is not None:
             gate.check(record.name, f"{self.label}.get")
         out = self.view(record)
-        if _bool(args, "include_lineage", False) and record.def_id:
+        if opt_bool(args, "include_lineage", False) and record.def_id:
             out["lineage"] = [self.view(r) for r in await self.defs.lineage(tenant, self.kind, record.def_id)]
         return out
 
     async def op_list(self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None) -> Any:
-        include_retired = _bool(args, "include_retired", False) or _bool(args, "retired", False)
-        name = _str(args, "name", max_len=128)
+        include_retired = opt_bool(args, "include_retired", False) or opt_bool(args, "retired", False)
+        name = opt_str(args, "name", max_len=128)
         if gate is not None and not gate.scopes:
             gate.check(name or "*", f"{self.label}.list")
         records = await self.defs.list(tenant, self.kind, name=name, include_retired=include_retired)
@@ -209,7 +161,7 @@ class SubstrateFamily(ABC):
         return self.view(await self.defs.retire(tenant, self.kind, record.def_id))
 
     async def op_promote(self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None) -> Any:
-        if not _str(args, "def_id", max_len=64):
+        if not opt_str(args, "def_id", max_len=64):
             raise DefRefused(f"{self.label}.promote: def_id is required")
         record = await self.resolve(tenant, args)
         if gate is not None:
@@ -218,8 +170,8 @@ class SubstrateFamily(ABC):
 
     async def op_verify(self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None) -> Any:
         """Compare a locally computed hash with what runs of `name` get now."""
-        name = self._name(args)
-        local = _str(args, "content_sha256", max_len=128)
+        name = self.name_arg(args)
+        local = opt_str(args, "content_sha256", max_len=128)
         if not local:
             raise DefRefused(f"{self.label}.verify: content_sha256 (the local hash) is required")
         if gate is not None:
@@ -233,6 +185,11 @@ class SubstrateFamily(ABC):
                 "version": current.version, "source": "runtime" if current.def_id else "yaml"}
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    async def active_names(self, tenant_id: str) -> list[str]:
+        """The names new runs can use: promoted versions and treadle.yaml definitions."""
+        records = await self.defs.list(tenant_id, self.kind)
+        return sorted({r.name for r in records if r.active} | set(self.static_names()))
 
     async def current(self, tenant: str, name: str) -> DefRecord | None:
         """What a new run of `name` gets: the promoted runtime version, else the yaml one."""
@@ -259,34 +216,19 @@ class SubstrateFamily(ABC):
                     "source": "yaml"}
         return {**record.to_api(), "source": "runtime"}
 
-    async def resolve(self, tenant: str, args: dict[str, Any], *, static_ok: bool = False) -> DefRecord:
-        """By def_id; or name + version; or name → its active version, else (static_ok) the yaml
-        definition, else its newest version."""
-        def_id = _str(args, "def_id", max_len=64)
-        version = args.get("version")
-        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
-            raise DefRefused("version must be a positive integer")
-        record: DefRecord | None
-        if def_id:
-            record = await self.defs.get(tenant, self.kind, def_id=def_id)
-            what = f"def {def_id!r}"
-        else:
-            name = self._name(args)
-            what = f"{name!r}" + (f" version {version}" if version else "")
-            record = await self.defs.get(tenant, self.kind, name=name, version=version)
-            if record is None and version is None:
-                if static_ok and self.static_body(name) is not None:
-                    return self.static_record(tenant, name)
-                versions = await self.defs.list(tenant, self.kind, name=name, include_retired=True, limit=1)
-                record = versions[0] if versions else None
-        if record is None:
-            raise NotFound(f"{self.label} {what} not found")
-        return record
+    async def resolve_static_ok(self, tenant: str, args: dict[str, Any]) -> DefRecord:
+        """`resolve`, where a name without an active version falls back to its treadle.yaml
+        definition before its newest retired version."""
+
+        def static(name: str) -> DefRecord | None:
+            return self.static_record(tenant, name) if self.static_body(name) is not None else None
+
+        return await self.resolve(tenant, args, fallback=static)
 
     async def _fork_parent(self, tenant: str, args: dict[str, Any], gate: Gate | None, what: str) -> DefRecord:
         """The version a fork starts from; a treadle.yaml definition is first recorded as a
         version (reused when an identical one exists)."""
-        parent = await self.resolve(tenant, args, static_ok=True)
+        parent = await self.resolve_static_ok(tenant, args)
         if gate is not None:
             gate.check(parent.name, what)
         if parent.def_id:
@@ -301,25 +243,9 @@ class SubstrateFamily(ABC):
         self, tenant: str, name: str, body: dict[str, Any], args: dict[str, Any], *, parent: DefRecord | None,
         run_id: str | None, promote_default: bool,
     ) -> DefRecord:
-        promote = _bool(args, "promote", promote_default)
-        description = _str(args, "description", max_len=4096)
-        if description is None:
-            description = parent.description if parent is not None and parent.description != STATIC_DESCRIPTION else ""
+        promote = opt_bool(args, "promote", promote_default)
+        description = self.description_arg(args, parent, max_len=4096)
         return await self.defs.create(
             tenant, self.kind, name, body, self.content_hash(body), parent_def_id=parent.def_id if parent else None,
             description=description, promote=promote, created_by_run_id=run_id,
         )
-
-    def _name(self, args: dict[str, Any]) -> str:
-        name = args.get("name")
-        if not isinstance(name, str) or not NAME.match(name):
-            raise DefRefused(f"{self.label}: name is required and must match [A-Za-z0-9_-]{{1,128}}")
-        return name
-
-    def _overlay(self, args: dict[str, Any], *, required: bool) -> dict[str, Any]:
-        overlay = args.get("overlay")
-        if overlay is None and not required:
-            return {}
-        if not isinstance(overlay, dict):
-            raise DefRefused(f"{self.label}: overlay (the def's fields, an object) is required")
-        return dict(overlay)

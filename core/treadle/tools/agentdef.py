@@ -10,32 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.errors import ToolError, TreadleError
+from treadle.defops import op_schema, run_op, runtime_of
 from treadle.substrate.agentdefs import GRANT_FIELDS
-from treadle.substrate.family import Gate, SubstrateFamily
+from treadle.substrate.family import Gate
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 OPS = ("create", "fork", "get", "list", "retire", "promote", "verify")
 
 
 def substrate_def_schema(ops: tuple[str, ...], overlay_help: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "op": {"type": "string", "enum": list(ops)},
-            "name": {"type": "string"},
-            "def_id": {"type": "string"},
-            "version": {"type": "integer", "minimum": 1},
-            "overlay": {"type": "object", "description": overlay_help},
-            "description": {"type": "string"},
-            "promote": {"type": "boolean", "description": "make it the version new runs get (create: default true, "
-                                                          "fork: default false)"},
-            "include_lineage": {"type": "boolean"},
-            "include_retired": {"type": "boolean"},
-            "content_sha256": {"type": "string", "description": "verify: the hash computed locally"},
-        },
-        "required": ["op"],
-    }
+    return op_schema(
+        ops, overlay_help,
+        promote={"type": "boolean",
+                 "description": "make it the version new runs get (create: default true, fork: default false)"},
+        include_retired={"type": "boolean"},
+        content_sha256={"type": "string", "description": "verify: the hash computed locally"},
+    )
 
 
 def gate_for(ctx: ToolContext, field: str, own: frozenset[str], grant_fields: tuple[str, ...]) -> Gate:
@@ -43,24 +33,6 @@ def gate_for(ctx: ToolContext, field: str, own: frozenset[str], grant_fields: tu
     scopes = tuple(getattr(cfg, field, ()) or ())
     grants = {f: frozenset(getattr(cfg, f, ()) or ()) for f in grant_fields}
     return Gate(scopes, field, own, grants)
-
-
-async def run_substrate_op(ctx: ToolContext, family: SubstrateFamily, gate: Gate, args: dict[str, Any]) -> ToolResult:
-    try:
-        result = await family.dispatch(ctx.tenant_id, args, gate=gate, run_id=ctx.run_id)
-    except TreadleError as exc:
-        if isinstance(exc, ToolError):
-            raise
-        label = family.label
-        raise ToolError(exc.message if exc.message.startswith(label) else f"{label}: {exc.message}") from None
-    return ToolResult.json(result)
-
-
-def runtime_of(ctx: ToolContext, label: str) -> Any:
-    rt = ctx.services.get("runtime")
-    if rt is None:
-        raise ToolError(f"{label}: not available in this runtime")
-    return rt
 
 
 class AgentDefTool:
@@ -79,4 +51,4 @@ class AgentDefTool:
 
         family = substrate(runtime_of(ctx, "AgentDef")).agents
         gate = gate_for(ctx, "agent_def_scopes", frozenset({ctx.agent}), GRANT_FIELDS)
-        return await run_substrate_op(ctx, family, gate, args)
+        return await run_op(ctx, family, gate, args)

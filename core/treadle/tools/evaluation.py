@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from treadle.defops import runtime_of
 from treadle.errors import ToolError, TreadleError
 from treadle.substrate.evaluation import OPS, EvalGate
-from treadle.tools.agentdef import runtime_of
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 

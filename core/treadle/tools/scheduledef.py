@@ -8,47 +8,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.errors import ToolError, TreadleError
+from treadle.defops import op_schema, run_op, runtime_of
 from treadle.schedule.defops import ScopeGate
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 OPS = ("create", "fork", "get", "list", "retire", "promote", "add_hook", "remove_hook")
 
 
-def def_op_schema(ops: tuple[str, ...], overlay_help: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "op": {"type": "string", "enum": list(ops)},
-            "name": {"type": "string"},
-            "def_id": {"type": "string"},
-            "version": {"type": "integer", "minimum": 1},
-            "overlay": {"type": "object", "description": overlay_help},
-            "description": {"type": "string"},
-            "promote": {"type": "boolean"},
-            "retired": {"type": "boolean"},
-            "include_lineage": {"type": "boolean"},
-            "hook": {"type": "object"},
-            "hook_index": {"type": "integer", "minimum": 0},
-        },
-        "required": ["op"],
-    }
+def trigger_def_schema(ops: tuple[str, ...], overlay_help: str) -> dict[str, Any]:
+    return op_schema(ops, overlay_help, promote={"type": "boolean"}, retired={"type": "boolean"},
+                     hook={"type": "object"}, hook_index={"type": "integer", "minimum": 0})
 
 
 async def run_def_op(
     ctx: ToolContext, family_of: Any, scopes_field: str, label: str, args: dict[str, Any]
 ) -> ToolResult:
-    rt = ctx.services.get("runtime")
-    if rt is None:
-        raise ToolError(f"{label}: not available in this runtime")
+    """A ScheduleDef/WebhookDef call, gated by the calling agent's `scopes_field`."""
+    rt = runtime_of(ctx, label)
     agent = rt.agents.get(ctx.agent)
     scopes = tuple(getattr(agent.config, scopes_field, ()) if agent is not None else ())
-    gate = ScopeGate(scopes, ctx.agent, scopes_field)
-    try:
-        result = await family_of(rt).family.dispatch(ctx.tenant_id, args, gate=gate, run_id=ctx.run_id)
-    except TreadleError as exc:
-        raise ToolError(f"{label}: {exc.message}" if not exc.message.startswith(label) else exc.message) from None
-    return ToolResult.json(result)
+    return await run_op(ctx, family_of(rt).family, ScopeGate(scopes, ctx.agent, scopes_field), args)
 
 
 class ScheduleDefTool:
@@ -59,7 +38,7 @@ class ScheduleDefTool:
         "get | list | retire | promote (def_id) | add_hook (hook{kind: memory.set|channel.publish, ...}) | "
         "remove_hook (hook_index). Limited to the agents in this agent's schedule_def_scopes."
     )
-    input_schema: dict[str, Any] = def_op_schema(OPS, "ScheduleDef fields")
+    input_schema: dict[str, Any] = trigger_def_schema(OPS, "ScheduleDef fields")
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         from treadle.schedule.service import schedule_service

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.tools.agentdef import gate_for, run_substrate_op, runtime_of, substrate_def_schema
+from treadle.defops import run_op, runtime_of
+from treadle.tools.agentdef import gate_for, substrate_def_schema
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 OPS = ("create", "fork", "get", "list", "retire", "promote", "verify")
@@ -27,4 +28,4 @@ class SkillDefTool:
 
         family = substrate(runtime_of(ctx, "SkillDef")).skills
         own = frozenset(getattr(ctx.agent_config, "skills", ()) or ())
-        return await run_substrate_op(ctx, family, gate_for(ctx, "skill_def_scopes", own, ()), args)
+        return await run_op(ctx, family, gate_for(ctx, "skill_def_scopes", own, ()), args)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from treadle.tools.base import Park, ToolContext, ToolResult
-from treadle.tools.scheduledef import def_op_schema, run_def_op
+from treadle.tools.scheduledef import run_def_op, trigger_def_schema
 
 OPS = ("create", "fork", "get", "list", "retire", "promote")
 
@@ -23,7 +23,7 @@ class WebhookDefTool:
         "metadata, on_complete[]}) | fork | get | list | retire | promote. Secrets are environment variable names. "
         "Limited to the agents in this agent's webhook_def_scopes."
     )
-    input_schema: dict[str, Any] = def_op_schema(OPS, "WebhookDef fields")
+    input_schema: dict[str, Any] = trigger_def_schema(OPS, "WebhookDef fields")
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         from treadle.webhooks.service import webhook_service

@@ -1,0 +1,59 @@
+"""The HTTP twin of a *Def tool: `POST /v1/_<kind>def` (body = the tool's op input, answer = its
+JSON result) and `GET /v1/_<kind>def/names` (the names new runs or deliveries use). The bearer's
+principal sets the tenant, never the body; there is no gate (the operator may do every op)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, Protocol
+
+from fastapi import APIRouter, Depends, Request
+
+from treadle.api.deps import get_principal, get_runtime
+from treadle.errors import BadRequest
+from treadle.runtime import Runtime
+from treadle.security.principal import Principal
+
+Rt = Annotated[Runtime, Depends(get_runtime)]
+Who = Annotated[Principal, Depends(get_principal)]
+
+
+class OpDispatcher(Protocol):
+    async def dispatch(self, tenant_id: str, args: Any) -> dict[str, Any]: ...
+
+
+class NamedFamily(OpDispatcher, Protocol):
+    async def active_names(self, tenant_id: str) -> list[str]: ...
+
+
+async def op_body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        raise BadRequest('the body is the op input: {"op": ..., ...}')
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise BadRequest("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def add_op_route(router: APIRouter, path: str, family_of: Callable[[Runtime], OpDispatcher]) -> None:
+    """`POST {path}`: the op input in, the op's answer out."""
+
+    async def op(request: Request, rt: Rt, who: Who) -> dict[str, Any]:
+        return await family_of(rt).dispatch(who.tenant_id, await op_body(request))
+
+    router.add_api_route(path, op, methods=["POST"], name=path.strip("/_"))
+
+
+def add_def_routes(router: APIRouter, path: str, family_of: Callable[[Runtime], NamedFamily]) -> None:
+    """`POST {path}` and `GET {path}/names`."""
+    add_op_route(router, path, family_of)
+
+    async def names(rt: Rt, who: Who) -> dict[str, Any]:
+        return {"names": await family_of(rt).active_names(who.tenant_id)}
+
+    router.add_api_route(f"{path}/names", names, methods=["GET"], name=f"{path.strip('/_')}_names")
