@@ -167,11 +167,11 @@ def invocations(repeat: int) -> None:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{dbname}"')
         conn.execute(f'CREATE DATABASE "{dbname}"')
-    config = ROOT / ".treadle" / "coldstart" / "treadle.yaml"
-    config.write_text(  # one tool call: a worker's first step continues the run (and so sends to SQS)
-        "agents:\n  calc:\n    provider: mock\n    model: tool-caller\n    tools: [Memory]\n"
-        "    mock: {tool_calls: 1}\n"
-    )
+    # as the construct stages it: the configuration as JSON (the functions never import PyYAML);
+    # one tool call, so a worker's first step continues the run (and so sends to SQS)
+    config = ROOT / ".treadle" / "coldstart" / "treadle.json"
+    config.write_text(json.dumps({"agents": {"calc": {
+        "provider": "mock", "model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 1}}}}))
     try:
         sqs = boto3.client("sqs")
         queue = sqs.create_queue(QueueName="coldstart")["QueueUrl"]

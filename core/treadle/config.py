@@ -12,6 +12,7 @@ needs no declaration. References are checked at start (``agents.a.tier: unknown 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -357,9 +358,17 @@ def parse_config(data: object, source: str = "treadle.yaml") -> TreadleConfig:
 
 
 def load_config(path: Path | str) -> TreadleConfig:
+    """treadle.yaml; a `.json` file is read as JSON (the cloud shape stages the YAML as JSON at
+    synth time, so its functions never import PyYAML)."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"{p}: configuration file not found (run `treadle init` to write a starter)")
+    if p.suffix == ".json":
+        try:
+            data = json.loads(p.read_text())
+        except ValueError as exc:
+            raise ConfigError(f"{p}: not valid JSON: {exc}") from None
+        return parse_config(data, str(p))
     import yaml  # only where a YAML file is read (~10 ms of a cold start otherwise)
 
     try:

@@ -41,6 +41,7 @@ from treadle_infra.assets import (
     check_layer_dir,
     find_interpreter,
     stage_app_code,
+    staged_config_name,
     starter_config,
     validate_config,
 )
@@ -222,7 +223,7 @@ class TreadleRuntime(Construct):
             "TREADLE_DB_NAME": DB_NAME,
             "TREADLE_DB_SSLMODE": "require",
             "TREADLE_DB_POOL_SIZE": "2",
-            "TREADLE_CONFIG": "/var/task/treadle.yaml",
+            "TREADLE_CONFIG": f"/var/task/{staged_config_name(staged)}",
             "TREADLE_HOME": "/tmp/treadle",
             "POWERTOOLS_SERVICE_NAME": "treadle",
             # no pydantic plugins are installed: skip the entry-point scan at the first model build

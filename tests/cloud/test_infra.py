@@ -107,6 +107,12 @@ def test_functions_layer_and_code(synth: dict[str, Any]) -> None:
 
     staged = synth["tmp"] / "app"
     assert (staged / "treadle.yaml").read_text() == CONFIG
+    # the functions read the same configuration as JSON (no PyYAML at a cold start)
+    from treadle.config import load_config
+
+    assert load_config(staged / "treadle.json") == load_config(staged / "treadle.yaml")
+    assert {r["Properties"]["Environment"]["Variables"]["TREADLE_CONFIG"] for r in fns.values()} == {
+        "/var/task/treadle.json"}
     for rel in ("treadle/runtime.py", "treadle/store/migrations/0002_pgvector.sql", "treadle_cloud/worker.py",
                 *(f"functions/{n}/handler.py" for n in FUNCTIONS)):
         assert (staged / rel).is_file(), rel
@@ -245,6 +251,18 @@ def test_cfn_lint_finds_no_errors(synth: dict[str, Any]) -> None:
     findings = json.loads(proc.stdout or "[]")
     errors = [f for f in findings if f["Level"] == "Error"]
     assert errors == [], errors
+
+
+def test_a_yaml_config_json_cannot_hold_stays_yaml(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "infra"))
+    from treadle_infra.assets import config_as_json, stage_app_code, staged_config_name
+
+    dated = CONFIG + "# a date JSON has no type for:\nchannels:\n  c:\n    description: 2026-11-21\n"
+    assert config_as_json(dated) is None
+    staged = stage_app_code(dated, tmp_path / "app")
+    assert staged_config_name(staged) == "treadle.yaml" and not (staged / "treadle.json").exists()
+    staged = stage_app_code(CONFIG, tmp_path / "app")
+    assert staged_config_name(staged) == "treadle.json"
 
 
 def test_staged_code_can_ship_hash_checked_bytecode(tmp_path: Path) -> None:

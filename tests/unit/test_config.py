@@ -193,3 +193,15 @@ def test_env_settings_from_an_explicit_mapping() -> None:
     assert isinstance(s, TriggerSettings) and s.scheduler_enabled is False and s.scheduler_batch == 50
     with pytest.raises(ValidationError):
         TriggerSettings.from_env({"TREADLE_SCHEDULER_BATCH": "0"})  # ge=1
+
+
+def test_a_json_config_file_is_read_as_json(tmp_path: Path) -> None:
+    p = tmp_path / "treadle.json"
+    p.write_text('{"agents": {"a": {"provider": "mock", "model": "echo"}}}')
+    assert list(load_config(p).agents) == ["a"]
+    p.write_text("agents:\n  a: {}\n")  # YAML is not JSON
+    with pytest.raises(ConfigError, match=r"treadle\.json: not valid JSON"):
+        load_config(p)
+    p.write_text('{"agents": {"a": {"max_iterations": 0}}}')
+    with pytest.raises(ConfigError, match=r"agents\.a\.max_iterations"):
+        load_config(p)

@@ -17,12 +17,17 @@ from treadle.security.principal import BearerAuthenticator
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
-def api_routers() -> list[APIRouter]:
-    """The routers of the authenticated API (/v1/...), in mount order."""
-    from treadle.api import channels, interrupts, memory, steering, substrate, triggers, webhooks
+def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
+    """The routers of the authenticated API (/v1/...), in mount order. `webhooks=False` leaves
+    out /v1/_webhooks/* (the cloud shape routes it to the webhook function)."""
+    from treadle.api import channels, interrupts, memory, steering, substrate, triggers
 
-    return [runs.router, steering.router, interrupts.router, channels.router, triggers.router, webhooks.router,
-            substrate.router, memory.router]
+    routers = [runs.router, steering.router, interrupts.router, channels.router, triggers.router]
+    if webhooks:
+        from treadle.api import webhooks as webhook_routes
+
+        routers.append(webhook_routes.router)
+    return [*routers, substrate.router, memory.router]
 
 
 def create_app(

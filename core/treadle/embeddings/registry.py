@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING
 
 from treadle.embeddings.base import Embedder
 from treadle.embeddings.config import EmbedderConfig
+
+if TYPE_CHECKING:  # httpx is imported with an HTTP embedder's driver, not by every runtime
+    import httpx
 
 
 def build_embedder(cfg: EmbedderConfig | None, transport: httpx.AsyncBaseTransport | None = None) -> Embedder | None:

@@ -1,0 +1,44 @@
+"""What a cold start imports: each handler module, imported in a fresh interpreter, leaves out the
+packages only some invocations need (they are imported where used). Guards the import-time work
+in scripts/coldstart.py against a stray top-level import; it measures nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: never imported by any handler module at INIT (Powertools imports the `botocore` package itself,
+#: ~0.5 ms; boto3 and its clients wait for the first AWS call)
+EVERYWHERE = ("yaml", "jsonpath", "croniter", "pydantic_settings", "dotenv", "boto3", "httpx",
+              "uvicorn", "treadle_sidecar")
+NOT_IMPORTED = {
+    "worker": (*EVERYWHERE, "fastapi", "mangum", "treadle.schedule.static", "treadle.schedule.eventbridge",
+               "treadle.webhooks.service", "treadle.api"),
+    "api": (*EVERYWHERE, "treadle.api.webhooks", "aws_lambda_powertools.utilities.batch"),
+    "scheduler": EVERYWHERE,
+    "maintenance": EVERYWHERE,
+}
+
+
+def imported_by(handler: str, names: tuple[str, ...]) -> list[str]:
+    code = (f"import json, sys; import functions.{handler}.handler; "
+            f"print(json.dumps([n for n in {list(names)!r} if n in sys.modules]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("handler", sorted(NOT_IMPORTED))
+def test_a_handler_module_imports_only_what_every_invocation_needs(handler: str) -> None:
+    assert imported_by(handler, NOT_IMPORTED[handler]) == []
+
+
+def test_the_check_itself_sees_imports() -> None:
+    assert imported_by("worker", ("psycopg", "aws_lambda_powertools.utilities.batch", "treadle.engine.step")) == [
+        "psycopg", "aws_lambda_powertools.utilities.batch", "treadle.engine.step"]
