@@ -7,7 +7,10 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from conftest import client_for
+from treadle.errors import DefRefused
 from treadle.schedule.service import schedule_service
 from treadle.schedule.static import sync_static_triggers
 from treadle.tools.base import ToolContext
@@ -175,3 +178,27 @@ async def test_tool_is_default_deny_and_scoped(open_rt: Any) -> None:
     assert '"theirs"' in listed.content and '"mine"' not in listed.content
     with pytest.raises(ToolError, match="outside"):
         await tool.invoke(tool_ctx(rt, "boss"), {"op": "retire", "name": "mine"})
+
+
+async def test_triggers_may_target_an_agent_that_exists_only_as_a_promoted_agentdef(open_rt: Any) -> None:
+    """A ScheduleDef or WebhookDef may start an agent created at run time (AgentDef), not only a
+    treadle.yaml one; its runs get that AgentDef. Another tenant's AgentDef does not count."""
+    rt, _ = await open_rt()
+    async with client_for(rt) as c:
+        refused = await op(c, {"op": "create", "name": "digest", "overlay": {**NIGHTLY, "agent": "digester"}}, 422)
+        assert "unknown agent 'digester'" in refused["error"]
+        r = await c.post("/v1/_agentdef", json={"op": "create", "name": "digester", "overlay": {
+            "provider": "mock", "model": "echo", "system_prompt": "Digest."}})
+        assert r.status_code == 200, r.text
+        agent_def = r.json()
+        created = await op(c, {"op": "create", "name": "digest", "overlay": {**NIGHTLY, "agent": "digester"}})
+        fired = (await c.post(f"/v1/_schedules/{created['schedule']['schedule_id']}/run-now")).json()
+        run = (await c.get(f"/v1/runs/{fired['run_id']}")).json()
+        assert run["agent"] == "digester" and run["def_id"] == agent_def["def_id"]
+
+        r = await c.post("/v1/_webhookdef", json={"op": "create", "name": "inbox", "overlay": {
+            "agent": "digester", "auth": {"kind": "bearer", "bearer_token_env": "TREADLE_TEST_INBOX_TOKEN"}}})
+        assert r.status_code == 200, r.text
+    with pytest.raises(DefRefused, match="unknown agent 'digester'"):  # another tenant's AgentDef
+        await schedule_service(rt).family.dispatch(
+            "other-tenant", {"op": "create", "name": "digest", "overlay": {**NIGHTLY, "agent": "digester"}})

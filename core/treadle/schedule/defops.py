@@ -57,18 +57,29 @@ class DefFamily(DefOps):
 
     # -- family hooks ------------------------------------------------------------------------------
 
-    def normalize(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def normalize(self, tenant_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """Validate a body; returns the normalized body (DefRefused when invalid)."""
         try:
             spec = self.spec.model_validate(body)
         except ValidationError as exc:
             raise DefRefused(f"invalid {self.label}: {validation_message(exc)}") from None
-        self.check(spec)
+        await self.check(tenant_id, spec)
         out: dict[str, Any] = spec.body() if hasattr(spec, "body") else spec.model_dump(mode="json")
         return out
 
-    def check(self, spec: Any) -> None:
+    async def check(self, tenant_id: str, spec: Any) -> None:
         """Cross-checks against the runtime (e.g. the agent exists)."""
+
+    async def check_agent(self, tenant_id: str, agent: str) -> None:
+        """DefRefused unless `agent` is a treadle.yaml agent or one of the tenant's promoted
+        AgentDefs (what a run started by this trigger would get)."""
+        if agent in self.rt.agents:
+            return
+        if await self.defs.get(tenant_id, "agent", name=agent) is not None:
+            return
+        known = ", ".join(sorted(self.rt.agents)) or "none"
+        raise DefRefused(f"invalid {self.label}: agent: unknown agent {agent!r} (configured: {known}; "
+                         "or a promoted AgentDef)")
 
     def target_agent(self, body: dict[str, Any]) -> str | None:
         agent = body.get("agent")
@@ -97,7 +108,7 @@ class DefFamily(DefOps):
 
     async def op_create(self, tenant: str, args: dict[str, Any], gate: ScopeGate | None, run_id: str | None) -> Any:
         name = self.name_arg(args)
-        body = self.normalize(self.overlay_arg(args, required=True))
+        body = await self.normalize(tenant, self.overlay_arg(args, required=True))
         if gate is not None:
             gate.check(self.target_agent(body), f"{self.label}.create")
         active = await self.defs.get(tenant, self.kind, name=name)
@@ -109,7 +120,7 @@ class DefFamily(DefOps):
         parent = await self.resolve(tenant, args)
         if gate is not None:
             gate.check(self.target_agent(parent.body), f"{self.label}.fork")
-        body = self.normalize(merge_overlay(parent.body, self.overlay_arg(args, required=False)))
+        body = await self.normalize(tenant, merge_overlay(parent.body, self.overlay_arg(args, required=False)))
         if gate is not None:
             gate.check(self.target_agent(body), f"{self.label}.fork")
         name = self.name_arg(args) if args.get("def_id") and args.get("name") else parent.name

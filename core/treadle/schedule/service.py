@@ -39,11 +39,9 @@ class ScheduleFamily(DefFamily):
         super().__init__(rt)
         self.service = service
 
-    def check(self, spec: Any) -> None:
+    async def check(self, tenant_id: str, spec: Any) -> None:
         assert isinstance(spec, ScheduleSpec)
-        if spec.agent not in self.rt.agents:
-            known = ", ".join(sorted(self.rt.agents)) or "none"
-            raise DefRefused(f"invalid ScheduleDef: agent: unknown agent {spec.agent!r} (configured: {known})")
+        await self.check_agent(tenant_id, spec.agent)
         scheduler = self.service.scheduler
         if scheduler is not None:
             try:

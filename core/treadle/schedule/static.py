@@ -40,7 +40,7 @@ async def sync_static_triggers(rt: Runtime, tenant_id: str = DEFAULT_TENANT) -> 
         for family, specs in families:
             for name, spec in specs.items():
                 assert isinstance(spec, BaseModel)
-                body = family.normalize(spec.model_dump(mode="json", exclude_none=True))
+                body = await family.normalize(tenant_id, spec.model_dump(mode="json", exclude_none=True))
                 active = await family.defs.get(tenant_id, family.kind, name=name)
                 if active is not None and active.content_sha256 == content_sha256(body):
                     continue

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from treadle.domain.defs import DefRecord
 from treadle.errors import BadPayload, RateLimited, TreadleError, UnknownWebhook
-from treadle.schedule.defops import DefFamily, DefRefused
+from treadle.schedule.defops import DefFamily
 from treadle.schedule.hooks import require_publisher
 from treadle.schedule.settings import TriggerSettings
 from treadle.store.runs import NewRun
@@ -64,11 +64,10 @@ class WebhookFamily(DefFamily):
     label = "WebhookDef"
     spec = WebhookSpec
 
-    def check(self, spec: Any) -> None:
+    async def check(self, tenant_id: str, spec: Any) -> None:
         assert isinstance(spec, WebhookSpec)
-        if spec.agent is not None and spec.agent not in self.rt.agents:
-            known = ", ".join(sorted(self.rt.agents)) or "none"
-            raise DefRefused(f"invalid WebhookDef: agent: unknown agent {spec.agent!r} (configured: {known})")
+        if spec.agent is not None:
+            await self.check_agent(tenant_id, spec.agent)
 
     def target_agent(self, body: dict[str, Any]) -> str | None:
         return body.get("agent") if body.get("delivery", "spawn") == "spawn" else None
