@@ -218,3 +218,44 @@ async def test_a_lost_wake_up_is_found_by_the_sweeper(
     await disp.drain()
     assert await status(rt, parent) == "completed"
     assert json.loads(tool_results(await events(rt, parent))[0]["text"])[0]["output"] == "a"
+
+
+async def test_spawn_with_def_id_runs_that_agentdef_version(open_runtime: Any) -> None:
+    """def_id pins a child to one AgentDef version — also one never promoted; a retired version
+    or another agent's def_id is a tool error and starts nothing."""
+    from treadle.substrate import substrate
+
+    rt, _ = await open_runtime({"echo": ECHO})
+    agents = substrate(rt).agents
+    v1 = await agents.dispatch("default", {"op": "create", "name": "helper", "overlay": {
+        "provider": "mock", "model": "echo", "system_prompt": "v1"}})
+    v2 = await agents.dispatch("default", {"op": "fork", "name": "helper", "overlay": {"system_prompt": "v2"}})
+    assert v2["version"] == 2 and not v2["active"]  # a fork is not promoted by default
+    retired = await agents.dispatch("default", {"op": "create", "name": "old", "overlay": {
+        "provider": "mock", "model": "echo"}})
+    await agents.dispatch("default", {"op": "retire", "def_id": retired["def_id"]})
+
+    turns = [
+        {"tool": "Agent", "input": {"op": "parallel_spawn", "spawns": [
+            {"name": "helper", "prompt": "pinned", "def_id": v2["def_id"]},
+            {"name": "helper", "prompt": "current"}]}},
+        {"tool": "Agent", "input": {"op": "spawn", "name": "echo", "prompt": "x", "def_id": v1["def_id"]}},
+        {"tool": "Agent", "input": {"op": "spawn", "name": "old", "prompt": "x", "def_id": retired["def_id"]}},
+        {"tool": "Agent", "input": {"op": "spawn", "name": "helper", "prompt": "x", "def_id": 7}},
+        {"text": "end"},
+    ]
+    # a second runtime on the same database: the script needs the def_ids created above
+    rt2, disp2 = await open_runtime({"p": scripted(turns, ["Agent"]), "echo": ECHO})
+    parent = await start(rt2, "p")
+    await disp2.drain()
+    results = tool_results(await events(rt2, parent))
+    assert [r["is_error"] for r in results] == [False, True, True, True]
+    assert "of agent 'echo' not found" in results[1]["text"] and "is retired" in results[2]["text"]
+    assert "def_id must be" in results[3]["text"]
+    kids = sorted(await children(rt2, parent), key=lambda k: k["idempotency_key"])
+    assert len(kids) == 2
+    pins = {}
+    for k in kids:
+        run = await rt2.runs.get("default", k["id"])
+        pins[run.def_id] = run
+    assert set(pins) == {v2["def_id"], v1["def_id"]}  # index 0 pinned to v2, index 1 got the promoted v1

@@ -1,10 +1,11 @@
 """Built-in `Agent`: run sub-agents as real child runs and wait for them without holding anything.
 
-`spawn` ({name, prompt}) starts one child; `parallel_spawn` ({spawns: [{name, prompt}, ...]},
-at most 32) starts several. The calling run parks (status `waiting`) until every child has
-settled, then receives index-aligned results `[{index, agent, run_id, ok, stop_reason, output?,
-error?}]` (`spawn` receives the single entry). A child's failure stays inside its entry; the
-call itself succeeds.
+`spawn` ({name, prompt, def_id?}) starts one child; `parallel_spawn` ({spawns: [{name, prompt,
+def_id?}, ...]}, at most 32) starts several. A `def_id` runs that exact AgentDef version of `name`
+(promoted or not, but not retired); without one the child gets what a new run of `name` gets.
+The calling run parks (status `waiting`) until every child has settled, then receives
+index-aligned results `[{index, agent, run_id, ok, stop_reason, output?, error?}]` (`spawn`
+receives the single entry). A child's failure stays inside its entry; the call itself succeeds.
 
 How it stays exact across crashes and re-invocations:
 - each invocation reads the wait key's version first (store/waits.py), then looks at the
@@ -34,14 +35,16 @@ MAX_PROMPT_CHARS = 256_000
 _SPAWN_PROPS: dict[str, Any] = {
     "name": {"type": "string", "description": "the configured agent to run"},
     "prompt": {"type": "string", "description": "the child's task"},
+    "def_id": {"type": "string", "description": "optional: run this AgentDef version of `name`"},
 }
 
 
 class AgentTool:
     name = "Agent"
     description = (
-        "Run sub-agents as child runs and wait for their results. op: spawn (name, prompt) → the child's "
-        "result {index, agent, ok, output?, error?}; parallel_spawn (spawns: [{name, prompt}], ≤32) → the "
+        "Run sub-agents as child runs and wait for their results. op: spawn (name, prompt, def_id?) → the "
+        "child's result {index, agent, ok, output?, error?}; parallel_spawn (spawns: [{name, prompt, def_id?}], "
+        "≤32) → the "
         "results in the same order. Waiting holds no resources; a child's failure is reported in its entry."
     )
     input_schema: dict[str, Any] = {
@@ -69,15 +72,18 @@ class AgentTool:
         from treadle.substrate.resolve import promoted_agents  # names only promoted AgentDefs define
 
         known.update(await promoted_agents(rt, ctx.tenant_id, {s["name"] for s in spawns} - set(known)))
-        unknown = sorted({s["name"] for s in spawns if s["name"] not in known})
+        unknown = sorted({s["name"] for s in spawns if s["name"] not in known and not s.get("def_id")})
         if unknown and ctx.resume is None:
             raise ToolError(f"Agent: unknown agent(s) {', '.join(unknown)} (configured: {', '.join(sorted(known))})")
+        if ctx.resume is None:
+            await _check_pins(rt, ctx.tenant_id, spawns)
+        startable = set(known) | {s["name"] for s in spawns if s.get("def_id")}
 
         key = spawn_wait_key(ctx.run_id, ctx.tool_use_id)
         version = await ctx.waits.version(ctx.tenant_id, key)  # before looking at the children
         store = SubRunStore(rt.pool)
         kids = await store.children(ctx.tenant_id, ctx.run_id, key)
-        missing = [i for i in range(len(spawns)) if i not in kids and spawns[i]["name"] in known]
+        missing = [i for i in range(len(spawns)) if i not in kids and spawns[i]["name"] in startable]
         if missing:
             caller = known.get(ctx.agent)
             limit = caller.config.max_concurrent_children if caller is not None else DEFAULT_MAX_CONCURRENT_CHILDREN
@@ -90,7 +96,7 @@ class AgentTool:
                 for i in missing[:room]:
                     kids[i] = await _start_child(rt, ctx, spawns[i], i, key, depth, root)
 
-        settled = all((kids[i].terminal if i in kids else s["name"] not in known) for i, s in enumerate(spawns))
+        settled = all((kids[i].terminal if i in kids else s["name"] not in startable) for i, s in enumerate(spawns))
         if not settled:
             children = [{"index": k.index, "agent": k.agent, "run_id": k.run_id}
                         for k in sorted(kids.values(), key=lambda c: c.index)]
@@ -108,6 +114,20 @@ class AgentTool:
         return result
 
 
+async def _check_pins(rt: Any, tenant_id: str, spawns: list[dict[str, str]]) -> None:
+    """Each `def_id` names a version of its spawn's agent that is not retired (ToolError)."""
+    from treadle.store.defs import DefStore
+
+    defs = DefStore(rt.pool)
+    for s in spawns:
+        if def_id := s.get("def_id"):
+            record = await defs.get(tenant_id, "agent", def_id=def_id)
+            if record is None or record.name != s["name"]:
+                raise ToolError(f"Agent: AgentDef {def_id!r} of agent {s['name']!r} not found")
+            if record.status != "active":
+                raise ToolError(f"Agent: AgentDef {def_id!r} of agent {s['name']!r} is retired")
+
+
 async def _start_child(
     rt: Any, ctx: ToolContext, spawn: dict[str, str], index: int, key: str, depth: int, root: str
 ) -> Child:
@@ -122,6 +142,7 @@ async def _start_child(
             root_run_id=root,
             depth=depth + 1,
             parent_wait_key=key,
+            def_id=spawn.get("def_id"),
         )
     )
     return Child(index, run.id, run.agent, run.status, run.stop_reason, run.error)
@@ -146,5 +167,8 @@ def _spawns(args: dict[str, Any], op: str) -> list[dict[str, str]]:
             raise ToolError(f"{where}: prompt (non-empty text) is required")
         if len(prompt) > MAX_PROMPT_CHARS:
             raise ToolError(f"{where}: prompt is longer than {MAX_PROMPT_CHARS} characters")
-        out.append({"name": name, "prompt": prompt})
+        def_id = s.get("def_id")
+        if def_id is not None and (not isinstance(def_id, str) or not 0 < len(def_id) <= 64):
+            raise ToolError(f"{where}: def_id must be an AgentDef id (a string)")
+        out.append({"name": name, "prompt": prompt, **({"def_id": def_id} if def_id else {})})
     return out
