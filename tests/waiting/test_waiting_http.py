@@ -193,3 +193,30 @@ async def test_waiting_runs_are_listed_a_page_at_a_time(http: Http) -> None:
             break
     assert sorted(seen) == sorted(ids) and len(seen) == 3
     error(await http.client.get("/v1/runs", params={"cursor": "%%%"}), 422, "validation_error")
+
+
+async def test_a_users_interrupts_are_their_inbox(http: Http) -> None:
+    """GET /v1/users/{user_id}/interrupts: the questions of that user's runs (newest first, with
+    the agent), pending by default, `status=all` for every one; other users' questions stay out."""
+    first = await http.start("asker", user_id="ada")
+    second = await http.start("asker", user_id="ada")
+    await http.start("asker", user_id="bob")
+    await http.start("asker")  # no user
+
+    inbox = (await http.client.get("/v1/users/ada/interrupts")).json()
+    assert inbox["user_id"] == "ada"
+    assert [q["run_id"] for q in inbox["interrupts"]] == [second, first]
+    assert {q["agent"] for q in inbox["interrupts"]} == {"asker"}
+    assert all(q["status"] == "pending" and q["question"] == "ship it?" for q in inbox["interrupts"])
+
+    q = inbox["interrupts"][1]
+    resp = await http.post(f"/v1/runs/{first}/interrupts/{q['interrupt_id']}/resolve", {"answer": "yes"})
+    assert resp.status_code == 200, resp.text
+    pending = (await http.client.get("/v1/users/ada/interrupts")).json()["interrupts"]
+    assert [p["run_id"] for p in pending] == [second]
+    every = (await http.client.get("/v1/users/ada/interrupts", params={"status": "all"})).json()["interrupts"]
+    assert [(p["run_id"], p["status"]) for p in every] == [(second, "pending"), (first, "resolved")]
+    resolved = (await http.client.get("/v1/users/ada/interrupts", params={"status": "resolved", "limit": 1})).json()
+    assert [p["run_id"] for p in resolved["interrupts"]] == [first]
+    assert (await http.client.get("/v1/users/nobody/interrupts")).json()["interrupts"] == []
+    error(await http.client.get("/v1/users/ada/interrupts", params={"status": "maybe"}), 422, "validation_error")

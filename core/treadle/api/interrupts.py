@@ -1,4 +1,7 @@
-"""Interruptions over HTTP: list a run's questions and answer (or decline) one.
+"""Interruptions over HTTP: list a run's questions, a user's inbox, and answer (or decline) one.
+
+`GET /v1/users/{user_id}/interrupts?status=pending|…|all&limit=` → `{user_id, interrupts: [... +
+agent]}`, newest first, the questions of every run started for that user (default: pending).
 
 `POST /v1/runs/{run_id}/interrupts/{interrupt_id}/resolve` `{answer, disposition: answer|declined}`
 → `{interrupt_id, status, resolved_at}`; 404 unknown run or interruption, 409 already settled,
@@ -47,6 +50,21 @@ async def list_interrupts(
         raise RunNotFound(f"run {run_id!r} not found")
     rows = await InterruptStore(rt.pool).list_for_run(who.tenant_id, run_id, status)
     return {"run_id": run_id, "interrupts": [r.to_api() for r in rows]}
+
+
+@router.get("/users/{user_id}/interrupts")
+async def list_user_interrupts(
+    user_id: str,
+    rt: Rt,
+    who: Who,
+    status: Annotated[str, Query(max_length=16)] = "pending",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    if status != "all" and status not in STATUSES:
+        raise ValidationFailed(f"status: must be one of {', '.join(STATUSES)} or all")
+    rows = await InterruptStore(rt.pool).list_for_user(who.tenant_id, user_id, None if status == "all" else status,
+                                                       limit)
+    return {"user_id": user_id, "interrupts": [{**row.to_api(), "agent": agent} for row, agent in rows]}
 
 
 @router.post("/runs/{run_id}/interrupts/{interrupt_id}/resolve")

@@ -80,11 +80,10 @@ def _iso(t: datetime | None) -> str | None:
     return t.isoformat() if t is not None else None
 
 
-_COLUMNS = (
-    "id, tenant_id, run_id, tool_use_id, kind, question, options, context, priority, status, answer,"
-    " resolved_by, expires_at, created_at, resolved_at,"
-    " (status = 'pending' AND expires_at IS NOT NULL AND expires_at <= now()) AS expired"
-)
+_FIELDS = ("id", "tenant_id", "run_id", "tool_use_id", "kind", "question", "options", "context", "priority", "status",
+           "answer", "resolved_by", "expires_at", "created_at", "resolved_at")
+_EXPIRED = "({p}status = 'pending' AND {p}expires_at IS NOT NULL AND {p}expires_at <= now()) AS expired"
+_COLUMNS = ", ".join(_FIELDS) + ", " + _EXPIRED.format(p="")
 
 
 def _row(row: dict[str, Any]) -> Interrupt:
@@ -150,6 +149,21 @@ class InterruptStore:
             )
             rows = await cur.fetchall()
         return [_row(r) for r in rows]
+
+    async def list_for_user(
+        self, tenant_id: str, user_id: str, status: str | None = None, limit: int = 100
+    ) -> list[tuple[Interrupt, str]]:
+        """The interruptions of the user's runs, newest first, each with its run's agent."""
+        columns = ", ".join(f"i.{f}" for f in _FIELDS) + ", " + _EXPIRED.format(p="i.")
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {columns}, r.agent FROM interrupts i JOIN runs r ON r.id = i.run_id"
+                " WHERE i.tenant_id = %s AND r.tenant_id = %s AND r.user_id = %s"
+                " AND (%s::text IS NULL OR i.status = %s) ORDER BY i.created_at DESC, i.id LIMIT %s",
+                (tenant_id, tenant_id, user_id, status, status, limit),
+            )
+            rows = await cur.fetchall()
+        return [(_row({k: v for k, v in r.items() if k != "agent"}), str(r["agent"])) for r in rows]
 
     async def resolve(
         self, tenant_id: str, run_id: str, iid: str, *, answer: str | None, status: str, resolved_by: str
