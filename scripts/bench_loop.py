@@ -16,30 +16,20 @@ import argparse
 import asyncio
 import os
 import platform
-import secrets
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from bench_support import drive_to_completion, pct, scratch_database  # noqa: E402
 from treadle.config import Settings, parse_config  # noqa: E402
 from treadle.engine.workers import WorkerPool  # noqa: E402
 from treadle.runtime import Runtime  # noqa: E402
-from treadle.store.db import resolve_database_url  # noqa: E402
 from treadle.store.runs import NewRun  # noqa: E402
-
-
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    k = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
-    return s[k]
 
 
 class StatementCounter:
@@ -118,36 +108,16 @@ async def bench_treadle(
 
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
     with StatementCounter() as counter:
-        t0 = time.perf_counter()
-        pool.start()
-        while True:
-            async with rt.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT count(*) AS n FROM runs WHERE tenant_id = %s AND status IN ('queued','running')",
-                    (tenant,),
-                )
-                row = await cur.fetchone()
-            if row and row["n"] == 0:
-                break
-            await asyncio.sleep(0.05)
-        elapsed = time.perf_counter() - t0
-        await pool.stop()
-    async with rt.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FILTER (WHERE status = 'completed') AS ok, sum(iterations) AS iters"
-            " FROM runs WHERE tenant_id = %s",
-            (tenant,),
-        )
-        row = await cur.fetchone()
+        done = await drive_to_completion(rt, pool, tenant)
     await rt.close()
-    total_iters = int(row["iters"] or 0) if row else 0
-    # statements issued by the monitoring loop above are few (one per 50 ms) and subtracted
-    monitor = int(elapsed / 0.05) + 1
+    total_iters = done["iterations"]
+    # the statements of the monitoring loop (one per 50 ms) and of the totals query are subtracted
+    monitor = done["polls"] + 1
     return {
-        "completed": int(row["ok"]) if row else 0,
+        "completed": done["completed"],
         "iterations": total_iters,
-        "elapsed": elapsed,
-        "rate": total_iters / elapsed if elapsed else 0.0,
+        "elapsed": done["elapsed"],
+        "rate": done["rate"],
         "step_p50": pct(step_times, 50),
         "step_p99": pct(step_times, 99),
         "steps": len(step_times),
@@ -214,14 +184,7 @@ async def main() -> int:
     ap.add_argument("--chain-steps", type=int, default=8, help="TREADLE_CHAIN_STEPS for the main passes")
     args = ap.parse_args()
 
-    home = ROOT / ".treadle" / "bench"
-    home.mkdir(parents=True, exist_ok=True)
-    server = resolve_database_url(os.environ.get("DATABASE_URL"), home)
-    dbname = f"treadle_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{dbname}"')
-    url = make_conninfo(server, dbname=dbname)
-    try:
+    with scratch_database("treadle_bench") as url:
         with psycopg.connect(url) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
         solo = await bench_treadle(url, min(args.runs, 20), args.iterations, 1, "solo", args.chain_steps)
@@ -229,9 +192,6 @@ async def main() -> int:
         unchained = await bench_treadle(url, args.runs, args.iterations, args.workers, "one-per-job", 1)
         floor_seq = await bench_floor(url, min(args.floor_ops, 2000), 1)
         floor_par = await bench_floor(url, args.floor_ops, args.workers)
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
     where = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded pgserver (unix socket)"
     print(f"# treadle loop benchmark — {time.strftime('%Y-%m-%d')}")

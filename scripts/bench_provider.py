@@ -28,11 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg.conninfo import make_conninfo
-
 ROOT = Path(__file__).resolve().parent.parent
 
+from bench_support import drive_to_completion, pct, scratch_database  # noqa: E402
 from treadle.config import Settings, parse_config  # noqa: E402
 from treadle.domain.content import Message, TextBlock  # noqa: E402
 from treadle.engine.workers import WorkerPool  # noqa: E402
@@ -40,7 +38,6 @@ from treadle.providers.base import ModelRequest, RunInfo, ToolSpec  # noqa: E402
 from treadle.providers.mock import MockProvider  # noqa: E402
 from treadle.providers.registry import build_provider  # noqa: E402
 from treadle.runtime import Runtime  # noqa: E402
-from treadle.store.db import resolve_database_url  # noqa: E402
 from treadle.store.runs import NewRun  # noqa: E402
 
 # -- the fake vendor (runs in a child process) ----------------------------------------------------
@@ -115,13 +112,6 @@ def _serve(port_q: Any, tool_calls: int) -> None:
 # -- measuring -------------------------------------------------------------------------------------
 
 
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
-
-
 def ms(x: float) -> str:
     return f"{x * 1000:.3f}"
 
@@ -180,29 +170,9 @@ async def bench_loop(url: str, base_url: str, agent: str, runs: int, iterations:
     for _ in range(runs):
         await rt.start_run(NewRun(tenant_id=tenant, agent=agent, segments=segments))
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
-    t0 = time.perf_counter()
-    pool.start()
-    while True:
-        async with rt.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT count(*) AS n FROM runs WHERE tenant_id = %s AND status IN ('queued','running')", (tenant,)
-            )
-            row = await cur.fetchone()
-        if row and row["n"] == 0:
-            break
-        await asyncio.sleep(0.05)
-    elapsed = time.perf_counter() - t0
-    await pool.stop()
-    async with rt.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FILTER (WHERE status = 'completed') AS ok, sum(iterations) AS iters"
-            " FROM runs WHERE tenant_id = %s",
-            (tenant,),
-        )
-        row = await cur.fetchone()
+    done = await drive_to_completion(rt, pool, tenant)
     await rt.close()
-    iters = int(row["iters"] or 0) if row else 0
-    return {"completed": int(row["ok"]) if row else 0, "iterations": iters, "rate": iters / elapsed,
+    return {"completed": done["completed"], "iterations": done["iterations"], "rate": done["rate"],
             "p50": pct(step_times, 50), "p99": pct(step_times, 99), "steps": len(step_times)}  # fmt: skip
 
 
@@ -219,24 +189,14 @@ async def main() -> int:
     server = ctx.Process(target=_serve, args=(port_q, args.iterations), daemon=True)
     server.start()
     base_url = f"http://127.0.0.1:{port_q.get(timeout=30)}/v1"
-    home = ROOT / ".treadle" / "bench"
-    home.mkdir(parents=True, exist_ok=True)
-    admin = resolve_database_url(os.environ.get("DATABASE_URL"), home)
-    dbname = f"treadle_benchprov_{secrets.token_hex(4)}"
     try:
         calls = await bench_calls(base_url, args.calls)
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{dbname}"')
-        url = make_conninfo(admin, dbname=dbname)
-        try:
+        with scratch_database("treadle_benchprov") as url:
             solo: dict[str, Any] = {}
             loops: dict[str, Any] = {}
             for agent in ("mock", "openai", "mock", "openai"):  # twice each, alternating; keep the second
                 solo[agent] = await bench_loop(url, base_url, agent, min(args.runs, 20), args.iterations, 1)
                 loops[agent] = await bench_loop(url, base_url, agent, args.runs, args.iterations, args.workers)
-        finally:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
     finally:
         server.terminate()
         server.join(5)

@@ -17,28 +17,19 @@ import asyncio
 import os
 import platform
 import resource
-import secrets
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg.conninfo import make_conninfo
-
+from bench_support import pct, scratch_database
 from treadle.config import Settings, parse_config
 from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.runtime import Runtime
-from treadle.store.db import resolve_database_url
 from treadle.store.runs import NewRun
 
 ROOT = Path(__file__).resolve().parent.parent
 SEGMENTS = [{"role": "user", "content": [{"type": "trusted-text", "text": "wait"}]}]
-
-
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))] if s else float("nan")
 
 
 def listener(channel: str) -> dict[str, Any]:
@@ -156,17 +147,8 @@ async def main() -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--idle-seconds", type=float, default=5.0)
     args = ap.parse_args()
-    home = ROOT / ".treadle" / "bench"
-    home.mkdir(parents=True, exist_ok=True)
-    server = resolve_database_url(os.environ.get("DATABASE_URL"), home)
-    dbname = f"treadle_wake_{secrets.token_hex(4)}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{dbname}"')
-    try:
-        r = await bench(make_conninfo(server, dbname=dbname), args.parked, args.probes, args.workers, args.idle_seconds)
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+    with scratch_database("treadle_wake") as url:
+        r = await bench(url, args.parked, args.probes, args.workers, args.idle_seconds)
     print(f"# treadle wake benchmark — {time.strftime('%Y-%m-%d')}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"{args.parked} parked runs, {args.workers} workers")

@@ -29,8 +29,8 @@ from treadle.domain.content import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Usage
-from treadle.providers.http import HttpDriver, VendorError, json_or_none
+from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse
+from treadle.providers.http import HttpDriver, StreamAssembly, VendorError, json_or_none
 
 ANTHROPIC_VERSION = "2023-06-01"
 _ID_OK = re.compile(r"[^A-Za-z0-9_-]")
@@ -87,13 +87,7 @@ class AnthropicProvider(HttpDriver):
         state = _Stream(self, req.model, on_delta)
         url = f"{self.endpoint.base_url}/v1/messages"
         await self.stream(url, headers, self.build_body(req), state, model=req.model)
-        return ModelResponse(
-            content=state.blocks(),
-            stop_reason=state.stop_reason or "end_turn",
-            usage=state.usage,
-            model=state.model or req.model,
-            provider=self.name,
-        )
+        return state.response(state.blocks(), state.stop_reason or "end_turn")
 
     def parse_error(self, status: int, body: bytes) -> VendorError:
         doc = json_or_none(body)
@@ -165,18 +159,14 @@ def _encode_block(b: Block) -> dict[str, Any] | None:
     return None
 
 
-class _Stream:
-    """Assembles one streamed message from Anthropic's events."""
+class _Stream(StreamAssembly):
+    """Assembles one streamed message from Anthropic's events (content blocks by index)."""
 
     def __init__(self, driver: AnthropicProvider, model: str, on_delta: DeltaSink | None) -> None:
-        self.driver = driver
-        self.req_model = model
-        self.on_delta = on_delta
+        super().__init__(driver, model, on_delta)
         self.done = False
         self.started = False
-        self.model = ""
         self.stop_reason: str | None = None
-        self.usage = Usage()
         self._blocks: dict[int, dict[str, Any]] = {}
 
     async def feed(self, event: str, data: str) -> None:
@@ -220,15 +210,13 @@ class _Stream:
         if dtype == "text_delta":
             text = str(delta.get("text", ""))
             cb["text"] = cb.get("text", "") + text
-            if self.on_delta is not None and text:
-                await self.on_delta("text", text)
+            await self.emit("text", text)
         elif dtype == "input_json_delta":
             cb["_json"] += str(delta.get("partial_json", ""))
         elif dtype == "thinking_delta":
             text = str(delta.get("thinking", ""))
             cb["thinking"] = cb.get("thinking", "") + text
-            if self.on_delta is not None and text:
-                await self.on_delta("thinking", text)
+            await self.emit("thinking", text)
         elif dtype == "signature_delta":
             cb["signature"] = cb.get("signature", "") + str(delta.get("signature", ""))
 

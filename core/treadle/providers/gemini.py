@@ -38,7 +38,7 @@ from treadle.domain.content import (
 )
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Usage
 from treadle.providers.gemini_schema import to_gemini_schema
-from treadle.providers.http import HttpDriver, VendorError, json_or_none
+from treadle.providers.http import HttpDriver, StreamAssembly, VendorError, json_or_none
 
 FINISH = {"STOP": "end_turn", "MAX_TOKENS": "max_tokens"}
 REFUSALS = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"}
@@ -86,9 +86,7 @@ class GeminiProvider(HttpDriver):
         stop = FINISH.get(state.finish_reason or "STOP", "refusal" if state.finish_reason in REFUSALS else "end_turn")
         if any(isinstance(b, ToolUseBlock) for b in content):
             stop = "tool_use"
-        return ModelResponse(
-            content=content, stop_reason=stop, usage=state.usage, model=state.model or model, provider=self.name
-        )
+        return state.response(content, stop, model=model)
 
     def parse_error(self, status: int, body: bytes) -> VendorError:
         doc = json_or_none(body)
@@ -168,18 +166,14 @@ def encode_contents(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-class _Stream:
+class _Stream(StreamAssembly):
     """Assembles one streamed GenerateContentResponse sequence."""
 
     def __init__(self, driver: GeminiProvider, req: ModelRequest, on_delta: DeltaSink | None) -> None:
-        self.driver = driver
+        super().__init__(driver, req.model, on_delta)
+        self.driver: GeminiProvider = driver
         self.req = req
-        self.on_delta = on_delta
         self.finish_reason: str | None = None
-        self.model = ""
-        self.usage = Usage()
-        self.text: list[str] = []
-        self.thoughts: list[str] = []
         self.signatures: list[str] = []
         self.calls: list[tuple[str | None, str, dict[str, Any]]] = []
 
@@ -226,14 +220,7 @@ class _Stream:
             self.calls.append((fc.get("id"), str(fc["name"]), args))
         elif "text" in part:
             text = str(part["text"])
-            if part.get("thought"):
-                self.thoughts.append(text)
-                kind = "thinking"
-            else:
-                self.text.append(text)
-                kind = "text"
-            if self.on_delta is not None and text:
-                await self.on_delta(kind, text)
+            await (self.add_reasoning(text) if part.get("thought") else self.add_text(text))
 
     def _usage(self, u: dict[str, Any]) -> None:
         prompt = int(u.get("promptTokenCount") or 0)
@@ -246,8 +233,8 @@ class _Stream:
 
     def blocks(self) -> list[Block]:
         out: list[Block] = []
-        if self.thoughts:
-            out.append(ThinkingBlock("".join(self.thoughts), None, source="gemini"))
+        if self.reasoning:
+            out.append(ThinkingBlock("".join(self.reasoning), None, source="gemini"))
         out.extend(ThinkingBlock("", sig, source="gemini") for sig in self.signatures)
         if self.text:
             out.append(TextBlock("".join(self.text)))

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from treadle.domain.content import Block
 from treadle.errors import (
     ContextLengthExceeded,
     ProviderAuthError,
@@ -30,6 +31,7 @@ from treadle.errors import (
     RetryableProviderError,
     UnknownModel,
 )
+from treadle.providers.base import DeltaSink, ModelResponse, Usage
 from treadle.security.network import is_loopback_host
 
 log = logging.getLogger("treadle.providers")
@@ -74,6 +76,40 @@ class StreamConsumer(Protocol):
     def done(self) -> bool: ...  # the vendor's end-of-message marker was seen
 
     async def feed(self, event: str, data: str) -> None: ...
+
+
+class StreamAssembly:
+    """What every driver's stream consumer keeps while a response streams in: the model asked for
+    and the one the vendor reports, usage, the text and reasoning so far (each delta forwarded to
+    the live sink as it arrives), and the ModelResponse they make. Vendors subclass it with their
+    own `feed`, `done` and `blocks`."""
+
+    def __init__(self, driver: HttpDriver, model: str, on_delta: DeltaSink | None) -> None:
+        self.driver = driver
+        self.req_model = model
+        self.on_delta = on_delta
+        self.model = ""
+        self.usage = Usage()
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+
+    async def emit(self, kind: str, text: str) -> None:
+        """Forward a live delta (`text` or `thinking`); nothing is stored here."""
+        if self.on_delta is not None and text:
+            await self.on_delta(kind, text)
+
+    async def add_text(self, text: str) -> None:
+        self.text.append(text)
+        await self.emit("text", text)
+
+    async def add_reasoning(self, text: str) -> None:
+        self.reasoning.append(text)
+        await self.emit("thinking", text)
+
+    def response(self, content: list[Block], stop_reason: str, *, model: str | None = None,
+                 **extra: Any) -> ModelResponse:
+        return ModelResponse(content=content, stop_reason=stop_reason, usage=self.usage,
+                             model=self.model or model or self.req_model, provider=self.driver.name, **extra)
 
 
 def is_loopback_url(url: str) -> bool:

@@ -36,7 +36,7 @@ from treadle.domain.content import (
     ToolUseBlock,
 )
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Usage
-from treadle.providers.http import Endpoint, HttpDriver, VendorError, json_or_none
+from treadle.providers.http import Endpoint, HttpDriver, StreamAssembly, VendorError, json_or_none
 
 log = logging.getLogger("treadle.providers")
 
@@ -117,14 +117,7 @@ class OpenAIChatProvider(HttpDriver):
         stop = FINISH.get(state.finish_reason or "stop", state.finish_reason or "end_turn")
         if any(isinstance(b, ToolUseBlock) for b in content):
             stop = "tool_use"
-        return ModelResponse(
-            content=content,
-            stop_reason=stop,
-            usage=state.usage,
-            model=state.model or req.model,
-            provider=self.name,
-            max_context_tokens=await self.context_window(req, headers),
-        )
+        return state.response(content, stop, max_context_tokens=await self.context_window(req, headers))
 
     async def context_window(self, req: ModelRequest, headers: dict[str, str]) -> int | None:
         configured = req.options.get("context_window")
@@ -234,19 +227,14 @@ def _assistant(m: Message, dialect: Dialect) -> dict[str, Any]:
     return msg
 
 
-class _Stream:
+class _Stream(StreamAssembly):
     """Assembles one streamed chat completion from its chunks."""
 
     def __init__(self, driver: OpenAIChatProvider, model: str, on_delta: DeltaSink | None) -> None:
-        self.driver = driver
-        self.req_model = model
-        self.on_delta = on_delta
+        super().__init__(driver, model, on_delta)
+        self.driver: OpenAIChatProvider = driver
         self.saw_done = False
         self.finish_reason: str | None = None
-        self.model = ""
-        self.usage = Usage()
-        self.text: list[str] = []
-        self.reasoning: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
 
     @property
@@ -274,15 +262,11 @@ class _Stream:
             for field in self.driver.dialect.reasoning_fields:
                 r = delta.get(field)
                 if r:
-                    self.reasoning.append(str(r))
-                    if self.on_delta is not None:
-                        await self.on_delta("thinking", str(r))
+                    await self.add_reasoning(str(r))
                     break
             content = delta.get("content")
             if content:
-                self.text.append(str(content))
-                if self.on_delta is not None:
-                    await self.on_delta("text", str(content))
+                await self.add_text(str(content))
             for tc in delta.get("tool_calls") or []:
                 slot = self.calls.setdefault(int(tc.get("index", len(self.calls))), {"id": "", "name": "", "args": ""})
                 if tc.get("id"):
