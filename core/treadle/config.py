@@ -24,6 +24,7 @@ from treadle.domain.substrate import EvaluationScope, SkillSpec
 from treadle.embeddings.config import MemoryConfig
 from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
+from treadle.fieldtypes import BaseUrl, EnvVarName
 from treadle.schedule.spec import DefScope, ScheduleSpec
 from treadle.webhooks.spec import WebhookSpec
 
@@ -67,7 +68,6 @@ class MockSettings(BaseModel):
 
 
 DriverName = Literal["anthropic", "openai", "deepseek", "ollama", "ollama_cloud", "gemini", "mock"]
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 class ProviderTimeouts(BaseModel):
@@ -84,26 +84,12 @@ class ProviderTimeouts(BaseModel):
 class ProviderConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     driver: DriverName
-    base_url: str | None = None  # None: the driver's default endpoint
-    api_key_env: str | None = None  # None: the driver's default variable (e.g. ANTHROPIC_API_KEY)
+    base_url: BaseUrl | None = None  # None: the driver's default endpoint
+    api_key_env: EnvVarName | None = None  # None: the driver's default variable (e.g. ANTHROPIC_API_KEY)
     max_concurrent: int = Field(default=16, ge=1, le=10_000)
     timeouts: ProviderTimeouts = Field(default_factory=ProviderTimeouts)
     retries: int | None = Field(default=None, ge=0, le=10)  # None: TREADLE_PROVIDER_RETRIES
     options: dict[str, Any] = Field(default_factory=dict)  # driver knobs (thinking budget, temperature, ...)
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^https?://[^\s/]+", v):
-            raise ValueError(f"base_url must be an http(s) URL, got {v!r}")
-        return v.rstrip("/") if v else v
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env(cls, v: str | None) -> str | None:
-        if v is not None and not ENV_NAME.match(v):
-            raise ValueError("api_key_env names an environment variable (not the key itself)")
-        return v
 
 
 class ModelRef(BaseModel):

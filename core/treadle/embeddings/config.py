@@ -15,13 +15,13 @@
 from __future__ import annotations
 
 import importlib.util
-import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
+
+from treadle.fieldtypes import BaseUrl, EnvVarName
 
 EmbedderDriver = Literal["openai", "ollama", "gemini", "voyage", "local"]
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 #: per driver: default base_url, model and API-key variable (None: no key needed)
 DRIVER_DEFAULTS: dict[str, tuple[str, str, str | None]] = {
@@ -38,26 +38,12 @@ class EmbedderConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     driver: EmbedderDriver
     model: str | None = Field(default=None, min_length=1, max_length=256)  # None: the driver's default
-    base_url: str | None = None
-    api_key_env: str | None = None  # None: the driver's default variable
+    base_url: BaseUrl | None = None
+    api_key_env: EnvVarName | None = None  # None: the driver's default variable
     dimensions: int | None = Field(default=None, ge=1, le=16_000)
     timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     batch_size: int = Field(default=64, ge=1, le=2048)
     options: dict[str, Any] = Field(default_factory=dict)  # driver knobs (local: variant original|enpt)
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^https?://[^\s/]+", v):
-            raise ValueError(f"base_url must be an http(s) URL, got {v!r}")
-        return v.rstrip("/") if v else v
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env(cls, v: str | None) -> str | None:
-        if v is not None and not ENV_NAME.match(v):
-            raise ValueError("api_key_env names an environment variable (not the key itself)")
-        return v
 
     @property
     def resolved_model(self) -> str:

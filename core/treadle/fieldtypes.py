@@ -1,0 +1,28 @@
+"""Field types the configuration models share (providers:, memory.embedder:)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def _http_url(v: str) -> str:
+    if not re.match(r"^https?://[^\s/]+", v):
+        raise ValueError(f"base_url must be an http(s) URL, got {v!r}")
+    return v.rstrip("/")
+
+
+def _env_name(v: str) -> str:
+    if not ENV_NAME.match(v):
+        raise ValueError("api_key_env names an environment variable (not the key itself)")
+    return v
+
+
+#: an http(s) base URL, stored without its trailing slash
+BaseUrl = Annotated[str, AfterValidator(_http_url)]
+#: the name of an environment variable that holds a secret (never the secret itself)
+EnvVarName = Annotated[str, AfterValidator(_env_name)]
