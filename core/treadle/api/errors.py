@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -58,6 +59,17 @@ def install_error_handlers(app: FastAPI) -> None:
         code = _STATUS_CODES.get(exc.status_code, "error")
         message = exc.detail if isinstance(exc.detail, str) else code
         return JSONResponse(error_body(code, message), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(psycopg.DataError)
+    async def _unstorable(_req: Request, exc: psycopg.DataError) -> JSONResponse:
+        # SQLSTATE class 22: a value from the request the database refuses (a NUL character in a
+        # path or a name, a number out of range); nothing was written
+        log.warning("refused input: %s", exc)
+        return JSONResponse(
+            error_body("invalid_input", "the request holds a value that cannot be stored (a NUL character, or a "
+                       "number out of range)"),
+            status_code=422,
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:

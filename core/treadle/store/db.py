@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
@@ -10,11 +11,36 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import set_json_dumps
 from psycopg_pool import AsyncConnectionPool
 
 from treadle.errors import StoreError
 
 log = logging.getLogger("treadle.store")
+
+
+def without_nul(value: Any) -> Any:
+    """`value` with U+0000 replaced by U+FFFD in every string (keys too)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nul(v) for v in value]
+    return value
+
+
+def dumps_jsonb(value: Any) -> str:
+    """JSON for a jsonb parameter. Postgres's jsonb cannot hold U+0000, which a model or a tool
+    may well produce: such characters become U+FFFD instead of failing the step that writes them
+    (and, five crashed steps later, the run)."""
+    text = json.dumps(value)
+    if "\\u0000" in text:  # rare; a literal backslash-u0000 only costs a second pass
+        text = json.dumps(without_nul(value))
+    return text
+
+
+set_json_dumps(dumps_jsonb)  # every Jsonb(...) the stores write
 
 _embedded: dict[Path, Any] = {}
 
