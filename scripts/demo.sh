@@ -25,7 +25,7 @@ fi
 echo
 treadle run --url "$url" demo "Count your calls, then tell me how many you made."
 echo
-echo "treadle is serving at $url — API docs at $url/docs. Try:"
+echo "treadle is serving at $url — watch runs live at $url/ui, API docs at $url/docs. Try:"
 echo "  .venv/bin/treadle run --url $url scripted 'hello'"
 echo "  curl -s $url/v1/runs | python3 -m json.tool"
 if [ -n "$server" ] && [ -z "${TREADLE_DEMO_EXIT:-}" ]; then

@@ -36,6 +36,7 @@ def create_app(
     max_request_bytes: int,
     lifespan: Lifespan | None = None,
     routers: Sequence[APIRouter] | None = None,
+    watch_page: bool = True,
 ) -> FastAPI:
     """The app with `/healthz` and `routers` (default: the runs API). Each cloud function mounts
     only the routers it serves."""
@@ -55,5 +56,9 @@ def create_app(
 
     for router in api_routers() if routers is None else routers:
         app.include_router(router)
+    if watch_page:
+        from treadle.api import watchpage
+
+        app.include_router(watchpage.router)
     app.add_middleware(BodySizeLimit, max_bytes=max_request_bytes)
     return app

@@ -40,7 +40,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from treadle_sidecar.server import serve
 
     host, port = settings.listen_host_port()
-    print(f"treadle {__version__} serving on http://{host}:{port}  (API docs: /docs)", file=sys.stderr)
+    print(f"treadle {__version__} serving on http://{host}:{port}  (watch runs: /ui, API docs: /docs)", file=sys.stderr)
     serve(settings, config, log_level=args.log_level)
     return 0
 

@@ -1,0 +1,1 @@
+"""Static files of the run-watching page (served by treadle.api.watchpage)."""
