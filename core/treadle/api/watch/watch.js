@@ -32,6 +32,12 @@ function parseSse(buffer) {
   return { events, rest };
 }
 
+/** The text of content segments [{role, content: [{type, text}]}] (other blocks by their type). */
+function segmentText(segments) {
+  if (!Array.isArray(segments)) return short(segments ?? "");
+  return segments.flatMap((s) => (s.content || []).map((b) => (typeof b.text === "string" ? b.text : `[${b.type}]`))).join(" ");
+}
+
 function short(value, max = 400) {
   const text = typeof value === "string" ? value : JSON.stringify(value);
   return text.length > max ? text.slice(0, max) + "…" : text;
@@ -43,13 +49,13 @@ function describe(type, d) {
   const u = d.usage || {};
   switch (type) {
     case "started": return { cls: "other", text: `▶ run ${d.run_id} · agent ${d.agent}` };
-    case "user_input": return { cls: "other", text: `user: ${short(d.text ?? d.segments ?? d)}` };
+    case "user_input": return { cls: "user", text: `user: ${d.text ?? segmentText(d.segments)}` };
     case "text": return { cls: "text", text: String(d.text ?? "") };
     case "thinking": return { cls: "other", text: `(thinking) ${short(d.text ?? "")}` };
     case "tool_call": return { cls: "tool_call", text: `→ ${tu.name} ${short(tu.input ?? {})}` };
     case "tool_result":
       return { cls: d.is_error ? "tool_result error" : "tool_result", text: `${d.is_error ? "✗" : "←"} ${tu.name} ${short(d.text ?? "")}` };
-    case "tool_parked": return { cls: "other", text: `⏸ waiting (${d.kind ?? d.park?.kind ?? "park"})` };
+    case "tool_parked": return { cls: "other", text: `‖ ${tu.name} waits (${d.wait?.kind ?? "park"}), holding no worker` };
     case "retry": {
       const r = d.retry || {};
       return { cls: "other", text: `↻ retry ${r.attempt} in ${r.wait_ms} ms (${r.reason})` };
@@ -65,7 +71,7 @@ function describe(type, d) {
   }
 }
 
-if (typeof module !== "undefined") module.exports = { parseSse, describe };
+if (typeof module !== "undefined") module.exports = { parseSse, describe, segmentText };
 
 // -- the page -------------------------------------------------------------------------------------
 
@@ -238,7 +244,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     try {
       const body = await json("/v1/runs", {
         method: "POST", headers: { "content-type": "application/json" },
-        body: JSON.stringify({ agent: $("agent").value, prompt: $("prompt").value }),
+        body: JSON.stringify({ agent: $("agent").value, prompt: $("prompt").value, interactive: $("interactive").checked }),
       });
       $("prompt").value = "";
       select(body.run_id);
