@@ -220,3 +220,16 @@ async def test_a_users_interrupts_are_their_inbox(http: Http) -> None:
     assert [p["run_id"] for p in resolved["interrupts"]] == [first]
     assert (await http.client.get("/v1/users/nobody/interrupts")).json()["interrupts"] == []
     error(await http.client.get("/v1/users/ada/interrupts", params={"status": "maybe"}), 422, "validation_error")
+
+
+async def test_a_cancelled_runs_questions_leave_the_inbox(http: Http) -> None:
+    run_id = await http.start("asker", user_id="cy")
+    [q] = (await http.client.get("/v1/users/cy/interrupts")).json()["interrupts"]
+    resp = await http.post(f"/v1/runs/{run_id}/cancel", {"reason": "changed my mind"})
+    assert resp.status_code == 200, resp.text
+    assert (await http.run(run_id))["status"] == "cancelled"
+    assert (await http.client.get("/v1/users/cy/interrupts")).json()["interrupts"] == []
+    [settled] = (await http.client.get(f"/v1/runs/{run_id}/interrupts")).json()["interrupts"]
+    assert settled["interrupt_id"] == q["interrupt_id"] and settled["status"] == "cancelled"
+    error(await http.post(f"/v1/runs/{run_id}/interrupts/{q['interrupt_id']}/resolve", {"answer": "yes"}), 409,
+          "interrupt_settled")

@@ -362,6 +362,10 @@ class StepStore:
             ON CONFLICT DO NOTHING
         ), clean AS (
             DELETE FROM run_waits WHERE run_id = %(run_id)s AND %(final)s AND EXISTS (SELECT 1 FROM g)
+        ), asked AS (
+            -- a question nobody can answer any more (the run ended) leaves the user's inbox
+            UPDATE interrupts SET status = 'cancelled', resolved_at = now(), resolved_by = 'agent_cancel'
+            WHERE run_id = %(run_id)s AND status = 'pending' AND %(final)s AND EXISTS (SELECT 1 FROM g)
         )
         SELECT g.step_no, g.cancel_requested, g.cancel_reason,
                CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM g
