@@ -60,8 +60,8 @@ async def db_url(server_url: str) -> AsyncIterator[str]:
     drop_database(server_url, url)
 
 
-def make_config(agents: dict[str, Any]) -> TreadleConfig:
-    return parse_config({"agents": agents})
+def make_config(agents: dict[str, Any], extra: dict[str, Any] | None = None) -> TreadleConfig:
+    return parse_config({"agents": agents, **(extra or {})})
 
 
 RuntimeFactory = Callable[..., Any]
@@ -69,16 +69,18 @@ RuntimeFactory = Callable[..., Any]
 
 @pytest.fixture
 async def open_runtime(db_url: str) -> AsyncIterator[RuntimeFactory]:
-    """`await open_runtime(agents, inline=True, **settings)` → (runtime, dispatcher)."""
+    """`await open_runtime(agents, inline=True, config=None, **settings)` → (runtime, dispatcher);
+    `config` adds top-level treadle.yaml sections."""
     opened: list[Runtime] = []
 
     async def factory(
-        agents: dict[str, Any], *, inline: bool = True, url: str | None = None, **settings: Any
+        agents: dict[str, Any], *, inline: bool = True, url: str | None = None,
+        config: dict[str, Any] | None = None, **settings: Any
     ) -> tuple[Runtime, Any]:
         s = Settings(database_url=url or db_url, home=TEST_HOME, **{"workers": 4, "chain_steps": 1, **settings})
         dispatcher = InlineDispatcher() if inline else None
         rt = await Runtime.open(
-            s, make_config(agents), dispatcher_factory=(lambda _p, _u: dispatcher) if inline else None
+            s, make_config(agents, config), dispatcher_factory=(lambda _p, _u: dispatcher) if inline else None
         )
         if inline:
             dispatcher.handler = rt.engine.handle

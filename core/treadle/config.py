@@ -161,6 +161,25 @@ class ChannelConfig(BaseModel):
     description: str = ""
 
 
+#: the longest an Interruption.ask may wait (a parked run costs nothing while it waits)
+INTERRUPTION_TIMEOUT_CAP_MS = 30 * 86_400_000
+
+
+class InterruptionConfig(BaseModel):
+    """`interruption:` — the operator's bounds on Interruption.ask (loomcycle's keys)."""
+
+    model_config = ConfigDict(extra="forbid")
+    default_timeout_ms: int = Field(default=3_600_000, ge=1, le=INTERRUPTION_TIMEOUT_CAP_MS)  # 1 h
+    max_timeout_ms: int = Field(default=86_400_000, ge=1, le=INTERRUPTION_TIMEOUT_CAP_MS)  # 24 h
+    max_pending_per_run: int = Field(default=10, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> InterruptionConfig:
+        if self.default_timeout_ms > self.max_timeout_ms:
+            raise ValueError("default_timeout_ms must not exceed max_timeout_ms")
+        return self
+
+
 class TreadleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
@@ -172,6 +191,7 @@ class TreadleConfig(BaseModel):
     webhooks: dict[str, WebhookSpec] = Field(default_factory=dict)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     skills: dict[str, SkillSpec] = Field(default_factory=dict)
+    interruption: InterruptionConfig = Field(default_factory=InterruptionConfig)
 
     @field_validator("agents")
     @classmethod

@@ -205,3 +205,12 @@ def test_a_json_config_file_is_read_as_json(tmp_path: Path) -> None:
     p.write_text('{"agents": {"a": {"max_iterations": 0}}}')
     with pytest.raises(ConfigError, match=r"agents\.a\.max_iterations"):
         load_config(p)
+
+
+def test_interruption_bounds_are_checked() -> None:
+    cfg = parse_config({"interruption": {"default_timeout_ms": 1000, "max_timeout_ms": 2000}})
+    assert (cfg.interruption.default_timeout_ms, cfg.interruption.max_pending_per_run) == (1000, 10)
+    with pytest.raises(ConfigError, match="default_timeout_ms must not exceed max_timeout_ms"):
+        parse_config({"interruption": {"default_timeout_ms": 5000, "max_timeout_ms": 2000}})
+    with pytest.raises(ConfigError, match=r"interruption\.max_pending_per_run"):
+        parse_config({"interruption": {"max_pending_per_run": 0}})

@@ -143,3 +143,31 @@ async def test_a_cancel_that_lands_mid_step_still_ends_the_parked_run(
     assert await status(rt, run_id) == "cancelled"
     [res] = tool_results(await events(rt, run_id))
     assert res["is_error"] and "never mind" in res["text"]
+
+
+async def test_the_operator_bounds_interruptions_in_yaml(open_runtime: Any, fresh_db_url: str) -> None:
+    """`interruption:` sets the default and the longest timeout and the pending questions per run."""
+    bounds = {"interruption": {"default_timeout_ms": 200, "max_timeout_ms": 1000, "max_pending_per_run": 1}}
+    agents = {
+        "quick": asker(),  # no timeout_ms: the operator's default (200 ms) applies
+        "greedy": asker(timeout_ms=5000),
+    }
+    rt, disp = await open_runtime(agents, url=fresh_db_url, config=bounds)
+    quick = await start(rt, "quick")
+    greedy = await start(rt, "greedy")
+    await disp.drain()
+    [row] = await InterruptStore(rt.pool).list_for_run("default", quick)
+    assert (row.expires_at - row.created_at).total_seconds() == pytest.approx(0.2, abs=0.05)
+    [refused] = tool_results(await events(rt, greedy))
+    assert refused["is_error"] and "1..1000" in refused["text"]
+    await asyncio.sleep(0.3)
+    assert await rt.wake_due() == 1
+    await disp.drain()
+    assert result_json(await events(rt, quick))["status"] == "timed_out"
+    # at most max_pending_per_run pending questions per run (two parallel asks in one turn, say)
+    assert rt.config.interruption.max_pending_per_run == 1
+    store = InterruptStore(rt.pool)
+    other = await start(rt, "greedy")
+    ask = {"question": "a?", "options": [], "context": None, "priority": "normal", "timeout_s": 60}
+    assert await store.open("default", other, "toolu_1", **ask, max_pending=1) is not None
+    assert await store.open("default", other, "toolu_2", **ask, max_pending=1) is None

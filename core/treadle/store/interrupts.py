@@ -105,9 +105,10 @@ class InterruptStore:
         context: str | None,
         priority: str,
         timeout_s: float,
+        max_pending: int = MAX_PENDING_PER_RUN,
     ) -> Interrupt | None:
         """The interruption of this tool call, created on first use. None when the run already has
-        MAX_PENDING_PER_RUN pending interruptions (and this call has none)."""
+        `max_pending` pending interruptions (and this call has none)."""
         iid = interrupt_id(run_id, tool_use_id)
         sql = f"""
         WITH ins AS (
@@ -125,7 +126,7 @@ class InterruptStore:
         """
         params = {"id": iid, "tenant": tenant_id, "run": run_id, "tu": tool_use_id, "q": question,
                   "opts": Jsonb(options), "ctx": context, "prio": priority, "timeout": timeout_s,
-                  "cap": MAX_PENDING_PER_RUN}
+                  "cap": max_pending}
         async with self.pool.connection() as conn:
             cur = await conn.execute(sql, params)
             row = await cur.fetchone()

@@ -12,16 +12,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treadle.errors import ToolError
 from treadle.store.interrupts import InterruptStore, interrupt_id, interrupt_key
 from treadle.tools.base import Park, ToolContext, ToolResult
 
+if TYPE_CHECKING:
+    from treadle.config import InterruptionConfig
+
 OPS = ("ask", "notify", "cancel")
 PRIORITIES = ("low", "normal", "high")
-DEFAULT_TIMEOUT_MS = 3_600_000  # 1 h
-MAX_TIMEOUT_MS = 86_400_000  # 24 h
 MAX_OPTIONS = 32
 MAX_TEXT = 16_000
 
@@ -30,7 +31,8 @@ class InterruptionTool:
     name = "Interruption"
     description = (
         "Ask a human and wait for the answer without holding resources. op: ask (question, options?, context?, "
-        "priority low|normal|high, timeout_ms? default 1 h, max 24 h) → {interrupt_id, status "
+        "priority low|normal|high, timeout_ms? default 1 h, max 24 h unless the operator set others) → "
+        "{interrupt_id, status "
         "resolved|declined|timed_out|cancelled, answer}; notify (message) → records a notification; "
         "cancel (interrupt_id) → cancels a pending question."
     )
@@ -42,7 +44,7 @@ class InterruptionTool:
             "options": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_OPTIONS},
             "context": {"type": "string"},
             "priority": {"type": "string", "enum": list(PRIORITIES)},
-            "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS},
+            "timeout_ms": {"type": "integer", "minimum": 1},
             "message": {"type": "string"},
             "interrupt_id": {"type": "string"},
         },
@@ -64,26 +66,29 @@ class InterruptionTool:
         store = InterruptStore(rt.pool)
         if op == "cancel":
             return await _cancel(ctx, rt, store, args)
-        return await _ask(ctx, store, args)
+        return await _ask(ctx, store, args, rt.config.interruption)
 
 
-async def _ask(ctx: ToolContext, store: InterruptStore, args: dict[str, Any]) -> ToolResult | Park:
+async def _ask(ctx: ToolContext, store: InterruptStore, args: dict[str, Any], bounds: InterruptionConfig
+               ) -> ToolResult | Park:
     assert ctx.waits is not None
     question = _required(args, "question")
     options = args.get("options", [])
     if not isinstance(options, list) or len(options) > MAX_OPTIONS or not all(isinstance(o, str) for o in options):
         raise ToolError(f"Interruption.ask: options must be a list of at most {MAX_OPTIONS} strings")
-    timeout_ms = args.get("timeout_ms", DEFAULT_TIMEOUT_MS)
-    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 1 <= timeout_ms <= MAX_TIMEOUT_MS:
-        raise ToolError(f"Interruption.ask: timeout_ms must be an integer in 1..{MAX_TIMEOUT_MS}")
+    timeout_ms = args.get("timeout_ms", bounds.default_timeout_ms)
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 1 <= timeout_ms <= bounds.max_timeout_ms:
+        raise ToolError(f"Interruption.ask: timeout_ms must be an integer in 1..{bounds.max_timeout_ms}")
     key = interrupt_key(interrupt_id(ctx.run_id, ctx.tool_use_id))
     version = await ctx.waits.version(ctx.tenant_id, key)  # before looking at the interruption
     row = await store.open(
         ctx.tenant_id, ctx.run_id, ctx.tool_use_id, question=question, options=options,
         context=_text(args, "context"), priority=_priority(args), timeout_s=timeout_ms / 1000,
+        max_pending=bounds.max_pending_per_run,
     )
     if row is None:
-        raise ToolError("Interruption.ask: this run already has the maximum number of pending questions")
+        raise ToolError(f"Interruption.ask: this run already has {bounds.max_pending_per_run} pending questions "
+                        "(interruption.max_pending_per_run)")
     if row.status == "pending" and (row.expired or ctx.deadline_passed()):
         row = await store.time_out(ctx.tenant_id, ctx.run_id, row.id, force=True) or await _reread(store, ctx, row.id)
     if row.status == "pending":
