@@ -233,3 +233,23 @@ async def test_a_cancelled_runs_questions_leave_the_inbox(http: Http) -> None:
     assert settled["interrupt_id"] == q["interrupt_id"] and settled["status"] == "cancelled"
     error(await http.post(f"/v1/runs/{run_id}/interrupts/{q['interrupt_id']}/resolve", {"answer": "yes"}), 409,
           "interrupt_settled")
+
+
+async def test_runs_are_listed_by_user_and_by_agent(http: Http) -> None:
+    ada = [await http.start("chat", user_id="ada"), await http.start("asker", user_id="ada")]
+    bob = await http.start("chat", user_id="bob")
+
+    async def listed(**params: Any) -> list[str]:
+        resp = await http.client.get("/v1/runs", params=params)
+        assert resp.status_code == 200, resp.text
+        return [r["run_id"] for r in resp.json()["runs"]]
+
+    assert await listed(user_id="ada") == ada[::-1]
+    assert await listed(user_id="bob") == [bob]
+    assert await listed(agent="chat") == [bob, ada[0]]
+    assert await listed(user_id="ada", agent="chat") == [ada[0]]
+    assert await listed(user_id="ada", status="waiting") == [ada[1]]
+    assert await listed(user_id="nobody") == []
+    page = (await http.client.get("/v1/runs", params={"user_id": "ada", "limit": 1})).json()
+    rest = await listed(user_id="ada", cursor=page["next_cursor"])
+    assert [r["run_id"] for r in page["runs"]] + rest == ada[::-1]

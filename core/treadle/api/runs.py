@@ -111,10 +111,14 @@ async def list_runs(
     status: Annotated[RunStatus | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
+    user_id: Annotated[str | None, Query(max_length=128)] = None,
+    agent: Annotated[str | None, Query(max_length=128)] = None,
 ) -> dict[str, Any]:
     """The tenant's runs, newest first, `limit` per page; pass `next_cursor` back as `cursor` for the
-    next page. Parked runs (`status=waiting`) carry `waits`: [{kind, key, deadline, tool_use_id}]."""
-    runs = await rt.runs.list_runs(who.tenant_id, status.value if status else None, limit, decode_cursor(cursor))
+    next page; `user_id` / `agent` narrow the list. Parked runs (`status=waiting`) carry `waits`:
+    [{kind, key, deadline, tool_use_id}]."""
+    runs = await rt.runs.list_runs(who.tenant_id, status.value if status else None, limit, decode_cursor(cursor),
+                                   user_id=user_id, agent=agent)
     out = [r.to_api() for r in runs]
     waits = await waits_of(rt, who.tenant_id, [r.id for r in runs if r.status == RunStatus.WAITING.value])
     for item in out:

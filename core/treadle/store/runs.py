@@ -242,16 +242,19 @@ class RunStore:
         return _record(row) if row else None
 
     async def list_runs(
-        self, tenant_id: str, status: str | None, limit: int, before: tuple[datetime, str] | None = None
+        self, tenant_id: str, status: str | None, limit: int, before: tuple[datetime, str] | None = None,
+        *, user_id: str | None = None, agent: str | None = None,
     ) -> list[RunRecord]:
-        """Newest first; `before` = (created_at, id) of the last run of the previous page."""
+        """Newest first; `before` = (created_at, id) of the last run of the previous page;
+        optionally only one user's runs, or one agent's."""
         at, rid = before if before is not None else (None, None)
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = %s AND (%s::text IS NULL OR status = %s)"
+                " AND (%s::text IS NULL OR user_id = %s) AND (%s::text IS NULL OR agent = %s)"
                 " AND (%s::timestamptz IS NULL OR (created_at, id) < (%s, %s))"
                 " ORDER BY created_at DESC, id DESC LIMIT %s",
-                (tenant_id, status, status, at, at, rid, limit),
+                (tenant_id, status, status, user_id, user_id, agent, agent, at, at, rid, limit),
             )
             rows = await cur.fetchall()
         return [_record(r) for r in rows]

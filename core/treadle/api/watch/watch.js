@@ -103,9 +103,11 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   function notice(text) { $("notice").textContent = text; }
 
   async function loadRuns() {
-    const status = $("status").value;
+    const query = new URLSearchParams({ limit: "50" });
+    if ($("status").value) query.set("status", $("status").value);
+    if ($("user").value.trim()) query.set("user_id", $("user").value.trim());
     try {
-      const body = await json(`/v1/runs?limit=50${status ? `&status=${status}` : ""}`);
+      const body = await json(`/v1/runs?${query}`);
       const rows = body.runs.map((r) => {
         const tr = document.createElement("tr");
         if (r.run_id === selected) tr.className = "selected";
@@ -272,6 +274,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     if (selected) select(selected);
   });
   $("status").addEventListener("change", loadRuns);
+  $("user").addEventListener("change", loadRuns);
 
   loadRuns();
   setInterval(loadRuns, 3000);
