@@ -157,15 +157,19 @@ def runtime_of(ctx: ToolContext, label: str) -> Runtime:
     return cast("Runtime", rt)
 
 
+def as_tool_error(label: str, exc: TreadleError) -> ToolError:
+    """A refusal as the tool's error result, prefixed with the tool's name once."""
+    if isinstance(exc, ToolError):
+        return exc
+    return ToolError(exc.message if exc.message.startswith(label) else f"{label}: {exc.message}")
+
+
 async def run_op(ctx: ToolContext, family: DefOps, gate: Any, args: dict[str, Any]) -> ToolResult:
-    """Dispatch a tool call; a refusal becomes the tool's error result, prefixed with the family."""
+    """Dispatch a tool call; a refusal becomes the tool's error result."""
     from treadle.tools.base import ToolResult
 
     try:
         result = await family.dispatch(ctx.tenant_id, args, gate=gate, run_id=ctx.run_id)
     except TreadleError as exc:
-        if isinstance(exc, ToolError):
-            raise
-        label = family.label
-        raise ToolError(exc.message if exc.message.startswith(label) else f"{label}: {exc.message}") from None
+        raise as_tool_error(family.label, exc) from None
     return ToolResult.json(result)

@@ -70,7 +70,7 @@ console.log(JSON.stringify(out));
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-def test_sse_parsing_and_event_formatting_under_node(tmp_path: object) -> None:
+def test_sse_parsing_and_event_formatting_under_node() -> None:
     path = resources.files("treadle.api.watch").joinpath("watch.js")
     proc = subprocess.run(["node", "-e", NODE_CHECK, str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -73,9 +73,9 @@ class DefFamily(DefOps):
     async def check_agent(self, tenant_id: str, agent: str) -> None:
         """DefRefused unless `agent` is a treadle.yaml agent or one of the tenant's promoted
         AgentDefs (what a run started by this trigger would get)."""
-        if agent in self.rt.agents:
-            return
-        if await self.defs.get(tenant_id, "agent", name=agent) is not None:
+        from treadle.substrate import substrate  # what a new run of a name gets: promoted def, else yaml
+
+        if await substrate(self.rt).agents.current(tenant_id, agent) is not None:
             return
         known = ", ".join(sorted(self.rt.agents)) or "none"
         raise DefRefused(f"invalid {self.label}: agent: unknown agent {agent!r} (configured: {known}; "

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.defops import runtime_of
-from treadle.errors import ToolError, TreadleError
+from treadle.defops import as_tool_error, runtime_of
+from treadle.errors import TreadleError
 from treadle.substrate.evaluation import OPS, EvalGate
 from treadle.tools.base import Park, ToolContext, ToolResult
 
@@ -46,7 +46,4 @@ class EvaluationTool:
         try:
             return ToolResult.json(await service.dispatch(ctx.tenant_id, args, gate=gate))
         except TreadleError as exc:
-            if isinstance(exc, ToolError):
-                raise
-            raise ToolError(exc.message if exc.message.startswith("Evaluation") else f"Evaluation: {exc.message}") \
-                from None
+            raise as_tool_error("Evaluation", exc) from None
