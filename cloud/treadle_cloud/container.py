@@ -113,8 +113,8 @@ async def open_cloud_runtime(cloud: CloudSettings, *, sync_triggers: bool = True
     if sync_triggers:
         # yaml schedules/webhooks into the database; the API function (which has the EventBridge
         # Scheduler variables) keeps one AWS schedule per ScheduleDef
-        from treadle.schedule.eventbridge import EventBridgeScheduler
-        from treadle.schedule.static import prepare_triggers
+        from treadle.triggers.eventbridge import EventBridgeScheduler
+        from treadle.triggers.static import prepare_triggers
 
         await prepare_triggers(rt, EventBridgeScheduler.from_env(lambda: aws_client("scheduler")))
     return rt

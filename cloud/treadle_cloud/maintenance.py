@@ -12,8 +12,8 @@ import logging
 from typing import Any
 
 from treadle.engine.workers import Sweeper
-from treadle.schedule.hooks import HookRunner
-from treadle.schedule.service import schedule_service
+from treadle.triggers.hooks import HookRunner
+from treadle.triggers.schedules import schedule_service
 from treadle_cloud.container import Container, remaining_s
 
 log = logging.getLogger("treadle.cloud.maintenance")

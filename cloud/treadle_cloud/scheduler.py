@@ -1,6 +1,6 @@
 """The scheduler function: the target of EventBridge Scheduler's schedules.
 
-Each ScheduleDef has one AWS schedule (`treadle.schedule.eventbridge`) whose target input names
+Each ScheduleDef has one AWS schedule (`treadle.triggers.eventbridge`) whose target input names
 it; EventBridge fills in the fire time:
 
     {"schedule_id": "<sch_…>", "version": <n>, "scheduled_time": "<aws.scheduler.scheduled-time>"}
@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from treadle.schedule.eventbridge import target_input
-from treadle.schedule.service import schedule_service
+from treadle.triggers.eventbridge import target_input
+from treadle.triggers.schedules import schedule_service
 from treadle_cloud.container import Container
 
 log = logging.getLogger("treadle.cloud.scheduler")

@@ -21,12 +21,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from treadle.domain.substrate import EvaluationScope, SkillSpec
-from treadle.embeddings.config import MemoryConfig
 from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
-from treadle.fieldtypes import BaseUrl, EnvVarName
-from treadle.schedule.spec import DefScope, ScheduleSpec
-from treadle.webhooks.spec import WebhookSpec
+from treadle.specs.fieldtypes import BaseUrl, EnvVarName
+from treadle.specs.memory import MemoryConfig
+from treadle.specs.schedule import DefScope, ScheduleSpec
+from treadle.specs.webhook import WebhookSpec
 
 IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MOCK_MODELS = ("echo", "tool-caller", "script")

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from treadle.builtins.registry import default_registry
 from treadle.config import Settings, TreadleConfig
 from treadle.dispatch.base import Dispatcher
 from treadle.domain.runs import StepMessage
@@ -27,7 +28,7 @@ from treadle.store.runs import NewRun, RunRecord, RunStore
 from treadle.store.steps import StepStore
 from treadle.store.subruns import SubRunStore
 from treadle.store.waits import WaitStore
-from treadle.tools.registry import ToolRegistry, default_registry
+from treadle.tools.registry import ToolRegistry
 
 log = logging.getLogger("treadle")
 

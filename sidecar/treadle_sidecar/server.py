@@ -5,7 +5,7 @@ from __future__ import annotations
 import uvicorn
 
 from treadle.config import Settings, TreadleConfig
-from treadle.sidecar import check_listen, create_sidecar_app
+from treadle_sidecar.app import check_listen, create_sidecar_app
 
 
 def serve(settings: Settings, config: TreadleConfig, *, log_level: str = "info") -> None:

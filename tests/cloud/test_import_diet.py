@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EVERYWHERE = ("yaml", "jsonpath", "croniter", "pydantic_settings", "dotenv", "boto3", "httpx",
               "uvicorn", "treadle_sidecar")
 NOT_IMPORTED = {
-    "worker": (*EVERYWHERE, "fastapi", "mangum", "treadle.schedule.static", "treadle.schedule.eventbridge",
-               "treadle.webhooks.service", "treadle.api"),
+    "worker": (*EVERYWHERE, "fastapi", "mangum", "treadle.triggers.static", "treadle.triggers.eventbridge",
+               "treadle.triggers.webhooks", "treadle.api"),
     "api": (*EVERYWHERE, "treadle.api.webhooks", "aws_lambda_powertools.utilities.batch"),
     "scheduler": EVERYWHERE,
     "maintenance": EVERYWHERE,

@@ -69,7 +69,7 @@ def test_the_core_never_imports_boto3_mangum_or_uvicorn() -> None:
 
     code = (
         "import sys, treadle.runtime, treadle.api.app, treadle.api.runs, treadle.api.webhooks, treadle.api.mcp,"
-        " treadle.dispatch.sqs, treadle.sidecar\n"
+        " treadle.dispatch.sqs, treadle_sidecar.app\n"
         "adapters = ('boto3', 'botocore', 'mangum', 'uvicorn', 'aws_lambda_powertools')\n"
         "bad = sorted(m for m in adapters if m in sys.modules)\n"
         "print(','.join(bad))"

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from treadle.builtins.memory import MAX_KEY_LEN, MAX_VALUE_BYTES, MemoryTool
 from treadle.errors import ToolError
 from treadle.store.db import Pool, open_pool
 from treadle.store.memory import MemoryStore
 from treadle.tools.base import ToolContext, ToolResult
-from treadle.tools.memory import MAX_KEY_LEN, MAX_VALUE_BYTES, MemoryTool
 
 TOOL = MemoryTool()
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from vendor_gemini import _check_schema
 
+from treadle.builtins.registry import default_registry
 from treadle.providers.gemini_schema import to_gemini_schema
-from treadle.tools.registry import default_registry
 
 
 def convert(schema: dict[str, Any]) -> dict[str, Any]:

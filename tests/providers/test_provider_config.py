@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from treadle.builtins.registry import default_registry
 from treadle.cli.main import main
 from treadle.config import parse_config
 from treadle.engine.agents import resolve_agents
@@ -17,7 +18,6 @@ from treadle.providers.gemini import GeminiProvider
 from treadle.providers.http import parse_retry_after
 from treadle.providers.openai_chat import OpenAIChatProvider
 from treadle.providers.registry import build_providers
-from treadle.tools.registry import default_registry
 
 PROVIDERS = {
     "claude": {"driver": "anthropic"},

@@ -6,7 +6,7 @@ from typing import Any
 
 from substrate_support import client_for, ok_results, run_agent, scripted, tool_results
 
-from treadle.tools.context import help_topics
+from treadle.builtins.context import help_topics
 
 CALLS = [("Context", {"op": o}) for o in ("self", "tools", "agents", "time", "help", "capabilities")]
 

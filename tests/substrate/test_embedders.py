@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from treadle.embeddings.config import EmbedderConfig
 from treadle.embeddings.registry import build_embedder
 from treadle.errors import EmbedderError
+from treadle.specs.memory import EmbedderConfig
 
 
 def transport(answer: Any, seen: list[httpx.Request], status: int = 200) -> httpx.MockTransport:

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from treadle.schedule.cron import Cron, CronError, fire_late_ok, normalize_cron, plan, to_eventbridge
+from treadle.specs.cron import Cron, CronError, fire_late_ok, normalize_cron, plan, to_eventbridge
 
 GRACE = timedelta(seconds=60)
 

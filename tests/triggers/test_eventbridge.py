@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from treadle.schedule.eventbridge import EventBridgeScheduler, schedule_name
-from treadle.schedule.service import schedule_service
+from treadle.triggers.eventbridge import EventBridgeScheduler, schedule_name
+from treadle.triggers.schedules import schedule_service
 
 GROUP = "treadle-test"
 ROLE = "arn:aws:iam::123456789012:role/treadle-scheduler"

@@ -8,11 +8,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from treadle.schedule.firing import TickResult
-from treadle.schedule.service import schedule_service
-from treadle.schedule.spec import ScheduleSpec
-from treadle.schedule.sweeper import ScheduleSweeper
+from treadle.specs.schedule import ScheduleSpec
 from treadle.store.schedules import FireRow, ScheduleStore
+from treadle.triggers.firing import TickResult
+from treadle.triggers.schedules import schedule_service
+from treadle.triggers.sweeper import ScheduleSweeper
 
 TENANT = "default"
 SCHEDULES = 100

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from treadle.webhooks.mapping import MappingFailed, compile_path, project, raw_block
-from treadle.webhooks.spec import WebhookSpec
+from treadle.specs.mapping import MappingFailed, compile_path, project, raw_block
+from treadle.specs.webhook import WebhookSpec
 
 PAYLOAD = {"a": {"b": [10, {"c": "deep"}], "k e y": True, "n": None}, "list": [1, 2, 3]}
 

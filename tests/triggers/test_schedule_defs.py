@@ -10,11 +10,11 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from conftest import client_for
+from treadle.builtins.scheduledef import ScheduleDefTool
 from treadle.errors import DefRefused
-from treadle.schedule.service import schedule_service
-from treadle.schedule.static import sync_static_triggers
 from treadle.tools.base import ToolContext
-from treadle.tools.scheduledef import ScheduleDefTool
+from treadle.triggers.schedules import schedule_service
+from treadle.triggers.static import sync_static_triggers
 
 NIGHTLY = {"agent": "echo", "schedule": "0 3 * * *", "timezone": "Europe/Berlin", "prompt": "nightly report"}
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from treadle.schedule.firing import run_key
-from treadle.schedule.hooks import HookRunner, channel_publisher
-from treadle.schedule.service import schedule_service
-from treadle.schedule.sweeper import SWEEPER_LOCK_KEY, ScheduleSweeper
 from treadle.store.schedules import ScheduleState
+from treadle.triggers.firing import run_key
+from treadle.triggers.hooks import HookRunner, channel_publisher
+from treadle.triggers.schedules import schedule_service
+from treadle.triggers.sweeper import SWEEPER_LOCK_KEY, ScheduleSweeper
 
 TENANT = "default"
 EVERY_MINUTE = {"agent": "echo", "schedule": "* * * * *", "prompt": "tick"}
@@ -211,7 +211,7 @@ async def test_on_complete_publish_wakes_a_parked_consumer(open_rt: Any) -> None
 async def test_on_complete_publish_without_channels_is_recorded_not_raised(
     open_rt: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import treadle.schedule.hooks as hooks_mod
+    import treadle.triggers.hooks as hooks_mod
 
     monkeypatch.setattr(hooks_mod, "channel_publisher", lambda rt: None)
     rt, disp = await open_rt()

@@ -11,9 +11,9 @@ import pytest
 import stripe
 from signing import generic_signature, github_headers, linear_headers, stripe_header
 
-from treadle.webhooks import signature
-from treadle.webhooks.signature import BadDeliveryId, InvalidSignature, SecretUnresolvable
-from treadle.webhooks.spec import WebhookAuth
+from treadle.specs.webhook import WebhookAuth
+from treadle.triggers import signatures as signature
+from treadle.triggers.signatures import BadDeliveryId, InvalidSignature, SecretUnresolvable
 
 ENV = {"GH": "gh-secret", "ST": "whsec_test_0123456789", "LN": "lin-secret", "TOK": "bearer-token"}
 BODY = json.dumps({"id": "evt_1NG8Du2eZvKYlo2CUI79vXWy", "type": "invoice.paid", "n": 1}).encode()

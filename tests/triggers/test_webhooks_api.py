@@ -13,8 +13,8 @@ import pytest
 from signing import generic_signature, github_headers, linear_headers, stripe_header
 
 from conftest import client_for
-from treadle.schedule.hooks import HookRunner, channel_publisher
-from treadle.schedule.static import sync_static_triggers
+from treadle.triggers.hooks import HookRunner, channel_publisher
+from treadle.triggers.static import sync_static_triggers
 
 GH_SECRET = "gh-" + uuid.uuid4().hex
 STRIPE_SECRET = "whsec_" + uuid.uuid4().hex
@@ -336,7 +336,7 @@ async def test_channel_delivery_wakes_a_parked_run(hooks: Any) -> None:
 
 
 async def test_channel_delivery_without_channels_is_503(hooks: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import treadle.schedule.hooks as hooks_mod
+    import treadle.triggers.hooks as hooks_mod
 
     monkeypatch.setattr(hooks_mod, "channel_publisher", lambda rt: None)
     _, _, c = hooks
@@ -369,9 +369,9 @@ async def test_on_complete_hooks_follow_a_webhook_run(open_rt: Any, monkeypatch:
 
 async def test_webhookdef_tool_is_default_deny(open_rt: Any) -> None:
     from conftest import AGENTS
+    from treadle.builtins.webhookdef import WebhookDefTool
     from treadle.errors import ToolError
     from treadle.tools.base import ToolContext
-    from treadle.tools.webhookdef import WebhookDefTool
 
     agents = {**AGENTS, "plain": {"model": "echo", "tools": ["WebhookDef"]},
               "selfish": {"model": "echo", "tools": ["WebhookDef"], "webhook_def_scopes": ["self"]}}

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from treadle_sidecar.app import check_listen, is_loopback_host
 
 from treadle.config import Settings
 from treadle.errors import ConfigError, Unauthorized
 from treadle.security.principal import DEFAULT_TENANT, OPEN_PRINCIPAL, BearerAuthenticator, bearer_from_header
-from treadle.sidecar import check_listen, is_loopback_host
 
 
 def test_open_mode_lets_everyone_in_as_the_default_tenant() -> None:

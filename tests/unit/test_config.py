@@ -187,7 +187,7 @@ def test_settings_read_the_environment_case_insensitively_and_keywords_win(monke
 
 
 def test_env_settings_from_an_explicit_mapping() -> None:
-    from treadle.schedule.settings import TriggerSettings
+    from treadle.triggers.settings import TriggerSettings
 
     s = TriggerSettings.from_env({"TREADLE_SCHEDULER_ENABLED": "0", "TREADLE_SCHEDULER_BATCH": "50"})
     assert isinstance(s, TriggerSettings) and s.scheduler_enabled is False and s.scheduler_batch == 50

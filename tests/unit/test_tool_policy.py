@@ -6,14 +6,15 @@ from typing import Any
 
 import pytest
 
+from treadle.builtins.context import ContextTool
+from treadle.builtins.memory import MemoryTool
+from treadle.builtins.registry import default_registry
 from treadle.config import parse_config
 from treadle.engine.agents import resolve_agents
 from treadle.errors import ConfigError
 from treadle.providers.mock import MockProvider
 from treadle.tools.base import Park, ToolContext, ToolResult
-from treadle.tools.context import ContextTool
-from treadle.tools.memory import MemoryTool
-from treadle.tools.registry import ToolRegistry, default_registry
+from treadle.tools.registry import ToolRegistry
 
 
 class Echo:

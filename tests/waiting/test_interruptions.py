@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from waiting_support import ECHO, answer, asker, events, result_json, scripted, start, status, tool_results, types
 
+from treadle.builtins.interruption import InterruptionTool
 from treadle.errors import ToolError
 from treadle.store.interrupts import InterruptStore, interrupt_id, interrupt_key
 from treadle.tools.base import Park, ToolContext, ToolResult
-from treadle.tools.interruption import InterruptionTool
 
 
 async def test_ask_parks_and_an_answer_resumes_the_run(open_runtime: Any) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 from fastapi import APIRouter
 
 from treadle.api.defroutes import Rt, Who, add_def_routes
-from treadle.schedule.service import schedule_service
-from treadle.webhooks.service import webhook_service
+from treadle.triggers.schedules import schedule_service
+from treadle.triggers.webhooks import webhook_service
 
 router = APIRouter(prefix="/v1", tags=["triggers"])
 add_def_routes(router, "/_scheduledef", lambda rt: schedule_service(rt).family)

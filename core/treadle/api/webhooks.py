@@ -20,7 +20,7 @@ from treadle.api.errors import error_body
 from treadle.errors import BodyTooLarge, NotFound
 from treadle.runtime import Runtime
 from treadle.security.principal import DEFAULT_TENANT, Principal
-from treadle.webhooks.service import ActiveWebhook, RateLimited, WebhookService, webhook_service
+from treadle.triggers.webhooks import ActiveWebhook, RateLimited, WebhookService, webhook_service
 
 router = APIRouter(prefix="/v1/_webhooks", tags=["webhooks"])
 Rt = Annotated[Runtime, Depends(get_runtime)]

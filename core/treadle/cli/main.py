@@ -188,12 +188,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 async def _doctor(args: argparse.Namespace) -> int:
     import psycopg
 
+    from treadle.builtins.registry import default_registry
     from treadle.config import load_config
     from treadle.engine.agents import resolve_agents
     from treadle.providers.registry import build_providers, key_report
     from treadle.store.db import redact_url, resolve_database_url
     from treadle.store.migrate import applied_versions, available_migrations
-    from treadle.tools.registry import default_registry
 
     failed = False
 

@@ -4,6 +4,6 @@ local model (`local`, the `embed-local` extra). `registry.build_embedder(config)
 """
 
 from treadle.embeddings.base import Embedder, EmbedKind
-from treadle.embeddings.config import EmbedderConfig, MemoryConfig
+from treadle.specs.memory import EmbedderConfig, MemoryConfig
 
 __all__ = ["EmbedKind", "Embedder", "EmbedderConfig", "MemoryConfig"]

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 
 from treadle.embeddings.base import EmbedKind, check_vectors
-from treadle.embeddings.config import EmbedderConfig
 from treadle.errors import EmbedderError
+from treadle.specs.memory import EmbedderConfig
 
 
 class HttpEmbedder(ABC):

@@ -12,8 +12,8 @@ import threading
 from typing import Any
 
 from treadle.embeddings.base import EmbedKind, check_vectors
-from treadle.embeddings.config import EmbedderConfig
 from treadle.errors import EmbedderError
+from treadle.specs.memory import EmbedderConfig
 
 _models: dict[str, Any] = {}
 _lock = threading.Lock()

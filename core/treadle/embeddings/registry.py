@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from treadle.embeddings.base import Embedder
-from treadle.embeddings.config import EmbedderConfig
+from treadle.specs.memory import EmbedderConfig
 
 if TYPE_CHECKING:  # httpx is imported with an HTTP embedder's driver, not by every runtime
     import httpx

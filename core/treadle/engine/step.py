@@ -29,7 +29,7 @@ from treadle.domain.runs import NewEvent, StepMessage, StopReason
 from treadle.engine.agents import Candidate, ResolvedAgent
 from treadle.engine.hub import RunEventHub
 from treadle.engine.replay import Transcript, replay
-from treadle.engine.resolver import Call, RetryPolicy, call_route
+from treadle.engine.routing import Call, RetryPolicy, call_route
 from treadle.engine.waiting import (
     at_rest,
     cancel_if_requested,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from treadle.embeddings.config import MemoryConfig
+from treadle.specs.memory import MemoryConfig
 from treadle.substrate.agentdefs import AgentDefFamily
 from treadle.substrate.evaluation import EvaluationService
 from treadle.substrate.memory import MemoryService

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from treadle.embeddings.base import Embedder
-from treadle.embeddings.config import MemoryConfig
 from treadle.errors import EmbedderNotConfigured, ValidationFailed
+from treadle.specs.memory import MemoryConfig
 from treadle.store.memory import Embedding, MemoryStore
 
 MAX_EMBED_TEXT_CHARS = 32 * 1024

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from treadle.domain.defs import content_sha256, normalize_text
 from treadle.domain.substrate import SkillSpec
 from treadle.errors import DefRefused
-from treadle.schedule.spec import validation_message
+from treadle.specs.schedule import validation_message
 from treadle.substrate.family import SubstrateFamily
 
 KIND = "skill"

@@ -1,1 +1,1 @@
-"""Tools: the Tool port, the registry, default-deny policy and the built-ins."""
+"""The Tool port (Tool, ToolContext, ToolResult, Park) and the registry class; built-ins live in treadle.builtins."""

@@ -38,18 +38,3 @@ class ToolRegistry:
             out.append(tool)
         return out
 
-
-def default_registry() -> ToolRegistry:
-    from treadle.tools.agent import AgentTool
-    from treadle.tools.agentdef import AgentDefTool
-    from treadle.tools.channel import ChannelTool
-    from treadle.tools.context import ContextTool
-    from treadle.tools.evaluation import EvaluationTool
-    from treadle.tools.interruption import InterruptionTool
-    from treadle.tools.memory import MemoryTool
-    from treadle.tools.scheduledef import ScheduleDefTool
-    from treadle.tools.skilldef import SkillDefTool
-    from treadle.tools.webhookdef import WebhookDefTool
-
-    return ToolRegistry([MemoryTool(), ContextTool(), ChannelTool(), ScheduleDefTool(), WebhookDefTool(),
-                         AgentTool(), InterruptionTool(), AgentDefTool(), SkillDefTool(), EvaluationTool()])

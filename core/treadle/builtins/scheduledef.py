@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from treadle.defops import op_schema, run_op, runtime_of
-from treadle.schedule.defops import ScopeGate
 from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.triggers.defs import ScopeGate
 
 OPS = ("create", "fork", "get", "list", "retire", "promote", "add_hook", "remove_hook")
 
@@ -41,6 +41,6 @@ class ScheduleDefTool:
     input_schema: dict[str, Any] = trigger_def_schema(OPS, "ScheduleDef fields")
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        from treadle.schedule.service import schedule_service
+        from treadle.triggers.schedules import schedule_service
 
         return await run_def_op(ctx, schedule_service, "schedule_def_scopes", "ScheduleDef", args)

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from treadle.errors import BadDeliveryId, SecretUnresolvable, Unauthorized
-from treadle.webhooks.spec import WebhookAuth
+from treadle.specs.webhook import WebhookAuth
 
 STRIPE_TOLERANCE_S = 300
 MAX_STRIPE_SIGNATURES = 8

@@ -15,8 +15,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from treadle.schedule.base import ScheduleTarget
-from treadle.schedule.cron import Cron, CronError
+from treadle.specs.cron import Cron, CronError
+from treadle.triggers.scheduler import ScheduleTarget
 
 ENV_GROUP = "TREADLE_SCHEDULE_GROUP"
 ENV_ROLE = "TREADLE_SCHEDULER_ROLE_ARN"

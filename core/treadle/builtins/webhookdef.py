@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from treadle.builtins.scheduledef import run_def_op, trigger_def_schema
 from treadle.tools.base import Park, ToolContext, ToolResult
-from treadle.tools.scheduledef import run_def_op, trigger_def_schema
 
 OPS = ("create", "fork", "get", "list", "retire", "promote")
 
@@ -26,6 +26,6 @@ class WebhookDefTool:
     input_schema: dict[str, Any] = trigger_def_schema(OPS, "WebhookDef fields")
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        from treadle.webhooks.service import webhook_service
+        from treadle.triggers.webhooks import webhook_service
 
         return await run_def_op(ctx, webhook_service, "webhook_def_scopes", "WebhookDef", args)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.embeddings.config import MemoryConfig
+from treadle.builtins.args import optional_ttl
 from treadle.errors import ToolError, TreadleError
+from treadle.specs.memory import MemoryConfig
 from treadle.store.memory import DEFAULT_MAX_VALUE_BYTES
 from treadle.substrate.memory import MemoryService
-from treadle.tools.args import optional_ttl
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 MAX_VALUE_BYTES = DEFAULT_MAX_VALUE_BYTES

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from treadle.errors import TreadleError
-from treadle.schedule.cron import fire_late_ok, plan
-from treadle.schedule.spec import ScheduleSpec
+from treadle.specs.cron import fire_late_ok, plan
+from treadle.specs.schedule import ScheduleSpec
 from treadle.store.runs import NewRun
 from treadle.store.schedules import DueSchedule, FireRow, ScheduleState, ScheduleStore
 
 if TYPE_CHECKING:
-    from treadle.schedule.service import ScheduleService
+    from treadle.triggers.schedules import ScheduleService
 
 log = logging.getLogger("treadle.schedules")
 

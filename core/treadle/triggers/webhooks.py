@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from treadle.domain.defs import DefRecord
 from treadle.errors import BadPayload, RateLimited, TreadleError, UnknownWebhook
-from treadle.schedule.defops import DefFamily
-from treadle.schedule.hooks import require_publisher
-from treadle.schedule.settings import TriggerSettings
+from treadle.specs.mapping import MappingFailed, project, raw_block
+from treadle.specs.webhook import WebhookSpec
 from treadle.store.runs import NewRun
 from treadle.store.webhooks import Delivery, WebhookStore
-from treadle.webhooks import signature
-from treadle.webhooks.mapping import MappingFailed, project, raw_block
-from treadle.webhooks.spec import WebhookSpec
+from treadle.triggers import signatures as signature
+from treadle.triggers.defs import DefFamily
+from treadle.triggers.hooks import require_publisher
+from treadle.triggers.settings import TriggerSettings
 
 if TYPE_CHECKING:
     from treadle.runtime import Runtime

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from treadle.fieldtypes import ENV_NAME
-from treadle.schedule.spec import CHANNEL_NAME, IDENT, MAX_HOOKS, Hook
-from treadle.webhooks.mapping import compile_path
+from treadle.specs.fieldtypes import ENV_NAME
+from treadle.specs.mapping import compile_path
+from treadle.specs.schedule import CHANNEL_NAME, IDENT, MAX_HOOKS, Hook
 
 HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,128}$")
 TARGET = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

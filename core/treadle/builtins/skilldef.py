@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from treadle.builtins.agentdef import gate_for, substrate_def_schema
 from treadle.defops import run_op, runtime_of
-from treadle.tools.agentdef import gate_for, substrate_def_schema
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 OPS = ("create", "fork", "get", "list", "retire", "promote", "verify")

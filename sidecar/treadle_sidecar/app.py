@@ -18,10 +18,10 @@ from treadle.dispatch.postgres import PostgresQueue
 from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.errors import ConfigError
 from treadle.runtime import Runtime
-from treadle.schedule.static import start_triggers
 from treadle.security.network import is_loopback_host
+from treadle.triggers.static import start_triggers
 
-log = logging.getLogger("treadle.sidecar")
+log = logging.getLogger("treadle_sidecar.app")
 
 
 def check_listen(settings: Settings) -> tuple[str, int]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from treadle.builtins.args import optional_ttl
 from treadle.errors import ToolError, TreadleError
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key
-from treadle.tools.args import optional_ttl
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 OPS = ("publish", "subscribe", "peek", "ack", "await", "broadcast", "list_channels")

@@ -16,15 +16,15 @@ from pydantic import TypeAdapter, ValidationError
 
 from treadle.domain.defs import DefRecord
 from treadle.errors import Conflict, UnknownSchedule
-from treadle.schedule.base import Scheduler, ScheduleTarget
-from treadle.schedule.defops import DefFamily, DefRefused, ScopeGate
-from treadle.schedule.settings import TriggerSettings
-from treadle.schedule.spec import Hook, ScheduleSpec, validation_message
+from treadle.specs.schedule import Hook, ScheduleSpec, validation_message
 from treadle.store.schedules import ScheduleState, ScheduleStore
+from treadle.triggers.defs import DefFamily, DefRefused, ScopeGate
+from treadle.triggers.scheduler import Scheduler, ScheduleTarget
+from treadle.triggers.settings import TriggerSettings
 
 if TYPE_CHECKING:
     from treadle.runtime import Runtime
-    from treadle.schedule.firing import Firing
+    from treadle.triggers.firing import Firing
 
 log = logging.getLogger("treadle.schedules")
 _HOOK = TypeAdapter(Hook)
@@ -100,7 +100,7 @@ class ScheduleFamily(DefFamily):
 
 class ScheduleService:
     def __init__(self, rt: Runtime, settings: TriggerSettings | None = None) -> None:
-        from treadle.schedule.firing import Firing
+        from treadle.triggers.firing import Firing
 
         self.rt = rt
         self.settings = settings or TriggerSettings()

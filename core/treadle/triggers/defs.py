@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from treadle.defops import STATIC_DESCRIPTION, DefOps, OpHandler, merge_overlay, opt_bool, opt_str
 from treadle.domain.defs import DefRecord, content_sha256
 from treadle.errors import Conflict, DefRefused
-from treadle.schedule.spec import validation_message
+from treadle.specs.schedule import validation_message
 
 __all__ = ["STATIC_DESCRIPTION", "DefFamily", "DefRefused", "ScopeGate"]
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from treadle.fieldtypes import BaseUrl, EnvVarName
+from treadle.specs.fieldtypes import BaseUrl, EnvVarName
 
 EmbedderDriver = Literal["openai", "ollama", "gemini", "voyage", "local"]
 

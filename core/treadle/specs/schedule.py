@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from treadle.domain.segments import Segment
-from treadle.schedule.cron import Cron, CronError, normalize_cron, zone
+from treadle.specs.cron import Cron, CronError, normalize_cron, zone
 
 IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 CHANNEL_NAME = r"^[A-Za-z0-9_.:/-]{1,128}$"

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from treadle.domain.defs import content_sha256
-from treadle.schedule.base import Scheduler
-from treadle.schedule.defops import STATIC_DESCRIPTION, DefFamily
-from treadle.schedule.service import schedule_service
 from treadle.security.principal import DEFAULT_TENANT
-from treadle.webhooks.service import webhook_service
+from treadle.triggers.defs import STATIC_DESCRIPTION, DefFamily
+from treadle.triggers.scheduler import Scheduler
+from treadle.triggers.schedules import schedule_service
+from treadle.triggers.webhooks import webhook_service
 
 if TYPE_CHECKING:
     from treadle.runtime import Runtime
-    from treadle.schedule.sweeper import ScheduleSweeper
+    from treadle.triggers.sweeper import ScheduleSweeper
 
 log = logging.getLogger("treadle.triggers")
 STATIC_LOCK_KEY = 0x7472_2D79_616D_6C00  # "tr-yaml"
@@ -62,7 +62,7 @@ async def sync_static_triggers(rt: Runtime, tenant_id: str = DEFAULT_TENANT) -> 
 async def start_triggers(rt: Runtime) -> ScheduleSweeper | None:
     """The sidecar's part: yaml triggers into the database, then the schedule sweeper (unless
     TREADLE_SCHEDULER_ENABLED=0)."""
-    from treadle.schedule.sweeper import ScheduleSweeper
+    from treadle.triggers.sweeper import ScheduleSweeper
 
     await sync_static_triggers(rt)
     svc = schedule_service(rt)

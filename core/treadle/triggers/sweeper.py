@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from treadle.engine.workers import PeriodicTask
-from treadle.schedule.firing import TickResult
-from treadle.schedule.hooks import HookRunner
-from treadle.schedule.service import schedule_service
+from treadle.triggers.firing import TickResult
+from treadle.triggers.hooks import HookRunner
+from treadle.triggers.schedules import schedule_service
 
 if TYPE_CHECKING:
     from treadle.runtime import Runtime

@@ -1,1 +1,0 @@
-"""Scheduled runs: ScheduleDef, cron, the sidecar's sweeper and the EventBridge adapter."""

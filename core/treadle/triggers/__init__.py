@@ -1,0 +1,1 @@
+"""Triggers: schedules (sweeper, EventBridge) and webhooks (signatures, mapping, idempotency)."""

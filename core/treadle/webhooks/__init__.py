@@ -1,1 +1,0 @@
-"""Signed inbound webhooks: WebhookDef, signature verification, payload mapping, idempotency."""
