@@ -109,12 +109,10 @@ async def open_cloud_runtime(cloud: CloudSettings, *, sync_triggers: bool = True
         dispatcher_factory=lambda _pool, _url: SqsDispatcher(sqs, cloud.queue_url),
         config_source=str(settings.config),
     )
-    rt.extras["cloud"] = cloud
     if sync_triggers:
         # yaml schedules/webhooks into the database; the API function (which has the EventBridge
         # Scheduler variables) keeps one AWS schedule per ScheduleDef
         from treadle.triggers.eventbridge import EventBridgeScheduler
-        from treadle.triggers.static import prepare_triggers
 
-        await prepare_triggers(rt, EventBridgeScheduler.from_env(lambda: aws_client("scheduler")))
+        await rt.triggers.prepare(EventBridgeScheduler.from_env(lambda: aws_client("scheduler")))
     return rt

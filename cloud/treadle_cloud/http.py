@@ -60,6 +60,6 @@ class HttpFunction:
             self._adapter = Mangum(self.app, lifespan="off")
         cloud = self.container.cloud
         budget = cloud.sse_budget_seconds if cloud else 25.0
-        rt.extras["sse_budget_s"] = max(1.0, min(budget, remaining_s(context) - SSE_MARGIN_S))
+        rt.sse_budget_s = max(1.0, min(budget, remaining_s(context) - SSE_MARGIN_S))
         self.container.activate()
         return self._adapter(event, context)

@@ -12,8 +12,6 @@ import logging
 from typing import Any
 
 from treadle.engine.workers import Sweeper
-from treadle.triggers.hooks import HookRunner
-from treadle.triggers.schedules import schedule_service
 from treadle_cloud.container import Container, remaining_s
 
 log = logging.getLogger("treadle.cloud.maintenance")
@@ -35,7 +33,7 @@ class MaintenanceFunction:
             total += n
             if n == 0 or remaining_s(context) < MARGIN_S:
                 break
-        hooks = self.container.run(HookRunner(rt).run_once())  # on_complete hooks of finished triggered runs
-        if rt.extras.get("scheduler") is not None:  # only where the stack grants scheduler:* (the API today)
-            self.container.run(schedule_service(rt).reconcile())
+        hooks = self.container.run(rt.triggers.hooks.run_once())  # on_complete hooks of finished triggered runs
+        if rt.triggers.schedules.scheduler is not None:  # only where the stack grants scheduler:* (the API today)
+            self.container.run(rt.triggers.schedules.reconcile())
         return {"requeued": total, **({"hooks": hooks} if hooks else {})}

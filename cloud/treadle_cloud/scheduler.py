@@ -17,7 +17,6 @@ import logging
 from typing import Any
 
 from treadle.triggers.eventbridge import target_input
-from treadle.triggers.schedules import schedule_service
 from treadle_cloud.container import Container
 
 log = logging.getLogger("treadle.cloud.scheduler")
@@ -33,7 +32,7 @@ class SchedulerFunction:
         if not isinstance(schedule_id, str) or not schedule_id:
             raise ValueError(f"scheduler event without a schedule_id: {event!r}")
         rt = self.container.runtime()
-        out = self.container.run(schedule_service(rt).firing.fire_event(event))
+        out = self.container.run(rt.triggers.schedules.firing.fire_event(event))
         if not out.get("fired"):
             log.info("schedule %s at %s not fired: %s", schedule_id, out.get("scheduled_for"), out.get("reason"))
         return out

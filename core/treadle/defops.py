@@ -12,15 +12,13 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from treadle.domain.defs import DefRecord
 from treadle.errors import DefRefused, NotFound, ToolError, TreadleError
+from treadle.ports import OpService
 from treadle.store.defs import DefStore
-
-if TYPE_CHECKING:
-    from treadle.runtime import Runtime
-    from treadle.tools.base import ToolContext, ToolResult
+from treadle.tools.base import ToolContext, ToolResult
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 STATIC_DESCRIPTION = "from treadle.yaml"
@@ -62,9 +60,8 @@ class DefOps(ABC):
     kind = ""
     label = ""
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-        self.defs = DefStore(rt.pool)
+    def __init__(self, defs: DefStore) -> None:
+        self.defs = defs
 
     @abstractmethod
     def handlers(self) -> dict[str, OpHandler]:
@@ -150,13 +147,6 @@ def op_schema(ops: tuple[str, ...], overlay_help: str, **properties: dict[str, A
     }
 
 
-def runtime_of(ctx: ToolContext, label: str) -> Runtime:
-    rt = ctx.services.get("runtime")
-    if rt is None:
-        raise ToolError(f"{label}: not available in this runtime")
-    return cast("Runtime", rt)
-
-
 def as_tool_error(label: str, exc: TreadleError) -> ToolError:
     """A refusal as the tool's error result, prefixed with the tool's name once."""
     if isinstance(exc, ToolError):
@@ -164,10 +154,8 @@ def as_tool_error(label: str, exc: TreadleError) -> ToolError:
     return ToolError(exc.message if exc.message.startswith(label) else f"{label}: {exc.message}")
 
 
-async def run_op(ctx: ToolContext, family: DefOps, gate: Any, args: dict[str, Any]) -> ToolResult:
+async def run_op(ctx: ToolContext, family: OpService, gate: Any, args: dict[str, Any]) -> ToolResult:
     """Dispatch a tool call; a refusal becomes the tool's error result."""
-    from treadle.tools.base import ToolResult
-
     try:
         result = await family.dispatch(ctx.tenant_id, args, gate=gate, run_id=ctx.run_id)
     except TreadleError as exc:

@@ -7,30 +7,43 @@ in tests) and whatever serves the API.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from treadle.builtins.registry import default_registry
-from treadle.config import Settings, TreadleConfig
+from treadle.config import AgentConfig, Settings, TreadleConfig
 from treadle.dispatch.base import Dispatcher
 from treadle.domain.runs import StepMessage
-from treadle.engine.agents import ResolvedAgent, resolve_agents
+from treadle.embeddings.registry import build_embedder
+from treadle.engine.agents import AgentCatalogue, ResolvedAgent
 from treadle.engine.hub import RunEventHub
 from treadle.engine.step import Engine, EngineSettings
+from treadle.ports import OpService
 from treadle.providers.base import Provider
 from treadle.providers.mock import MockProvider
 from treadle.providers.registry import build_providers
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key
 from treadle.store.db import Pool, open_pool, resolve_database_url
+from treadle.store.defs import DefStore
+from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
 from treadle.store.runs import NewRun, RunRecord, RunStore
 from treadle.store.steps import StepStore
 from treadle.store.subruns import SubRunStore
 from treadle.store.waits import WaitStore
+from treadle.substrate import Substrate
+from treadle.tools.base import Principal, ToolContext, ToolServices
 from treadle.tools.registry import ToolRegistry
 
+if TYPE_CHECKING:
+    from treadle.triggers.service import Triggers
+
 log = logging.getLogger("treadle")
+
+DispatcherFactory = Callable[[Pool, str], Dispatcher]
 
 
 def default_providers(config: TreadleConfig | None = None) -> dict[str, Provider]:
@@ -38,22 +51,103 @@ def default_providers(config: TreadleConfig | None = None) -> dict[str, Provider
     return build_providers(config) if config is not None else {"mock": MockProvider()}
 
 
-@dataclass
+class _OpServices(Mapping[str, OpService]):
+    """The op services the *Def and Evaluation tools reach, by tool name; the trigger families are
+    built on first use (a worker that never runs a ScheduleDef call never imports them)."""
+
+    NAMES = ("AgentDef", "SkillDef", "Evaluation", "ScheduleDef", "WebhookDef")
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    def __getitem__(self, name: str) -> OpService:
+        rt = self._rt
+        if name == "AgentDef":
+            return rt.substrate.agents
+        if name == "SkillDef":
+            return rt.substrate.skills
+        if name == "Evaluation":
+            return rt.substrate.evaluations
+        if name == "ScheduleDef":
+            return rt.triggers.schedules.family
+        if name == "WebhookDef":
+            return rt.triggers.webhooks.family
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.NAMES)
+
+    def __len__(self) -> int:
+        return len(self.NAMES)
+
+
+@dataclass(eq=False)
 class Runtime:
+    """The composition root: builds every store, service and port once. Services receive stores
+    and ports (treadle/ports.py) — the runtime implements `RunStarter`, `RunCanceller`, `Waker`
+    and `ChannelPublisher` — and never see the runtime itself."""
+
     settings: Settings
     config: TreadleConfig
     database_url: str
     pool: Pool
     dispatcher: Dispatcher
-    runs: RunStore
-    steps: StepStore
-    memory: MemoryStore
-    agents: dict[str, ResolvedAgent]
-    engine: Engine
-    hub: RunEventHub
+    catalogue: AgentCatalogue
     registry: ToolRegistry
-    extras: dict[str, Any] = field(default_factory=dict)
-    waits: WaitStore | None = None
+    providers: dict[str, Provider]
+    runs: RunStore = field(init=False)
+    steps: StepStore = field(init=False)
+    memory: MemoryStore = field(init=False)
+    waits: WaitStore = field(init=False)
+    channels: ChannelStore = field(init=False)
+    subruns: SubRunStore = field(init=False)
+    hub: RunEventHub = field(init=False)
+    substrate: Substrate = field(init=False)
+    engine: Engine = field(init=False)
+    #: the cloud shape bounds an SSE response by the invocation's remaining time
+    sse_budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        settings, config, pool = self.settings, self.config, self.pool
+        jobs_in_db = self.dispatcher.jobs_in_db
+        requeue = settings.requeue_after_seconds
+        self.runs = RunStore(pool, jobs_in_db=jobs_in_db, requeue_after_s=requeue)
+        self.steps = StepStore(
+            pool, jobs_in_db=jobs_in_db, lease_s=settings.lease_seconds, requeue_after_s=requeue,
+            sync_mid_step=settings.sync_mid_step_writes,
+        )
+        self.memory = MemoryStore(pool, max_value_bytes=config.memory.max_value_bytes,
+                                  max_scope_bytes=config.memory.max_scope_bytes)
+        self.waits = WaitStore(pool, jobs_in_db=jobs_in_db, requeue_after_s=requeue)
+        self.channels = ChannelStore(pool, {
+            name: ChannelDef(name, c.scope, c.semantic, c.default_ttl, c.max_messages, c.description, "yaml")
+            for name, c in config.channels.items()
+        })
+        self.subruns = SubRunStore(pool)
+        self.hub = RunEventHub()
+        self.substrate = Substrate(pool, self.catalogue, self.runs, self.memory, build_embedder(config.memory.embedder))
+        tools = ToolServices(
+            config=config, runs=self.runs, memory=self.memory, waits=self.waits, channels=self.channels,
+            interrupts=InterruptStore(pool), subruns=self.subruns, defs=DefStore(pool), waker=self,
+            starter=self, agents=self.substrate.agents, vector_memory=self.substrate.memory,
+            ops=_OpServices(self),
+            catalogue={t.name: (t.description, t.input_schema) for t in map(self.registry.get, self.registry.names())
+                       if t is not None},
+        )
+        self.engine = Engine(
+            steps=self.steps,
+            agents=self.catalogue.static,
+            enqueue=self.dispatcher.enqueue,
+            tools=tools,
+            hub=self.hub,
+            resolve_agent=self.substrate.pinning.resolve,
+            settings=EngineSettings(
+                tool_parallelism=settings.tool_parallelism,
+                provider_retries=settings.provider_retries,
+                chain_steps=settings.chain_steps,
+                chain_budget_s=settings.chain_budget_seconds,
+            ),
+        )
 
     @classmethod
     async def open(
@@ -61,7 +155,7 @@ class Runtime:
         settings: Settings,
         config: TreadleConfig,
         *,
-        dispatcher_factory: Any = None,
+        dispatcher_factory: DispatcherFactory | None = None,
         registry: ToolRegistry | None = None,
         providers: dict[str, Provider] | None = None,
         config_source: str = "treadle.yaml",
@@ -71,7 +165,7 @@ class Runtime:
         `dispatcher_factory(pool, url) -> Dispatcher`; default is the Postgres queue."""
         registry = registry or default_registry()
         built = {**default_providers(config), **(providers or {})}
-        agents = resolve_agents(config, registry, built, source=config_source)
+        catalogue = AgentCatalogue(config, registry, built, source=config_source)
         url = resolve_database_url(settings.database_url, settings.home)
         await migrate(url)
         size = settings.db_pool_size or settings.workers + 4
@@ -82,53 +176,38 @@ class Runtime:
             dispatcher: Dispatcher = PostgresQueue(pool, url)
         else:
             dispatcher = dispatcher_factory(pool, url)
-        jobs_in_db = dispatcher.jobs_in_db
-        runs = RunStore(pool, jobs_in_db=jobs_in_db, requeue_after_s=settings.requeue_after_seconds)
-        steps = StepStore(
-            pool, jobs_in_db=jobs_in_db, lease_s=settings.lease_seconds,
-            requeue_after_s=settings.requeue_after_seconds, sync_mid_step=settings.sync_mid_step_writes,
-        )
-        memory = MemoryStore(pool, max_value_bytes=config.memory.max_value_bytes,
-                             max_scope_bytes=config.memory.max_scope_bytes)
-        waits = WaitStore(pool, jobs_in_db=jobs_in_db, requeue_after_s=settings.requeue_after_seconds)
-        services: dict[str, Any] = {}
-        hub = RunEventHub()
-        engine = Engine(
-            waits=waits,
-            services=services,
-            steps=steps,
-            memory=memory,
-            agents=agents,
-            enqueue=dispatcher.enqueue,
-            hub=hub,
-            settings=EngineSettings(
-                tool_parallelism=settings.tool_parallelism,
-                provider_retries=settings.provider_retries,
-                chain_steps=settings.chain_steps,
-                chain_budget_s=settings.chain_budget_seconds,
-            ),
-        )
-        rt = cls(settings, config, url, pool, dispatcher, runs, steps, memory, agents, engine, hub, registry)
-        rt.extras["providers"] = built
-        rt.waits = waits
-        services["runtime"] = rt
-        # substrate: runs pinned to AgentDefs/skills are resolved per step; Memory embeddings
-        from treadle.embeddings.registry import build_embedder
-        from treadle.substrate.resolve import AgentResolver
+        return cls(settings, config, url, pool, dispatcher, catalogue, registry, built)
 
-        services["agent_resolver"] = AgentResolver(rt)
-        services["embedder"] = build_embedder(config.memory.embedder)
-        services["channels"] = ChannelStore(
-            pool,
-            {
-                name: ChannelDef(name, c.scope, c.semantic, c.default_ttl, c.max_messages, c.description, "yaml")
-                for name, c in config.channels.items()
-            },
+    @property
+    def agents(self) -> dict[str, ResolvedAgent]:
+        """treadle.yaml's agents, resolved."""
+        return self.catalogue.static
+
+    def tool_context(
+        self, tenant_id: str, run_id: str, agent: str, *, user_id: str | None = None, tool_use_id: str = "toolu_1",
+        iteration: int = 1, agent_config: AgentConfig | None = None, resume: dict[str, Any] | None = None,
+    ) -> ToolContext:
+        """A ToolContext for calling a tool outside a step (tests, tools invoked by an operator).
+        The agent's configuration is `agent_config`, else treadle.yaml's `agent`."""
+        if agent_config is None:
+            static = self.catalogue.get(agent)
+            agent_config = static.config if static is not None else AgentConfig()
+        return ToolContext(
+            principal=Principal(tenant_id, user_id), run_id=run_id, tool_use_id=tool_use_id, iteration=iteration,
+            agent=agent, agent_config=agent_config, services=self.engine.tools, resume=resume,
         )
-        return rt
+
+    @cached_property
+    def triggers(self) -> Triggers:
+        """Schedules, webhooks and their hooks (built on first use: the worker never needs them)."""
+        from treadle.triggers.hooks import ScopedPublisher
+        from treadle.triggers.service import Triggers
+
+        return Triggers(self.pool, self.config, self, self.substrate.agents, self.memory,
+                        ScopedPublisher(self.channels, self))
 
     async def close(self) -> None:
-        for provider in (self.extras.get("providers") or {}).values():
+        for provider in self.providers.values():
             aclose = getattr(provider, "aclose", None)
             if aclose is not None:
                 try:
@@ -138,19 +217,11 @@ class Runtime:
         await self.pool.close()
 
     async def start_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        from treadle.substrate.resolve import pin_run
-
-        await pin_run(self, new)  # the promoted AgentDef, else the yaml agent; skills pinned (or UnknownAgent)
+        await self.substrate.pinning.pin(new)  # the promoted AgentDef, else the yaml agent; skills pinned
         run, created = await self.runs.create(new)
         if created and not self.dispatcher.jobs_in_db:
             await self.dispatcher.enqueue(StepMessage(run.id, 0))
         return run, created
-
-    @property
-    def channels(self) -> ChannelStore:
-        store = self.engine.services["channels"]
-        assert isinstance(store, ChannelStore)
-        return store
 
     async def publish(
         self, tenant_id: str, channel: str, value: Any, *, scope_id: str = "", ttl_s: float | None = None
@@ -166,18 +237,16 @@ class Runtime:
 
     async def poke(self, tenant_id: str, keys: list[str]) -> int:
         """Wake every run parked on any of `keys`; returns how many woke."""
-        assert self.waits is not None
         woken = await self.waits.poke(tenant_id, keys)
         await self._enqueue_woken(woken)
         return len(woken)
 
     async def wake_due(self) -> int:
         """Wake runs whose wait deadline passed (sweeper / maintenance)."""
-        assert self.waits is not None
         woken = await self.waits.wake_due()
         await self._enqueue_woken(woken)
         n = len(woken)
-        subruns = SubRunStore(self.pool)
+        subruns = self.subruns
         # parents parked on sub-agents that all ended, whose wake-up was lost (crash after the final commit)
         for tenant_id, key in await subruns.settled_parent_waits():
             n += await self.poke(tenant_id, [key])
@@ -197,6 +266,6 @@ class Runtime:
     async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None:
         """Flag the run and its unfinished sub-agent runs (one statement, the whole subtree); each
         gets a step message so its next step finishes it. A finished run is returned unchanged."""
-        for flagged_id, step_no in await SubRunStore(self.pool).request_cancel_tree(tenant_id, run_id, reason):
+        for flagged_id, step_no in await self.subruns.request_cancel_tree(tenant_id, run_id, reason):
             await self.dispatcher.enqueue(StepMessage(flagged_id, step_no))
         return await self.runs.get(tenant_id, run_id)

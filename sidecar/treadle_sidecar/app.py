@@ -19,7 +19,6 @@ from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.errors import ConfigError
 from treadle.runtime import Runtime
 from treadle.security.network import is_loopback_host
-from treadle.triggers.static import start_triggers
 
 log = logging.getLogger("treadle_sidecar.app")
 
@@ -50,7 +49,7 @@ def create_sidecar_app(settings: Settings | None = None, config: TreadleConfig |
             workers.start()
         sweeper = Sweeper(rt.engine, rt.dispatcher, settings.sweep_interval_seconds, wake_due=rt.wake_due)
         sweeper.start()
-        schedules = await start_triggers(rt)
+        schedules = await rt.triggers.start()
         app.state.runtime = rt
         app.state.workers = workers
         log.info("treadle ready: %d agent(s), %d worker(s)", len(rt.agents), settings.workers)

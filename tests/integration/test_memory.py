@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from treadle.builtins.memory import MAX_KEY_LEN, MAX_VALUE_BYTES, MemoryTool
+from treadle.config import AgentConfig
 from treadle.errors import ToolError
 from treadle.store.db import Pool, open_pool
 from treadle.store.memory import MemoryStore
@@ -29,8 +30,14 @@ async def pool(db_url: str) -> AsyncIterator[Pool]:
 
 
 @pytest.fixture
-def store(pool: Pool) -> MemoryStore:
-    return MemoryStore(pool)
+async def rt(open_runtime: Any) -> Any:
+    runtime, _ = await open_runtime({})
+    return runtime
+
+
+@pytest.fixture
+def store(rt: Any) -> MemoryStore:
+    return rt.memory  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -39,22 +46,16 @@ def tenant() -> str:
 
 
 def ctx(
-    store: MemoryStore,
+    rt: Any,
     tenant: str,
     *,
     agent: str = "agent-a",
     user: str | None = "user-1",
     scopes: tuple[str, ...] = ("agent", "user"),
 ) -> ToolContext:
-    return ToolContext(
-        tenant_id=tenant,
-        run_id="r_" + secrets.token_hex(4),
-        agent=agent,
-        user_id=user,
-        tool_use_id="toolu_1",
-        iteration=1,
-        memory=store,
-        memory_scopes=scopes,
+    return rt.tool_context(  # type: ignore[no-any-return]
+        tenant, "r_" + secrets.token_hex(4), agent, user_id=user,
+        agent_config=AgentConfig(tools=["Memory"], memory_scopes=list(scopes)),
     )
 
 
@@ -72,8 +73,8 @@ async def expire(pool: Pool, tenant: str, key: str) -> None:
         )
 
 
-async def test_set_get_delete(store: MemoryStore, tenant: str) -> None:
-    c = ctx(store, tenant)
+async def test_set_get_delete(store: MemoryStore, rt: Any, tenant: str) -> None:
+    c = ctx(rt, tenant)
     assert await call(c, op="get", scope="agent", key="k") == {"found": False, "key": "k", "value": None}
     assert await call(c, op="set", scope="agent", key="k", value={"a": [1, 2], "b": None}) == {
         "ok": True, "key": "k", "scope": "agent",
@@ -89,8 +90,8 @@ async def test_set_get_delete(store: MemoryStore, tenant: str) -> None:
     assert (await call(c, op="get", scope="agent", key="k"))["found"] is False
 
 
-async def test_list_with_prefix_limit_and_order(store: MemoryStore, tenant: str) -> None:
-    c = ctx(store, tenant)
+async def test_list_with_prefix_limit_and_order(store: MemoryStore, rt: Any, tenant: str) -> None:
+    c = ctx(rt, tenant)
     for key in ("b:2", "a:1", "b:1", "b_x", "bx", "c"):
         await call(c, op="set", scope="agent", key=key, value=key.upper())
     listed = await call(c, op="list", scope="agent")
@@ -106,8 +107,8 @@ async def test_list_with_prefix_limit_and_order(store: MemoryStore, tenant: str)
     assert (await call(c, op="list", scope="agent", limit=2))["count"] == 2
 
 
-async def test_incr(store: MemoryStore, tenant: str) -> None:
-    c = ctx(store, tenant)
+async def test_incr(store: MemoryStore, rt: Any, tenant: str) -> None:
+    c = ctx(rt, tenant)
     assert await call(c, op="incr", scope="agent", key="n") == {"key": "n", "value": 1}
     assert await call(c, op="incr", scope="agent", key="n", delta=10) == {"key": "n", "value": 11}
     assert await call(c, op="incr", scope="agent", key="n", delta=-20) == {"key": "n", "value": -9}
@@ -124,14 +125,14 @@ async def test_incr(store: MemoryStore, tenant: str) -> None:
             await TOOL.invoke(c, {"op": "incr", "scope": "agent", "key": "n", "delta": bad})
 
 
-async def test_incr_is_atomic_under_concurrency(store: MemoryStore, tenant: str) -> None:
+async def test_incr_is_atomic_under_concurrency(store: MemoryStore, rt: Any, tenant: str) -> None:
     values = await asyncio.gather(*(store.incr(tenant, "agent", "a", "hits", 1, None) for _ in range(20)))
     assert sorted(values) == list(range(1, 21))  # type: ignore[type-var]
     assert await store.get(tenant, "agent", "a", "hits") == (True, 20)
 
 
-async def test_ttl_sets_an_expiry_and_expired_keys_vanish(store: MemoryStore, tenant: str, pool: Pool) -> None:
-    c = ctx(store, tenant)
+async def test_ttl_sets_an_expiry_and_expired_keys_vanish(store: MemoryStore, rt: Any, tenant: str, pool: Pool) -> None:
+    c = ctx(rt, tenant)
     await call(c, op="set", scope="agent", key="temp", value=1, ttl_seconds=600)
     await call(c, op="set", scope="agent", key="keep", value=2)
     (entry,) = [e for e in (await call(c, op="list", scope="agent"))["entries"] if e["key"] == "temp"]
@@ -154,15 +155,15 @@ async def test_ttl_sets_an_expiry_and_expired_keys_vanish(store: MemoryStore, te
     assert (await call(c, op="get", scope="agent", key="temp"))["value"] == "back"
 
 
-async def test_ttl_in_real_time(store: MemoryStore, tenant: str) -> None:
-    c = ctx(store, tenant)
+async def test_ttl_in_real_time(store: MemoryStore, rt: Any, tenant: str) -> None:
+    c = ctx(rt, tenant)
     await call(c, op="set", scope="agent", key="blink", value=True, ttl_seconds=0.3)
     assert (await call(c, op="get", scope="agent", key="blink"))["found"] is True
     await asyncio.sleep(0.45)
     assert (await call(c, op="get", scope="agent", key="blink"))["found"] is False
 
 
-async def test_incr_keeps_a_live_expiry_unless_given_a_new_ttl(store: MemoryStore, tenant: str) -> None:
+async def test_incr_keeps_a_live_expiry_unless_given_a_new_ttl(store: MemoryStore, rt: Any, tenant: str) -> None:
     await store.incr(tenant, "agent", "a", "k", 1, 600)
     first = (await store.list(tenant, "agent", "a", "k", 10))[0]["expires_at"]
     await store.incr(tenant, "agent", "a", "k", 1, None)
@@ -174,49 +175,49 @@ async def test_incr_keeps_a_live_expiry_unless_given_a_new_ttl(store: MemoryStor
 
 
 @pytest.mark.parametrize("ttl", [0, -1, "10", True])
-async def test_bad_ttl(store: MemoryStore, tenant: str, ttl: Any) -> None:
+async def test_bad_ttl(store: MemoryStore, rt: Any, tenant: str, ttl: Any) -> None:
     with pytest.raises(ToolError, match="ttl_seconds must be a positive number"):
-        await TOOL.invoke(ctx(store, tenant), {"op": "set", "scope": "agent", "key": "k", "value": 1,
+        await TOOL.invoke(ctx(rt, tenant), {"op": "set", "scope": "agent", "key": "k", "value": 1,
                                                "ttl_seconds": ttl})
 
 
-async def test_agent_scope_is_shared_by_runs_of_one_agent_only(store: MemoryStore, tenant: str) -> None:
-    await call(ctx(store, tenant, agent="writer", user="u1"), op="set", scope="agent", key="k", value="w")
+async def test_agent_scope_is_shared_by_runs_of_one_agent_only(store: MemoryStore, rt: Any, tenant: str) -> None:
+    await call(ctx(rt, tenant, agent="writer", user="u1"), op="set", scope="agent", key="k", value="w")
     # another run of the same agent, for another user, sees it
-    assert (await call(ctx(store, tenant, agent="writer", user="u2"), op="get", scope="agent", key="k"))[
+    assert (await call(ctx(rt, tenant, agent="writer", user="u2"), op="get", scope="agent", key="k"))[
         "value"
     ] == "w"
     # another agent does not
-    assert (await call(ctx(store, tenant, agent="reader"), op="get", scope="agent", key="k"))["found"] is False
+    assert (await call(ctx(rt, tenant, agent="reader"), op="get", scope="agent", key="k"))["found"] is False
 
 
-async def test_user_scope_follows_the_user_across_agents(store: MemoryStore, tenant: str) -> None:
-    await call(ctx(store, tenant, agent="a1", user="alice"), op="set", scope="user", key="pref", value="dark")
-    got = await call(ctx(store, tenant, agent="a2", user="alice"), op="get", scope="user", key="pref")
+async def test_user_scope_follows_the_user_across_agents(store: MemoryStore, rt: Any, tenant: str) -> None:
+    await call(ctx(rt, tenant, agent="a1", user="alice"), op="set", scope="user", key="pref", value="dark")
+    got = await call(ctx(rt, tenant, agent="a2", user="alice"), op="get", scope="user", key="pref")
     assert got["value"] == "dark"
-    other = await call(ctx(store, tenant, agent="a1", user="bob"), op="get", scope="user", key="pref")
+    other = await call(ctx(rt, tenant, agent="a1", user="bob"), op="get", scope="user", key="pref")
     assert other["found"] is False
     # user and agent scopes are separate namespaces even when ids collide
-    await call(ctx(store, tenant, agent="alice", user="alice"), op="set", scope="agent", key="pref", value="agent")
-    got = await call(ctx(store, tenant, agent="a1", user="alice"), op="get", scope="user", key="pref")
+    await call(ctx(rt, tenant, agent="alice", user="alice"), op="set", scope="agent", key="pref", value="agent")
+    got = await call(ctx(rt, tenant, agent="a1", user="alice"), op="get", scope="user", key="pref")
     assert got["value"] == "dark"
 
 
-async def test_user_scope_needs_a_user(store: MemoryStore, tenant: str) -> None:
+async def test_user_scope_needs_a_user(store: MemoryStore, rt: Any, tenant: str) -> None:
     with pytest.raises(ToolError, match="scope 'user' needs a run with a user_id"):
-        await TOOL.invoke(ctx(store, tenant, user=None), {"op": "get", "scope": "user", "key": "k"})
+        await TOOL.invoke(ctx(rt, tenant, user=None), {"op": "get", "scope": "user", "key": "k"})
 
 
-async def test_tenant_scope_needs_permission(store: MemoryStore, tenant: str) -> None:
-    denied = ctx(store, tenant, agent="plain")  # default memory_scopes: agent, user
+async def test_tenant_scope_needs_permission(store: MemoryStore, rt: Any, tenant: str) -> None:
+    denied = ctx(rt, tenant, agent="plain")  # default memory_scopes: agent, user
     with pytest.raises(ToolError) as info:
         await TOOL.invoke(denied, {"op": "set", "scope": "tenant", "key": "k", "value": 1})
     assert "scope 'tenant' is not permitted for agent 'plain'" in str(info.value)
     assert "agent, user" in str(info.value)
     assert await store.get(tenant, "tenant", "", "k") == (False, None)  # nothing was written
 
-    a = ctx(store, tenant, agent="a", scopes=("tenant",))
-    b = ctx(store, tenant, agent="b", user=None, scopes=("agent", "user", "tenant"))
+    a = ctx(rt, tenant, agent="a", scopes=("tenant",))
+    b = ctx(rt, tenant, agent="b", user=None, scopes=("agent", "user", "tenant"))
     await call(a, op="set", scope="tenant", key="motd", value="hello all")
     assert (await call(b, op="get", scope="tenant", key="motd"))["value"] == "hello all"
     # an agent limited to the tenant scope may not use its agent scope
@@ -224,13 +225,13 @@ async def test_tenant_scope_needs_permission(store: MemoryStore, tenant: str) ->
         await TOOL.invoke(a, {"op": "get", "scope": "agent", "key": "motd"})
 
 
-async def test_no_scopes_at_all(store: MemoryStore, tenant: str) -> None:
+async def test_no_scopes_at_all(store: MemoryStore, rt: Any, tenant: str) -> None:
     with pytest.raises(ToolError, match=r"memory_scopes: none"):
-        await TOOL.invoke(ctx(store, tenant, scopes=()), {"op": "get", "scope": "agent", "key": "k"})
+        await TOOL.invoke(ctx(rt, tenant, scopes=()), {"op": "get", "scope": "agent", "key": "k"})
 
 
-async def test_value_size_limit(store: MemoryStore, tenant: str) -> None:
-    c = ctx(store, tenant)
+async def test_value_size_limit(store: MemoryStore, rt: Any, tenant: str) -> None:
+    c = ctx(rt, tenant)
     fits = "x" * (MAX_VALUE_BYTES - 2)  # the JSON string adds two quotes
     await call(c, op="set", scope="agent", key="big", value=fits)
     assert (await call(c, op="get", scope="agent", key="big"))["value"] == fits
@@ -243,8 +244,8 @@ async def test_value_size_limit(store: MemoryStore, tenant: str) -> None:
         await TOOL.invoke(c, {"op": "set", "scope": "agent", "key": "u", "value": ["é" * (MAX_VALUE_BYTES // 2)]})
 
 
-async def test_bad_arguments(store: MemoryStore, tenant: str) -> None:
-    c = ctx(store, tenant)
+async def test_bad_arguments(store: MemoryStore, rt: Any, tenant: str) -> None:
+    c = ctx(rt, tenant)
     cases = [
         ({"op": "explode", "scope": "agent"}, "op must be one of"),
         ({"op": "get", "scope": "global", "key": "k"}, "scope must be one of"),
@@ -262,11 +263,11 @@ async def test_bad_arguments(store: MemoryStore, tenant: str) -> None:
             await TOOL.invoke(c, args)
 
 
-async def test_tenant_isolation(store: MemoryStore) -> None:
+async def test_tenant_isolation(store: MemoryStore, rt: Any) -> None:
     t1, t2 = f"t_{secrets.token_hex(6)}", f"t_{secrets.token_hex(6)}"
     all_scopes = ("agent", "user", "tenant")
-    c1 = ctx(store, t1, scopes=all_scopes)
-    c2 = ctx(store, t2, scopes=all_scopes)  # same agent name, same user id, other tenant
+    c1 = ctx(rt, t1, scopes=all_scopes)
+    c2 = ctx(rt, t2, scopes=all_scopes)  # same agent name, same user id, other tenant
     for scope in all_scopes:
         await call(c1, op="set", scope=scope, key="secret", value=f"{scope} of t1")
         assert (await call(c2, op="get", scope=scope, key="secret"))["found"] is False

@@ -7,7 +7,6 @@ from typing import Any
 from substrate_support import TENANT, client_for, run_agent
 
 from treadle.config import AgentConfig
-from treadle.substrate import substrate
 from treadle.substrate.agentdefs import agent_hash
 
 YAML_AGENT = {"system_prompt": "You are the yaml writer.", "tools": ["Memory"], "max_iterations": 4}
@@ -153,7 +152,7 @@ async def test_refusals_and_not_found(open_rt: Any) -> None:
 
 async def test_another_tenants_defs_are_invisible(open_rt: Any) -> None:
     rt, _ = await open_rt(CONFIG)
-    family = substrate(rt).agents
+    family = rt.substrate.agents
     theirs = await family.dispatch("tenant-b", {"op": "create", "name": "secret", "overlay": OVERLAY})
     async with client_for(rt) as c:
         for body in ({"op": "get", "def_id": theirs["def_id"]}, {"op": "get", "name": "secret"},

@@ -7,8 +7,6 @@ from typing import Any
 
 from substrate_support import TENANT, TemplatingMock, client_for, ok_results, run_agent, scripted, tool_results
 
-from treadle.substrate import substrate
-
 WORKER = {"model": "echo", "system_prompt": "work"}
 
 
@@ -132,7 +130,7 @@ async def test_every_op_over_http_with_lineage(open_rt: Any) -> None:
 async def test_another_tenants_evaluations_are_invisible(open_rt: Any) -> None:
     rt, disp = await open_rt({"agents": {"worker": WORKER}})
     theirs = await run_agent(rt, disp, "worker", tenant="tenant-b")
-    service = substrate(rt).evaluations
+    service = rt.substrate.evaluations
     ev = await service.dispatch("tenant-b", {"op": "submit", "run_id": theirs.id, "score": 1})
     async with client_for(rt) as c:
         assert (await c.post("/v1/_evaluation", json={"op": "get", "eval_id": ev["eval_id"]})).status_code == 404

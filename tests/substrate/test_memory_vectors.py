@@ -175,9 +175,8 @@ async def test_embed_and_search_without_an_embedder(open_rt: Any) -> None:
 
 async def test_another_tenants_memory_is_invisible(open_rt: Any) -> None:
     rt, _ = await open_rt({"agents": {"a": {"model": "echo"}}, **LOCAL})
-    from treadle.substrate import substrate
 
-    await substrate(rt).memory.set("tenant-b", "agent", "a", "secret", DOCS["pg"], None, embed=True)
+    await rt.substrate.memory.set("tenant-b", "agent", "a", "secret", DOCS["pg"], None, embed=True)
     async with client_for(rt) as c:
         assert (await c.get("/v1/_memory/scopes/agent/a/keys/secret")).status_code == 404
         assert (await c.get("/v1/_memory/scopes/agent/a/keys")).json()["entries"] == []

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from treadle.triggers.eventbridge import EventBridgeScheduler, schedule_name
-from treadle.triggers.schedules import schedule_service
 
 GROUP = "treadle-test"
 ROLE = "arn:aws:iam::123456789012:role/treadle-scheduler"
@@ -44,8 +43,8 @@ def remote(client: Any, schedule_id: str) -> dict[str, Any] | None:
 
 async def test_schedule_lifecycle_is_mirrored_in_eventbridge(open_rt: Any, scheduler_client: Any) -> None:
     rt, _ = await open_rt()
-    rt.extras["scheduler"] = EventBridgeScheduler(scheduler_client, GROUP, ROLE, TARGET)
-    svc = schedule_service(rt)
+    rt.triggers.schedules.scheduler = EventBridgeScheduler(scheduler_client, GROUP, ROLE, TARGET)
+    svc = rt.triggers.schedules
     created = await svc.family.dispatch("default", {"op": "create", "name": "nightly", "overlay": NIGHTLY})
     sid = created["schedule_id"]
     assert created["schedule"]["synced_state"] == "v1:enabled" and created["schedule"]["sync_error"] is None
@@ -83,11 +82,11 @@ async def test_schedule_lifecycle_is_mirrored_in_eventbridge(open_rt: Any, sched
 
 async def test_sync_failures_are_recorded_and_retried(open_rt: Any, scheduler_client: Any) -> None:
     rt, _ = await open_rt()
-    rt.extras["scheduler"] = EventBridgeScheduler(scheduler_client, "no-such-group", ROLE, TARGET)
-    svc = schedule_service(rt)
+    rt.triggers.schedules.scheduler = EventBridgeScheduler(scheduler_client, "no-such-group", ROLE, TARGET)
+    svc = rt.triggers.schedules
     created = await svc.family.dispatch("default", {"op": "create", "name": "n", "overlay": NIGHTLY})
     assert created["schedule"]["sync_error"] and created["schedule"]["synced_state"] is None
-    rt.extras["scheduler"] = EventBridgeScheduler(scheduler_client, GROUP, ROLE, TARGET)
+    rt.triggers.schedules.scheduler = EventBridgeScheduler(scheduler_client, GROUP, ROLE, TARGET)
     assert await svc.reconcile() == 1
     state = await svc.resolve("default", "n")
     assert (state.synced_state, state.sync_error) == ("v1:enabled", None)
@@ -95,8 +94,8 @@ async def test_sync_failures_are_recorded_and_retried(open_rt: Any, scheduler_cl
 
 async def test_the_handler_fires_by_the_invocations_scheduled_time(open_rt: Any, scheduler_client: Any) -> None:
     rt, _ = await open_rt()
-    rt.extras["scheduler"] = EventBridgeScheduler(scheduler_client, GROUP, ROLE, TARGET)
-    svc = schedule_service(rt)
+    rt.triggers.schedules.scheduler = EventBridgeScheduler(scheduler_client, GROUP, ROLE, TARGET)
+    svc = rt.triggers.schedules
     created = await svc.family.dispatch(
         "default", {"op": "create", "name": "twice", "overlay": {**NIGHTLY, "max_fires": 2, "timezone": "UTC",
                                                                  "schedule": "0 * * * *"}}
@@ -137,7 +136,7 @@ async def test_the_handler_fires_by_the_invocations_scheduled_time(open_rt: Any,
 
 async def test_a_stale_version_invocation_is_ignored(open_rt: Any, scheduler_client: Any) -> None:
     rt, _ = await open_rt()
-    svc = schedule_service(rt)
+    svc = rt.triggers.schedules
     created = await svc.family.dispatch("default", {"op": "create", "name": "v", "overlay": {
         **NIGHTLY, "schedule": "0 3 * * *", "timezone": "UTC"}})
     await svc.family.dispatch("default", {"op": "fork", "name": "v", "overlay": {"schedule": "0 4 * * *"}})

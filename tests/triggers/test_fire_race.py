@@ -11,8 +11,6 @@ from typing import Any
 from treadle.specs.schedule import ScheduleSpec
 from treadle.store.schedules import FireRow, ScheduleStore
 from treadle.triggers.firing import TickResult
-from treadle.triggers.schedules import schedule_service
-from treadle.triggers.sweeper import ScheduleSweeper
 
 TENANT = "default"
 SCHEDULES = 100
@@ -20,7 +18,7 @@ FIRES_EACH = 100  # 100 x 100 = 10,000 fires
 
 
 async def make_schedules(rt: Any, n: int, **overlay: Any) -> list[str]:
-    svc = schedule_service(rt)
+    svc = rt.triggers.schedules
     body = ScheduleSpec.model_validate(
         {"agent": "echo", "schedule": "* * * * *", "prompt": "race", **overlay}
     ).body()
@@ -39,7 +37,7 @@ async def test_two_sweepers_racing_fire_10000_fires_exactly_once(open_rt: Any) -
     start = now.replace(second=0) - timedelta(minutes=FIRES_EACH - 1)
     async with rt_a.pool.connection() as conn:  # every schedule is 100 minutes behind
         await conn.execute("UPDATE schedules SET next_fire_at = %s", (start,))
-    sweepers = [ScheduleSweeper(rt_a, singleton=False), ScheduleSweeper(rt_b, singleton=False)]
+    sweepers = [rt_a.triggers.sweeper(singleton=False), rt_b.triggers.sweeper(singleton=False)]
     for s in sweepers:
         s.service.settings.scheduler_batch = 7  # small batches: the sweepers interleave a lot
         s.service.settings.scheduler_fire_concurrency = 6
@@ -80,7 +78,7 @@ async def test_two_sweepers_racing_fire_10000_fires_exactly_once(open_rt: Any) -
 async def test_raw_claims_racing_on_the_same_fires_insert_each_once(open_rt: Any) -> None:
     rt, _ = await open_rt(db_pool_size=10)
     [sid] = await make_schedules(rt, 1)
-    state = await schedule_service(rt).resolve(TENANT, "race-000")
+    state = await rt.triggers.schedules.resolve(TENANT, "race-000")
     base = datetime(2030, 1, 1, tzinfo=UTC)
     rows = [FireRow(sid, base + timedelta(minutes=i), TENANT, state.def_id, 1, "sweeper") for i in range(10_000)]
 
@@ -103,7 +101,7 @@ async def test_raw_claims_racing_on_the_same_fires_insert_each_once(open_rt: Any
 async def test_redelivered_eventbridge_invocations_fire_once(open_rt: Any) -> None:
     rt, _ = await open_rt(db_pool_size=12)
     [sid] = await make_schedules(rt, 1)
-    firing = schedule_service(rt).firing
+    firing = rt.triggers.schedules.firing
     at = datetime.now(UTC).replace(second=0, microsecond=0)
     event = {"schedule_id": sid, "version": 1, "scheduled_time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
     outs = await asyncio.gather(*(firing.fire_event(dict(event), now=at + timedelta(seconds=3)) for _ in range(10)))

@@ -13,8 +13,6 @@ from conftest import client_for
 from treadle.builtins.scheduledef import ScheduleDefTool
 from treadle.errors import DefRefused
 from treadle.tools.base import ToolContext
-from treadle.triggers.schedules import schedule_service
-from treadle.triggers.static import sync_static_triggers
 
 NIGHTLY = {"agent": "echo", "schedule": "0 3 * * *", "timezone": "Europe/Berlin", "prompt": "nightly report"}
 
@@ -126,28 +124,25 @@ async def test_pause_resume(open_rt: Any) -> None:
 async def test_yaml_scheduled_runs_become_defs(open_rt: Any) -> None:
     yaml_v1 = {"scheduled_runs": {"digest": {**NIGHTLY, "max_fires": 5}}}
     rt, _ = await open_rt(yaml_v1)
-    assert await sync_static_triggers(rt) == {"created": 1, "retired": 0}
-    assert await sync_static_triggers(rt) == {"created": 0, "retired": 0}  # unchanged: no new version
-    svc = schedule_service(rt)
+    assert await rt.triggers.sync_static() == {"created": 1, "retired": 0}
+    assert await rt.triggers.sync_static() == {"created": 0, "retired": 0}  # unchanged: no new version
+    svc = rt.triggers.schedules
     state = await svc.resolve("default", "digest")
     assert state.version == 1 and state.status == "active"
 
     rt2, _ = await open_rt({"scheduled_runs": {"digest": {**NIGHTLY, "max_fires": 7}}})
-    assert await sync_static_triggers(rt2) == {"created": 1, "retired": 0}
-    state = await schedule_service(rt2).resolve("default", "digest")
+    assert await rt2.triggers.sync_static() == {"created": 1, "retired": 0}
+    state = await rt2.triggers.schedules.resolve("default", "digest")
     assert state.version == 2
 
     rt3, _ = await open_rt({})
-    assert await sync_static_triggers(rt3) == {"created": 0, "retired": 1}
-    state = await schedule_service(rt3).resolve("default", "digest")
+    assert await rt3.triggers.sync_static() == {"created": 0, "retired": 1}
+    state = await rt3.triggers.schedules.resolve("default", "digest")
     assert state.status == "retired"
 
 
 def tool_ctx(rt: Any, agent: str) -> ToolContext:
-    return ToolContext(
-        tenant_id="default", run_id="r_test", agent=agent, user_id=None, tool_use_id="tu_1", iteration=1,
-        memory=rt.memory, services={"runtime": rt},
-    )
+    return rt.tool_context("default", "r_test", agent, tool_use_id="tu_1")  # type: ignore[no-any-return]
 
 
 async def test_tool_is_default_deny_and_scoped(open_rt: Any) -> None:
@@ -200,5 +195,5 @@ async def test_triggers_may_target_an_agent_that_exists_only_as_a_promoted_agent
             "agent": "digester", "auth": {"kind": "bearer", "bearer_token_env": "TREADLE_TEST_INBOX_TOKEN"}}})
         assert r.status_code == 200, r.text
     with pytest.raises(DefRefused, match="unknown agent 'digester'"):  # another tenant's AgentDef
-        await schedule_service(rt).family.dispatch(
+        await rt.triggers.schedules.family.dispatch(
             "other-tenant", {"op": "create", "name": "digest", "overlay": {**NIGHTLY, "agent": "digester"}})

@@ -8,18 +8,16 @@ from typing import Any
 
 import pytest
 
+from treadle.store.locks import SWEEPER_LOCK_KEY
 from treadle.store.schedules import ScheduleState
 from treadle.triggers.firing import run_key
-from treadle.triggers.hooks import HookRunner, channel_publisher
-from treadle.triggers.schedules import schedule_service
-from treadle.triggers.sweeper import SWEEPER_LOCK_KEY, ScheduleSweeper
 
 TENANT = "default"
 EVERY_MINUTE = {"agent": "echo", "schedule": "* * * * *", "prompt": "tick"}
 
 
 async def create(rt: Any, name: str, **overlay: Any) -> ScheduleState:
-    svc = schedule_service(rt)
+    svc = rt.triggers.schedules
     await svc.family.dispatch(TENANT, {"op": "create", "name": name, "overlay": {**EVERY_MINUTE, **overlay}})
     return await svc.resolve(TENANT, name)
 
@@ -38,7 +36,7 @@ async def test_a_due_fire_starts_one_run_carrying_the_schedule(open_rt: Any) -> 
     rt, disp = await open_rt()
     st = await create(rt, "m", user_id="u1", metadata={"team": "ops"})
     assert st.next_fire_at is not None
-    svc = schedule_service(rt)
+    svc = rt.triggers.schedules
     early = await svc.firing.tick(st.next_fire_at - timedelta(seconds=1))
     assert early.fired == 0
     at = st.next_fire_at
@@ -68,12 +66,12 @@ async def test_catch_up_after_downtime(open_rt: Any, catch_up_max: int, expected
     st = await create(rt, "c", catch_up_max=catch_up_max)
     assert st.next_fire_at is not None
     now = st.next_fire_at + timedelta(minutes=10, seconds=5)  # 11 due times; the newest is on time
-    result = await schedule_service(rt).firing.tick(now)
+    result = await rt.triggers.schedules.firing.tick(now)
     assert (result.fired, result.skipped) == (expected, 11 - expected)
     fired = [datetime.fromisoformat(r["metadata"]["scheduled_for"]) for r in await runs_of(rt, st.schedule_id)]
     newest = st.next_fire_at + timedelta(minutes=10)
     assert fired == [newest - timedelta(minutes=i) for i in reversed(range(expected))]
-    state = await schedule_service(rt).resolve(TENANT, "c")
+    state = await rt.triggers.schedules.resolve(TENANT, "c")
     assert state.skipped_fires == 11 - expected and state.next_fire_at == newest + timedelta(minutes=1)
 
 
@@ -81,7 +79,7 @@ async def test_max_fires_retires_after_n(open_rt: Any) -> None:
     rt, _ = await open_rt()
     st = await create(rt, "thrice", max_fires=3)
     assert st.next_fire_at is not None
-    svc = schedule_service(rt)
+    svc = rt.triggers.schedules
     fired = 0
     for i in range(5):
         fired += (await svc.firing.tick(st.next_fire_at + timedelta(minutes=i, seconds=1))).fired
@@ -101,7 +99,7 @@ async def test_max_fires_retires_after_n(open_rt: Any) -> None:
 
 async def test_paused_and_disabled_schedules_do_not_fire(open_rt: Any) -> None:
     rt, _ = await open_rt()
-    svc = schedule_service(rt)
+    svc = rt.triggers.schedules
     st = await create(rt, "p", catch_up_max=0)
     await svc.pause(TENANT, st.schedule_id)
     off = await create(rt, "off", enabled=False)
@@ -131,7 +129,7 @@ async def test_run_now_fires_at_once_and_counts(open_rt: Any) -> None:
 async def test_the_sweeper_is_a_singleton(open_rt: Any) -> None:
     rt, _ = await open_rt()
     await create(rt, "s", catch_up_max=0)
-    sweeper = ScheduleSweeper(rt)
+    sweeper = rt.triggers.sweeper()
     async with rt.pool.connection() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SWEEPER_LOCK_KEY,))
         assert await sweeper.tick_once(datetime.now(UTC) + timedelta(minutes=2)) is None
@@ -142,7 +140,7 @@ async def test_the_sweeper_is_a_singleton(open_rt: Any) -> None:
 async def test_a_claim_whose_run_never_started_is_recovered_once(open_rt: Any) -> None:
     rt, _ = await open_rt()
     st = await create(rt, "r")
-    svc = schedule_service(rt)
+    svc = rt.triggers.schedules
     assert st.next_fire_at is not None
     at = st.next_fire_at
     async with rt.pool.connection() as conn:  # a claimant that died right after its claim
@@ -168,9 +166,9 @@ async def test_on_complete_memory_set(open_rt: Any) -> None:
     ]
     st = await create(rt, "mem", on_complete=hooks)
     assert st.next_fire_at is not None
-    svc = schedule_service(rt)
+    svc = rt.triggers.schedules
     await svc.firing.tick(st.next_fire_at + timedelta(seconds=1))
-    runner = HookRunner(rt)
+    runner = rt.triggers.hooks
     assert await runner.run_once() == 0  # the run has not ended yet
     await disp.drain()
     assert await runner.run_once() == 1
@@ -187,8 +185,6 @@ async def test_on_complete_memory_set(open_rt: Any) -> None:
 
 async def test_on_complete_publish_wakes_a_parked_consumer(open_rt: Any) -> None:
     rt, disp = await open_rt()
-    if channel_publisher(rt) is None:
-        pytest.skip("channels (the waiting-primitives issue) are not in this build: no channel publisher")
     from treadle.store.runs import NewRun
 
     segs = [{"role": "user", "content": [{"type": "trusted-text", "text": "wait for events"}]}]
@@ -198,9 +194,9 @@ async def test_on_complete_publish_wakes_a_parked_consumer(open_rt: Any) -> None
 
     st = await create(rt, "pub", on_complete=[{"kind": "channel.publish", "channel": "events", "payload": {"n": 1}}])
     assert st.next_fire_at is not None
-    await schedule_service(rt).firing.tick(st.next_fire_at + timedelta(seconds=1))
+    await rt.triggers.schedules.firing.tick(st.next_fire_at + timedelta(seconds=1))
     await disp.drain()
-    assert await HookRunner(rt).run_once() == 1
+    assert await rt.triggers.hooks.run_once() == 1
     await disp.drain()
     assert (await rt.runs.get(TENANT, consumer.id)).status == "completed"
     events = await rt.runs.events(TENANT, consumer.id)
@@ -208,19 +204,15 @@ async def test_on_complete_publish_wakes_a_parked_consumer(open_rt: Any) -> None
     assert '"schedule_name":"pub"' in result.replace(" ", "") and '"n":1' in result.replace(" ", "")
 
 
-async def test_on_complete_publish_without_channels_is_recorded_not_raised(
-    open_rt: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import treadle.triggers.hooks as hooks_mod
-
-    monkeypatch.setattr(hooks_mod, "channel_publisher", lambda rt: None)
+async def test_on_complete_publish_without_channels_is_recorded_not_raised(open_rt: Any) -> None:
     rt, disp = await open_rt()
+    rt.triggers.hooks.publisher = None  # a runtime without a channel publisher
     st = await create(rt, "nopub", on_complete=[{"kind": "channel.publish", "channel": "events"}])
     assert st.next_fire_at is not None
-    svc = schedule_service(rt)
+    svc = rt.triggers.schedules
     await svc.firing.tick(st.next_fire_at + timedelta(seconds=1))
     await disp.drain()
-    assert await HookRunner(rt).run_once() == 1
+    assert await rt.triggers.hooks.run_once() == 1
     [fire] = await svc.store.recent_fires(TENANT, st.schedule_id)
     assert fire["hooks_status"] == "failed"
     assert fire["hooks_result"]["results"][0]["code"] == "channels_unavailable"

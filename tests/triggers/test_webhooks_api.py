@@ -13,8 +13,6 @@ import pytest
 from signing import generic_signature, github_headers, linear_headers, stripe_header
 
 from conftest import client_for
-from treadle.triggers.hooks import HookRunner, channel_publisher
-from treadle.triggers.static import sync_static_triggers
 
 GH_SECRET = "gh-" + uuid.uuid4().hex
 STRIPE_SECRET = "whsec_" + uuid.uuid4().hex
@@ -75,7 +73,7 @@ async def hooks(open_rt: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("TEST_NOT_SET_ANYWHERE", raising=False)
     rt, disp = await open_rt({"webhooks": WEBHOOKS})
-    await sync_static_triggers(rt)
+    await rt.triggers.sync_static()
     async with client_for(rt) as client:
         yield rt, disp, client
 
@@ -316,8 +314,6 @@ async def test_webhookdef_ops_over_http(hooks: Any) -> None:
 
 async def test_channel_delivery_wakes_a_parked_run(hooks: Any) -> None:
     rt, disp, c = hooks
-    if channel_publisher(rt) is None:
-        pytest.skip("channels (the waiting-primitives issue) are not in this build: no channel publisher")
     from treadle.store.runs import NewRun
 
     segs = [{"role": "user", "content": [{"type": "trusted-text", "text": "wait"}]}]
@@ -335,16 +331,16 @@ async def test_channel_delivery_wakes_a_parked_run(hooks: Any) -> None:
     assert again.status_code == 200 and again.json()["duplicate"]
 
 
-async def test_channel_delivery_without_channels_is_503(hooks: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import treadle.triggers.hooks as hooks_mod
+async def test_channel_delivery_without_channels_is_503(hooks: Any) -> None:
+    from treadle.triggers.hooks import ScopedPublisher
 
-    monkeypatch.setattr(hooks_mod, "channel_publisher", lambda rt: None)
-    _, _, c = hooks
+    rt, _, c = hooks
+    rt.triggers.webhooks.publisher = None  # a runtime without a channel publisher
     body = body_of({"ping": 1})
     headers = github_headers(GH_SECRET, body)
     r = await c.post("/v1/_webhooks/events", content=body, headers=headers)
     assert (r.status_code, r.json()["code"]) == (503, "channels_unavailable")
-    monkeypatch.undo()
+    rt.triggers.webhooks.publisher = ScopedPublisher(rt.channels, rt)
     # the failed delivery left no claim: the sender's retry is processed afresh
     deliveries = (await c.get("/v1/_webhooks/events/recent-deliveries")).json()["deliveries"]
     assert deliveries[0]["verdict"] == "rejected_delivery"
@@ -354,13 +350,13 @@ async def test_on_complete_hooks_follow_a_webhook_run(open_rt: Any, monkeypatch:
     monkeypatch.setenv("TEST_GH_SECRET", GH_SECRET)
     spec = {**WEBHOOKS["github"], "on_complete": [{"kind": "memory.set", "scope": "agent", "key": "last-issue"}]}
     rt, disp = await open_rt({"webhooks": {"gh": spec}})
-    await sync_static_triggers(rt)
+    await rt.triggers.sync_static()
     body = body_of(ISSUE)
     async with client_for(rt) as c:
         r = await c.post("/v1/_webhooks/gh", content=body, headers=github_headers(GH_SECRET, body))
         assert r.status_code == 202
         await disp.drain()
-        assert await HookRunner(rt).run_once() == 1
+        assert await rt.triggers.hooks.run_once() == 1
         found, value = await rt.memory.get("default", "agent", "echo", "last-issue")
         assert found and value["webhook_name"] == "gh" and value["run_id"] == r.json()["run_id"]
         recent = (await c.get("/v1/_webhooks/gh/recent-deliveries")).json()["deliveries"]
@@ -378,8 +374,7 @@ async def test_webhookdef_tool_is_default_deny(open_rt: Any) -> None:
     rt, _ = await open_rt({"agents": agents})
 
     def ctx(agent: str) -> ToolContext:
-        return ToolContext(tenant_id="default", run_id="r_x", agent=agent, user_id=None, tool_use_id="t",
-                           iteration=1, memory=rt.memory, services={"runtime": rt})
+        return rt.tool_context("default", "r_x", agent, tool_use_id="t")  # type: ignore[no-any-return]
 
     tool = WebhookDefTool()
     auth = {"signing_secret_env": "SOME_SECRET"}

@@ -103,9 +103,8 @@ async def test_cancel_op_settles_a_pending_question(open_runtime: Any) -> None:
     tool = InterruptionTool()
 
     def ctx(tool_use_id: str, resume: dict[str, Any] | None = None) -> ToolContext:
-        return ToolContext(tenant_id="default", run_id=run_id, agent="e", user_id=None, tool_use_id=tool_use_id,
-                           iteration=1, memory=rt.memory, waits=rt.waits, resume=resume,
-                           services=rt.engine.services)
+        return rt.tool_context("default", run_id, "e", tool_use_id=tool_use_id,  # type: ignore[no-any-return]
+                               resume=resume)
 
     asked = await tool.invoke(ctx("t1"), {"op": "ask", "question": "?"})
     assert isinstance(asked, Park) and asked.events[0][0] == "interruption_pending"

@@ -223,10 +223,9 @@ async def test_a_lost_wake_up_is_found_by_the_sweeper(
 async def test_spawn_with_def_id_runs_that_agentdef_version(open_runtime: Any) -> None:
     """def_id pins a child to one AgentDef version — also one never promoted; a retired version
     or another agent's def_id is a tool error and starts nothing."""
-    from treadle.substrate import substrate
 
     rt, _ = await open_runtime({"echo": ECHO})
-    agents = substrate(rt).agents
+    agents = rt.substrate.agents
     v1 = await agents.dispatch("default", {"op": "create", "name": "helper", "overlay": {
         "provider": "mock", "model": "echo", "system_prompt": "v1"}})
     v2 = await agents.dispatch("default", {"op": "fork", "name": "helper", "overlay": {"system_prompt": "v2"}})

@@ -24,7 +24,6 @@ from treadle.api.deps import get_principal, get_runtime
 from treadle.errors import NotFound, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
-from treadle.substrate import substrate
 
 router = APIRouter(prefix="/v1/_memory", tags=["memory"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -99,7 +98,7 @@ async def get_key(scope: Scope, scope_id: str, key: str, rt: Rt, who: Who) -> di
 @router.put("/scopes/{scope}/{scope_id}/keys/{key:path}")
 async def put_key(scope: Scope, scope_id: str, key: str, body: MemoryPut, rt: Rt, who: Who) -> dict[str, Any]:
     sid = _scope_id(scope, scope_id)
-    out = await substrate(rt).memory.set(
+    out = await rt.substrate.memory.set(
         who.tenant_id, scope, sid, _key(key), body.value, body.ttl_seconds, embed=body.embed,
         embed_text=body.embed_text, quota_bytes=_quota(rt, scope, sid),
     )
@@ -116,7 +115,7 @@ async def delete_key(scope: Scope, scope_id: str, key: str, rt: Rt, who: Who) ->
 @router.post("/search")
 async def search(body: MemorySearch, rt: Rt, who: Who) -> dict[str, Any]:
     sid = _scope_id(body.scope, body.scope_id)
-    out = await substrate(rt).memory.search(
+    out = await rt.substrate.memory.search(
         who.tenant_id, body.scope, sid, body.query, k=body.k, min_score=body.min_score,
         recency_weight=body.recency_weight, half_life_hours=body.recency_half_life_hours, prefix=body.prefix,
         include_values=body.include_values,

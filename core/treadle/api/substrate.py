@@ -13,9 +13,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from treadle.api.defroutes import add_def_routes, add_op_route
-from treadle.substrate import substrate
 
 router = APIRouter(prefix="/v1", tags=["substrate"])
-add_def_routes(router, "/_agentdef", lambda rt: substrate(rt).agents)
-add_def_routes(router, "/_skilldef", lambda rt: substrate(rt).skills)
-add_op_route(router, "/_evaluation", lambda rt: substrate(rt).evaluations)
+add_def_routes(router, "/_agentdef", lambda rt: rt.substrate.agents)
+add_def_routes(router, "/_skilldef", lambda rt: rt.substrate.skills)
+add_op_route(router, "/_evaluation", lambda rt: rt.substrate.evaluations)

@@ -14,35 +14,33 @@ from typing import Any
 from fastapi import APIRouter
 
 from treadle.api.defroutes import Rt, Who, add_def_routes
-from treadle.triggers.schedules import schedule_service
-from treadle.triggers.webhooks import webhook_service
 
 router = APIRouter(prefix="/v1", tags=["triggers"])
-add_def_routes(router, "/_scheduledef", lambda rt: schedule_service(rt).family)
-add_def_routes(router, "/_webhookdef", lambda rt: webhook_service(rt).family)
+add_def_routes(router, "/_scheduledef", lambda rt: rt.triggers.schedules.family)
+add_def_routes(router, "/_webhookdef", lambda rt: rt.triggers.webhooks.family)
 
 
 @router.get("/_schedules/list-all")
 async def list_schedules(rt: Rt, who: Who) -> dict[str, Any]:
-    states = await schedule_service(rt).store.list(who.tenant_id, include_retired=True)
+    states = await rt.triggers.schedules.store.list(who.tenant_id, include_retired=True)
     return {"schedules": [s.to_api() for s in states]}
 
 
 @router.get("/_schedules/{ident}/state")
 async def schedule_state(ident: str, rt: Rt, who: Who) -> dict[str, Any]:
-    return await schedule_service(rt).state_view(who.tenant_id, ident)
+    return await rt.triggers.schedules.state_view(who.tenant_id, ident)
 
 
 @router.post("/_schedules/{ident}/run-now")
 async def run_now(ident: str, rt: Rt, who: Who) -> dict[str, Any]:
-    return await schedule_service(rt).run_now(who.tenant_id, ident)
+    return await rt.triggers.schedules.run_now(who.tenant_id, ident)
 
 
 @router.post("/_schedules/{ident}/pause")
 async def pause(ident: str, rt: Rt, who: Who) -> dict[str, Any]:
-    return await schedule_service(rt).pause(who.tenant_id, ident)
+    return await rt.triggers.schedules.pause(who.tenant_id, ident)
 
 
 @router.post("/_schedules/{ident}/resume")
 async def resume(ident: str, rt: Rt, who: Who) -> dict[str, Any]:
-    return await schedule_service(rt).resume(who.tenant_id, ident)
+    return await rt.triggers.schedules.resume(who.tenant_id, ident)

@@ -20,7 +20,7 @@ from treadle.api.errors import error_body
 from treadle.errors import BodyTooLarge, NotFound
 from treadle.runtime import Runtime
 from treadle.security.principal import DEFAULT_TENANT, Principal
-from treadle.triggers.webhooks import ActiveWebhook, RateLimited, WebhookService, webhook_service
+from treadle.triggers.webhooks import ActiveWebhook, RateLimited, WebhookService
 
 router = APIRouter(prefix="/v1/_webhooks", tags=["webhooks"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -57,7 +57,7 @@ async def _load(svc: WebhookService, tenant: str, name: str) -> ActiveWebhook:
 
 
 async def _deliver(rt: Runtime, tenant: str, name: str, request: Request) -> JSONResponse:
-    svc = webhook_service(rt)
+    svc = rt.triggers.webhooks
     hook = await _load(svc, tenant, name)
     try:
         body = await _read_body(request, hook.spec.body_size_limit_bytes)
@@ -76,12 +76,12 @@ async def _deliver(rt: Runtime, tenant: str, name: str, request: Request) -> JSO
 async def recent_deliveries(
     name: str, rt: Rt, who: Who, limit: Annotated[int, Query(ge=1, le=50)] = 50
 ) -> dict[str, Any]:
-    return await webhook_service(rt).recent(who.tenant_id, name, limit)
+    return await rt.triggers.webhooks.recent(who.tenant_id, name, limit)
 
 
 @router.post("/{name}/test")
 async def test_delivery(name: str, request: Request, rt: Rt, who: Who) -> dict[str, Any]:
-    svc = webhook_service(rt)
+    svc = rt.triggers.webhooks
     hook = await _load(svc, who.tenant_id, name)
     body = await _read_body(request, hook.spec.body_size_limit_bytes)
     return await svc.dry_run(hook, _headers(request), body)

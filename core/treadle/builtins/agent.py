@@ -22,14 +22,14 @@ from __future__ import annotations
 from typing import Any
 
 from treadle.errors import ToolError
+from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
-from treadle.store.subruns import Child, SubRunStore, child_idempotency_key, spawn_wait_key
+from treadle.store.subruns import Child, child_idempotency_key, spawn_wait_key
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 OPS = ("spawn", "parallel_spawn")
 MAX_PARALLEL_SPAWNS = 32
 MAX_AGENT_DEPTH = 3
-DEFAULT_MAX_CONCURRENT_CHILDREN = 4
 MAX_PROMPT_CHARS = 256_000
 
 _SPAWN_PROPS: dict[str, Any] = {
@@ -61,32 +61,29 @@ class AgentTool:
     }
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        rt = ctx.services.get("runtime")
-        if rt is None or ctx.waits is None:
-            raise ToolError("Agent: sub-agents are not available in this runtime")
+        services = ctx.services
         op = args.get("op", "spawn")
         if op not in OPS:
             raise ToolError(f"Agent: op must be one of {', '.join(OPS)}")
         spawns = _spawns(args, op)
-        known: dict[str, Any] = dict(rt.agents)
-        from treadle.substrate.resolve import promoted_agents  # names only promoted AgentDefs define
-
-        known.update(await promoted_agents(rt, ctx.tenant_id, {s["name"] for s in spawns} - set(known)))
+        known = {name for name in {s["name"] for s in spawns}
+                 if await services.agents.current(ctx.tenant_id, name) is not None}
         unknown = sorted({s["name"] for s in spawns if s["name"] not in known and not s.get("def_id")})
         if unknown and ctx.resume is None:
-            raise ToolError(f"Agent: unknown agent(s) {', '.join(unknown)} (configured: {', '.join(sorted(known))})")
+            configured = ", ".join(services.agents.static_names())
+            raise ToolError(f"Agent: unknown agent(s) {', '.join(unknown)} (configured: {configured}; "
+                            "or a promoted AgentDef)")
         if ctx.resume is None:
-            await _check_pins(rt, ctx.tenant_id, spawns)
-        startable = set(known) | {s["name"] for s in spawns if s.get("def_id")}
+            await _check_pins(services.defs, ctx.tenant_id, spawns)
+        startable = known | {s["name"] for s in spawns if s.get("def_id")}
 
         key = spawn_wait_key(ctx.run_id, ctx.tool_use_id)
         version = await ctx.waits.version(ctx.tenant_id, key)  # before looking at the children
-        store = SubRunStore(rt.pool)
+        store = services.subruns
         kids = await store.children(ctx.tenant_id, ctx.run_id, key)
         missing = [i for i in range(len(spawns)) if i not in kids and spawns[i]["name"] in startable]
         if missing:
-            caller = known.get(ctx.agent)
-            limit = caller.config.max_concurrent_children if caller is not None else DEFAULT_MAX_CONCURRENT_CHILDREN
+            limit = ctx.agent_config.max_concurrent_children  # the run's own resolved agent
             room = limit - sum(1 for k in kids.values() if not k.terminal)
             if room > 0:
                 depth, root = await store.lineage(ctx.tenant_id, ctx.run_id)
@@ -94,7 +91,7 @@ class AgentTool:
                     raise ToolError(f"Agent: sub-agents may nest at most {MAX_AGENT_DEPTH} deep (this run is at "
                                     f"depth {depth})")
                 for i in missing[:room]:
-                    kids[i] = await _start_child(rt, ctx, spawns[i], i, key, depth, root)
+                    kids[i] = await _start_child(ctx, spawns[i], i, key, depth, root)
 
         settled = all((kids[i].terminal if i in kids else s["name"] not in startable) for i, s in enumerate(spawns))
         if not settled:
@@ -114,11 +111,8 @@ class AgentTool:
         return result
 
 
-async def _check_pins(rt: Any, tenant_id: str, spawns: list[dict[str, str]]) -> None:
+async def _check_pins(defs: DefStore, tenant_id: str, spawns: list[dict[str, str]]) -> None:
     """Each `def_id` names a version of its spawn's agent that is not retired (ToolError)."""
-    from treadle.store.defs import DefStore
-
-    defs = DefStore(rt.pool)
     for s in spawns:
         if def_id := s.get("def_id"):
             record = await defs.get(tenant_id, "agent", def_id=def_id)
@@ -129,9 +123,9 @@ async def _check_pins(rt: Any, tenant_id: str, spawns: list[dict[str, str]]) -> 
 
 
 async def _start_child(
-    rt: Any, ctx: ToolContext, spawn: dict[str, str], index: int, key: str, depth: int, root: str
+    ctx: ToolContext, spawn: dict[str, str], index: int, key: str, depth: int, root: str
 ) -> Child:
-    run, _created = await rt.start_run(
+    run, _created = await ctx.services.starter.start_run(
         NewRun(
             tenant_id=ctx.tenant_id,
             agent=spawn["name"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.defops import op_schema, run_op, runtime_of
+from treadle.defops import op_schema, run_op
 from treadle.substrate.agentdefs import GRANT_FIELDS
 from treadle.substrate.family import Gate
 from treadle.tools.base import Park, ToolContext, ToolResult
@@ -47,8 +47,6 @@ class AgentDefTool:
     input_schema: dict[str, Any] = substrate_def_schema(OPS, "AgentDef fields (treadle.yaml agent keys)")
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        from treadle.substrate import substrate
-
-        family = substrate(runtime_of(ctx, "AgentDef")).agents
+        family = ctx.services.ops["AgentDef"]
         gate = gate_for(ctx, "agent_def_scopes", frozenset({ctx.agent}), GRANT_FIELDS)
         return await run_op(ctx, family, gate, args)

@@ -43,9 +43,7 @@ class ChannelTool:
     }
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        store = ctx.services.get("channels")
-        if not isinstance(store, ChannelStore):
-            raise ToolError("Channel: channels are not available in this runtime")
+        store = ctx.services.channels
         op = args.get("op")
         if op not in OPS:
             raise ToolError(f"Channel: op must be one of {', '.join(OPS)}")
@@ -67,14 +65,12 @@ class ChannelTool:
             raise ToolError(f"Channel.{op}: value is required")
         names = _names(args) if op == "broadcast" else [_name(args)]
         defs = [await store.get_def(ctx.tenant_id, n) for n in names]  # all must exist before any publish
-        runtime = ctx.services.get("runtime")
         published: list[dict[str, Any]] = []
         result = ToolResult("")
         for d in defs:
             scope_id = _scope_id(ctx, d)
             msg, dropped = await store.publish(ctx.tenant_id, d, scope_id, args["value"], _ttl(args))
-            if runtime is not None:
-                await runtime.poke(ctx.tenant_id, [channel_key(d.name, scope_id)])
+            await ctx.services.waker.poke(ctx.tenant_id, [channel_key(d.name, scope_id)])
             info = {"channel": d.name, "message_id": msg.id, "scope": d.scope, "scope_id": scope_id,
                     "dropped_oldest": dropped}
             published.append(info)
@@ -146,8 +142,6 @@ class ChannelTool:
 
 
 async def _version(ctx: ToolContext, key: str) -> int:
-    if ctx.waits is None:
-        raise ToolError("Channel: this runtime cannot wait (no wait store)")
     return await ctx.waits.version(ctx.tenant_id, key)
 
 

@@ -50,40 +50,38 @@ class ContextTool:
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         op = args.get("op")
-        rt = ctx.services.get("runtime")
         if op == "time":
             now = ctx.now or datetime.now(UTC)
             return ToolResult.json({"now": now.isoformat(), "unix": now.timestamp(), "timezone": "UTC"})
         if op == "self":
-            return ToolResult.json(await _self(ctx, rt))
+            return ToolResult.json(await _self(ctx))
         if op == "tools":
-            return ToolResult.json({"tools": [_tool_entry(rt, name) for name in ctx.tools]})
+            return ToolResult.json({"tools": [_tool_entry(ctx, name) for name in ctx.tools]})
         if op == "agents":
-            return ToolResult.json(await _agents(ctx, rt))
+            return ToolResult.json(await _agents(ctx))
         if op == "help":
             return ToolResult.json(_help(args.get("topic")))
         if op == "capabilities":
-            return ToolResult.json(await _capabilities(ctx, rt))
+            return ToolResult.json(await _capabilities(ctx))
         raise ToolError(f"Context: op must be one of {', '.join(OPS)}")
 
 
-async def _self(ctx: ToolContext, rt: Any) -> dict[str, Any]:
+async def _self(ctx: ToolContext) -> dict[str, Any]:
     cfg = ctx.agent_config
     out: dict[str, Any] = {
         "agent": ctx.agent, "def_id": ctx.def_id, "content_sha256": None, "run_id": ctx.run_id,
         "user_id": ctx.user_id, "tenant_id": ctx.tenant_id, "model": ctx.model, "provider": ctx.provider,
-        "iteration": ctx.iteration, "max_iterations": getattr(cfg, "max_iterations", None),
+        "iteration": ctx.iteration, "max_iterations": cfg.max_iterations,
         "tools": list(ctx.tools), "memory_scopes": list(ctx.memory_scopes),
-        "skills": list(getattr(cfg, "skills", ()) or ()), "context": None,
+        "skills": list(cfg.skills), "context": None,
     }
-    if rt is None:
-        return out
-    run = await rt.runs.get(ctx.tenant_id, ctx.run_id)
+    runs = ctx.services.runs
+    run = await runs.get(ctx.tenant_id, ctx.run_id)
     if run is not None:
         out["content_sha256"] = run.def_content_sha256
         out["skill_def_ids"] = run.skill_def_ids
     usage: dict[str, Any] | None = None
-    for event in reversed(await rt.runs.events(ctx.tenant_id, ctx.run_id, 0, 5000)):
+    for event in reversed(await runs.events(ctx.tenant_id, ctx.run_id, 0, 5000)):
         if event.type == "usage":
             usage = event.payload.get("usage") or {}
             break
@@ -98,24 +96,22 @@ async def _self(ctx: ToolContext, rt: Any) -> dict[str, Any]:
     return out
 
 
-def _tool_entry(rt: Any, name: str) -> dict[str, Any]:
-    tool = rt.registry.get(name) if rt is not None else None
-    if tool is None:
+def _tool_entry(ctx: ToolContext, name: str) -> dict[str, Any]:
+    entry = ctx.services.catalogue.get(name)
+    if entry is None:
         return {"name": name}
-    return {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+    description, schema = entry
+    return {"name": name, "description": description, "input_schema": schema}
 
 
-async def _agents(ctx: ToolContext, rt: Any) -> dict[str, Any]:
-    if rt is None:
-        return {"agents": [{"name": ctx.agent, "source": "yaml"}]}
-    from treadle.substrate import substrate
-
-    listing = await substrate(rt).agents.op_list(ctx.tenant_id, {"op": "list"}, None, None)
+async def _agents(ctx: ToolContext) -> dict[str, Any]:
+    listing = await ctx.services.ops["AgentDef"].dispatch(ctx.tenant_id, {"op": "list"})
+    static = ctx.services.config.agents
     runnable: dict[str, dict[str, Any]] = {}
     for s in listing["static"]:
         runnable[s["name"]] = {"name": s["name"], "source": "yaml", "def_id": None,
                                "content_sha256": s["content_sha256"],
-                               "description": rt.config.agents[s["name"]].description}
+                               "description": static[s["name"]].description}
     for d in listing["defs"]:
         if d["active"]:
             runnable[d["name"]] = {"name": d["name"], "source": "runtime", "def_id": d["def_id"],
@@ -133,11 +129,11 @@ def _help(topic: Any) -> dict[str, Any]:
     return {"topic": topic, "text": topics[topic]}
 
 
-async def _capabilities(ctx: ToolContext, rt: Any) -> dict[str, Any]:
+async def _capabilities(ctx: ToolContext) -> dict[str, Any]:
     cfg = ctx.agent_config
-    embedder = ctx.services.get("embedder")
+    embedder = ctx.services.vector_memory.embedder
     out: dict[str, Any] = {
-        "tools_available": rt.registry.names() if rt is not None else list(ctx.tools),
+        "tools_available": sorted(ctx.services.catalogue),
         "memory": {
             "scopes": list(ctx.memory_scopes),
             "embedder": {"driver": embedder.name, "model": embedder.model} if embedder is not None else None,

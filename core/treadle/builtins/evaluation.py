@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.defops import as_tool_error, runtime_of
+from treadle.defops import as_tool_error
 from treadle.errors import TreadleError
 from treadle.substrate.evaluation import OPS, EvalGate
 from treadle.tools.base import Park, ToolContext, ToolResult
@@ -38,9 +38,7 @@ class EvaluationTool:
     }
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        from treadle.substrate import substrate
-
-        service = substrate(runtime_of(ctx, "Evaluation")).evaluations
+        service = ctx.services.ops["Evaluation"]
         scopes = tuple(getattr(ctx.agent_config, "evaluation_scopes", ()) or ())
         gate = EvalGate(scopes, ctx.run_id, ctx.agent, ctx.def_id)
         try:

@@ -60,18 +60,14 @@ class InterruptionTool:
             result = ToolResult.json({"notified": True})
             result.events.append(("interruption_notify", {"message": message, "priority": _priority(args)}))
             return result
-        rt = ctx.services.get("runtime")
-        if rt is None or ctx.waits is None:
-            raise ToolError("Interruption: this runtime cannot wait (no wait store)")
-        store = InterruptStore(rt.pool)
+        store = ctx.services.interrupts
         if op == "cancel":
-            return await _cancel(ctx, rt, store, args)
-        return await _ask(ctx, store, args, rt.config.interruption)
+            return await _cancel(ctx, store, args)
+        return await _ask(ctx, store, args, ctx.services.config.interruption)
 
 
 async def _ask(ctx: ToolContext, store: InterruptStore, args: dict[str, Any], bounds: InterruptionConfig
                ) -> ToolResult | Park:
-    assert ctx.waits is not None
     question = _required(args, "question")
     options = args.get("options", [])
     if not isinstance(options, list) or len(options) > MAX_OPTIONS or not all(isinstance(o, str) for o in options):
@@ -99,13 +95,13 @@ async def _ask(ctx: ToolContext, store: InterruptStore, args: dict[str, Any], bo
     return ToolResult.json(row.tool_result())
 
 
-async def _cancel(ctx: ToolContext, rt: Any, store: InterruptStore, args: dict[str, Any]) -> ToolResult:
+async def _cancel(ctx: ToolContext, store: InterruptStore, args: dict[str, Any]) -> ToolResult:
     iid = args.get("interrupt_id", args.get("interruption_id"))
     if not isinstance(iid, str) or not iid:
         raise ToolError("Interruption.cancel: interrupt_id is required")
     cancelled = await store.cancel(ctx.tenant_id, ctx.run_id, iid, by="agent_cancel")
     if cancelled:
-        await rt.poke(ctx.tenant_id, [interrupt_key(iid)])
+        await ctx.services.waker.poke(ctx.tenant_id, [interrupt_key(iid)])
         return ToolResult.json({"interrupt_id": iid, "status": "cancelled"})
     row = await store.get(ctx.tenant_id, ctx.run_id, iid)
     if row is None:

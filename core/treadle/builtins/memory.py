@@ -8,9 +8,8 @@ from typing import Any
 
 from treadle.builtins.args import optional_ttl
 from treadle.errors import ToolError, TreadleError
-from treadle.specs.memory import MemoryConfig
+from treadle.ports import VectorMemory
 from treadle.store.memory import DEFAULT_MAX_VALUE_BYTES
-from treadle.substrate.memory import MemoryService
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 MAX_VALUE_BYTES = DEFAULT_MAX_VALUE_BYTES
@@ -118,10 +117,8 @@ class MemoryTool:
         return ToolResult.json({"key": key, "value": value})
 
 
-def service(ctx: ToolContext) -> MemoryService:
-    rt = ctx.services.get("runtime")
-    config = rt.config.memory if rt is not None else MemoryConfig()
-    return MemoryService(ctx.memory, config, ctx.services.get("embedder"))
+def service(ctx: ToolContext) -> VectorMemory:
+    return ctx.services.vector_memory
 
 
 async def _search(ctx: ToolContext, scope: str, scope_id: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.defops import op_schema, run_op, runtime_of
+from treadle.defops import op_schema, run_op
 from treadle.tools.base import Park, ToolContext, ToolResult
 from treadle.triggers.defs import ScopeGate
 
@@ -20,14 +20,11 @@ def trigger_def_schema(ops: tuple[str, ...], overlay_help: str) -> dict[str, Any
                      hook={"type": "object"}, hook_index={"type": "integer", "minimum": 0})
 
 
-async def run_def_op(
-    ctx: ToolContext, family_of: Any, scopes_field: str, label: str, args: dict[str, Any]
-) -> ToolResult:
-    """A ScheduleDef/WebhookDef call, gated by the calling agent's `scopes_field`."""
-    rt = runtime_of(ctx, label)
-    agent = rt.agents.get(ctx.agent)
-    scopes = tuple(getattr(agent.config, scopes_field, ()) if agent is not None else ())
-    return await run_op(ctx, family_of(rt).family, ScopeGate(scopes, ctx.agent, scopes_field), args)
+async def run_def_op(ctx: ToolContext, scopes_field: str, label: str, args: dict[str, Any]) -> ToolResult:
+    """A ScheduleDef/WebhookDef call, gated by the `scopes_field` of the run's own resolved agent
+    (its AgentDef when it was pinned to one — never the treadle.yaml agent of the same name)."""
+    scopes = tuple(getattr(ctx.agent_config, scopes_field, ()))
+    return await run_op(ctx, ctx.services.ops[label], ScopeGate(scopes, ctx.agent, scopes_field), args)
 
 
 class ScheduleDefTool:
@@ -41,6 +38,4 @@ class ScheduleDefTool:
     input_schema: dict[str, Any] = trigger_def_schema(OPS, "ScheduleDef fields")
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        from treadle.triggers.schedules import schedule_service
-
-        return await run_def_op(ctx, schedule_service, "schedule_def_scopes", "ScheduleDef", args)
+        return await run_def_op(ctx, "schedule_def_scopes", "ScheduleDef", args)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from treadle.builtins.agentdef import gate_for, substrate_def_schema
-from treadle.defops import run_op, runtime_of
+from treadle.defops import run_op
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 OPS = ("create", "fork", "get", "list", "retire", "promote", "verify")
@@ -24,8 +24,6 @@ class SkillDefTool:
     input_schema: dict[str, Any] = substrate_def_schema(OPS, "SkillDef fields: body (required), description, tools")
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        from treadle.substrate import substrate
-
-        family = substrate(runtime_of(ctx, "SkillDef")).skills
+        family = ctx.services.ops["SkillDef"]
         own = frozenset(getattr(ctx.agent_config, "skills", ()) or ())
         return await run_op(ctx, family, gate_for(ctx, "skill_def_scopes", own, ()), args)

@@ -26,6 +26,4 @@ class WebhookDefTool:
     input_schema: dict[str, Any] = trigger_def_schema(OPS, "WebhookDef fields")
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        from treadle.triggers.webhooks import webhook_service
-
-        return await run_def_op(ctx, webhook_service, "webhook_def_scopes", "WebhookDef", args)
+        return await run_def_op(ctx, "webhook_def_scopes", "WebhookDef", args)

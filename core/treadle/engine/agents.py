@@ -92,3 +92,25 @@ def resolve_agents(
         tools = registry.for_agent(name, agent.tools, source=source)
         out[name] = ResolvedAgent(name, agent, candidates[0].provider, tools, route=route)
     return out
+
+
+class AgentCatalogue:
+    """The agents treadle.yaml declares, resolved once, and how to resolve a definition that is not
+    there (an AgentDef body) against the same tools and providers."""
+
+    def __init__(
+        self, config: TreadleConfig, registry: ToolRegistry, providers: dict[str, Provider], *,
+        source: str = "treadle.yaml",
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.providers = providers
+        self.static: dict[str, ResolvedAgent] = resolve_agents(config, registry, providers, source=source)
+
+    def get(self, name: str) -> ResolvedAgent | None:
+        return self.static.get(name)
+
+    def build(self, name: str, cfg: AgentConfig) -> ResolvedAgent:
+        """A ResolvedAgent for a definition that is not in treadle.yaml (tools and model route)."""
+        probe = self.config.model_copy(update={"agents": {name: cfg}})
+        return resolve_agents(probe, self.registry, self.providers, source=f"AgentDef {name}")[name]

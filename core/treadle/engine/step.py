@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -42,10 +42,9 @@ from treadle.engine.waiting import (
 )
 from treadle.errors import LeaseLost, ProviderError, ToolError
 from treadle.providers.base import DeltaSink, ModelResponse
-from treadle.store.memory import MemoryStore
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
 from treadle.store.waits import WaitStore
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, Principal, ToolContext, ToolResult, ToolServices
 
 log = logging.getLogger("treadle.engine")
 
@@ -83,24 +82,27 @@ class EngineSettings:
     max_retry_wait_s: float = 10.0
 
 
+#: the agent a leased step runs (substrate/resolve.py: the pinned AgentDef and skills), or None
+AgentResolver = Callable[[LeasedRun], Awaitable[ResolvedAgent | None]]
+
+
 class Engine:
     def __init__(
         self,
         *,
         steps: StepStore,
-        memory: MemoryStore,
         agents: dict[str, ResolvedAgent],
         enqueue: Callable[[StepMessage, float], Any] | None,
+        tools: ToolServices,
         hub: RunEventHub | None = None,
         settings: EngineSettings | None = None,
-        waits: WaitStore | None = None,
-        services: dict[str, Any] | None = None,
+        resolve_agent: AgentResolver | None = None,
     ) -> None:
-        self.waits = waits
-        self.services: dict[str, Any] = services if services is not None else {}
+        self.tools = tools
+        self.waits: WaitStore = tools.waits
         self.steps = steps
-        self.memory = memory
         self.agents = agents
+        self.resolve_agent = resolve_agent
         self._enqueue = enqueue
         self.hub = hub or RunEventHub()
         self.settings = settings or EngineSettings()
@@ -156,10 +158,8 @@ class Engine:
     async def _agent_for(self, leased: LeasedRun) -> ResolvedAgent | None:
         """The agent a step runs: through the runtime's resolver (the AgentDef and skills the run
         was pinned to at start, see substrate/resolve.py), else the treadle.yaml agent."""
-        resolver = self.services.get("agent_resolver")
-        if resolver is not None:
-            resolved: ResolvedAgent | None = await resolver(leased)
-            return resolved
+        if self.resolve_agent is not None:
+            return await self.resolve_agent(leased)
         return self.agents.get(leased.agent)
 
     async def _execute(self, leased: LeasedRun, owner: str) -> StepResult:
@@ -406,22 +406,17 @@ class Engine:
             )
         else:
             ctx = ToolContext(
-                tenant_id=leased.tenant_id,
+                principal=Principal(leased.tenant_id, leased.user_id),
                 run_id=leased.run_id,
-                agent=leased.agent,
-                user_id=leased.user_id,
                 tool_use_id=tu.id,
                 iteration=iteration,
-                memory=self.memory,
-                memory_scopes=tuple(agent.config.memory_scopes),
-                tools=tuple(agent.tools_by_name),
+                agent=leased.agent,
+                agent_config=agent.config,
+                services=self.tools,
                 model=agent.model,
                 provider=agent.provider_id,
-                waits=self.waits,
                 resume=resume,
-                services=self.services,
                 def_id=leased.def_id,
-                agent_config=agent.config,
             )
             try:
                 result = await tool.invoke(ctx, tu.input)
@@ -431,8 +426,8 @@ class Engine:
                 log.warning("tool %s raised %s", tu.name, exc, exc_info=True)
                 result = ToolResult(f"{tu.name} failed: {type(exc).__name__}: {exc}", is_error=True)
             if isinstance(result, Park):
-                if self.waits is None or not result.keys:
-                    result = ToolResult("this runtime cannot park runs (no wait store)", is_error=True)
+                if not result.keys:
+                    result = ToolResult(f"{tu.name} parked without a wait key", is_error=True)
                 else:
                     return ParkedCall(tu, result, resume)
         event = _tool_result_event(tu, result.content, result.is_error)

@@ -1,37 +1,34 @@
-"""The substrate: content-addressed AgentDefs and SkillDefs, vector Memory, Evaluations.
+"""The substrate: content-addressed AgentDefs and SkillDefs, vector Memory, Evaluations, and the
+pinning of runs to the definitions they start with.
 
-`substrate(rt)` is the runtime's one instance; the built-in tools (tools/agentdef.py,
-skilldef.py, evaluation.py, memory.py, context.py) and the HTTP routers (api/substrate.py,
-api/memory.py) go through it, so every surface behaves — and hashes — the same.
+The runtime builds one `Substrate`; the built-in tools (through `ToolServices`) and the HTTP
+routers (api/substrate.py, api/memory.py) use that instance, so every surface behaves — and
+hashes — the same.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from treadle.specs.memory import MemoryConfig
+from treadle.embeddings.base import Embedder
+from treadle.engine.agents import AgentCatalogue
+from treadle.store.db import Pool
+from treadle.store.defs import DefStore
+from treadle.store.evaluations import EvaluationStore
+from treadle.store.memory import MemoryStore
+from treadle.store.runs import RunStore
 from treadle.substrate.agentdefs import AgentDefFamily
 from treadle.substrate.evaluation import EvaluationService
 from treadle.substrate.memory import MemoryService
+from treadle.substrate.resolve import AgentPinning
 from treadle.substrate.skilldefs import SkillDefFamily
-
-if TYPE_CHECKING:
-    from treadle.runtime import Runtime
 
 
 class Substrate:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-        self.agents = AgentDefFamily(rt)
-        self.skills = SkillDefFamily(rt)
-        self.evaluations = EvaluationService(rt)
-        config: MemoryConfig = rt.config.memory
-        self.memory = MemoryService(rt.memory, config, rt.engine.services.get("embedder"))
-
-
-def substrate(rt: Runtime) -> Substrate:
-    sub = rt.extras.get("substrate")
-    if not isinstance(sub, Substrate):
-        sub = Substrate(rt)
-        rt.extras["substrate"] = sub
-    return sub
+    def __init__(
+        self, pool: Pool, catalogue: AgentCatalogue, runs: RunStore, memory: MemoryStore, embedder: Embedder | None
+    ) -> None:
+        defs = DefStore(pool)
+        self.agents = AgentDefFamily(defs, catalogue)
+        self.skills = SkillDefFamily(defs, catalogue.config.skills)
+        self.evaluations = EvaluationService(EvaluationStore(pool), runs, defs)
+        self.memory = MemoryService(memory, catalogue.config.memory, embedder)
+        self.pinning = AgentPinning(defs, catalogue)

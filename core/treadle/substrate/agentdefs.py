@@ -16,8 +16,10 @@ from pydantic import ValidationError
 
 from treadle.config import AgentConfig
 from treadle.domain.defs import content_sha256, normalize_text
+from treadle.engine.agents import AgentCatalogue
 from treadle.errors import DefRefused
 from treadle.specs.schedule import validation_message
+from treadle.store.defs import DefStore
 from treadle.substrate.family import SubstrateFamily
 
 KIND = "agent"
@@ -55,17 +57,22 @@ class AgentDefFamily(SubstrateFamily):
     label = "AgentDef"
     fork_promotes = False
 
+    def __init__(self, defs: DefStore, catalogue: AgentCatalogue) -> None:
+        super().__init__(defs)
+        self.catalogue = catalogue
+
     def validate(self, name: str, overlay: dict[str, Any]) -> dict[str, Any]:
         try:
             cfg = AgentConfig.model_validate(overlay)
         except ValidationError as exc:
             raise DefRefused(f"invalid AgentDef: {validation_message(exc)}") from None
-        probe = self.rt.config.model_copy(update={"agents": {name: cfg}})
+        probe = self.catalogue.config.model_copy(update={"agents": {name: cfg}})
         errs = [f"{path.removeprefix(f'agents.{name}.')}: {msg}" for path, msg in probe.reference_errors()
                 if path.startswith(f"agents.{name}.")]
-        unknown = [t for t in cfg.tools if self.rt.registry.get(t) is None]
+        registry = self.catalogue.registry
+        unknown = [t for t in cfg.tools if registry.get(t) is None]
         if unknown:
-            errs.append(f"tools: unknown tool(s) {', '.join(unknown)} (known: {', '.join(self.rt.registry.names())})")
+            errs.append(f"tools: unknown tool(s) {', '.join(unknown)} (known: {', '.join(registry.names())})")
         if errs:
             raise DefRefused("invalid AgentDef: " + "; ".join(errs))
         return agent_body(cfg)
@@ -74,11 +81,11 @@ class AgentDefFamily(SubstrateFamily):
         return agent_content_sha256(body)
 
     def static_body(self, name: str) -> dict[str, Any] | None:
-        cfg = self.rt.config.agents.get(name)
+        cfg = self.catalogue.config.agents.get(name)
         return agent_body(cfg) if cfg is not None else None
 
     def static_names(self) -> list[str]:
-        return sorted(self.rt.config.agents)
+        return sorted(self.catalogue.config.agents)
 
     def effective(self, body: dict[str, Any]) -> dict[str, Any]:
         return AgentConfig.model_validate(body).model_dump(mode="json", include=set(GRANT_FIELDS))

@@ -18,14 +18,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from treadle.errors import DefRefused, NotFound, RunNotFound
 from treadle.store.defs import DefStore
 from treadle.store.evaluations import EvaluationRecord, EvaluationStore
-
-if TYPE_CHECKING:
-    from treadle.runtime import Runtime
+from treadle.store.runs import RunStore
 
 OPS = ("submit", "get", "list_for_run", "list_for_def", "aggregate")
 DIMENSION = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -53,12 +51,16 @@ def _number(v: Any) -> bool:
 
 
 class EvaluationService:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-        self.store = EvaluationStore(rt.pool)
-        self.defs = DefStore(rt.pool)
+    label = "Evaluation"
 
-    async def dispatch(self, tenant: str, args: Any, *, gate: EvalGate | None = None) -> dict[str, Any]:
+    def __init__(self, store: EvaluationStore, runs: RunStore, defs: DefStore) -> None:
+        self.store = store
+        self.runs = runs
+        self.defs = defs
+
+    async def dispatch(
+        self, tenant: str, args: Any, *, gate: EvalGate | None = None, run_id: str | None = None
+    ) -> dict[str, Any]:
         if not isinstance(args, dict):
             raise DefRefused("Evaluation: the input must be a JSON object")
         op = args.get("op")
@@ -169,7 +171,7 @@ class EvaluationService:
         run_id = args.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             raise _refuse(op, "run_id is required")
-        run = await self.rt.runs.get(tenant, run_id)
+        run = await self.runs.get(tenant, run_id)
         if run is None:
             raise RunNotFound(f"run {run_id!r} not found")
         return run
@@ -180,7 +182,7 @@ class EvaluationService:
             return "self"
         current = run_id
         for _ in range(MAX_ANCESTRY):
-            run = await self.rt.runs.get(tenant, current)
+            run = await self.runs.get(tenant, current)
             if run is None or run.parent_run_id is None:
                 return "unrelated"
             if run.parent_run_id == caller_run:

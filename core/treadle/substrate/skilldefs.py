@@ -8,6 +8,7 @@ with, see substrate/resolve.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -16,6 +17,7 @@ from treadle.domain.defs import content_sha256, normalize_text
 from treadle.domain.substrate import SkillSpec
 from treadle.errors import DefRefused
 from treadle.specs.schedule import validation_message
+from treadle.store.defs import DefStore
 from treadle.substrate.family import SubstrateFamily
 
 KIND = "skill"
@@ -36,6 +38,10 @@ class SkillDefFamily(SubstrateFamily):
     label = "SkillDef"
     fork_promotes = False
 
+    def __init__(self, defs: DefStore, static: Mapping[str, SkillSpec]) -> None:
+        super().__init__(defs)
+        self.static = static
+
     def validate(self, name: str, overlay: dict[str, Any]) -> dict[str, Any]:
         try:
             spec = SkillSpec.model_validate(overlay)
@@ -47,8 +53,8 @@ class SkillDefFamily(SubstrateFamily):
         return skill_content_sha256(body)
 
     def static_body(self, name: str) -> dict[str, Any] | None:
-        spec = self.rt.config.skills.get(name)
+        spec = self.static.get(name)
         return skill_body(spec) if spec is not None else None
 
     def static_names(self) -> list[str]:
-        return sorted(self.rt.config.skills)
+        return sorted(self.static)

@@ -17,7 +17,9 @@ from pydantic import BaseModel, ValidationError
 from treadle.defops import STATIC_DESCRIPTION, DefOps, OpHandler, merge_overlay, opt_bool, opt_str
 from treadle.domain.defs import DefRecord, content_sha256
 from treadle.errors import Conflict, DefRefused
+from treadle.ports import AgentDirectory
 from treadle.specs.schedule import validation_message
+from treadle.store.defs import DefStore
 
 __all__ = ["STATIC_DESCRIPTION", "DefFamily", "DefRefused", "ScopeGate"]
 
@@ -55,6 +57,10 @@ class DefFamily(DefOps):
     spec: type[BaseModel] = BaseModel
     extra_ops: tuple[str, ...] = ()
 
+    def __init__(self, defs: DefStore, agents: AgentDirectory) -> None:
+        super().__init__(defs)
+        self.agents = agents
+
     # -- family hooks ------------------------------------------------------------------------------
 
     async def normalize(self, tenant_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -73,11 +79,9 @@ class DefFamily(DefOps):
     async def check_agent(self, tenant_id: str, agent: str) -> None:
         """DefRefused unless `agent` is a treadle.yaml agent or one of the tenant's promoted
         AgentDefs (what a run started by this trigger would get)."""
-        from treadle.substrate import substrate  # what a new run of a name gets: promoted def, else yaml
-
-        if await substrate(self.rt).agents.current(tenant_id, agent) is not None:
+        if await self.agents.current(tenant_id, agent) is not None:
             return
-        known = ", ".join(sorted(self.rt.agents)) or "none"
+        known = ", ".join(self.agents.static_names()) or "none"
         raise DefRefused(f"invalid {self.label}: agent: unknown agent {agent!r} (configured: {known}; "
                          "or a promoted AgentDef)")
 

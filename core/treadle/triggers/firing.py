@@ -13,18 +13,19 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from treadle.errors import TreadleError
+from treadle.ports import RunStarter
 from treadle.specs.cron import fire_late_ok, plan
 from treadle.specs.schedule import ScheduleSpec
+from treadle.store.db import Pool
+from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
 from treadle.store.schedules import DueSchedule, FireRow, ScheduleState, ScheduleStore
-
-if TYPE_CHECKING:
-    from treadle.triggers.schedules import ScheduleService
+from treadle.triggers.settings import TriggerSettings
 
 log = logging.getLogger("treadle.schedules")
 
@@ -91,12 +92,23 @@ class TickResult:
     run_ids: list[str] = field(default_factory=list)
 
 
+class ScheduleSync(Protocol):
+    """Keeps the external scheduler in step with a schedule's state (ScheduleService.sync)."""
+
+    async def sync(self, state: ScheduleState) -> ScheduleState: ...
+
+
 class Firing:
-    def __init__(self, service: ScheduleService) -> None:
-        self.service = service
-        self.rt = service.rt
-        self.store: ScheduleStore = service.store
-        self.settings = service.settings
+    def __init__(
+        self, pool: Pool, store: ScheduleStore, settings: TriggerSettings, starter: RunStarter, defs: DefStore,
+        sync: ScheduleSync,
+    ) -> None:
+        self.pool = pool
+        self.store = store
+        self.settings = settings
+        self.starter = starter
+        self.defs = defs
+        self.syncer = sync
 
     # -- the sidecar's sweeper ---------------------------------------------------------------------
 
@@ -118,7 +130,7 @@ class Firing:
         self, now: datetime
     ) -> tuple[list[Claimed], int, int, list[tuple[str, str, str]]]:
         grace = self.settings.grace
-        async with self.rt.pool.connection() as conn, conn.transaction():
+        async with self.pool.connection() as conn, conn.transaction():
             due = await ScheduleStore.lock_due(conn, now, self.settings.scheduler_batch)
             planned: list[Planned] = []
             fires: list[FireRow] = []
@@ -160,7 +172,7 @@ class Firing:
 
     async def recover(self, *, older_than_s: float = RECOVER_AFTER_S, result: TickResult | None = None) -> int:
         """Start the runs of fires claimed long ago but never started (idempotent by run key)."""
-        async with self.rt.pool.connection() as conn:
+        async with self.pool.connection() as conn:
             rows = await ScheduleStore.lock_unstarted(conn, older_than_s, 500)
         claimed: list[Claimed] = []
         for r in rows:
@@ -186,7 +198,7 @@ class Firing:
         now = now or datetime.now(UTC)
         at = _parse_time(event.get("scheduled_time"), now)
         out: dict[str, Any] = {"schedule_id": schedule_id, "fired": False, "scheduled_for": at.isoformat()}
-        async with self.rt.pool.connection() as conn, conn.transaction():
+        async with self.pool.connection() as conn, conn.transaction():
             d = await ScheduleStore.lock_one(conn, schedule_id)
             if d is None:
                 return {**out, "reason": "unknown_schedule"}
@@ -252,7 +264,7 @@ class Firing:
 
     async def run_now(self, state: ScheduleState) -> dict[str, Any]:
         now = datetime.now(UTC)
-        async with self.rt.pool.connection() as conn, conn.transaction():
+        async with self.pool.connection() as conn, conn.transaction():
             d = await ScheduleStore.lock_one(conn, state.schedule_id)
             assert d is not None
             spec = ScheduleSpec.model_validate(d.body)
@@ -286,7 +298,7 @@ class Firing:
         async def one(c: Claimed) -> tuple[str, datetime, str | None, str, str | None, bool]:
             async with sem:
                 try:
-                    run, _ = await self.rt.start_run(new_run(c.fire, c.name, c.spec))
+                    run, _ = await self.starter.start_run(new_run(c.fire, c.name, c.spec))
                 except TreadleError as exc:
                     log.warning("schedule %s fire %s: %s", c.fire.schedule_id, c.fire.scheduled_for, exc.message)
                     return (c.fire.schedule_id, c.fire.scheduled_for, None, "failed", f"{exc.code}: {exc.message}",
@@ -307,10 +319,10 @@ class Firing:
         for tenant_id, schedule_id, def_id in retired:
             result.retired.append(schedule_id)
             try:
-                await self.service.family.defs.retire(tenant_id, "schedule", def_id)
+                await self.defs.retire(tenant_id, "schedule", def_id)
                 state = await self.store.get(tenant_id, schedule_id=schedule_id)
                 if state is not None:
-                    await self.service.sync(state)
+                    await self.syncer.sync(state)
             except TreadleError as exc:
                 log.warning("schedule %s reached max_fires; retiring its def failed: %s", schedule_id, exc.message)
 

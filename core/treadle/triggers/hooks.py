@@ -12,90 +12,64 @@ raised.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from treadle.errors import ChannelPublishFailed, ChannelsUnavailable, NotFound, TreadleError
+from treadle.ports import ChannelPublisher
+from treadle.store.channels import ChannelStore
+from treadle.store.db import Pool
+from treadle.store.memory import MemoryStore
 from treadle.store.schedules import ScheduleStore
 from treadle.store.webhooks import WebhookStore
-
-if TYPE_CHECKING:
-    from treadle.runtime import Runtime
 
 log = logging.getLogger("treadle.triggers")
 
 MAX_FINAL_TEXT = 16 * 1024
 
 
-class ChannelPublisher(Protocol):
-    """Publish one message to a channel and wake the runs parked on it."""
+class ScopedPublisher:
+    """Publish to a channel for a triggered run, picking the stream from the channel's scope —
+    global → "", agent → the agent, user → the user — over the runtime's publisher port."""
 
-    async def publish(
-        self, tenant_id: str, channel: str, value: Any, *, agent: str | None = None, user_id: str | None = None
-    ) -> dict[str, Any]: ...
-
-
-class RuntimeChannelPublisher:
-    """The port over the runtime's own channels (`Runtime.publish`): picks the stream from the
-    channel's scope — global → "", agent → the agent, user → the user."""
-
-    def __init__(self, rt: Any) -> None:
-        self.rt = rt
+    def __init__(self, channels: ChannelStore, publisher: ChannelPublisher) -> None:
+        self.channels = channels
+        self.publisher = publisher
 
     async def publish(
         self, tenant_id: str, channel: str, value: Any, *, agent: str | None = None, user_id: str | None = None
     ) -> dict[str, Any]:
         try:
-            d = await self.rt.channels.get_def(tenant_id, channel)
+            d = await self.channels.get_def(tenant_id, channel)
         except NotFound as exc:
             raise ChannelPublishFailed(exc.message, code="channel_not_declared") from None
-        scope = getattr(d, "scope", "global")
-        if scope == "agent":
+        if d.scope == "agent":
             if not agent:
                 raise ChannelPublishFailed(f"channel {channel!r} is agent-scoped; no agent", code="channel_scope")
             scope_id = agent
-        elif scope == "user":
+        elif d.scope == "user":
             if not user_id:
                 raise ChannelPublishFailed(f"channel {channel!r} is user-scoped; no user_id", code="channel_scope")
             scope_id = user_id
         else:
             scope_id = ""
         try:
-            result: dict[str, Any] = await self.rt.publish(tenant_id, channel, value, scope_id=scope_id)
+            return await self.publisher.publish(tenant_id, channel, value, scope_id=scope_id)
         except TreadleError as exc:
             raise ChannelPublishFailed(exc.message, code=exc.code) from None
-        return result
 
 
-def channel_publisher(rt: Runtime) -> ChannelPublisher | None:
-    """`rt.extras["channels"]` when a shape plugs one in; else the runtime's own channels when it
-    has them; else None (callers refuse with `channels_unavailable`)."""
-    explicit = rt.extras.get("channels")
-    if explicit is not None and callable(getattr(explicit, "publish", None)):
-        return explicit
-    if callable(getattr(rt, "publish", None)) and getattr(rt, "waits", None) is not None and _has_channels(rt):
-        return RuntimeChannelPublisher(rt)
-    return None
-
-
-def _has_channels(rt: Any) -> bool:
-    try:
-        return rt.channels is not None
-    except Exception:
-        return False
-
-
-def require_publisher(rt: Runtime) -> ChannelPublisher:
-    pub = channel_publisher(rt)
-    if pub is None:
+def require_publisher(publisher: ScopedPublisher | None) -> ScopedPublisher:
+    if publisher is None:
         raise ChannelsUnavailable("channels are not available in this runtime (no channel publisher)")
-    return pub
+    return publisher
 
 
 class HookRunner:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-        self.schedules = ScheduleStore(rt.pool)
-        self.webhooks = WebhookStore(rt.pool)
+    def __init__(self, pool: Pool, memory: MemoryStore, publisher: ScopedPublisher | None) -> None:
+        self.memory = memory
+        self.publisher = publisher
+        self.schedules = ScheduleStore(pool)
+        self.webhooks = WebhookStore(pool)
 
     async def run_once(self, limit: int = 100) -> int:
         """Run the hooks of every fire/delivery whose run has ended; returns how many were handled."""
@@ -149,10 +123,10 @@ class HookRunner:
                 raise TreadleError(f"memory.set scope {scope!r} needs a run with a user_id", code="memory_scope")
             value = payload if payload is not None else outcome
             ttl = hook.get("ttl_seconds")
-            await self.rt.memory.set(tenant, scope, scope_id, str(hook.get("key")), value, float(ttl) if ttl else None)
+            await self.memory.set(tenant, scope, scope_id, str(hook.get("key")), value, float(ttl) if ttl else None)
             return {"scope": scope, "key": hook.get("key")}
         if hook.get("kind") == "channel.publish":
-            publisher = require_publisher(self.rt)
+            publisher = require_publisher(self.publisher)
             value = {**outcome, "payload": payload} if payload is not None else dict(outcome)
             out = await publisher.publish(
                 tenant, str(hook.get("channel")), value, agent=row["agent"], user_id=row["user_id"]

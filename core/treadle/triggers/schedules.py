@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from treadle.domain.defs import DefRecord
 from treadle.errors import Conflict, UnknownSchedule
+from treadle.ports import AgentDirectory, RunStarter
 from treadle.specs.schedule import Hook, ScheduleSpec, validation_message
+from treadle.store.db import Pool
+from treadle.store.defs import DefStore
 from treadle.store.schedules import ScheduleState, ScheduleStore
 from treadle.triggers.defs import DefFamily, DefRefused, ScopeGate
+from treadle.triggers.firing import Firing
 from treadle.triggers.scheduler import Scheduler, ScheduleTarget
 from treadle.triggers.settings import TriggerSettings
-
-if TYPE_CHECKING:
-    from treadle.runtime import Runtime
-    from treadle.triggers.firing import Firing
 
 log = logging.getLogger("treadle.schedules")
 _HOOK = TypeAdapter(Hook)
@@ -35,8 +35,8 @@ class ScheduleFamily(DefFamily):
     label = "ScheduleDef"
     spec = ScheduleSpec
 
-    def __init__(self, rt: Runtime, service: ScheduleService) -> None:
-        super().__init__(rt)
+    def __init__(self, defs: DefStore, agents: AgentDirectory, service: ScheduleService) -> None:
+        super().__init__(defs, agents)
         self.service = service
 
     async def check(self, tenant_id: str, spec: Any) -> None:
@@ -99,19 +99,18 @@ class ScheduleFamily(DefFamily):
 
 
 class ScheduleService:
-    def __init__(self, rt: Runtime, settings: TriggerSettings | None = None) -> None:
-        from treadle.triggers.firing import Firing
-
-        self.rt = rt
+    def __init__(
+        self, pool: Pool, starter: RunStarter, agents: AgentDirectory, *, scheduler: Scheduler | None = None,
+        settings: TriggerSettings | None = None,
+    ) -> None:
+        self.pool = pool
+        self.starter = starter
+        #: the external scheduler kept in step with ScheduleDefs (EventBridge in the cloud shape)
+        self.scheduler = scheduler
         self.settings = settings or TriggerSettings()
-        self.store = ScheduleStore(rt.pool)
-        self.family = ScheduleFamily(rt, self)
-        self.firing: Firing = Firing(self)
-
-    @property
-    def scheduler(self) -> Scheduler | None:
-        s = self.rt.extras.get("scheduler")
-        return s
+        self.store = ScheduleStore(pool)
+        self.family = ScheduleFamily(DefStore(pool), agents, self)
+        self.firing = Firing(pool, self.store, self.settings, starter, self.family.defs, self)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -231,11 +230,3 @@ class ScheduleService:
                 n += 1
         return n
 
-
-def schedule_service(rt: Runtime) -> ScheduleService:
-    """The runtime's ScheduleService (one per runtime)."""
-    svc = rt.extras.get("schedule_service")
-    if not isinstance(svc, ScheduleService):
-        svc = ScheduleService(rt)
-        rt.extras["schedule_service"] = svc
-    return svc

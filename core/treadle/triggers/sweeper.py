@@ -7,29 +7,28 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from treadle.engine.workers import PeriodicTask
+from treadle.store.db import Pool
+from treadle.store.locks import SWEEPER_LOCK_KEY, try_xact_lock
 from treadle.triggers.firing import TickResult
 from treadle.triggers.hooks import HookRunner
-from treadle.triggers.schedules import schedule_service
-
-if TYPE_CHECKING:
-    from treadle.runtime import Runtime
+from treadle.triggers.schedules import ScheduleService
 
 log = logging.getLogger("treadle.schedules")
 
-#: pg advisory lock key of the schedule sweeper ("tr-sched")
-SWEEPER_LOCK_KEY = 0x7472_2D73_6368_6564
 
 
 class ScheduleSweeper(PeriodicTask):
     task_name = "treadle-schedule-sweeper"
 
-    def __init__(self, rt: Runtime, *, interval_s: float | None = None, singleton: bool = True) -> None:
-        self.rt = rt
-        self.service = schedule_service(rt)
-        self.hooks = HookRunner(rt)
+    def __init__(
+        self, pool: Pool, service: ScheduleService, hooks: HookRunner, *, interval_s: float | None = None,
+        singleton: bool = True,
+    ) -> None:
+        self.pool = pool
+        self.service = service
+        self.hooks = hooks
         self.interval_s = interval_s if interval_s is not None else self.service.settings.scheduler_tick_seconds
         self.singleton = singleton
         self.ticks = 0
@@ -41,10 +40,8 @@ class ScheduleSweeper(PeriodicTask):
         """One tick; None when another sweeper holds the lock."""
         if not self.singleton:
             return await self._tick(now)
-        async with self.rt.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (SWEEPER_LOCK_KEY,))
-            row = await cur.fetchone()
-            if not row or not row["got"]:
+        async with self.pool.connection() as conn, conn.transaction():
+            if not await try_xact_lock(conn, SWEEPER_LOCK_KEY):
                 return None
             return await self._tick(now)
 

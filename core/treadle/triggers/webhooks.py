@@ -19,21 +19,21 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from treadle.domain.defs import DefRecord
 from treadle.errors import BadPayload, RateLimited, TreadleError, UnknownWebhook
+from treadle.ports import AgentDirectory, RunStarter
 from treadle.specs.mapping import MappingFailed, project, raw_block
 from treadle.specs.webhook import WebhookSpec
+from treadle.store.db import Pool
+from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
 from treadle.store.webhooks import Delivery, WebhookStore
 from treadle.triggers import signatures as signature
 from treadle.triggers.defs import DefFamily
-from treadle.triggers.hooks import require_publisher
+from treadle.triggers.hooks import ScopedPublisher, require_publisher
 from treadle.triggers.settings import TriggerSettings
-
-if TYPE_CHECKING:
-    from treadle.runtime import Runtime
 
 log = logging.getLogger("treadle.webhooks")
 KIND = "webhook"
@@ -77,11 +77,15 @@ class WebhookFamily(DefFamily):
 
 
 class WebhookService:
-    def __init__(self, rt: Runtime, settings: TriggerSettings | None = None) -> None:
-        self.rt = rt
+    def __init__(
+        self, pool: Pool, starter: RunStarter, agents: AgentDirectory, publisher: ScopedPublisher | None,
+        settings: TriggerSettings | None = None,
+    ) -> None:
+        self.starter = starter
+        self.publisher = publisher
         self.settings = settings or TriggerSettings()
-        self.family = WebhookFamily(rt)
-        self.store = WebhookStore(rt.pool)
+        self.family = WebhookFamily(DefStore(pool), agents)
+        self.store = WebhookStore(pool)
 
     async def active(self, tenant_id: str, name: str) -> ActiveWebhook:
         record = await self.family.defs.get(tenant_id, KIND, name=name)
@@ -131,7 +135,7 @@ class WebhookService:
             return await self._duplicate(hook, seen, base, body)
         try:
             if new_run is not None:
-                run, _ = await self.rt.start_run(new_run)
+                run, _ = await self.starter.start_run(new_run)
                 await self.store.complete(claim.id, run_id=run.id, hooks=bool(spec.on_complete))
                 return Reply(202, {**base, "run_id": run.id})
             result = await self._publish(hook, value, spec.user_id)
@@ -213,7 +217,7 @@ class WebhookService:
         )
 
     async def _publish(self, hook: ActiveWebhook, value: Any, user_id: str | None) -> dict[str, Any]:
-        publisher = require_publisher(self.rt)
+        publisher = require_publisher(self.publisher)
         assert hook.spec.channel is not None
         return await publisher.publish(hook.tenant_id, hook.spec.channel, value, agent=hook.spec.agent, user_id=user_id)
 
@@ -228,7 +232,7 @@ class WebhookService:
             try:
                 value, new_run = self._prepare(hook, base["delivery_id"], body)
                 if new_run is not None:
-                    run, _ = await self.rt.start_run(new_run)
+                    run, _ = await self.starter.start_run(new_run)
                     run_id = run.id
                     await self.store.complete(seen.id, run_id=run.id, hooks=bool(hook.spec.on_complete))
                 elif datetime.now(UTC) - seen.received_at > ABANDONED_CLAIM:
@@ -255,10 +259,3 @@ class WebhookService:
 def _published(result: dict[str, Any]) -> dict[str, Any]:
     return {k: result[k] for k in ("message_id", "woken") if k in result}
 
-
-def webhook_service(rt: Runtime) -> WebhookService:
-    svc = rt.extras.get("webhook_service")
-    if not isinstance(svc, WebhookService):
-        svc = WebhookService(rt)
-        rt.extras["webhook_service"] = svc
-    return svc
