@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from treadle.domain.ids import is_identifier
 from treadle.domain.substrate import EvaluationScope, SkillSpec
 from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
@@ -28,7 +28,6 @@ from treadle.specs.memory import MemoryConfig
 from treadle.specs.schedule import DefScope, ScheduleSpec
 from treadle.specs.webhook import WebhookSpec
 
-IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MOCK_MODELS = ("echo", "tool-caller", "script")
 DEFAULT_MAX_ITERATIONS = 16
 MemoryScope = Literal["agent", "user", "tenant"]
@@ -197,7 +196,7 @@ class TreadleConfig(BaseModel):
     @classmethod
     def _agent_names(cls, v: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
         for name in v:
-            if not IDENT.match(name):
+            if not is_identifier(name):
                 raise ValueError(f"agent name {name!r} must match [A-Za-z0-9_-]{{1,128}}")
         return v
 
@@ -205,7 +204,7 @@ class TreadleConfig(BaseModel):
     @classmethod
     def _names(cls, v: dict[str, Any]) -> dict[str, Any]:
         for name in v:
-            if not IDENT.match(name):
+            if not is_identifier(name):
                 raise ValueError(f"name {name!r} must match [A-Za-z0-9_-]{{1,128}}")
         return v
 
@@ -289,7 +288,7 @@ def _trigger_errors(config: TreadleConfig) -> list[tuple[str, str]]:
     errs: list[tuple[str, str]] = []
     for section, specs in (("scheduled_runs", config.scheduled_runs), ("webhooks", config.webhooks)):
         for name, spec in specs.items():
-            if not IDENT.match(name):
+            if not is_identifier(name):
                 errs.append((f"{section}.{name}", "name must match [A-Za-z0-9_-]{1,128}"))
             if spec.agent is not None and spec.agent not in config.agents:
                 errs.append((f"{section}.{name}.agent", f"unknown agent {spec.agent!r}" + _listing(config.agents)))
@@ -300,11 +299,11 @@ def _substrate_errors(config: TreadleConfig) -> list[tuple[str, str]]:
     """`memory:` (embedder package present, limits consistent), skill names and agents' `skills:`."""
     errs = config.memory.problems()
     for name in config.skills:
-        if not IDENT.match(name):
+        if not is_identifier(name):
             errs.append((f"skills.{name}", "name must match [A-Za-z0-9_-]{1,128}"))
     for agent_name, agent in config.agents.items():
         for i, skill in enumerate(agent.skills):
-            if not IDENT.match(skill):
+            if not is_identifier(skill):
                 errs.append((f"agents.{agent_name}.skills.{i}", "a skill name must match [A-Za-z0-9_-]{1,128}"))
         if len(set(agent.skills)) != len(agent.skills):
             errs.append((f"agents.{agent_name}.skills", "names a skill twice"))

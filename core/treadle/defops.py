@@ -9,18 +9,17 @@ a body, the tools' input schema and error wrapping, and the HTTP body parser.
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from treadle.domain.defs import DefRecord
+from treadle.domain.ids import is_identifier
 from treadle.errors import DefRefused, NotFound, ToolError, TreadleError
 from treadle.ports import OpService
 from treadle.store.defs import DefStore
 from treadle.tools.base import ToolContext, ToolResult
 
-NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 STATIC_DESCRIPTION = "from treadle.yaml"
 #: (tenant, args, gate, run_id) → the op's JSON answer
 OpHandler = Callable[[str, dict[str, Any], Any, "str | None"], Awaitable[dict[str, Any]]]
@@ -113,7 +112,7 @@ class DefOps(ABC):
 
     def name_arg(self, args: dict[str, Any]) -> str:
         name = args.get("name")
-        if not isinstance(name, str) or not NAME.match(name):
+        if not isinstance(name, str) or not is_identifier(name):
             raise DefRefused(f"{self.label}: name is required and must match [A-Za-z0-9_-]{{1,128}}")
         return name
 

@@ -14,13 +14,13 @@ pgvector_not_installed, 502 embedder_*.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from treadle.api.deps import get_principal, get_runtime
+from treadle.domain.ids import is_identifier
 from treadle.errors import NotFound, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
@@ -29,7 +29,6 @@ router = APIRouter(prefix="/v1/_memory", tags=["memory"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 Scope = Literal["agent", "user", "tenant"]
-SCOPE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 TENANT_SCOPE_ID = "_"
 MAX_KEY_LEN = 512
 
@@ -60,7 +59,7 @@ def _scope_id(scope: str, scope_id: str) -> str:
         if scope_id != TENANT_SCOPE_ID:
             raise ValidationFailed(f"the tenant scope has one scope_id, {TENANT_SCOPE_ID!r}")
         return ""
-    if not SCOPE_ID.match(scope_id):
+    if not is_identifier(scope_id):
         raise ValidationFailed("scope_id (an agent name or user id) must match [A-Za-z0-9_-]{1,128}")
     return scope_id
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -12,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.sse import SSE_HEADERS, stream_run_events
 from treadle.api.steering import cancel_turn, decode_cursor, encode_cursor, waits_of
+from treadle.domain.ids import is_identifier
 from treadle.domain.runs import RunStatus
 from treadle.domain.segments import Segment
 from treadle.errors import RunNotFound, ValidationFailed
@@ -21,7 +21,6 @@ from treadle.store.runs import NewRun
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 
-IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 class RunRequest(BaseModel):
@@ -38,7 +37,7 @@ class RunRequest(BaseModel):
     @field_validator("user_id")
     @classmethod
     def _ident(cls, v: str | None) -> str | None:
-        if v is not None and not IDENT.match(v):
+        if v is not None and not is_identifier(v):
             raise ValueError("must match [A-Za-z0-9_-]{1,128}")
         return v
 

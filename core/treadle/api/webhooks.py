@@ -9,7 +9,6 @@ triage routes (bearer). Served by the sidecar's app and by the webhook Lambda al
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -17,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import error_body
+from treadle.domain.ids import is_identifier
 from treadle.errors import BodyTooLarge, NotFound
 from treadle.runtime import Runtime
 from treadle.security.principal import DEFAULT_TENANT, Principal
@@ -25,7 +25,6 @@ from treadle.triggers.webhooks import ActiveWebhook, RateLimited, WebhookService
 router = APIRouter(prefix="/v1/_webhooks", tags=["webhooks"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
-_IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 def _unknown(name: str) -> NotFound:
@@ -51,7 +50,7 @@ def _headers(request: Request) -> dict[str, str]:
 
 
 async def _load(svc: WebhookService, tenant: str, name: str) -> ActiveWebhook:
-    if not _IDENT.match(tenant) or not _IDENT.match(name):
+    if not is_identifier(tenant) or not is_identifier(name):
         raise _unknown(name)
     return await svc.active(tenant, name)
 

@@ -30,21 +30,6 @@ class StopReason(StrEnum):
     ERROR = "error"
 
 
-class EventType(StrEnum):
-    """Types of transcript events; the SSE `event:` names are the same (loomcycle's set)."""
-
-    USER_INPUT = "user_input"
-    STARTED = "started"
-    TEXT = "text"
-    THINKING = "thinking"
-    TOOL_CALL = "tool_call"
-    TOOL_RESULT = "tool_result"
-    USAGE = "usage"
-    RETRY = "retry"
-    DONE = "done"
-    ERROR = "error"
-
-
 @dataclass(frozen=True, slots=True)
 class StepMessage:
     """One loop iteration to perform: delivered at least once, applied at most once."""

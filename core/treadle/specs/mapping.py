@@ -10,15 +10,14 @@ A required path that is absent → 422 `mapping_failed` and nothing starts.
 from __future__ import annotations
 
 import json
-import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from treadle.domain.ids import is_identifier
 from treadle.errors import MappingFailed
 
 if TYPE_CHECKING:
     from jsonpath import JSONPath
-IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MAX_VALUE_CHARS = 64 * 1024
 
 
@@ -67,7 +66,7 @@ def project(payload: Any, entries: list[tuple[str, str, bool]]) -> tuple[list[di
                 missing.append(f"{target} ({path})")
             continue
         if target == "user_id":
-            if not isinstance(match.obj, str | int) or isinstance(match.obj, bool) or not IDENT.match(str(match.obj)):
+            if not isinstance(match.obj, str | int) or isinstance(match.obj, bool) or not is_identifier(str(match.obj)):
                 raise MappingFailed(f"payload_mapping.user_id: {path} is not an identifier ([A-Za-z0-9_-]{{1,128}})")
             user_id = str(match.obj)
             continue

@@ -6,15 +6,14 @@ A body is stored normalized (`ScheduleSpec.body()`), so the content hash is stab
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from treadle.domain.ids import is_identifier
 from treadle.domain.segments import Segment
 from treadle.specs.cron import Cron, CronError, normalize_cron, zone
 
-IDENT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 CHANNEL_NAME = r"^[A-Za-z0-9_.:/-]{1,128}$"
 MAX_HOOKS = 16
 
@@ -45,7 +44,7 @@ Hook = Annotated[MemorySetHook | ChannelPublishHook, Field(discriminator="kind")
 
 
 def _ident(v: str | None, what: str) -> str | None:
-    if v is not None and not IDENT.match(v):
+    if v is not None and not is_identifier(v):
         raise ValueError(f"{what} must match [A-Za-z0-9_-]{{1,128}}")
     return v
 

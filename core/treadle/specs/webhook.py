@@ -11,9 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from treadle.domain.ids import is_identifier
 from treadle.specs.fieldtypes import ENV_NAME
 from treadle.specs.mapping import compile_path
-from treadle.specs.schedule import CHANNEL_NAME, IDENT, MAX_HOOKS, Hook
+from treadle.specs.schedule import CHANNEL_NAME, MAX_HOOKS, Hook
 
 HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,128}$")
 TARGET = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -106,7 +107,7 @@ class WebhookSpec(BaseModel):
     @field_validator("agent", "user_id")
     @classmethod
     def _ident(cls, v: str | None) -> str | None:
-        if v is not None and not IDENT.match(v):
+        if v is not None and not is_identifier(v):
             raise ValueError("must match [A-Za-z0-9_-]{1,128}")
         return v
 
