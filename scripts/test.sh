@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: install, lint, type-check, then every test
+# The whole test suite, as CI runs it: install, lint, type-check, check the layers, then every test
 # (unit, integration on a real Postgres, e2e with real processes).
 # Postgres: $DATABASE_URL if set, else an embedded pgserver under .treadle/test.
 set -euo pipefail
@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 .venv/bin/ruff check core sidecar cloud functions infra layers tests scripts
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache
 .venv/bin/pytest -q "$@"

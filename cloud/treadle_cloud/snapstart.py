@@ -49,7 +49,9 @@ def prepare_snapshot(
     if register_after_restore is None:
         if not snapstart_init():
             return False
-        from snapshot_restore_py import register_after_restore  # type: ignore[import-not-found]
+        from snapshot_restore_py import register_after_restore as registrar
+
+        register_after_restore = registrar
     for module in imports:
         try:
             importlib.import_module(module)

@@ -78,7 +78,7 @@ class SqsWorker:
             attempts = int(record.attributes.approximate_receive_count or 1)
             self._release(cloud, record, min(MAX_RETRY_DELAY_S, 2**attempts))
             raise
-        return result.value
+        return str(result.value)
 
     def _release(self, cloud: CloudSettings, record: SQSRecord, delay_s: int) -> None:
         """Best effort: make a failed record visible again after `delay_s` instead of the

@@ -17,10 +17,10 @@ from fastapi.responses import JSONResponse
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import error_body
 from treadle.domain.ids import is_identifier
-from treadle.errors import BodyTooLarge, NotFound
+from treadle.errors import BodyTooLarge, NotFound, RateLimited
 from treadle.runtime import Runtime
 from treadle.security.principal import DEFAULT_TENANT, Principal
-from treadle.triggers.webhooks import ActiveWebhook, RateLimited, WebhookService
+from treadle.triggers.webhooks import ActiveWebhook, WebhookService
 
 router = APIRouter(prefix="/v1/_webhooks", tags=["webhooks"])
 Rt = Annotated[Runtime, Depends(get_runtime)]

@@ -71,14 +71,15 @@ class TreadleClient:
         await self.http.aclose()
 
     @staticmethod
-    def _check(resp: httpx.Response) -> Any:
+    def _check(resp: httpx.Response) -> dict[str, Any]:
         if resp.status_code >= 400:
             try:
                 body = resp.json()
                 raise ApiError(resp.status_code, body.get("code", "error"), body.get("error", resp.text))
             except (ValueError, AttributeError):
                 raise ApiError(resp.status_code, "error", resp.text) from None
-        return resp.json()
+        answer: dict[str, Any] = resp.json()
+        return answer
 
     async def health(self) -> dict[str, Any]:
         return self._check(await self.http.get("/healthz"))
@@ -92,7 +93,8 @@ class TreadleClient:
 
     async def events(self, run_id: str, from_seq: int = 0) -> list[dict[str, Any]]:
         body = self._check(await self.http.get(f"/v1/runs/{run_id}/events", params={"from_seq": from_seq}))
-        return body["events"]
+        events: list[dict[str, Any]] = body["events"]
+        return events
 
     async def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
         payload = {"reason": reason} if reason else None

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from treadle.domain.ids import is_identifier
-from treadle.errors import MappingFailed
+from treadle.errors import MappingFailed as MappingFailed  # re-exported: raised by project()
 
 if TYPE_CHECKING:
     from jsonpath import JSONPath

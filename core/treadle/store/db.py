@@ -67,7 +67,7 @@ def embedded_database_url(home: Path) -> str:
             run_dir.mkdir(mode=0o700, exist_ok=True)
             os.environ["XDG_RUNTIME_DIR"] = str(run_dir)
         try:
-            _embedded[data] = pgserver.get_server(data, cleanup_mode="stop")
+            _embedded[data] = pgserver.postgres_server.get_server(data, cleanup_mode="stop")
         except Exception as exc:
             raise StoreError(f"could not start embedded Postgres in {data}: {exc}") from exc
     return str(_embedded[data].get_uri())

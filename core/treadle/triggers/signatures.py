@@ -24,7 +24,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from treadle.errors import BadDeliveryId, SecretUnresolvable, Unauthorized
+from treadle.errors import BadDeliveryId as BadDeliveryId  # re-exported: raised here
+from treadle.errors import SecretUnresolvable as SecretUnresolvable  # re-exported: raised here
+from treadle.errors import Unauthorized
 from treadle.specs.webhook import WebhookAuth
 
 STRIPE_TOLERANCE_S = 300
