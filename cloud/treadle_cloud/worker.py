@@ -24,7 +24,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from treadle.dispatch.sqs import decode_step_message
-from treadle.engine.step import StepResult
+from treadle.engine.outcomes import StepResult
 from treadle.runtime import Runtime
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.env import CloudSettings, aws_client

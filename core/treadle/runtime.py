@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 from treadle.builtins.registry import default_registry
 from treadle.config import AgentConfig, Settings, TreadleConfig
 from treadle.dispatch.base import Dispatcher
-from treadle.domain.runs import StepMessage
 from treadle.embeddings.registry import build_embedder
 from treadle.engine.agents import AgentCatalogue, ResolvedAgent
 from treadle.engine.hub import RunEventHub
+from treadle.engine.sending import StepSender
 from treadle.engine.step import Engine, EngineSettings
+from treadle.engine.waiting import Steering
+from treadle.engine.waking import RunWaker
 from treadle.ports import OpService
 from treadle.providers.base import Provider
 from treadle.providers.mock import MockProvider
@@ -27,6 +29,7 @@ from treadle.providers.registry import build_providers
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key
 from treadle.store.db import Pool, open_pool, resolve_database_url
 from treadle.store.defs import DefStore
+from treadle.store.inputs import InputStore
 from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
@@ -102,6 +105,8 @@ class Runtime:
     channels: ChannelStore = field(init=False)
     subruns: SubRunStore = field(init=False)
     hub: RunEventHub = field(init=False)
+    sender: StepSender = field(init=False)
+    waker: RunWaker = field(init=False)
     substrate: Substrate = field(init=False)
     engine: Engine = field(init=False)
     #: the cloud shape bounds an SSE response by the invocation's remaining time
@@ -125,10 +130,13 @@ class Runtime:
         })
         self.subruns = SubRunStore(pool)
         self.hub = RunEventHub()
+        self.sender = StepSender(self.dispatcher)
+        self.waker = RunWaker(self.waits, self.subruns, self.sender, self.hub)
+        interrupts = InterruptStore(pool)
         self.substrate = Substrate(pool, self.catalogue, self.runs, self.memory, build_embedder(config.memory.embedder))
         tools = ToolServices(
             config=config, runs=self.runs, memory=self.memory, waits=self.waits, channels=self.channels,
-            interrupts=InterruptStore(pool), subruns=self.subruns, defs=DefStore(pool), waker=self,
+            interrupts=interrupts, subruns=self.subruns, defs=DefStore(pool), waker=self,
             starter=self, agents=self.substrate.agents, vector_memory=self.substrate.memory,
             ops=_OpServices(self),
             catalogue={t.name: (t.description, t.input_schema) for t in map(self.registry.get, self.registry.names())
@@ -137,8 +145,12 @@ class Runtime:
         self.engine = Engine(
             steps=self.steps,
             agents=self.catalogue.static,
-            enqueue=self.dispatcher.enqueue,
             tools=tools,
+            sender=self.sender,
+            steering=Steering(
+                steps=self.steps, waits=self.waits, inputs=InputStore(pool), interrupts=interrupts,
+                subruns=self.subruns, sender=self.sender, waker=self.waker, hub=self.hub,
+            ),
             hub=self.hub,
             resolve_agent=self.substrate.pinning.resolve,
             settings=EngineSettings(
@@ -219,8 +231,8 @@ class Runtime:
     async def start_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         await self.substrate.pinning.pin(new)  # the promoted AgentDef, else the yaml agent; skills pinned
         run, created = await self.runs.create(new)
-        if created and not self.dispatcher.jobs_in_db:
-            await self.dispatcher.enqueue(StepMessage(run.id, 0))
+        if created:
+            await self.sender.next_step(run.id, 0)  # run creation enqueued it with jobs_in_db
         return run, created
 
     async def publish(
@@ -236,36 +248,16 @@ class Runtime:
                 "dropped_oldest": dropped, "woken": woken}
 
     async def poke(self, tenant_id: str, keys: list[str]) -> int:
-        """Wake every run parked on any of `keys`; returns how many woke."""
-        woken = await self.waits.poke(tenant_id, keys)
-        await self._enqueue_woken(woken)
-        return len(woken)
+        """Wake every run parked on any of `keys`; returns how many woke (engine/waking.py)."""
+        return await self.waker.poke(tenant_id, keys)
 
     async def wake_due(self) -> int:
-        """Wake runs whose wait deadline passed (sweeper / maintenance)."""
-        woken = await self.waits.wake_due()
-        await self._enqueue_woken(woken)
-        n = len(woken)
-        subruns = self.subruns
-        # parents parked on sub-agents that all ended, whose wake-up was lost (crash after the final commit)
-        for tenant_id, key in await subruns.settled_parent_waits():
-            n += await self.poke(tenant_id, [key])
-        # parked runs whose cancel request never reached a step (it landed mid-step, then a crash)
-        for run_id, step_no in await subruns.parked_cancels():
-            await self.dispatcher.enqueue(StepMessage(run_id, step_no))
-            n += 1
-        return n
-
-    async def _enqueue_woken(self, woken: list[tuple[str, int]]) -> None:
-        if not self.dispatcher.jobs_in_db:
-            for run_id, step_no in woken:
-                await self.dispatcher.enqueue(StepMessage(run_id, step_no))
-        for run_id, _ in woken:
-            self.hub.notify(run_id)
+        """Wake runs whose wait deadline passed, and repair lost wake-ups (sweeper / maintenance)."""
+        return await self.waker.wake_due()
 
     async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None:
         """Flag the run and its unfinished sub-agent runs (one statement, the whole subtree); each
         gets a step message so its next step finishes it. A finished run is returned unchanged."""
         for flagged_id, step_no in await self.subruns.request_cancel_tree(tenant_id, run_id, reason):
-            await self.dispatcher.enqueue(StepMessage(flagged_id, step_no))
+            await self.sender.always(flagged_id, step_no)  # a parked run has no job: it needs a message
         return await self.runs.get(tenant_id, run_id)

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from treadle.domain.runs import StepMessage
-from treadle.engine.step import StepResult
+from treadle.engine.outcomes import StepResult
 from treadle.store.runs import NewRun
 
 TOOL_CALLER = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 3}}

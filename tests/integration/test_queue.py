@@ -303,7 +303,7 @@ async def test_sweeper_reenqueues_a_run_whose_lease_expired(pg_runtime: Any) -> 
 
     # the live run's worker finishes its step normally; then workers drive both runs to the end
     live_owner, live = owners[live_id]
-    await rt.engine.execute(live, live_owner)
+    await rt.engine.run_leased(live, live_owner)
     workers = WorkerPool(rt.engine, queue, 2, idle_poll_s=0.2)
     workers.start()
     try:

@@ -130,7 +130,7 @@ async def test_a_cancel_that_lands_mid_step_still_ends_the_parked_run(
         async def dies(*_a: Any) -> None:
             return None
 
-        monkeypatch.setattr("treadle.engine.step.cancel_if_requested", dies)
+        monkeypatch.setattr(rt.engine.steering, "cancel_if_requested", dies)
     run_id = await start(rt, "a")
     step = asyncio.create_task(rt.engine.handle(disp.queue.pop(0)))
     await asyncio.sleep(0.1)  # the model call is under way: the cancel's step message will be stale

@@ -207,7 +207,7 @@ async def test_a_lost_wake_up_is_found_by_the_sweeper(
     async def crash_before_poke(*_a: Any) -> None:
         return None
 
-    monkeypatch.setattr("treadle.engine.step.wake_parent", crash_before_poke)
+    monkeypatch.setattr(rt.engine.steering, "wake_parent", crash_before_poke)
     parent = await start(rt, "parent")
     await disp.drain()
     [kid] = await children(rt, parent)

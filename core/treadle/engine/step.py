@@ -21,53 +21,25 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from treadle.domain.content import Block, TextBlock, ThinkingBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent, StepMessage, StopReason
 from treadle.engine.agents import Candidate, ResolvedAgent
 from treadle.engine.hub import RunEventHub
+from treadle.engine.outcomes import ParkedCall, StepResult, tool_result_event
 from treadle.engine.replay import Transcript, replay
 from treadle.engine.routing import Call, RetryPolicy, call_route
-from treadle.engine.waiting import (
-    at_rest,
-    cancel_if_requested,
-    consumed_input_id,
-    iteration_cap,
-    park_for_input,
-    take_inputs,
-    take_late_input,
-    wake_parent,
-)
+from treadle.engine.sending import StepSender
+from treadle.engine.waiting import Steering, at_rest, consumed_input_id, iteration_cap
 from treadle.errors import LeaseLost, ProviderError, ToolError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
-from treadle.store.waits import WaitStore
 from treadle.tools.base import Park, Principal, ToolContext, ToolResult, ToolServices
 
 log = logging.getLogger("treadle.engine")
 
 MAX_STEP_FAILURES = 5
-
-
-class StepResult(Enum):
-    DROPPED = "dropped"  # stale or duplicate message, or lease held elsewhere
-    CONTINUED = "continued"  # the next step was enqueued
-    CHAINED = "chained"  # the step committed and this worker holds the lease for the next one
-    FINISHED = "finished"  # the run reached a terminal status
-    RETRY_LATER = "retry_later"  # the step crashed and was handed back
-    LEASE_LOST = "lease_lost"
-    PARKED = "parked"  # the run waits (status 'waiting'); a poke or a deadline wakes it
-
-
-@dataclass(slots=True)
-class ParkedCall:
-    """A tool call that returned Park: no result yet; the run parks on its keys."""
-
-    tool_use: ToolUseBlock
-    park: Park
-    resume: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -92,19 +64,20 @@ class Engine:
         *,
         steps: StepStore,
         agents: dict[str, ResolvedAgent],
-        enqueue: Callable[[StepMessage, float], Any] | None,
         tools: ToolServices,
-        hub: RunEventHub | None = None,
+        sender: StepSender,
+        steering: Steering,
+        hub: RunEventHub,
         settings: EngineSettings | None = None,
         resolve_agent: AgentResolver | None = None,
     ) -> None:
         self.tools = tools
-        self.waits: WaitStore = tools.waits
         self.steps = steps
         self.agents = agents
         self.resolve_agent = resolve_agent
-        self._enqueue = enqueue
-        self.hub = hub or RunEventHub()
+        self.sender = sender
+        self.steering = steering
+        self.hub = hub
         self.settings = settings or EngineSettings()
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._owner_seq = itertools.count(1)
@@ -121,28 +94,28 @@ class Engine:
         leased = await self.steps.lease(msg.run_id, msg.step_no, owner)
         if leased is None:
             return StepResult.DROPPED
-        return await self.execute(leased, owner)
+        return await self.run_leased(leased, owner)
 
-    async def execute(self, leased: LeasedRun, owner: str) -> StepResult:
+    async def run_leased(self, leased: LeasedRun, owner: str) -> StepResult:
         """Run the leased step — and, while chaining is allowed, the run's next steps under the
         lease the commit hands over (`StepOutcome.chain_owner`)."""
         leased.chain_deadline = time.monotonic() + self.settings.chain_budget_s
         while True:
-            result = await self._execute_one(leased, owner)
+            result = await self._run_one(leased, owner)
             if result is StepResult.FINISHED and leased.parent_wait_key:
-                await wake_parent(self, leased)  # a sub-agent ended: wake the parent's Agent call
+                await self.steering.wake_parent(leased)  # a sub-agent ended: wake the parent's Agent call
             elif result is StepResult.PARKED:
-                await cancel_if_requested(self, leased)  # a cancel that landed mid-step
+                await self.steering.cancel_if_requested(leased)  # a cancel that landed mid-step
             if result is not StepResult.CHAINED or leased.chain_owner is None:
                 return result
             owner = leased.chain_owner
 
-    async def _execute_one(self, leased: LeasedRun, owner: str) -> StepResult:
+    async def _run_one(self, leased: LeasedRun, owner: str) -> StepResult:
         renewer = asyncio.get_running_loop().call_later(
             self.steps.lease_s / 3, self._start_renewal, leased, owner
         )
         try:
-            return await self._execute(leased, owner)
+            return await self._step(leased, owner)
         except LeaseLost as exc:
             log.warning("%s", exc)
             return StepResult.LEASE_LOST
@@ -162,7 +135,7 @@ class Engine:
             return await self.resolve_agent(leased)
         return self.agents.get(leased.agent)
 
-    async def _execute(self, leased: LeasedRun, owner: str) -> StepResult:
+    async def _step(self, leased: LeasedRun, owner: str) -> StepResult:
         transcript = replay(leased.events)
         agent = await self._agent_for(leased)
 
@@ -173,12 +146,12 @@ class Engine:
                 leased, owner, [], "unknown_agent", f"agent {leased.agent!r} is not configured"
             )
         if leased.input_seq > consumed_input_id(leased.events):  # steering input / a turn cancel queued
-            steered = await take_inputs(self, leased, owner, transcript)
+            steered = await self.steering.take_inputs(leased, owner, transcript)
             if steered.result is not None:
                 return steered.result
             transcript = steered.transcript
         elif at_rest(leased):  # an interactive run woken with no input: park again
-            return await park_for_input(self, leased, owner, [])
+            return await self.steering.park_for_input(leased, owner, [])
         if transcript.pending:  # parked calls being woken, or a crash between a turn and its results
             results = await self._run_tools(
                 leased, agent, transcript.pending, transcript.iterations, transcript.parked
@@ -203,10 +176,11 @@ class Engine:
         tool_uses = [b for b in response.content if isinstance(b, ToolUseBlock)]
         usage = response.usage.to_json()
         if not tool_uses and leased.interactive:  # end of turn: park for the next input
-            return await park_for_input(self, leased, owner, turn, usage=usage, delta=1)
-        if not tool_uses and (late := await take_late_input(self, leased, owner, turn, usage=usage)) is not None:
-            return late  # input was queued while the model answered: it is the next user turn
+            return await self.steering.park_for_input(leased, owner, turn, usage=usage, delta=1)
         if not tool_uses:
+            late = await self.steering.take_late_input(leased, owner, turn, usage=usage)
+            if late is not None:
+                return late  # input was queued while the model answered: it is the next user turn
             totals = _add_usage(transcript.usage, usage)
             done = NewEvent("done", {"stop_reason": StopReason.END_TURN.value, "usage": totals})
             await self.steps.commit(
@@ -263,7 +237,7 @@ class Engine:
         )
         if chain_owner is not None:
             return StepResult.CHAINED
-        await self._dispatch(StepMessage(leased.run_id, next_step))
+        await self.sender.next_step(leased.run_id, next_step)
         return StepResult.CONTINUED
 
     async def _park(
@@ -305,17 +279,13 @@ class Engine:
         next_step = await self.steps.commit(leased, owner, events, outcome)
         if outcome.waits:
             return StepResult.PARKED
-        await self._dispatch(StepMessage(leased.run_id, next_step))
+        await self.sender.next_step(leased.run_id, next_step)
         return StepResult.CONTINUED
 
     def _next_chain_owner(self, leased: LeasedRun) -> str | None:
         if leased.chained + 1 >= self.settings.chain_steps or time.monotonic() >= leased.chain_deadline:
             return None
         return self.new_owner()
-
-    async def _dispatch(self, msg: StepMessage, delay_s: float = 0.0) -> None:
-        if self._enqueue is not None and not self.steps.jobs_in_db:
-            await self._enqueue(msg, delay_s)
 
     # -- model ---------------------------------------------------------------------------------------
 
@@ -327,7 +297,7 @@ class Engine:
         iteration: int,
         retry_events: list[NewEvent],
     ) -> ModelResponse:
-        """Call the agent's model through its route (engine/resolver.py): in-step retries, then
+        """Call the agent's model through its route (engine/routing.py): in-step retries, then
         the next tier candidate. `retry`/`provider_fallback`/… events land in `retry_events`,
         which the caller persists whatever the outcome. Text deltas go to live subscribers."""
         cfg = agent.config
@@ -430,7 +400,7 @@ class Engine:
                     result = ToolResult(f"{tu.name} parked without a wait key", is_error=True)
                 else:
                     return ParkedCall(tu, result, resume)
-        event = _tool_result_event(tu, result.content, result.is_error)
+        event = tool_result_event(tu, result.content, result.is_error)
         event.preceding = [NewEvent(t, p) for t, p in result.events]
         return event
 
@@ -450,7 +420,7 @@ class Engine:
 
     async def _finish_cancelled(self, leased: LeasedRun, owner: str, transcript: Transcript) -> StepResult:
         why = leased.cancel_reason or "cancelled by api"
-        events = [_tool_result_event(tu, f"cancelled: {why}", True) for tu in transcript.pending]
+        events = [tool_result_event(tu, f"cancelled: {why}", True) for tu in transcript.pending]
         events.append(
             NewEvent("done", {"stop_reason": StopReason.CANCELLED.value, "reason": why, "usage": transcript.usage})
         )
@@ -467,7 +437,7 @@ class Engine:
         details: dict[str, Any] | None = None,
     ) -> StepResult:
         transcript = replay(leased.events)
-        closing = [_tool_result_event(tu, f"run failed: {message}", True) for tu in transcript.pending]
+        closing = [tool_result_event(tu, f"run failed: {message}", True) for tu in transcript.pending]
         error: dict[str, Any] = {**(details or {}), "code": code, "error": message}
         await self.steps.commit(
             leased,
@@ -537,14 +507,6 @@ def _assistant_events(response: ModelResponse, iteration: int) -> list[NewEvent]
         usage["max_context_tokens"] = response.max_context_tokens
     events.append(NewEvent("usage", {"usage": usage, "iteration": iteration}))
     return events
-
-
-def _tool_result_event(tu: ToolUseBlock, text: str, is_error: bool) -> NewEvent:
-    return NewEvent(
-        "tool_result",
-        {"tool_use": {"id": tu.id, "name": tu.name, "input": tu.input}, "text": text, "is_error": is_error},
-        tool_use_id=tu.id,
-    )
 
 
 def _last_turn_usage(events: list[tuple[int, str, dict[str, Any]]]) -> dict[str, int]:

@@ -11,7 +11,7 @@ and waking a parent when a sub-agent run ends.
   run's unfinished sub-agents and pending interruptions, records `turn_cancelled` and parks
   again for input (or goes on at once when input was queued after the cancel).
 - A run with `parent_wait_key` (a sub-agent) pokes that key when it reaches a terminal status;
-  if the poke is lost, `Runtime.wake_due` finds the parked parent (store/subruns.py).
+  if the poke is lost, `RunWaker.wake_due` finds the parked parent (store/subruns.py).
 """
 
 from __future__ import annotations
@@ -20,16 +20,20 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from treadle.domain.runs import NewEvent, StepMessage
+from treadle.domain.runs import NewEvent
+from treadle.engine.hub import RunEventHub
+from treadle.engine.outcomes import StepResult, tool_result_event
 from treadle.engine.replay import Transcript, replay
+from treadle.engine.sending import StepSender
+from treadle.engine.waking import RunWaker
 from treadle.store.inputs import InputStore, QueuedInput
 from treadle.store.interrupts import InterruptStore, interrupt_key
-from treadle.store.steps import LeasedRun, StepOutcome, WaitSpec
+from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
 from treadle.store.subruns import SubRunStore
+from treadle.store.waits import WaitStore
 
 if TYPE_CHECKING:
     from treadle.engine.agents import ResolvedAgent
-    from treadle.engine.step import Engine, StepResult
 
 log = logging.getLogger("treadle.engine")
 
@@ -77,128 +81,131 @@ class Steered:
     result: StepResult | None = None  # set when the step ended here (a turn cancel parked the run)
 
 
-async def take_inputs(engine: Engine, leased: LeasedRun, owner: str, transcript: Transcript) -> Steered:
-    """Drain the steering queue at the top of a step (the caller saw `input_seq` move)."""
-    assert engine.waits is not None
-    inputs = InputStore(engine.steps.pool)
-    version = await engine.waits.version(leased.tenant_id, input_key(leased.run_id))  # before looking
-    items = await inputs.after(leased.run_id, consumed_input_id(leased.events))
-    cancels = [i for i, it in enumerate(items) if it.kind == "turn_cancel"]
-    if not items or (not cancels and transcript.pending):
-        return Steered(transcript)  # input waits until the pending tool calls have their results
-    events: list[NewEvent] = []
-    after_cancel = items
-    if cancels:
-        from treadle.engine.step import _tool_result_event
+class Steering:
+    """Steering input, interactive parking, turn cancels and parent wake-ups for the engine's
+    steps. Every write is fenced by the step's lease (StepStore); every step it makes due goes
+    through the StepSender, every wake-up through the RunWaker."""
 
-        last = cancels[-1]
-        for tu in transcript.pending:
-            events.append(_tool_result_event(tu, f"error: {TURN_CANCEL_TEXT} (turn cancelled)", True))
-        events.extend(steer_event(it) for it in items[:last] if it.kind == "input")
-        cancel = items[last]
-        events.append(NewEvent("turn_cancelled", {"reason": cancel.text or TURN_CANCEL_TEXT,
-                                                  "since_turn": transcript.iterations, "input_id": cancel.id}))
-        after_cancel = items[last + 1:]
-        await _abandon_turn(engine, leased)
-    events.extend(steer_event(it) for it in after_cancel if it.kind == "input")
-    if cancels and not after_cancel:
-        behind = max(0, transcript.iterations - leased.iterations)  # a crashed step's turn, not yet counted
-        result = await park_for_input(engine, leased, owner, events, delta=behind, version=version)
-        await inputs.mark_consumed(leased.run_id, items[-1].id)
-        return Steered(transcript, result)
-    await engine.steps.append(leased, owner, events)
-    await inputs.mark_consumed(leased.run_id, items[-1].id)
-    engine.hub.notify(leased.run_id)
-    return Steered(replay(leased.events))
+    def __init__(
+        self,
+        *,
+        steps: StepStore,
+        waits: WaitStore,
+        inputs: InputStore,
+        interrupts: InterruptStore,
+        subruns: SubRunStore,
+        sender: StepSender,
+        waker: RunWaker,
+        hub: RunEventHub,
+    ) -> None:
+        self.steps = steps
+        self.waits = waits
+        self.inputs = inputs
+        self.interrupts = interrupts
+        self.subruns = subruns
+        self.sender = sender
+        self.waker = waker
+        self.hub = hub
 
+    async def take_inputs(self, leased: LeasedRun, owner: str, transcript: Transcript) -> Steered:
+        """Drain the steering queue at the top of a step (the caller saw `input_seq` move)."""
+        version = await self.waits.version(leased.tenant_id, input_key(leased.run_id))  # before looking
+        items = await self.inputs.after(leased.run_id, consumed_input_id(leased.events))
+        cancels = [i for i, it in enumerate(items) if it.kind == "turn_cancel"]
+        if not items or (not cancels and transcript.pending):
+            return Steered(transcript)  # input waits until the pending tool calls have their results
+        events: list[NewEvent] = []
+        after_cancel = items
+        if cancels:
+            last = cancels[-1]
+            for tu in transcript.pending:
+                events.append(tool_result_event(tu, f"error: {TURN_CANCEL_TEXT} (turn cancelled)", True))
+            events.extend(steer_event(it) for it in items[:last] if it.kind == "input")
+            cancel = items[last]
+            events.append(NewEvent("turn_cancelled", {"reason": cancel.text or TURN_CANCEL_TEXT,
+                                                      "since_turn": transcript.iterations, "input_id": cancel.id}))
+            after_cancel = items[last + 1:]
+            await self._abandon_turn(leased)
+        events.extend(steer_event(it) for it in after_cancel if it.kind == "input")
+        if cancels and not after_cancel:
+            behind = max(0, transcript.iterations - leased.iterations)  # a crashed step's turn, not yet counted
+            result = await self.park_for_input(leased, owner, events, delta=behind, version=version)
+            await self.inputs.mark_consumed(leased.run_id, items[-1].id)
+            return Steered(transcript, result)
+        await self.steps.append(leased, owner, events)
+        await self.inputs.mark_consumed(leased.run_id, items[-1].id)
+        self.hub.notify(leased.run_id)
+        return Steered(replay(leased.events))
 
-async def park_for_input(
-    engine: Engine,
-    leased: LeasedRun,
-    owner: str,
-    events: list[NewEvent],
-    *,
-    usage: dict[str, int] | None = None,
-    delta: int = 0,
-    version: int | None = None,
-) -> StepResult:
-    """End the turn of an interactive run: commit `events` + `awaiting_input` and park on the
-    run's input key — unless input is already queued, then the next step takes it at once."""
-    from treadle.engine.step import StepResult
+    async def park_for_input(
+        self,
+        leased: LeasedRun,
+        owner: str,
+        events: list[NewEvent],
+        *,
+        usage: dict[str, int] | None = None,
+        delta: int = 0,
+        version: int | None = None,
+    ) -> StepResult:
+        """End the turn of an interactive run: commit `events` + `awaiting_input` and park on the
+        run's input key — unless input is already queued, then the next step takes it at once."""
+        key = input_key(leased.run_id)
+        if version is None:
+            version = await self.waits.version(leased.tenant_id, key)  # before looking at the queue
+        latest = await self.inputs.latest(leased.run_id)
+        consumed = max(consumed_input_id(leased.events),
+                       consumed_input_id([(0, e.type, e.payload) for e in events]))
+        events = [*events, NewEvent(AWAITING_INPUT, {"since_turn": leased.iterations + delta})]
+        if latest > consumed:
+            outcome = StepOutcome("running", iterations_delta=delta, usage=usage, enqueue_next=True)
+        else:
+            outcome = StepOutcome("waiting", iterations_delta=delta, usage=usage,
+                                  waits=[WaitSpec("", AWAITING_INPUT, key, version, None)])
+        next_step = await self.steps.commit(leased, owner, events, outcome)
+        if outcome.waits:
+            return StepResult.PARKED
+        await self.sender.next_step(leased.run_id, next_step)
+        return StepResult.CONTINUED
 
-    assert engine.waits is not None
-    key = input_key(leased.run_id)
-    if version is None:
-        version = await engine.waits.version(leased.tenant_id, key)  # before looking at the queue
-    latest = await InputStore(engine.steps.pool).latest(leased.run_id)
-    consumed = max(consumed_input_id(leased.events),
-                   consumed_input_id([(0, e.type, e.payload) for e in events]))
-    events = [*events, NewEvent(AWAITING_INPUT, {"since_turn": leased.iterations + delta})]
-    if latest > consumed:
-        outcome = StepOutcome("running", iterations_delta=delta, usage=usage, enqueue_next=True)
-    else:
-        outcome = StepOutcome("waiting", iterations_delta=delta, usage=usage,
-                              waits=[WaitSpec("", AWAITING_INPUT, key, version, None)])
-    next_step = await engine.steps.commit(leased, owner, events, outcome)
-    if outcome.waits:
-        return StepResult.PARKED
-    await engine._dispatch(StepMessage(leased.run_id, next_step))
-    return StepResult.CONTINUED
+    async def take_late_input(
+        self, leased: LeasedRun, owner: str, events: list[NewEvent], *, usage: dict[str, int]
+    ) -> StepResult | None:
+        """A non-interactive run about to complete while steering input is queued goes on instead,
+        so the input becomes the next user turn. None: nothing queued, complete as usual. (Input
+        queued after this check, in the instant before the final commit, is accepted but never read.)"""
+        if await self.inputs.latest(leased.run_id) <= consumed_input_id(leased.events):
+            return None
+        outcome = StepOutcome("running", iterations_delta=1, usage=usage, enqueue_next=True)
+        next_step = await self.steps.commit(leased, owner, events, outcome)
+        await self.sender.next_step(leased.run_id, next_step)
+        return StepResult.CONTINUED
 
+    async def _abandon_turn(self, leased: LeasedRun) -> None:
+        """A turn cancel also ends what the turn was waiting on: its sub-agents and questions.
+        Both are idempotent, so a step re-run after a crash repeats them harmlessly."""
+        for run_id, step_no in await self.subruns.request_cancel_tree(
+            leased.tenant_id, leased.run_id, "", include_root=False, child_reason="parent turn cancelled"
+        ):
+            await self.sender.always(run_id, step_no)  # a parked child has no job: it needs a message to finish
+        settled = await self.interrupts.cancel(leased.tenant_id, leased.run_id, None, by="turn_cancel")
+        if settled:
+            await self.waker.poke(leased.tenant_id, [interrupt_key(row.id) for row in settled])
 
-async def take_late_input(
-    engine: Engine, leased: LeasedRun, owner: str, events: list[NewEvent], *, usage: dict[str, int]
-) -> StepResult | None:
-    """A non-interactive run about to complete while steering input is queued goes on instead, so
-    the input becomes the next user turn. None: nothing queued, complete as usual. (Input queued
-    after this check, in the instant before the final commit, is accepted but never read.)"""
-    from treadle.engine.step import StepResult
+    async def cancel_if_requested(self, leased: LeasedRun) -> None:
+        """The run just parked: if a cancel landed while the step ran, its step message was stale
+        and dropped, so send one now (a parked run is leased only to be cancelled). A crash before
+        this is covered by `RunWaker.wake_due` (SubRunStore.parked_cancels)."""
+        step_no = await self.subruns.parked_cancel(leased.run_id)
+        if step_no is not None:
+            await self.sender.always(leased.run_id, step_no)
 
-    if await InputStore(engine.steps.pool).latest(leased.run_id) <= consumed_input_id(leased.events):
-        return None
-    outcome = StepOutcome("running", iterations_delta=1, usage=usage, enqueue_next=True)
-    next_step = await engine.steps.commit(leased, owner, events, outcome)
-    await engine._dispatch(StepMessage(leased.run_id, next_step))
-    return StepResult.CONTINUED
-
-
-async def _abandon_turn(engine: Engine, leased: LeasedRun) -> None:
-    """A turn cancel also ends what the turn was waiting on: its sub-agents and questions.
-    Both are idempotent, so a step re-run after a crash repeats them harmlessly."""
-    pool = engine.steps.pool
-    for run_id, step_no in await SubRunStore(pool).request_cancel_tree(
-        leased.tenant_id, leased.run_id, "", include_root=False, child_reason="parent turn cancelled"
-    ):
-        if engine._enqueue is not None:  # a parked child has no job: it needs a message to finish
-            await engine._enqueue(StepMessage(run_id, step_no), 0.0)
-    settled = await InterruptStore(pool).cancel(leased.tenant_id, leased.run_id, None, by="turn_cancel")
-    if settled and engine.waits is not None:
-        await engine.waits.poke(leased.tenant_id, [interrupt_key(row.id) for row in settled])
-
-
-async def cancel_if_requested(engine: Engine, leased: LeasedRun) -> None:
-    """The run just parked: if a cancel landed while the step ran, its step message was stale and
-    dropped, so send one now (a parked run is leased only to be cancelled). A crash before this
-    is covered by `Runtime.wake_due` (SubRunStore.parked_cancels)."""
-    async with engine.steps.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT step_no FROM runs WHERE id = %s AND status = 'waiting' AND cancel_requested", (leased.run_id,)
-        )
-        row = await cur.fetchone()
-    if row is not None and engine._enqueue is not None:
-        await engine._enqueue(StepMessage(leased.run_id, int(row["step_no"])), 0.0)
-
-
-async def wake_parent(engine: Engine, leased: LeasedRun) -> None:
-    """A sub-agent run ended: poke its parent's wait key. Best effort — a lost poke is found by
-    the sweeper (`SubRunStore.settled_parent_waits`)."""
-    key = leased.parent_wait_key
-    if not key or engine.waits is None:
-        return
-    try:
-        woken = await engine.waits.poke(leased.tenant_id, [key])
-        for run_id, step_no in woken:
-            await engine._dispatch(StepMessage(run_id, step_no))
-            engine.hub.notify(run_id)
-    except Exception as exc:
-        log.warning("waking the parent of %s failed (the sweeper will): %s", leased.run_id, exc)
+    async def wake_parent(self, leased: LeasedRun) -> None:
+        """A sub-agent run ended: poke its parent's wait key. Best effort — a lost poke is found by
+        the sweeper (`SubRunStore.settled_parent_waits`)."""
+        key = leased.parent_wait_key
+        if not key:
+            return
+        try:
+            await self.waker.poke(leased.tenant_id, [key])
+        except Exception as exc:
+            log.warning("waking the parent of %s failed (the sweeper will): %s", leased.run_id, exc)

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from treadle.dispatch.base import Dispatcher
 from treadle.dispatch.postgres import PostgresQueue
-from treadle.domain.runs import StepMessage
+from treadle.engine.sending import StepSender
 from treadle.engine.step import Engine
 
 log = logging.getLogger("treadle.workers")
@@ -44,7 +44,7 @@ class WorkerPool:
         owner = self.engine.new_owner()
         found, leased = await self.engine.steps.claim_job(owner)
         if leased is not None:
-            await self.engine.execute(leased, owner)
+            await self.engine.run_leased(leased, owner)
             self.steps_run += 1
         return found
 
@@ -113,6 +113,7 @@ class Sweeper(PeriodicTask):
         self.wake_due = wake_due
         self.engine = engine
         self.dispatcher = dispatcher
+        self.sender = StepSender(dispatcher)
         self.interval_s = interval_s
         self.swept = 0
 
@@ -121,9 +122,8 @@ class Sweeper(PeriodicTask):
 
     async def sweep_once(self) -> int:
         due = await self.engine.steps.sweep_expired()
-        if not self.dispatcher.jobs_in_db:
-            for run_id, step_no in due:
-                await self.dispatcher.enqueue(StepMessage(run_id, step_no))
+        for run_id, step_no in due:
+            await self.sender.next_step(run_id, step_no)  # the sweep statement enqueued it with jobs_in_db
         if due:
             log.info("sweeper re-enqueued %d step(s)", len(due))
         woken = await self.wake_due() if self.wake_due is not None else 0

@@ -146,6 +146,16 @@ class SubRunStore:
             rows = await cur.fetchall()
         return [(r["tenant_id"], r["key"]) for r in rows]
 
+    async def parked_cancel(self, run_id: str) -> int | None:
+        """The step_no of `run_id` if it is parked with a cancel requested, else None: the engine's
+        check right after a park (the cancel's step message was stale and dropped mid-step)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT step_no FROM runs WHERE id = %s AND status = 'waiting' AND cancel_requested", (run_id,)
+            )
+            row = await cur.fetchone()
+        return None if row is None else int(row["step_no"])
+
     async def parked_cancels(self, limit: int = 500) -> list[tuple[str, int]]:
         """(run_id, step_no) of parked runs whose cancel was requested but never acted on (the
         cancel's step message was stale — the run was mid-step — and the process died before

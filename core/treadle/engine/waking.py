@@ -1,0 +1,47 @@
+"""Waking parked runs: poke the wait keys → send each woken run's step → notify live readers.
+
+Every wake-up goes through `RunWaker` — channel publishes, answered interruptions, steering
+input, a sub-agent waking its parent, the sweeper's deadlines. The runtime's `Waker` port
+(`Runtime.poke`) delegates here.
+"""
+
+from __future__ import annotations
+
+from treadle.engine.hub import RunEventHub
+from treadle.engine.sending import StepSender
+from treadle.store.subruns import SubRunStore
+from treadle.store.waits import WaitStore
+
+
+class RunWaker:
+    def __init__(self, waits: WaitStore, subruns: SubRunStore, sender: StepSender, hub: RunEventHub) -> None:
+        self.waits = waits
+        self.subruns = subruns
+        self.sender = sender
+        self.hub = hub
+
+    async def poke(self, tenant_id: str, keys: list[str]) -> int:
+        """Wake every run parked on any of `keys`; returns how many woke."""
+        woken = await self.waits.poke(tenant_id, keys)
+        await self._woke(woken)
+        return len(woken)
+
+    async def wake_due(self) -> int:
+        """Wake runs whose wait deadline passed, and repair lost wake-ups (sweeper / maintenance)."""
+        woken = await self.waits.wake_due()
+        await self._woke(woken)
+        n = len(woken)
+        # parents parked on sub-agents that all ended, whose wake-up was lost (crash after the final commit)
+        for tenant_id, key in await self.subruns.settled_parent_waits():
+            n += await self.poke(tenant_id, [key])
+        # parked runs whose cancel request never reached a step (it landed mid-step, then a crash)
+        for run_id, step_no in await self.subruns.parked_cancels():
+            await self.sender.always(run_id, step_no)
+            n += 1
+        return n
+
+    async def _woke(self, woken: list[tuple[str, int]]) -> None:
+        for run_id, step_no in woken:
+            await self.sender.next_step(run_id, step_no)  # the wake statement enqueued it with jobs_in_db
+        for run_id, _ in woken:
+            self.hub.notify(run_id)
