@@ -36,8 +36,10 @@ async def test_create_fork_get_list_retire(open_rt: Any) -> None:
         nxt = datetime.fromisoformat(sched["next_fire_at"]).astimezone(ZoneInfo("Europe/Berlin"))
         assert (nxt.hour, nxt.minute) == (3, 0) and nxt > datetime.now(UTC)
 
-        again = await op(c, {"op": "create", "name": "nightly", "overlay": NIGHTLY}, 409)
-        assert again["code"] == "conflict"
+        again = await op(c, {"op": "create", "name": "nightly", "overlay": NIGHTLY})  # a retry: the same def
+        assert again["deduplicated"] and again["def_id"] == created["def_id"]
+        clash = await op(c, {"op": "create", "name": "nightly", "overlay": {**NIGHTLY, "prompt": "other"}}, 409)
+        assert clash["code"] == "conflict" and "fork it" in clash["error"]
 
         forked = await op(c, {"op": "fork", "name": "nightly", "overlay": {"schedule": "30 4 * * 1-5"}})
         assert forked["version"] == 2 and forked["parent_def_id"] == created["def_id"]

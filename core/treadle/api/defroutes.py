@@ -1,30 +1,25 @@
 """The HTTP twin of a *Def tool: `POST /v1/_<kind>def` (body = the tool's op input, answer = its
-JSON result) and `GET /v1/_<kind>def/names` (the names new runs or deliveries use). The bearer's
-principal sets the tenant, never the body; there is no gate (the operator may do every op)."""
+JSON result) and `GET /v1/_<kind>def/names` (the names new runs or deliveries use), for every kind
+of the def lifecycle (treadle/defs). The bearer's principal sets the tenant, never the body; there
+is no gate (the operator may do every op)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 
 from treadle.api.deps import get_principal, get_runtime
+from treadle.defs.lifecycle import DefLifecycle
 from treadle.errors import BadRequest
+from treadle.ports import OpService
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
-
-
-class OpDispatcher(Protocol):
-    async def dispatch(self, tenant_id: str, args: Any) -> dict[str, Any]: ...
-
-
-class NamedFamily(OpDispatcher, Protocol):
-    async def active_names(self, tenant_id: str) -> list[str]: ...
 
 
 async def op_body(request: Request) -> dict[str, Any]:
@@ -40,7 +35,7 @@ async def op_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def add_op_route(router: APIRouter, path: str, family_of: Callable[[Runtime], OpDispatcher]) -> None:
+def add_op_route(router: APIRouter, path: str, family_of: Callable[[Runtime], OpService]) -> None:
     """`POST {path}`: the op input in, the op's answer out."""
 
     async def op(request: Request, rt: Rt, who: Who) -> dict[str, Any]:
@@ -49,7 +44,7 @@ def add_op_route(router: APIRouter, path: str, family_of: Callable[[Runtime], Op
     router.add_api_route(path, op, methods=["POST"], name=path.strip("/_"))
 
 
-def add_def_routes(router: APIRouter, path: str, family_of: Callable[[Runtime], NamedFamily]) -> None:
+def add_def_routes(router: APIRouter, path: str, family_of: Callable[[Runtime], DefLifecycle]) -> None:
     """`POST {path}` and `GET {path}/names`."""
     add_op_route(router, path, family_of)
 

@@ -1,5 +1,5 @@
 """Built-in `AgentDef` (default-deny): create, fork, get, list, retire, promote and verify agent
-definitions at run time (substrate/agentdefs.py).
+definitions at run time (substrate/agentdefs.py over the def lifecycle, treadle/defs).
 
 The calling agent's `agent_def_scopes` decides which names it may touch: `self` (its own name),
 `named:<agent>`, `any`; empty (the default) refuses every op. A def written through the tool may
@@ -10,29 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.defops import op_schema, run_op
+from treadle.defs.gates import NameGate
+from treadle.defs.lifecycle import CORE_OPS
+from treadle.defs.tooling import def_tool_schema, run_op
 from treadle.substrate.agentdefs import GRANT_FIELDS
-from treadle.substrate.family import Gate
 from treadle.tools.base import Park, ToolContext, ToolResult
 
-OPS = ("create", "fork", "get", "list", "retire", "promote", "verify")
+OPS = CORE_OPS
 
 
-def substrate_def_schema(ops: tuple[str, ...], overlay_help: str) -> dict[str, Any]:
-    return op_schema(
-        ops, overlay_help,
-        promote={"type": "boolean",
-                 "description": "make it the version new runs get (create: default true, fork: default false)"},
-        include_retired={"type": "boolean"},
-        content_sha256={"type": "string", "description": "verify: the hash computed locally"},
-    )
-
-
-def gate_for(ctx: ToolContext, field: str, own: frozenset[str], grant_fields: tuple[str, ...]) -> Gate:
+def name_gate(ctx: ToolContext, field: str, own: frozenset[str], grant_fields: tuple[str, ...]) -> NameGate:
+    """The calling agent's gate over def names: its `field` scopes, the names `self` covers, and
+    the grants it holds itself (from its resolved agent, never a yaml namesake)."""
     cfg = ctx.agent_config
     scopes = tuple(getattr(cfg, field, ()) or ())
     grants = {f: frozenset(getattr(cfg, f, ()) or ()) for f in grant_fields}
-    return Gate(scopes, field, own, grants)
+    return NameGate(scopes=scopes, field=field, own=own, grants=grants)
 
 
 class AgentDefTool:
@@ -44,9 +37,10 @@ class AgentDefTool:
         "include_lineage) | list | retire | promote (def_id) | verify (name, content_sha256). A promoted def "
         "is what new runs of that name get. Limited to the names in this agent's agent_def_scopes."
     )
-    input_schema: dict[str, Any] = substrate_def_schema(OPS, "AgentDef fields (treadle.yaml agent keys)")
+    input_schema: dict[str, Any] = def_tool_schema(OPS, "AgentDef fields (treadle.yaml agent keys)",
+                                                   create_promotes=True, fork_promotes=False)
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         family = ctx.services.ops["AgentDef"]
-        gate = gate_for(ctx, "agent_def_scopes", frozenset({ctx.agent}), GRANT_FIELDS)
-        return await run_op(ctx, family, gate, args)
+        return await run_op(ctx, family, name_gate(ctx, "agent_def_scopes", frozenset({ctx.agent}), GRANT_FIELDS),
+                            args)

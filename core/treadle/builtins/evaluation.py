@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.defops import as_tool_error
+from treadle.defs.tooling import as_tool_error
 from treadle.errors import TreadleError
 from treadle.substrate.evaluation import OPS, EvalGate
 from treadle.tools.base import Park, ToolContext, ToolResult

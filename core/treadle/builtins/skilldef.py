@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.builtins.agentdef import gate_for, substrate_def_schema
-from treadle.defops import run_op
+from treadle.builtins.agentdef import name_gate
+from treadle.defs.lifecycle import CORE_OPS
+from treadle.defs.tooling import def_tool_schema, run_op
 from treadle.tools.base import Park, ToolContext, ToolResult
 
-OPS = ("create", "fork", "get", "list", "retire", "promote", "verify")
+OPS = CORE_OPS
 
 
 class SkillDefTool:
@@ -21,9 +22,10 @@ class SkillDefTool:
         "retire | promote (def_id) | verify (name, content_sha256). Runs pin the skill version they start with. "
         "Limited to the skills in this agent's skill_def_scopes."
     )
-    input_schema: dict[str, Any] = substrate_def_schema(OPS, "SkillDef fields: body (required), description, tools")
+    input_schema: dict[str, Any] = def_tool_schema(OPS, "SkillDef fields: body (required), description, tools",
+                                                   create_promotes=True, fork_promotes=False)
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         family = ctx.services.ops["SkillDef"]
         own = frozenset(getattr(ctx.agent_config, "skills", ()) or ())
-        return await run_op(ctx, family, gate_for(ctx, "skill_def_scopes", own, ()), args)
+        return await run_op(ctx, family, name_gate(ctx, "skill_def_scopes", own, ()), args)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.builtins.scheduledef import run_def_op, trigger_def_schema
+from treadle.builtins.scheduledef import run_trigger_op
+from treadle.defs.lifecycle import CORE_OPS
+from treadle.defs.tooling import def_tool_schema
 from treadle.tools.base import Park, ToolContext, ToolResult
 
-OPS = ("create", "fork", "get", "list", "retire", "promote")
+OPS = CORE_OPS
 
 
 class WebhookDefTool:
@@ -20,10 +22,11 @@ class WebhookDefTool:
     description = (
         "Manage inbound webhooks. op: create (name, overlay{delivery spawn|channel, agent, channel, auth{kind hmac|"
         "bearer, header, signing_secret_env, delivery_id_header, bearer_token_env}, rate_limit, payload_mapping, "
-        "metadata, on_complete[]}) | fork | get | list | retire | promote. Secrets are environment variable names. "
-        "Limited to the agents in this agent's webhook_def_scopes."
+        "metadata, on_complete[]}) | fork | get | list | retire | promote | verify. Secrets are environment "
+        "variable names. Limited to the agents in this agent's webhook_def_scopes."
     )
-    input_schema: dict[str, Any] = trigger_def_schema(OPS, "WebhookDef fields")
+    input_schema: dict[str, Any] = def_tool_schema(OPS, "WebhookDef fields", create_promotes=True,
+                                                   fork_promotes=True)
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        return await run_def_op(ctx, "webhook_def_scopes", "WebhookDef", args)
+        return await run_trigger_op(ctx, "webhook_def_scopes", "WebhookDef", args)

@@ -10,17 +10,16 @@ POST /v1/_agentdef therefore give one definition one hash; `treadle hash agent N
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from treadle.config import AgentConfig
+from treadle.defs.args import parse_spec
+from treadle.defs.lifecycle import DefLifecycle
 from treadle.domain.defs import content_sha256, normalize_text
 from treadle.engine.agents import AgentCatalogue
 from treadle.errors import DefRefused
-from treadle.specs.schedule import validation_message
 from treadle.store.defs import DefStore
-from treadle.substrate.family import SubstrateFamily
 
 KIND = "agent"
 HASH_EXCLUDED = frozenset({"description", "agent_def_scopes", "skill_def_scopes", "schedule_def_scopes",
@@ -52,20 +51,22 @@ def agent_hash(cfg: AgentConfig) -> str:
     return agent_content_sha256(agent_body(cfg))
 
 
-class AgentDefFamily(SubstrateFamily):
+class AgentDefFamily(DefLifecycle):
+    """Hooks: normalize (AgentConfig + references + known tools), content_hash, granted (the grant
+    fields a NameGate compares), the yaml `agents:` base. Gated by name (the default subject).
+    Also the runtime's `AgentDirectory` (`current`, `static_names`)."""
+
     kind = KIND
     label = "AgentDef"
+    create_promotes = True
     fork_promotes = False
 
     def __init__(self, defs: DefStore, catalogue: AgentCatalogue) -> None:
         super().__init__(defs)
         self.catalogue = catalogue
 
-    def validate(self, name: str, overlay: dict[str, Any]) -> dict[str, Any]:
-        try:
-            cfg = AgentConfig.model_validate(overlay)
-        except ValidationError as exc:
-            raise DefRefused(f"invalid AgentDef: {validation_message(exc)}") from None
+    async def normalize(self, tenant: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        cfg = parse_spec(self.label, AgentConfig, body)
         probe = self.catalogue.config.model_copy(update={"agents": {name: cfg}})
         errs = [f"{path.removeprefix(f'agents.{name}.')}: {msg}" for path, msg in probe.reference_errors()
                 if path.startswith(f"agents.{name}.")]
@@ -87,5 +88,7 @@ class AgentDefFamily(SubstrateFamily):
     def static_names(self) -> list[str]:
         return sorted(self.catalogue.config.agents)
 
-    def effective(self, body: dict[str, Any]) -> dict[str, Any]:
-        return AgentConfig.model_validate(body).model_dump(mode="json", include=set(GRANT_FIELDS))
+    def granted(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        granted: dict[str, Any] = AgentConfig.model_validate(dict(body)).model_dump(mode="json",
+                                                                                   include=set(GRANT_FIELDS))
+        return granted

@@ -11,14 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
+from treadle.defs.args import parse_spec
+from treadle.defs.lifecycle import DefLifecycle
 from treadle.domain.defs import content_sha256, normalize_text
 from treadle.domain.substrate import SkillSpec
-from treadle.errors import DefRefused
-from treadle.specs.schedule import validation_message
 from treadle.store.defs import DefStore
-from treadle.substrate.family import SubstrateFamily
 
 KIND = "skill"
 
@@ -33,21 +30,21 @@ def skill_content_sha256(body: dict[str, Any]) -> str:
     return content_sha256({"body": normalize_text(str(body.get("body", ""))), "tools": body.get("tools") or []})
 
 
-class SkillDefFamily(SubstrateFamily):
+class SkillDefFamily(DefLifecycle):
+    """Hooks: normalize (SkillSpec), content_hash, the yaml `skills:` base. Gated by name (the
+    default subject); a skill grants nothing of its own (its `tools` are advice to the agent)."""
+
     kind = KIND
     label = "SkillDef"
+    create_promotes = True
     fork_promotes = False
 
     def __init__(self, defs: DefStore, static: Mapping[str, SkillSpec]) -> None:
         super().__init__(defs)
         self.static = static
 
-    def validate(self, name: str, overlay: dict[str, Any]) -> dict[str, Any]:
-        try:
-            spec = SkillSpec.model_validate(overlay)
-        except ValidationError as exc:
-            raise DefRefused(f"invalid SkillDef: {validation_message(exc)}") from None
-        return skill_body(spec)
+    async def normalize(self, tenant: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return skill_body(parse_spec(self.label, SkillSpec, body))
 
     def content_hash(self, body: dict[str, Any]) -> str:
         return skill_content_sha256(body)

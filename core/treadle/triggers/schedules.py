@@ -1,4 +1,4 @@
-"""ScheduleDef: the def family (create, fork, get, list, retire, promote, add_hook, remove_hook),
+"""ScheduleDef: the def kind (the def lifecycle's ops, plus add_hook and remove_hook),
 the schedule state behind it, the admin operations (state, pause, resume, run-now) and keeping an
 external scheduler (EventBridge) in step.
 
@@ -9,19 +9,22 @@ routes also accept a def_id or the name.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from treadle.domain.defs import DefRecord
-from treadle.errors import Conflict, UnknownSchedule
+from treadle.defs.args import parse_spec, require_agent
+from treadle.defs.gates import Gate, require_scopes
+from treadle.defs.lifecycle import DefLifecycle
+from treadle.domain.defs import DefRecord, content_sha256
+from treadle.errors import Conflict, DefRefused, UnknownSchedule
 from treadle.ports import AgentDirectory, RunStarter
 from treadle.specs.schedule import Hook, ScheduleSpec, validation_message
 from treadle.store.db import Pool
 from treadle.store.defs import DefStore
 from treadle.store.schedules import ScheduleState, ScheduleStore
-from treadle.triggers.defs import DefFamily, DefRefused, ScopeGate
 from treadle.triggers.firing import Firing
 from treadle.triggers.scheduler import Scheduler, ScheduleTarget
 from treadle.triggers.settings import TriggerSettings
@@ -30,43 +33,60 @@ log = logging.getLogger("treadle.schedules")
 _HOOK = TypeAdapter(Hook)
 
 
-class ScheduleFamily(DefFamily):
+class ScheduleFamily(DefLifecycle):
+    """Hooks: normalize (ScheduleSpec, the agent exists, the external scheduler accepts the cron),
+    content_hash, gate_subject (the agent a schedule starts), on_activate/on_retire (the schedule
+    state and the external scheduler follow the active version), view (+ the schedule state), and
+    the extra ops add_hook/remove_hook (a fork that changes `on_complete`)."""
+
     kind = "schedule"
     label = "ScheduleDef"
-    spec = ScheduleSpec
+    create_promotes = True
+    fork_promotes = True
+    extra_ops = ("add_hook", "remove_hook")
 
     def __init__(self, defs: DefStore, agents: AgentDirectory, service: ScheduleService) -> None:
-        super().__init__(defs, agents)
+        super().__init__(defs)
+        self.agents = agents
         self.service = service
 
-    async def check(self, tenant_id: str, spec: Any) -> None:
-        assert isinstance(spec, ScheduleSpec)
-        await self.check_agent(tenant_id, spec.agent)
+    async def normalize(self, tenant: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        spec = parse_spec(self.label, ScheduleSpec, body)
+        await require_agent(self.agents, tenant, spec.agent, self.label)
         scheduler = self.service.scheduler
         if scheduler is not None:
             try:
                 scheduler.validate(spec.schedule, spec.timezone)
             except ValueError as exc:
                 raise DefRefused(f"invalid ScheduleDef: schedule: {exc}") from None
+        return spec.body()
 
-    def handlers(self) -> dict[str, Any]:
-        return {**super().handlers(), "add_hook": self.op_add_hook, "remove_hook": self.op_remove_hook}
+    def content_hash(self, body: dict[str, Any]) -> str:
+        return content_sha256(body)
 
-    async def activated(self, tenant_id: str, record: DefRecord) -> None:
-        await self.service.activate(tenant_id, record)
+    def gate_subject(self, name: str, body: Mapping[str, Any] | None) -> str | None:
+        agent = body.get("agent") if body is not None else None
+        return agent if isinstance(agent, str) else None
 
-    async def retired(self, tenant_id: str, record: DefRecord) -> None:
-        await self.service.deactivate(tenant_id, record, "retired")
+    async def on_activate(self, tenant: str, record: DefRecord) -> None:
+        await self.service.activate(tenant, record)
 
-    async def view(self, tenant_id: str, record: DefRecord) -> dict[str, Any]:
-        out = record.to_api()
-        state = await self.service.store.get(tenant_id, name=record.name)
+    async def on_retire(self, tenant: str, record: DefRecord) -> None:
+        await self.service.deactivate(tenant, record, "retired")
+
+    async def view(self, tenant: str, record: DefRecord) -> dict[str, Any]:
+        out = self.record_view(record)
+        state = await self.service.store.get(tenant, name=record.name)
         if state is not None:
             out["schedule"] = state.to_api()
             out["schedule_id"] = state.schedule_id
         return out
 
-    async def op_add_hook(self, tenant: str, args: dict[str, Any], gate: ScopeGate | None, run_id: str | None) -> Any:
+    async def op_add_hook(
+        self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None
+    ) -> dict[str, Any]:
+        if gate is not None:
+            require_scopes(gate, self.what("add_hook"))
         try:
             hook = _HOOK.validate_python(args.get("hook")).model_dump(mode="json", exclude_none=True)
         except ValidationError as exc:
@@ -74,8 +94,10 @@ class ScheduleFamily(DefFamily):
         return await self._fork_hooks(tenant, args, gate, run_id, lambda hooks: [*hooks, hook])
 
     async def op_remove_hook(
-        self, tenant: str, args: dict[str, Any], gate: ScopeGate | None, run_id: str | None
-    ) -> Any:
+        self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None
+    ) -> dict[str, Any]:
+        if gate is not None:
+            require_scopes(gate, self.what("remove_hook"))
         index = args.get("hook_index")
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise DefRefused("ScheduleDef.remove_hook: hook_index (a non-negative integer) is required")
@@ -88,13 +110,16 @@ class ScheduleFamily(DefFamily):
         return await self._fork_hooks(tenant, args, gate, run_id, remove)
 
     async def _fork_hooks(
-        self, tenant: str, args: dict[str, Any], gate: ScopeGate | None, run_id: str | None, change: Any
-    ) -> Any:
-        parent = await self.resolve(tenant, args)
-        hooks = change(list(parent.body.get("on_complete") or []))
-        fork_args = {"def_id": parent.def_id, "overlay": {"on_complete": hooks}, "promote": args.get("promote", True)}
-        if "description" in args:
-            fork_args["description"] = args["description"]
+        self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None,
+        change: Callable[[list[Any]], list[Any]],
+    ) -> dict[str, Any]:
+        """A fork of the resolved version with `on_complete` changed (promote, description: as given)."""
+        parent = await self.resolve(tenant, args, static_ok=False)
+        fork_args: dict[str, Any] = {"op": "fork", "def_id": parent.def_id,
+                                     "overlay": {"on_complete": change(list(parent.body.get("on_complete") or []))}}
+        for key in ("promote", "description"):
+            if key in args:
+                fork_args[key] = args[key]
         return await self.op_fork(tenant, fork_args, gate, run_id)
 
 

@@ -16,13 +16,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from treadle.config import TreadleConfig
-from treadle.domain.defs import content_sha256
+from treadle.defs.args import STATIC_DESCRIPTION
+from treadle.defs.lifecycle import DefLifecycle
 from treadle.ports import AgentDirectory, RunStarter
 from treadle.security.principal import DEFAULT_TENANT
 from treadle.store.db import Pool
 from treadle.store.locks import STATIC_TRIGGERS_LOCK_KEY, xact_lock
 from treadle.store.memory import MemoryStore
-from treadle.triggers.defs import STATIC_DESCRIPTION, DefFamily
 from treadle.triggers.hooks import HookRunner, ScopedPublisher
 from treadle.triggers.scheduler import Scheduler
 from treadle.triggers.schedules import ScheduleService
@@ -50,7 +50,7 @@ class Triggers:
 
     async def sync_static(self, tenant_id: str = DEFAULT_TENANT) -> dict[str, int]:
         """treadle.yaml's triggers into the database; returns how many defs were created and retired."""
-        families: list[tuple[DefFamily, dict[str, Any]]] = [
+        families: list[tuple[DefLifecycle, dict[str, Any]]] = [
             (self.schedules.family, dict(self.config.scheduled_runs)),
             (self.webhooks.family, dict(self.config.webhooks)),
         ]
@@ -60,9 +60,9 @@ class Triggers:
             for family, specs in families:
                 for name, spec in specs.items():
                     assert isinstance(spec, BaseModel)
-                    body = await family.normalize(tenant_id, spec.model_dump(mode="json", exclude_none=True))
+                    body = await family.normalize(tenant_id, name, spec.model_dump(mode="json", exclude_none=True))
                     active = await family.defs.get(tenant_id, family.kind, name=name)
-                    if active is not None and active.content_sha256 == content_sha256(body):
+                    if active is not None and active.content_sha256 == family.content_hash(body):
                         continue
                     await family.store(
                         tenant_id, name, body, parent_def_id=active.def_id if active else None,
@@ -71,8 +71,7 @@ class Triggers:
                     created += 1
                 for record in await family.defs.list(tenant_id, family.kind):
                     if record.active and record.description == STATIC_DESCRIPTION and record.name not in specs:
-                        record = await family.defs.retire(tenant_id, family.kind, record.def_id)
-                        await family.retired(tenant_id, record)
+                        await family.retire(tenant_id, record)
                         retired += 1
         if created or retired:
             log.info("treadle.yaml triggers: %d version(s) created, %d retired", created, retired)

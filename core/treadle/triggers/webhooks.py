@@ -1,4 +1,4 @@
-"""WebhookDef (create, fork, get, list, retire, promote) and the delivery pipeline, shared by the
+"""WebhookDef (the def lifecycle's ops, treadle.defs) and the delivery pipeline, shared by the
 sidecar's route and the webhook Lambda:
 
 1. the active def by (tenant, name) — unknown or disabled → 404 `unknown_webhook`;
@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from treadle.domain.defs import DefRecord
+from treadle.defs.args import parse_spec, require_agent
+from treadle.defs.lifecycle import DefLifecycle
+from treadle.domain.defs import DefRecord, content_sha256
 from treadle.errors import BadPayload, RateLimited, TreadleError, UnknownWebhook
 from treadle.ports import AgentDirectory, RunStarter
 from treadle.specs.mapping import MappingFailed, project, raw_block
@@ -31,7 +33,6 @@ from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
 from treadle.store.webhooks import Delivery, WebhookStore
 from treadle.triggers import signatures as signature
-from treadle.triggers.defs import DefFamily
 from treadle.triggers.hooks import ScopedPublisher, require_publisher
 from treadle.triggers.settings import TriggerSettings
 
@@ -59,21 +60,36 @@ class ActiveWebhook:
         return self.record.name
 
 
-class WebhookFamily(DefFamily):
+class WebhookFamily(DefLifecycle):
+    """Hooks: normalize (WebhookSpec, the agent exists), content_hash, gate_subject (the agent a
+    spawn webhook starts; a channel webhook starts none), view (+ `url_path`)."""
+
     kind = KIND
     label = "WebhookDef"
-    spec = WebhookSpec
+    create_promotes = True
+    fork_promotes = True
 
-    async def check(self, tenant_id: str, spec: Any) -> None:
-        assert isinstance(spec, WebhookSpec)
+    def __init__(self, defs: DefStore, agents: AgentDirectory) -> None:
+        super().__init__(defs)
+        self.agents = agents
+
+    async def normalize(self, tenant: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        spec = parse_spec(self.label, WebhookSpec, body)
         if spec.agent is not None:
-            await self.check_agent(tenant_id, spec.agent)
+            await require_agent(self.agents, tenant, spec.agent, self.label)
+        return spec.body()
 
-    def target_agent(self, body: dict[str, Any]) -> str | None:
-        return body.get("agent") if body.get("delivery", "spawn") == "spawn" else None
+    def content_hash(self, body: dict[str, Any]) -> str:
+        return content_sha256(body)
 
-    async def view(self, tenant_id: str, record: DefRecord) -> dict[str, Any]:
-        return {**record.to_api(), "url_path": f"/v1/_webhooks/{record.name}"}
+    def gate_subject(self, name: str, body: Mapping[str, Any] | None) -> str | None:
+        if body is None or body.get("delivery", "spawn") != "spawn":
+            return None
+        agent = body.get("agent")
+        return agent if isinstance(agent, str) else None
+
+    async def view(self, tenant: str, record: DefRecord) -> dict[str, Any]:
+        return {**self.record_view(record), "url_path": f"/v1/_webhooks/{record.name}"}
 
 
 class WebhookService:
