@@ -25,7 +25,7 @@ from treadle.errors import ToolError
 from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
 from treadle.store.subruns import Child, child_idempotency_key, spawn_wait_key
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 OPS = ("spawn", "parallel_spawn")
 MAX_PARALLEL_SPAWNS = 32
@@ -41,6 +41,7 @@ _SPAWN_PROPS: dict[str, Any] = {
 
 class AgentTool:
     name = "Agent"
+    effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Run sub-agents as child runs and wait for their results. op: spawn (name, prompt, def_id?) → the "
         "child's result {index, agent, ok, output?, error?}; parallel_spawn (spawns: [{name, prompt, def_id?}], "

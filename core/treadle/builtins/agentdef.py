@@ -14,7 +14,7 @@ from treadle.defs.gates import NameGate
 from treadle.defs.lifecycle import CORE_OPS
 from treadle.defs.tooling import def_tool_schema, run_op
 from treadle.substrate.agentdefs import GRANT_FIELDS
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 OPS = CORE_OPS
 
@@ -30,6 +30,7 @@ def name_gate(ctx: ToolContext, field: str, own: frozenset[str], grant_fields: t
 
 class AgentDefTool:
     name = "AgentDef"
+    effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Manage agent definitions at run time. op: create (name, overlay{system_prompt, tools, provider, model, "
         "tier, max_iterations, max_tokens, skills, memory_scopes, ...}, promote default true) | fork (def_id or "

@@ -8,7 +8,7 @@ from typing import Any
 from treadle.builtins.args import optional_ttl
 from treadle.errors import ToolError, TreadleError
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 OPS = ("publish", "subscribe", "peek", "ack", "await", "broadcast", "list_channels")
 MAX_WAIT_MS = 7 * 24 * 3600 * 1000  # parked waits cost nothing, so they may be long
@@ -18,6 +18,7 @@ PREVIEW_CHARS = 200
 
 class ChannelTool:
     name = "Channel"
+    effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Persistent message channels. op: publish (channel, value, ttl_seconds?) | subscribe (channel, "
         "max_messages?, wait_ms? — waits for a message without holding anything) | peek (channel) | "

@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Any
 
 from treadle.errors import ToolError
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 OPS = ("self", "tools", "agents", "time", "help", "capabilities")
 HELP_PACKAGE = "treadle.substrate.help"
@@ -34,6 +34,7 @@ def _summary(text: str) -> str:
 
 class ContextTool:
     name = "Context"
+    effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Read-only facts about yourself and the runtime. op: self (your agent, def_id, model, iteration, context "
         "use) | tools (your tools and their input schemas) | agents (agents runnable here) | time (UTC now) | "

@@ -8,11 +8,12 @@ from typing import Any
 from treadle.defs.tooling import as_tool_error
 from treadle.errors import TreadleError
 from treadle.substrate.evaluation import OPS, EvalGate
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 
 class EvaluationTool:
     name = "Evaluation"
+    effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Score runs and read scores. op: submit (run_id, score, dimensions{name: number}, judgement, rationale) | "
         "get (eval_id) | list_for_run (run_id) | list_for_def (def_id or name, include_lineage) | aggregate "

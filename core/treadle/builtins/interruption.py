@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from treadle.errors import ToolError
 from treadle.store.interrupts import InterruptStore, interrupt_id, interrupt_key
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 if TYPE_CHECKING:
     from treadle.config import InterruptionConfig
@@ -29,6 +29,7 @@ MAX_TEXT = 16_000
 
 class InterruptionTool:
     name = "Interruption"
+    effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Ask a human and wait for the answer without holding resources. op: ask (question, options?, context?, "
         "priority low|normal|high, timeout_ms? default 1 h, max 24 h unless the operator set others) → "

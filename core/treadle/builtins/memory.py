@@ -10,7 +10,7 @@ from treadle.builtins.args import optional_ttl
 from treadle.errors import ToolError, TreadleError
 from treadle.ports import VectorMemory
 from treadle.store.memory import DEFAULT_MAX_VALUE_BYTES
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 MAX_VALUE_BYTES = DEFAULT_MAX_VALUE_BYTES
 MAX_KEY_LEN = 512
@@ -20,6 +20,7 @@ SCOPES = ("agent", "user", "tenant")
 
 class MemoryTool:
     name = "Memory"
+    effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Persistent key/value memory. op: set|get|delete|list|incr|search. scope: agent (shared by every run "
         "of this agent), user (this run's user), tenant (everyone in the tenant; needs permission). "

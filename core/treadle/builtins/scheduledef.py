@@ -11,7 +11,7 @@ from typing import Any
 from treadle.defs.gates import AgentGate
 from treadle.defs.lifecycle import CORE_OPS
 from treadle.defs.tooling import def_tool_schema, run_op
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 #: the lifecycle's ops plus ScheduleFamily.extra_ops (the family is not imported here: a worker
 #: that never runs a ScheduleDef call never imports the triggers)
@@ -28,6 +28,7 @@ async def run_trigger_op(ctx: ToolContext, scopes_field: str, label: str, args: 
 
 class ScheduleDefTool:
     name = "ScheduleDef"
+    effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Manage scheduled runs (cron). op: create (name, overlay{agent, schedule '0 3 * * *', timezone, prompt, "
         "user_id, metadata, max_fires, enabled, catch_up_max, on_complete[]}) | fork (def_id or name, overlay) | "

@@ -9,13 +9,14 @@ from typing import Any
 from treadle.builtins.agentdef import name_gate
 from treadle.defs.lifecycle import CORE_OPS
 from treadle.defs.tooling import def_tool_schema, run_op
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 OPS = CORE_OPS
 
 
 class SkillDefTool:
     name = "SkillDef"
+    effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Manage skills (instructions added to the system prompt of agents that list them in skills:). "
         "op: create (name, overlay{body, description, tools}) | fork (def_id or name, overlay) | get | list | "

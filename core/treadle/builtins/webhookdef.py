@@ -12,13 +12,14 @@ from typing import Any
 from treadle.builtins.scheduledef import run_trigger_op
 from treadle.defs.lifecycle import CORE_OPS
 from treadle.defs.tooling import def_tool_schema
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 OPS = CORE_OPS
 
 
 class WebhookDefTool:
     name = "WebhookDef"
+    effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Manage inbound webhooks. op: create (name, overlay{delivery spawn|channel, agent, channel, auth{kind hmac|"
         "bearer, header, signing_secret_env, delivery_id_header, bearer_token_env}, rate_limit, payload_mapping, "

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from treadle.config import AgentConfig, TreadleConfig
 from treadle.ports import AgentDirectory, OpService, RunStarter, VectorMemory, Waker
@@ -130,9 +130,39 @@ class Park:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
+#: how a tool's effects are applied — see `Tool`
+ToolEffects = Literal["transactional", "external"]
+
+
 class Tool(Protocol):
+    """A tool an agent may call. `invoke` returns a result, or `Park` to wait without holding
+    anything (the call is re-invoked when a key is poked or its deadline passes).
+
+    `effects` says how what the tool does is kept exactly-once:
+
+    - "transactional": every effect is a write to treadle's own database through the stores in
+      `ctx.services`. The engine runs the call inside the step's commit transaction — after
+      checking the lease, before recording the result and advancing the step — so the effect
+      commits exactly once together with its `tool_result`, or not at all (a crash, a lost lease
+      or a cancel rolls it back, and the re-run step applies it afresh). A call that raises is
+      rolled back to before it started. Such calls run one after another on that transaction.
+    - "external": the tool reaches outside the database (HTTP, MCP, a webhook out). The engine
+      records the assistant turn first, runs the call outside any transaction (concurrently with
+      the turn's other external calls), then commits its result. A crash, a lost lease or a stall
+      past the lease after the call started and before that commit re-runs the call in the next
+      attempt of the step: the window is one step attempt. `ctx.tool_use_id` is stable across
+      those attempts — send it as the idempotency key where the other side accepts one.
+    A tool without the attribute is treated as "external".
+    """
+
     name: str
     description: str
     input_schema: dict[str, Any]
+    effects: ToolEffects
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park: ...
+
+
+def effects_of(tool: Tool) -> ToolEffects:
+    value = getattr(tool, "effects", "external")
+    return "transactional" if value == "transactional" else "external"
