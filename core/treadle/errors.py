@@ -42,7 +42,8 @@
     │   └── RetryableProviderError     (503 provider_unavailable) 5xx/overloaded; the engine retries it
     │         codes: rate_limited (429), provider_timeout, provider_unreachable, stream_truncated
     ├── StoreError                     (503 store_unavailable)
-    │   └── LeaseLost                  another worker owns the run now; the step is abandoned
+    │   ├── LeaseLost                  another worker owns the run now; the step is abandoned
+    │   └── CancelPending              a cancel landed before the step could complete the run
     └── NotImplementedFeature          (501 not_implemented)   a documented feature this build lacks
 
 HTTP mapping lives in one place: ``treadle.api.errors``. The engine never lets a ToolError
@@ -174,6 +175,12 @@ class StoreError(TreadleError):
 
 class LeaseLost(StoreError):
     code = "lease_lost"
+
+
+class CancelPending(StoreError):
+    """A completing commit found a cancel request: the engine ends the run cancelled instead."""
+
+    code = "cancel_pending"
 
 
 class NotImplementedFeature(TreadleError):

@@ -81,11 +81,12 @@ async def _self(ctx: ToolContext) -> dict[str, Any]:
     if run is not None:
         out["content_sha256"] = run.def_content_sha256
         out["skill_def_ids"] = run.skill_def_ids
-    usage: dict[str, Any] | None = None
-    for event in reversed(await runs.events(ctx.tenant_id, ctx.run_id, 0, 5000)):
-        if event.type == "usage":
-            usage = event.payload.get("usage") or {}
-            break
+    usage: dict[str, Any] | None = ctx.turn_usage  # this turn's, when it commits with this call
+    if usage is None:
+        for event in reversed(await runs.events(ctx.tenant_id, ctx.run_id, 0, 5000)):
+            if event.type == "usage":
+                usage = event.payload.get("usage") or {}
+                break
     if usage is not None:
         used = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens",
                                                      "cache_creation_input_tokens"))

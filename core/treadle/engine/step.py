@@ -31,11 +31,12 @@ from treadle.engine.outcomes import ParkedCall, StepResult, tool_result_event
 from treadle.engine.replay import Transcript, replay
 from treadle.engine.routing import Call, RetryPolicy, call_route
 from treadle.engine.sending import StepSender
+from treadle.engine.toolcalls import Outcome, ToolRunner, TurnCalls
 from treadle.engine.waiting import Steering, at_rest, consumed_input_id, iteration_cap
-from treadle.errors import LeaseLost, ProviderError, ToolError
+from treadle.errors import CancelPending, LeaseLost, ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
-from treadle.tools.base import Park, Principal, ToolContext, ToolResult, ToolServices
+from treadle.tools.base import ToolServices
 
 log = logging.getLogger("treadle.engine")
 
@@ -79,6 +80,7 @@ class Engine:
         self.steering = steering
         self.hub = hub
         self.settings = settings or EngineSettings()
+        self.runner = ToolRunner(tools, steps, self.settings.tool_parallelism)
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._owner_seq = itertools.count(1)
 
@@ -119,6 +121,12 @@ class Engine:
         except LeaseLost as exc:
             log.warning("%s", exc)
             return StepResult.LEASE_LOST
+        except CancelPending:  # the step was about to complete the run: the cancel wins
+            try:
+                return await self._finish_cancelled(leased, owner, replay(leased.events))
+            except LeaseLost as exc:
+                log.warning("%s", exc)
+                return StepResult.LEASE_LOST
         except Exception as exc:
             log.exception("step %s/%s crashed", leased.run_id, leased.step_no)
             return await self._step_crashed(leased, owner, exc)
@@ -153,14 +161,12 @@ class Engine:
         elif at_rest(leased):  # an interactive run woken with no input: park again
             return await self.steering.park_for_input(leased, owner, [])
         if transcript.pending:  # parked calls being woken, or a crash between a turn and its results
-            results = await self._run_tools(
-                leased, agent, transcript.pending, transcript.iterations, transcript.parked
-            )
+            calls = TurnCalls(leased, agent, transcript.pending, transcript.iterations, transcript.parked)
             # the crashed attempt appended its turn but never committed the run row's counters
             behind = transcript.iterations > leased.iterations
-            return await self._decide(
-                leased, owner, agent, transcript.iterations, results,
-                usage=_last_turn_usage(leased.events) if behind else None, new_iteration=behind,
+            return await self._tools_and_commit(
+                leased, owner, calls, [], usage=_last_turn_usage(leased.events) if behind else None,
+                new_iteration=behind,
             )
         if transcript.iterations >= iteration_cap(agent, leased):
             return await self._finish(leased, owner, [], transcript, StopReason.MAX_ITERATIONS)
@@ -191,12 +197,41 @@ class Engine:
             )
             return StepResult.FINISHED
 
-        await self.steps.append(leased, owner, turn)
-        self.hub.notify(leased.run_id)
-        results = await self._run_tools(leased, agent, tool_uses, iteration)
         transcript.usage = _add_usage(transcript.usage, usage)
-        return await self._decide(leased, owner, agent, iteration, results, usage=usage, new_iteration=True,
-                                  totals=transcript.usage)
+        turn_usage: dict[str, Any] = dict(response.usage.to_json())
+        if response.max_context_tokens:
+            turn_usage["max_context_tokens"] = response.max_context_tokens
+        calls = TurnCalls(leased, agent, tool_uses, iteration, {}, turn_usage)
+        return await self._tools_and_commit(leased, owner, calls, turn, usage=usage, new_iteration=True,
+                                            totals=transcript.usage)
+
+    async def _tools_and_commit(
+        self,
+        leased: LeasedRun,
+        owner: str,
+        calls: TurnCalls,
+        turn: list[NewEvent],
+        *,
+        usage: dict[str, int] | None,
+        new_iteration: bool,
+        totals: dict[str, int] | None = None,
+    ) -> StepResult:
+        """Run the turn's calls and commit the step. With external calls the turn (`turn`, not yet
+        recorded) is appended first and those calls run outside any transaction; the transactional
+        calls then run inside the step's commit transaction, so their writes, the results and the
+        step advance commit together — one commit per iteration when every call is transactional."""
+        external: dict[str, Outcome] = {}
+        if calls.external:
+            if turn:
+                await self.steps.append(leased, owner, turn)
+                self.hub.notify(leased.run_id)
+                turn = []
+            external = await self.runner.run_external(calls)
+        async with self.steps.transaction(leased, owner):
+            transactional = await self.runner.run_transactional(calls)
+            outcomes = self.runner.in_order(calls, external, transactional)
+            return await self._decide(leased, owner, calls.agent, calls.iteration, outcomes, usage=usage,
+                                      new_iteration=new_iteration, totals=totals, turn=turn)
 
     async def _decide(
         self,
@@ -209,11 +244,14 @@ class Engine:
         usage: dict[str, int] | None = None,
         new_iteration: bool = False,
         totals: dict[str, int] | None = None,
+        turn: list[NewEvent] | None = None,
     ) -> StepResult:
+        """`turn`: the assistant turn when it is committed with its results (not appended before)."""
         delta = 1 if new_iteration else 0
+        turn = turn or []
         if any(isinstance(o, ParkedCall) for o in outcomes):
-            return await self._park(leased, owner, iteration, outcomes, usage=usage, delta=delta)
-        results = [e for o in outcomes if isinstance(o, NewEvent) for e in o.flattened()]
+            return await self._park(leased, owner, iteration, outcomes, usage=usage, delta=delta, turn=turn)
+        results = [*turn, *(e for o in outcomes if isinstance(o, NewEvent) for e in o.flattened())]
         if iteration >= iteration_cap(agent, leased):
             if totals is None:
                 totals = replay(leased.events).usage
@@ -249,11 +287,12 @@ class Engine:
         *,
         usage: dict[str, int] | None,
         delta: int,
+        turn: list[NewEvent],
     ) -> StepResult:
         """Commit the results that are in, a `tool_parked` record per parked call, and the waits;
         the run becomes `waiting` and holds no worker. A poke that raced the tool's check turns
         the park into an ordinary next step."""
-        events: list[NewEvent] = []
+        events: list[NewEvent] = list(turn)
         waits: list[WaitSpec] = []
         now = time.time()
         for o in outcomes:
@@ -336,73 +375,6 @@ class Engine:
             return sink
 
         return factory
-
-    # -- tools ----------------------------------------------------------------------------------------
-
-    async def _run_tools(
-        self,
-        leased: LeasedRun,
-        agent: ResolvedAgent,
-        uses: list[ToolUseBlock],
-        iteration: int,
-        parked: dict[str, dict[str, Any]] | None = None,
-    ) -> list[NewEvent | ParkedCall]:
-        parked = parked or {}
-        if len(uses) == 1:
-            return [await self._run_tool(leased, agent, uses[0], iteration, parked.get(uses[0].id))]
-        sem = asyncio.Semaphore(self.settings.tool_parallelism)
-
-        async def bounded(tu: ToolUseBlock) -> NewEvent | ParkedCall:
-            async with sem:
-                return await self._run_tool(leased, agent, tu, iteration, parked.get(tu.id))
-
-        return list(await asyncio.gather(*(bounded(tu) for tu in uses)))
-
-    async def _run_tool(
-        self,
-        leased: LeasedRun,
-        agent: ResolvedAgent,
-        tu: ToolUseBlock,
-        iteration: int,
-        resume: dict[str, Any] | None = None,
-    ) -> NewEvent | ParkedCall:
-        tool = agent.tools_by_name.get(tu.name)
-        result: ToolResult | Park
-        if tool is None:
-            result = ToolResult(
-                f"tool {tu.name!r} is not permitted for agent {agent.name!r}"
-                f" (its tools: {', '.join(agent.tools_by_name) or 'none'})",
-                is_error=True,
-            )
-        else:
-            ctx = ToolContext(
-                principal=Principal(leased.tenant_id, leased.user_id),
-                run_id=leased.run_id,
-                tool_use_id=tu.id,
-                iteration=iteration,
-                agent=leased.agent,
-                agent_config=agent.config,
-                services=self.tools,
-                model=agent.model,
-                provider=agent.provider_id,
-                resume=resume,
-                def_id=leased.def_id,
-            )
-            try:
-                result = await tool.invoke(ctx, tu.input)
-            except ToolError as exc:
-                result = ToolResult(exc.message, is_error=True)
-            except Exception as exc:
-                log.warning("tool %s raised %s", tu.name, exc, exc_info=True)
-                result = ToolResult(f"{tu.name} failed: {type(exc).__name__}: {exc}", is_error=True)
-            if isinstance(result, Park):
-                if not result.keys:
-                    result = ToolResult(f"{tu.name} parked without a wait key", is_error=True)
-                else:
-                    return ParkedCall(tu, result, resume)
-        event = tool_result_event(tu, result.content, result.is_error)
-        event.preceding = [NewEvent(t, p) for t, p in result.events]
-        return event
 
     # -- endings --------------------------------------------------------------------------------------
 

@@ -6,6 +6,10 @@ import json
 import logging
 import os
 import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +48,80 @@ set_json_dumps(dumps_jsonb)  # every Jsonb(...) the stores write
 
 _embedded: dict[Path, Any] = {}
 
-Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
+Connection = psycopg.AsyncConnection[DictRow]
+AfterCommit = Callable[[], Awaitable[None]]
+
+
+@dataclass(eq=False)
+class StepTransaction:
+    """A transaction the engine holds open while transactional tools run (see `Tool.effects`).
+
+    While it is current (`Pool.step_transaction`), every store call in this task uses its
+    connection, so a tool's writes commit — or roll back — together with the step. Work that must
+    not happen before the commit (sending a step message to SQS, syncing an external scheduler)
+    goes through `after_commit`, which runs it at once when no transaction is current."""
+
+    pool: Pool
+    conn: Connection
+    callbacks: list[AfterCommit] = field(default_factory=list)
+
+
+_CURRENT: ContextVar[StepTransaction | None] = ContextVar("treadle_step_transaction", default=None)
+
+
+async def after_commit(callback: AfterCommit) -> None:
+    """Run `callback` once the current step transaction commits (now, when there is none); a
+    transaction that rolls back drops it."""
+    tx = _CURRENT.get()
+    if tx is None:
+        await callback()
+    else:
+        tx.callbacks.append(callback)
+
+
+def in_step_transaction() -> bool:
+    return _CURRENT.get() is not None
+
+
+class Pool:
+    """The connection pool, aware of the current step transaction: `connection()` lends that
+    transaction's connection while one is current in this task (a store's own `transaction()`
+    then becomes a savepoint), else a pooled connection in autocommit mode."""
+
+    def __init__(self, inner: AsyncConnectionPool[Connection]) -> None:
+        self.inner = inner
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        tx = _CURRENT.get()
+        if tx is not None and tx.pool is self:
+            yield tx.conn
+            return
+        async with self.inner.connection() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def step_transaction(self) -> AsyncIterator[StepTransaction]:
+        """Open a transaction and make it current for this task; on a clean exit commit it, then
+        run its after-commit callbacks; on an exception roll it back and drop them."""
+        if _CURRENT.get() is not None:
+            raise RuntimeError("a step transaction is already open in this task")
+        async with self.inner.connection() as conn:
+            tx = StepTransaction(self, conn)
+            token = _CURRENT.set(tx)
+            try:
+                async with conn.transaction():
+                    yield tx
+            finally:
+                _CURRENT.reset(token)
+        for callback in tx.callbacks:
+            await callback()
+
+    async def check(self) -> None:
+        await self.inner.check()
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 def embedded_database_url(home: Path) -> str:
@@ -82,7 +159,7 @@ async def _configure(conn: psycopg.AsyncConnection[DictRow]) -> None:
 
 
 async def open_pool(url: str, size: int, *, name: str = "treadle") -> Pool:
-    pool: Pool = AsyncConnectionPool(
+    pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         url,
         connection_class=psycopg.AsyncConnection[DictRow],
         min_size=min(size, 4),
@@ -98,7 +175,7 @@ async def open_pool(url: str, size: int, *, name: str = "treadle") -> Pool:
     except Exception as exc:
         await pool.close()
         raise StoreError(f"database unreachable: {redact_url(url)}: {exc}") from exc
-    return pool
+    return Pool(pool)
 
 
 def redact_url(url: str) -> str:

@@ -15,14 +15,16 @@ because every later synchronous commit flushes the writes before it.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from treadle.domain.runs import NewEvent
-from treadle.errors import LeaseLost
-from treadle.store.db import Pool
+from treadle.errors import CancelPending, LeaseLost
+from treadle.store.db import Pool, StepTransaction
 from treadle.store.runs import JOBS_CHANNEL
 
 _LEASED_COLUMNS = (
@@ -239,6 +241,33 @@ class StepStore:
 
     # -- writing under the lease ---------------------------------------------------------------
 
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A savepoint of the current step transaction: an exception inside rolls back to it."""
+        async with self.pool.connection() as conn, conn.transaction():
+            yield
+
+    @asynccontextmanager
+    async def transaction(self, leased: LeasedRun, owner: str) -> AsyncIterator[StepTransaction]:
+        """The step's commit transaction: it starts by locking the run row under the lease fence
+        (LeaseLost when this worker no longer holds the step) and is current for the task, so the
+        writes of transactional tools and the step's `commit` become one atomic commit. Holding
+        the row lock also orders it against a cancel request: a cancel either committed before
+        (then `commit` refuses to complete the run) or waits for this commit."""
+        # a worker that stalls inside the transaction (SIGSTOP, a hung tool) holds the row lock; past
+        # a lease's length Postgres ends its session, the transaction rolls back and the step is
+        # swept like any other dead worker's
+        stall_ms = str(int(self.lease_s * 1000))
+        async with self.pool.step_transaction() as tx:
+            cur = await tx.conn.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, true) FROM runs"
+                " WHERE id = %s AND lease_owner = %s AND step_no = %s FOR UPDATE",
+                (stall_ms, leased.run_id, owner, leased.step_no),
+            )
+            if await cur.fetchone() is None:
+                raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
+            yield tx
+
     async def append(self, leased: LeasedRun, owner: str, events: list[NewEvent]) -> list[int]:
         """Append events mid-step (e.g. the assistant turn before its tools run)."""
         if not events:
@@ -343,6 +372,7 @@ class StepStore:
                 cache_read_tokens = cache_read_tokens + %(cr_t)s,
                 updated_at = now()
             WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
+              AND NOT (%(completing)s AND cancel_requested)
             RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason
         ), ev AS (
             INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
@@ -373,6 +403,7 @@ class StepStore:
         params = {
             "n": len(events),
             "final": outcome.final,
+            "completing": outcome.status == "completed",
             "requeue": self.requeue_after_s,
             "delay": outcome.delay_s,
             "status": outcome.status,
@@ -396,6 +427,8 @@ class StepStore:
         cur = await conn.execute(sql, params)
         row = await cur.fetchone()
         if row is None:
+            if outcome.status == "completed" and await self._cancel_pending(conn, leased, owner):
+                raise CancelPending(f"run {leased.run_id}: a cancel landed before step {leased.step_no} completed it")
             raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
         base = leased.last_seq
         leased.last_seq += len(events)
@@ -410,6 +443,20 @@ class StepStore:
             leased.chained += 1
             leased.chain_owner = outcome.chain_owner
         return int(row["step_no"])
+
+    @staticmethod
+    async def _cancel_pending(conn: Any, leased: LeasedRun, owner: str) -> bool:
+        """Whether the run is still this worker's step and a cancel is pending (why a completing
+        commit matched no row — else the lease was lost)."""
+        cur = await conn.execute(
+            "SELECT cancel_requested, cancel_reason FROM runs WHERE id = %s AND lease_owner = %s AND step_no = %s",
+            (leased.run_id, owner, leased.step_no),
+        )
+        row = await cur.fetchone()
+        if row is None or not row["cancel_requested"]:
+            return False
+        leased.cancel_requested, leased.cancel_reason = True, row["cancel_reason"]
+        return True
 
     async def release_after_failure(self, leased: LeasedRun, owner: str, backoff_s: float) -> bool:
         """A step crashed with an unexpected error: give the lease back so the step is retried

@@ -72,6 +72,9 @@ class ToolContext:
     resume: dict[str, Any] | None = None
     #: the AgentDef the run was pinned to at start (None: the agent comes from treadle.yaml)
     def_id: str | None = None
+    #: the token usage of the turn that made this call, when that turn commits with its results
+    #: (it is not in the transcript yet); None: read the transcript's last `usage` event
+    turn_usage: dict[str, Any] | None = None
 
     @property
     def tenant_id(self) -> str:

@@ -22,7 +22,7 @@ from treadle.domain.defs import DefRecord, content_sha256
 from treadle.errors import Conflict, DefRefused, UnknownSchedule
 from treadle.ports import AgentDirectory, RunStarter
 from treadle.specs.schedule import Hook, ScheduleSpec, validation_message
-from treadle.store.db import Pool
+from treadle.store.db import Pool, after_commit, in_step_transaction
 from treadle.store.defs import DefStore
 from treadle.store.schedules import ScheduleState, ScheduleStore
 from treadle.triggers.firing import Firing
@@ -217,9 +217,18 @@ class ScheduleService:
 
     async def sync(self, state: ScheduleState, spec: ScheduleSpec | None = None) -> ScheduleState:
         """Bring the external scheduler in line with `state`; a failure is recorded (`sync_error`)
-        and retried by `reconcile`, never raised (the state in the database is the truth)."""
+        and retried by `reconcile`, never raised (the state in the database is the truth). Inside
+        a step transaction (a ScheduleDef tool call) it waits for the commit: the external
+        scheduler never holds a schedule the database rolled back."""
         scheduler = self.scheduler
         if scheduler is None:
+            return state
+        if in_step_transaction():
+
+            async def later() -> None:
+                await self.sync(state, spec)
+
+            await after_commit(later)
             return state
         try:
             target = await self.target(state, spec)

@@ -1,0 +1,130 @@
+"""Running a turn's tool calls, by the kind of their effects (see `Tool.effects`):
+
+- external calls run first, concurrently (bounded), outside any transaction — the assistant turn
+  that asked for them is already recorded, so a crash re-runs just these calls;
+- transactional calls then run one after another inside the step's commit transaction, each in
+  a savepoint: a call that raises leaves no trace of its writes, and every write commits with
+  the call's `tool_result` and the step advance, or not at all.
+
+A call of a tool the agent does not hold is answered with an error and touches nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from treadle.domain.content import ToolUseBlock
+from treadle.domain.runs import NewEvent
+from treadle.engine.agents import ResolvedAgent
+from treadle.engine.outcomes import ParkedCall, tool_result_event
+from treadle.errors import ToolError
+from treadle.store.steps import LeasedRun, StepStore
+from treadle.tools.base import Park, Principal, Tool, ToolContext, ToolResult, ToolServices, effects_of
+
+log = logging.getLogger("treadle.engine")
+
+Outcome = NewEvent | ParkedCall
+
+
+@dataclass(slots=True)
+class TurnCalls:
+    """One step's tool calls, in the order the model made them."""
+
+    leased: LeasedRun
+    agent: ResolvedAgent
+    uses: list[ToolUseBlock]
+    iteration: int
+    parked: dict[str, dict[str, Any]]
+    #: the turn's `usage` payload when the turn is not recorded yet (committed with the results)
+    turn_usage: dict[str, Any] | None = None
+
+    def tool(self, tu: ToolUseBlock) -> Tool | None:
+        return self.agent.tools_by_name.get(tu.name)
+
+    @property
+    def external(self) -> list[ToolUseBlock]:
+        return [tu for tu in self.uses if (t := self.tool(tu)) is not None and effects_of(t) == "external"]
+
+    @property
+    def transactional(self) -> list[ToolUseBlock]:
+        external = {tu.id for tu in self.external}
+        return [tu for tu in self.uses if tu.id not in external]
+
+
+class ToolRunner:
+    def __init__(self, services: ToolServices, steps: StepStore, parallelism: int) -> None:
+        self.services = services
+        self.steps = steps
+        self.parallelism = parallelism
+
+    async def run_external(self, calls: TurnCalls) -> dict[str, Outcome]:
+        """Every external call, concurrently; no transaction is open."""
+        uses = calls.external
+        if not uses:
+            return {}
+        sem = asyncio.Semaphore(self.parallelism)
+
+        async def bounded(tu: ToolUseBlock) -> Outcome:
+            async with sem:
+                return await self._call(calls, tu, savepoint=False)
+
+        results = await asyncio.gather(*(bounded(tu) for tu in uses))
+        return {tu.id: r for tu, r in zip(uses, results, strict=True)}
+
+    async def run_transactional(self, calls: TurnCalls) -> dict[str, Outcome]:
+        """Every transactional call, one by one, each in a savepoint of the current step
+        transaction (the caller holds it open)."""
+        return {tu.id: await self._call(calls, tu, savepoint=True) for tu in calls.transactional}
+
+    @staticmethod
+    def in_order(calls: TurnCalls, *parts: dict[str, Outcome]) -> list[Outcome]:
+        merged = {k: v for part in parts for k, v in part.items()}
+        return [merged[tu.id] for tu in calls.uses]
+
+    async def _call(self, calls: TurnCalls, tu: ToolUseBlock, *, savepoint: bool) -> Outcome:
+        tool = calls.tool(tu)
+        result: ToolResult | Park
+        if tool is None:
+            held = ", ".join(calls.agent.tools_by_name) or "none"
+            result = ToolResult(f"tool {tu.name!r} is not permitted for agent {calls.agent.name!r} (its tools: {held})",
+                                is_error=True)
+        else:
+            result = await self._invoke(calls, tool, tu, savepoint)
+            if isinstance(result, Park):
+                if not result.keys:
+                    result = ToolResult(f"{tu.name} parked without a wait key", is_error=True)
+                else:
+                    return ParkedCall(tu, result, calls.parked.get(tu.id))
+        event = tool_result_event(tu, result.content, result.is_error)
+        event.preceding = [NewEvent(t, p) for t, p in result.events]
+        return event
+
+    async def _invoke(self, calls: TurnCalls, tool: Tool, tu: ToolUseBlock, savepoint: bool) -> ToolResult | Park:
+        leased, agent = calls.leased, calls.agent
+        ctx = ToolContext(
+            principal=Principal(leased.tenant_id, leased.user_id),
+            run_id=leased.run_id,
+            tool_use_id=tu.id,
+            iteration=calls.iteration,
+            agent=leased.agent,
+            agent_config=agent.config,
+            services=self.services,
+            model=agent.model,
+            provider=agent.provider_id,
+            resume=calls.parked.get(tu.id),
+            def_id=leased.def_id,
+            turn_usage=calls.turn_usage,
+        )
+        try:
+            if not savepoint:
+                return await tool.invoke(ctx, tu.input)
+            async with self.steps.savepoint():  # an exception rolls the call's writes back
+                return await tool.invoke(ctx, tu.input)
+        except ToolError as exc:
+            return ToolResult(exc.message, is_error=True)
+        except Exception as exc:
+            log.warning("tool %s raised %s", tu.name, exc, exc_info=True)
+            return ToolResult(f"{tu.name} failed: {type(exc).__name__}: {exc}", is_error=True)

@@ -1,0 +1,174 @@
+"""Transactional tools apply their effects exactly once: a crash between a tool's write and the
+step's commit, a worker that stalled past its lease, and a tool that fails half-way all leave
+the database as if the call had run once (or, for the failure, not at all)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from treadle.builtins.registry import default_registry
+from treadle.config import Settings, parse_config
+from treadle.dispatch.inline import InlineDispatcher
+from treadle.domain.runs import StepMessage
+from treadle.engine.outcomes import StepResult
+from treadle.errors import ToolError
+from treadle.providers.base import ModelRequest, ModelResponse
+from treadle.providers.mock import MockProvider
+from treadle.runtime import Runtime
+from treadle.store.runs import NewRun
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
+
+TENANT = f"t_once_{secrets.token_hex(4)}"  # Memory is per tenant: each test below uses its own agent
+
+
+class Crash(BaseException):
+    """What a kill -9 looks like from inside the step: nothing after it runs."""
+
+
+class Tally:
+    """A transactional tool: adds 1 to the agent's `tally` in Memory, then maybe fails."""
+
+    name = "Tally"
+    description = "count"
+    input_schema: dict[str, Any] = {"type": "object"}
+    effects: ToolEffects = "transactional"
+
+    def __init__(self) -> None:
+        self.invocations = 0
+        self.crash_first = False
+        self.fail_first = False
+
+    async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        self.invocations += 1
+        value = await ctx.services.memory.incr(ctx.tenant_id, "agent", ctx.agent, "tally", 1, None)
+        if self.invocations == 1 and self.crash_first:
+            raise Crash
+        if self.invocations == 1 and self.fail_first:
+            raise ToolError("Tally: failed after writing")
+        return ToolResult.json({"tally": value})
+
+
+class GatedMock(MockProvider):
+    """The mock provider; its first call waits until the test opens the gate (a stalled worker)."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.calls = 0
+
+    async def call(self, req: ModelRequest, on_delta: Any = None) -> ModelResponse:
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            await self.gate.wait()
+        return await super().call(req, on_delta)
+
+
+AGENT = {"model": "script", "tools": ["Tally"],
+         "mock": {"script": [{"tool": "Tally", "input": {}}, {"text": "done"}]}}
+AGENTS = {name: AGENT for name in ("crashes", "stalls", "fails")}
+
+
+@pytest.fixture
+async def harness(db_url: str, tmp_path: Any) -> AsyncIterator[Any]:
+    opened: list[Runtime] = []
+
+    async def open_rt(tool: Tally, provider: MockProvider | None = None) -> tuple[Runtime, InlineDispatcher]:
+        registry = default_registry()
+        registry.register(tool)
+        disp = InlineDispatcher()
+        rt = await Runtime.open(
+            Settings(database_url=db_url, home=tmp_path, workers=1, chain_steps=1),
+            parse_config({"agents": AGENTS}),
+            dispatcher_factory=lambda _p, _u: disp,
+            registry=registry,
+            providers={"mock": provider} if provider is not None else None,
+        )
+        disp.handler = rt.engine.handle
+        opened.append(rt)
+        return rt, disp
+
+    yield open_rt
+    for rt in opened:
+        await rt.close()
+
+
+async def tally(rt: Runtime, agent: str) -> Any:
+    found, value = await rt.memory.get(TENANT, "agent", agent, "tally")
+    return value if found else None
+
+
+async def start(rt: Runtime, agent: str) -> str:
+    segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=segments))
+    return run.id
+
+
+async def expire_lease(rt: Runtime, run_id: str) -> None:
+    """What the sweeper does to a dead worker's step, without waiting for the lease to run out."""
+    async with rt.pool.connection() as conn:
+        await conn.execute(
+            "UPDATE runs SET lease_owner = NULL, lease_until = now() - interval '1 second' WHERE id = %s", (run_id,)
+        )
+
+
+async def test_a_crash_between_the_write_and_the_commit_applies_the_effect_once(harness: Any) -> None:
+    tool = Tally()
+    tool.crash_first = True
+    rt, disp = await harness(tool)
+    run_id = await start(rt, "crashes")
+    with pytest.raises(Crash):
+        await disp.drain()
+    assert tool.invocations == 1
+    assert await tally(rt, "crashes") is None  # the write rolled back with the step that never committed
+
+    await expire_lease(rt, run_id)
+    for swept_id, step_no in await rt.steps.sweep_expired():
+        await disp.enqueue(StepMessage(swept_id, step_no))
+    await disp.drain()
+    run = await rt.runs.get(TENANT, run_id)
+    assert run is not None and run.status == "completed"
+    assert tool.invocations == 2
+    assert await tally(rt, "crashes") == 1
+    results = [e.payload for e in await rt.runs.events(TENANT, run_id) if e.type == "tool_result"]
+    assert [r["text"] for r in results] == ['{"tally":1}']  # the transcript and the effect agree
+
+
+async def test_a_worker_that_stalled_past_its_lease_writes_nothing(harness: Any) -> None:
+    tool = Tally()
+    provider = GatedMock()
+    rt, disp = await harness(tool, provider)
+    run_id = await start(rt, "stalls")
+    [first] = disp.queue
+    disp.queue.clear()
+    stalled = asyncio.create_task(rt.engine.handle(first))
+    await provider.entered.wait()  # worker A is inside its model call
+
+    await expire_lease(rt, run_id)  # A was presumed dead and swept
+    assert await rt.engine.handle(first) is StepResult.CONTINUED  # worker B runs the same step
+    await disp.drain()
+    provider.gate.set()
+    assert await stalled is StepResult.LEASE_LOST  # A wakes up: its commit is refused, with its effects
+
+    run = await rt.runs.get(TENANT, run_id)
+    assert run is not None and run.status == "completed"
+    assert tool.invocations == 1 and await tally(rt, "stalls") == 1
+    events = await rt.runs.events(TENANT, run_id)
+    assert [e.type for e in events].count("tool_result") == 1
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))  # no gap, no duplicate
+
+
+async def test_a_tool_that_fails_after_writing_leaves_no_write(harness: Any) -> None:
+    tool = Tally()
+    tool.fail_first = True
+    rt, disp = await harness(tool)
+    run_id = await start(rt, "fails")
+    await disp.drain()
+    results = [e.payload for e in await rt.runs.events(TENANT, run_id) if e.type == "tool_result"]
+    assert [(r["is_error"], r["text"]) for r in results] == [(True, "Tally: failed after writing")]
+    assert await tally(rt, "fails") is None  # rolled back to the savepoint before the call
