@@ -68,6 +68,7 @@ class VectorMemory(Protocol):
     async def set(
         self, tenant: str, scope: str, scope_id: str, key: str, value: Any, ttl_s: float | None, *,
         embed: bool = False, embed_text: str | None = None, quota_bytes: int | None = None,
+        keep_expiry: bool = False,
     ) -> dict[str, Any]: ...
 
     async def search(

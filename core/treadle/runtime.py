@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -236,16 +237,21 @@ class Runtime:
         return run, created
 
     async def publish(
-        self, tenant_id: str, channel: str, value: Any, *, scope_id: str = "", ttl_s: float | None = None
+        self, tenant_id: str, channel: str, value: Any, *, scope_id: str = "", ttl_s: float | None = None,
+        deliver_at: datetime | None = None,
     ) -> dict[str, Any]:
-        """Publish to a channel and wake the runs parked on it (HTTP, webhooks, schedule hooks)."""
+        """Publish to a channel and wake the runs parked on it (HTTP, webhooks, schedule hooks). A
+        message delayed by `deliver_at` wakes them when it becomes visible (RunWaker.wake_due)."""
         d = await self.channels.get_def(tenant_id, channel)
         if d.scope == "global":
             scope_id = ""
-        msg, dropped = await self.channels.publish(tenant_id, d, scope_id, value, ttl_s)
-        woken = await self.poke(tenant_id, [channel_key(d.name, scope_id)])
-        return {"channel": d.name, "message_id": msg.id, "scope_id": scope_id, "published_at": msg.published_at,
-                "dropped_oldest": dropped, "woken": woken}
+        msg, dropped = await self.channels.publish(tenant_id, d, scope_id, value, ttl_s, deliver_at=deliver_at)
+        woken = 0 if msg.delayed else await self.poke(tenant_id, [channel_key(d.name, scope_id)])
+        out = {"channel": d.name, "message_id": msg.id, "scope_id": scope_id, "published_at": msg.published_at,
+               "dropped_oldest": dropped, "woken": woken}
+        if msg.visible_at is not None:
+            out["visible_at"] = msg.visible_at
+        return out
 
     async def poke(self, tenant_id: str, keys: list[str]) -> int:
         """Wake every run parked on any of `keys`; returns how many woke (engine/waking.py)."""

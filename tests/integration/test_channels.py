@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -204,3 +206,124 @@ async def test_parked_runs_survive_a_restart(open_runtime: Any, tenant: str) -> 
     await disp2.drain()
     statuses = {(await rt2.runs.get(tenant, r)).status for r in ids}
     assert statuses == {"completed"}
+
+
+def in_s(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+
+
+def channel_ctx(rt: Any, tenant: str) -> Any:
+    return rt.tool_context(tenant, "r_" + secrets.token_hex(4), "l", user_id="u1")
+
+
+async def test_deliver_at_hides_a_message_until_then_and_wakes_the_parked_subscriber(
+    open_runtime: Any, tenant: str
+) -> None:
+    rt, disp = await open_with_channels(open_runtime, {"l": listener("news")})
+    run_id = await start(rt, "l", tenant)
+    await disp.drain()
+    assert (await rt.runs.get(tenant, run_id)).status == "waiting"
+
+    published = await rt.publish(tenant, "news", "later", deliver_at=datetime.now(UTC) + timedelta(seconds=1))
+    assert published["woken"] == 0 and "visible_at" in published  # nothing to see yet: nobody woken
+    d = await rt.channels.get_def(tenant, "news")
+    assert (await rt.channels.read(tenant, d, "", "someone", 10, consume=False))[0] == []
+    assert await rt.wake_due() == 0
+    await disp.drain()
+    assert (await rt.runs.get(tenant, run_id)).status == "waiting"
+
+    await asyncio.sleep(1.1)
+    assert await rt.wake_due() == 1  # the timed poke at deliver_at
+    await disp.drain()
+    run = await rt.runs.get(tenant, run_id)
+    assert run.status == "completed", run.status
+    result = tool_result(await rt.runs.events(tenant, run_id))
+    assert [m["value"] for m in result["messages"]] == ["later"] and not result["timed_out"]
+    assert result["messages"][0]["visible_at"] == published["visible_at"]
+
+
+async def test_a_delayed_message_is_not_skipped_by_a_cursor_that_moved_past_its_id(
+    open_runtime: Any, tenant: str
+) -> None:
+    rt, _ = await open_with_channels(open_runtime, {"l": listener("news")})
+    store = rt.channels
+    news, work = await store.get_def(tenant, "news"), await store.get_def(tenant, "work")
+    soon = datetime.now(UTC) + timedelta(seconds=0.8)
+    for d in (news, work):
+        delayed, _ = await store.publish(tenant, d, "", "delayed", deliver_at=soon)
+        now, _ = await store.publish(tenant, d, "", "now")
+        assert delayed.delayed and not now.delayed and delayed.id < now.id
+    msgs, cursor = await store.read(tenant, news, "", "c", 10, consume=True)
+    assert [m.value for m in msgs] == ["now"]
+    assert [m.value for m in (await store.read(tenant, work, "", "c", 10, consume=True))[0]] == ["now"]
+    await asyncio.sleep(0.9)
+    msgs, later = await store.read(tenant, news, "", "c", 10, consume=True)
+    assert [m.value for m in msgs] == ["delayed"] and later > cursor  # after the cursor, though its id is older
+    assert (await store.read(tenant, news, "", "c", 10, consume=True))[0] == []
+    assert [m.value for m in (await store.read(tenant, work, "", "c", 10, consume=True))[0]] == ["delayed"]
+
+
+async def test_channel_tool_deliver_at_ttl_and_refusals(open_runtime: Any, tenant: str) -> None:
+    from treadle.builtins.channel import ChannelTool
+    from treadle.errors import ToolError
+
+    rt, _ = await open_with_channels(open_runtime, {"l": listener("news")})
+    tool, c = ChannelTool(), channel_ctx(rt, tenant)
+
+    async def ok(**args: Any) -> dict[str, Any]:
+        result = await tool.invoke(c, args)
+        assert not result.is_error  # type: ignore[union-attr]
+        return json.loads(result.content)  # type: ignore[union-attr,no-any-return]
+
+    out = await ok(op="publish", channel="news", value="hidden", deliver_at=in_s(60), ttl=600)
+    assert "visible_at" in out
+    assert (await ok(op="peek", channel="news"))["messages"] == []
+    await ok(op="publish", channel="news", value="shown", ttl_seconds=30, ttl=30)
+    assert [m["value"] for m in (await ok(op="peek", channel="news"))["messages"]] == ["shown"]
+    async with rt.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT payload, extract(epoch FROM expires_at - published_at)::int AS ttl FROM channel_messages"
+            " WHERE tenant_id = %s ORDER BY id", (tenant,))
+        assert [(r["payload"], r["ttl"]) for r in await cur.fetchall()] == [("hidden", 600), ("shown", 30)]
+    # a deliver_at within the clock skew is delivered at once
+    out = await ok(op="publish", channel="other", value="skew", deliver_at=in_s(-2))
+    assert "visible_at" not in out
+    assert [m["value"] for m in (await ok(op="peek", channel="other"))["messages"]] == ["skew"]
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"deliver_at": in_s(-3600)}, "deliver_at .* is in the past"),
+        ({"deliver_at": "tomorrow"}, "not an RFC 3339 time"),
+        ({"deliver_at": "2030-01-02T03:04:05"}, "not an RFC 3339 time with an offset"),
+        ({"deliver_at": 1893456000}, "deliver_at must be an RFC 3339 time string"),
+        ({"deliver_at": in_s(120), "ttl": 60}, "after the message expires"),
+        ({"ttl": 5, "ttl_seconds": 6}, "disagree"),
+        ({"ttl": -1}, "ttl must be a number"),
+        ({"wait": 5}, "Channel: unknown field 'wait'"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(ToolError, match=message):
+            await tool.invoke(c, {"op": "publish", "channel": "news", "value": 1, **extra})
+    with pytest.raises(ToolError, match=r"Channel\.subscribe: deliver_at applies to publish and broadcast only"):
+        await tool.invoke(c, {"op": "subscribe", "channel": "news", "deliver_at": in_s(60)})
+    with pytest.raises(ToolError, match="unknown field 'from_cursor'") as info:
+        await tool.invoke(c, {"op": "subscribe", "channel": "news", "from_cursor": "cur_0"})
+    assert info.value.code == "unknown_field"
+    assert [m["value"] for m in (await ok(op="peek", channel="news"))["messages"]] == ["shown"]  # none published
+
+
+async def test_every_documented_channel_field_is_accepted(open_runtime: Any, tenant: str) -> None:
+    from treadle.builtins.channel import ChannelTool
+    from treadle.errors import ToolError
+
+    rt, _ = await open_with_channels(open_runtime, {"l": listener("news")})
+    tool, c = ChannelTool(), channel_ctx(rt, tenant)
+    samples = {"op": "peek", "channel": "news", "channels": ["news"], "value": 1, "ttl_seconds": 5, "ttl": 5,
+               "deliver_at": in_s(60), "max_messages": 5, "wait_ms": 0, "cursor": 0, "consumer": "me",
+               "mode": "any", "n": 1}
+    assert set(samples) == set(tool.input_schema["properties"])
+    for field, sample in samples.items():
+        for op in ("publish", "peek", "await", "ack", "broadcast"):
+            try:
+                await tool.invoke(c, {"op": op, "channel": "news", "channels": ["news"], "value": 1, field: sample})
+            except ToolError as exc:
+                assert exc.code != "unknown_field", (field, op, exc.message)

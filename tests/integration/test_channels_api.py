@@ -84,3 +84,25 @@ async def test_channel_crud_peek_and_await(http: httpx.AsyncClient) -> None:
     assert (missing.status_code, missing.json()["code"]) == (404, "not_found")
     bad = await http.post(f"/v1/_channels/{NEWS}/publish", json={"value": "x" * 70_000})
     assert bad.status_code in (400, 413)
+
+
+async def test_publish_over_http_honours_deliver_at(http: httpx.AsyncClient) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    channel = f"http-later-{SUFFIX}"
+    assert (await http.post("/v1/_channels", json={"name": channel})).status_code == 201
+    later = (datetime.now(UTC) + timedelta(minutes=5)).isoformat()
+    resp = await http.post(f"/v1/_channels/{channel}/publish", json={"value": "later", "deliver_at": later})
+    assert resp.status_code == 202, resp.text
+    body = resp.json()
+    assert body["woken"] == 0 and datetime.fromisoformat(body["visible_at"]) == datetime.fromisoformat(later)
+    await http.post(f"/v1/_channels/{channel}/publish", json={"value": "now"})
+    peek = (await http.get(f"/v1/_channels/{channel}/peek")).json()
+    assert [m["value"] for m in peek["messages"]] == ["now"]  # the delayed one is invisible until then
+    past = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    for bad in (past, "soon", "2030-01-02T03:04:05"):
+        resp = await http.post(f"/v1/_channels/{channel}/publish", json={"value": 1, "deliver_at": bad})
+        assert (resp.status_code, resp.json()["code"]) == (400, "bad_deliver_at"), resp.text
+    resp = await http.post(f"/v1/_channels/{channel}/publish",
+                           json={"value": 1, "deliver_at": later, "ttl_seconds": 10})
+    assert (resp.status_code, resp.json()["code"]) == (400, "bad_deliver_at")

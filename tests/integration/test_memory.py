@@ -275,3 +275,66 @@ async def test_tenant_isolation(store: MemoryStore, rt: Any) -> None:
         assert (await call(c2, op="delete", scope=scope, key="secret"))["deleted"] is False
         assert (await call(c2, op="incr", scope=scope, key="secret"))["value"] == 1  # its own key
         assert (await call(c1, op="get", scope=scope, key="secret"))["value"] == f"{scope} of t1"
+
+
+async def expiry_of(c: ToolContext, key: str) -> str | None:
+    (entry,) = [e for e in (await call(c, op="list", scope="agent"))["entries"] if e["key"] == key]
+    return entry["expires_at"]  # type: ignore[no-any-return]
+
+
+async def test_ttl_is_loomcycles_spelling_with_its_meaning(store: MemoryStore, rt: Any, tenant: str) -> None:
+    """`ttl` (seconds; 0 = no expiry, and an existing key keeps its expiry) works like loomcycle's;
+    `ttl_seconds` keeps treadle's meaning; the two must agree when both are given."""
+    c = ctx(rt, tenant)
+    await call(c, op="set", scope="agent", key="t", value=1, ttl=600)
+    first = await expiry_of(c, "t")
+    assert first is not None
+    expires = datetime.fromisoformat(first) - datetime.fromisoformat(
+        (await store.entry(tenant, "agent", "agent-a", "t") or {})["updated_at"])
+    assert timedelta(seconds=590) < expires < timedelta(seconds=610)
+    await call(c, op="set", scope="agent", key="t", value=2, ttl=0)  # an update keeps the expiry
+    assert await expiry_of(c, "t") == first
+    assert (await call(c, op="get", scope="agent", key="t"))["value"] == 2
+    await call(c, op="set", scope="agent", key="fresh", value=1, ttl=0)  # a new key: no expiry
+    assert await expiry_of(c, "fresh") is None
+    await call(c, op="set", scope="agent", key="t", value=3)  # neither spelling: no expiry (treadle's rule)
+    assert await expiry_of(c, "t") is None
+    await call(c, op="set", scope="agent", key="both", value=1, ttl=60, ttl_seconds=60)
+    assert await expiry_of(c, "both") is not None
+    await call(c, op="incr", scope="agent", key="ctr", ttl=600)
+    assert await expiry_of(c, "ctr") is not None
+    with pytest.raises(ToolError, match=r"ttl \(5\) and ttl_seconds \(6\) .* disagree"):
+        await TOOL.invoke(c, {"op": "set", "scope": "agent", "key": "k", "value": 1, "ttl": 5, "ttl_seconds": 6})
+    with pytest.raises(ToolError, match="disagree"):
+        await TOOL.invoke(c, {"op": "set", "scope": "agent", "key": "k", "value": 1, "ttl": 0, "ttl_seconds": 6})
+    for bad in (-1, "10", True):
+        with pytest.raises(ToolError, match="ttl must be a number of seconds"):
+            await TOOL.invoke(c, {"op": "set", "scope": "agent", "key": "k", "value": 1, "ttl": bad})
+    with pytest.raises(ToolError, match=r"Memory\.get: ttl applies to set and incr only"):
+        await TOOL.invoke(c, {"op": "get", "scope": "agent", "key": "k", "ttl": 5})
+
+
+async def test_unknown_fields_are_refused_by_name(store: MemoryStore, rt: Any, tenant: str) -> None:
+    c = ctx(rt, tenant)
+    for field in ("rank", "ttl_secs"):
+        with pytest.raises(ToolError, match=f"Memory: unknown field '{field}'") as info:
+            await TOOL.invoke(c, {"op": "set", "scope": "agent", "key": "k", "value": 1, field: 1})
+        assert info.value.code == "unknown_field"
+    assert (await call(c, op="get", scope="agent", key="k"))["found"] is False  # nothing was written
+    with pytest.raises(ToolError, match="unknown fields 'dedup', 'sources'"):
+        await TOOL.invoke(c, {"op": "search", "scope": "agent", "query": "x", "dedup": {}, "sources": []})
+
+
+async def test_every_documented_field_is_accepted(store: MemoryStore, rt: Any, tenant: str) -> None:
+    c = ctx(rt, tenant)
+    samples = {"op": "set", "scope": "agent", "key": "k", "value": 1, "ttl_seconds": 5, "ttl": 5, "embed": False,
+               "embed_text": None, "query": "q", "k": 3, "top_k": 3, "min_score": 0.1, "recency_weight": 0.5,
+               "recency_half_life_hours": 2, "include_values": True, "prefix": "", "limit": 5, "delta": 1}
+    assert set(samples) == set(TOOL.input_schema["properties"])
+    for field, sample in samples.items():
+        for op in ("set", "search", "list", "incr"):
+            args = {"op": op, "scope": "agent", "key": "k", "value": 1, "query": "q", field: sample}
+            try:
+                await TOOL.invoke(c, args)
+            except ToolError as exc:
+                assert exc.code != "unknown_field", (field, op, exc.message)

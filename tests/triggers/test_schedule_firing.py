@@ -54,10 +54,10 @@ async def test_a_due_fire_starts_one_run_carrying_the_schedule(open_rt: Any) -> 
     assert [e.payload.get("text") for e in events if e.type == "text"] == ["tick"]
 
     state = await svc.resolve(TENANT, "m")
-    assert (state.fire_count, state.last_run_id, state.last_status) == (1, run["id"], "started")
+    assert (state.fire_count, state.last_run_id, state.last_status) == (1, run["id"], "completed")  # the run ended
     assert state.next_fire_at == at + timedelta(minutes=1)
     [fire] = await svc.store.recent_fires(TENANT, st.schedule_id)
-    assert fire["run_id"] == run["id"] and fire["status"] == "started" and fire["source"] == "sweeper"
+    assert fire["run_id"] == run["id"] and fire["status"] == "completed" and fire["source"] == "sweeper"
 
 
 @pytest.mark.parametrize(("catch_up_max", "expected"), [(0, 1), (3, 4), (100, 11)])
@@ -216,3 +216,65 @@ async def test_on_complete_publish_without_channels_is_recorded_not_raised(open_
     [fire] = await svc.store.recent_fires(TENANT, st.schedule_id)
     assert fire["hooks_status"] == "failed"
     assert fire["hooks_result"]["results"][0]["code"] == "channels_unavailable"
+
+
+async def test_last_status_follows_the_run_to_its_end(open_rt: Any) -> None:
+    """A fire reads `started` while its run runs, then the run's ending: completed, failed or
+    cancelled (with the run's error)."""
+    from conftest import client_for
+
+    failing = {"model": "echo", "mock": {"error_rate": 1.0}}  # every model call fails
+    rt, disp = await open_rt({"agents": {"echo": {"model": "echo"}, "broken": failing}})
+    svc = rt.triggers.schedules
+    st = await create(rt, "m")
+    assert st.next_fire_at is not None
+    await svc.firing.tick(st.next_fire_at + timedelta(seconds=1))
+    state = await svc.resolve(TENANT, "m")
+    assert state.last_status == "started" and state.last_run_id is not None  # queued, not run yet
+    await disp.drain()
+    async with client_for(rt) as c:
+        view = (await c.get(f"/v1/_schedules/{st.schedule_id}/state")).json()
+    assert (view["last_status"], view["last_error"]) == ("completed", None)
+    assert view["recent_fires"][0]["status"] == "completed"
+
+    await svc.firing.tick(st.next_fire_at + timedelta(minutes=1, seconds=1))
+    running = (await svc.resolve(TENANT, "m")).last_run_id
+    assert running is not None and running != state.last_run_id
+    await rt.cancel_run(TENANT, running, "not today")
+    await disp.drain()
+    view = await svc.state_view(TENANT, "m")
+    assert (view["last_run_id"], view["last_status"]) == (running, "cancelled")
+    assert "not today" in view["last_error"]
+    assert [f["status"] for f in view["recent_fires"]] == ["cancelled", "completed"]
+
+    bad = await create(rt, "b", agent="broken")
+    assert bad.next_fire_at is not None
+    await svc.firing.tick(bad.next_fire_at + timedelta(seconds=1))
+    await disp.drain()
+    view = await svc.state_view(TENANT, "b")
+    assert view["last_status"] == "failed" and view["last_error"], view
+
+
+async def test_a_yaml_schedule_spent_by_max_fires_stays_retired_across_restarts(open_rt: Any) -> None:
+    yaml = {"scheduled_runs": {"once": {**EVERY_MINUTE, "max_fires": 1}}}
+    rt, _ = await open_rt(yaml)
+    assert await rt.triggers.sync_static() == {"created": 1, "retired": 0}
+    svc = rt.triggers.schedules
+    st = await svc.resolve(TENANT, "once")
+    assert st.next_fire_at is not None
+    first = await svc.firing.tick(st.next_fire_at + timedelta(seconds=1))
+    assert first.fired == 1 and first.retired == [st.schedule_id]
+
+    rt2, _ = await open_rt(yaml)  # a restart with the same treadle.yaml
+    assert await rt2.triggers.sync_static() == {"created": 0, "retired": 0}
+    svc2 = rt2.triggers.schedules
+    assert (await svc2.firing.tick(st.next_fire_at + timedelta(minutes=5, seconds=1))).fired == 0
+    assert len(await runs_of(rt2, st.schedule_id)) == 1
+    state = await svc2.resolve(TENANT, "once")
+    assert (state.status, state.retired_reason, state.version) == ("retired", "max_fires", 1)
+
+    # a changed entry is a new version: it fires afresh
+    rt3, _ = await open_rt({"scheduled_runs": {"once": {**EVERY_MINUTE, "max_fires": 2}}})
+    assert await rt3.triggers.sync_static() == {"created": 1, "retired": 0}
+    state = await rt3.triggers.schedules.resolve(TENANT, "once")
+    assert (state.status, state.version, state.fire_count) == ("active", 2, 0)

@@ -1,4 +1,5 @@
-"""/v1/_channels: declare channels, publish (waking parked subscribers), peek, await."""
+"""/v1/_channels: declare channels, publish (waking parked subscribers; `deliver_at` delays a
+message), peek, await."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from treadle.api.deps import get_principal, get_runtime
 from treadle.errors import NotFound
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
-from treadle.store.channels import ChannelDef
+from treadle.store.channels import ChannelDef, parse_deliver_at
 
 router = APIRouter(prefix="/v1/_channels", tags=["channels"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -35,6 +36,8 @@ class PublishBody(BaseModel):
     value: Any = Field(...)
     scope_id: str = ""
     ttl_seconds: float | None = Field(default=None, gt=0)
+    #: RFC 3339 with an offset; the message is invisible until then (its TTL counts from publish)
+    deliver_at: str | None = None
 
 
 class AwaitBody(BaseModel):
@@ -82,7 +85,10 @@ async def await_channels(body: AwaitBody, rt: Rt, who: Who) -> dict[str, Any]:
 
 @router.post("/{name}/publish", status_code=202)
 async def publish(name: str, body: PublishBody, rt: Rt, who: Who) -> JSONResponse:
-    result = await rt.publish(who.tenant_id, name, body.value, scope_id=body.scope_id, ttl_s=body.ttl_seconds)
+    deliver_at = parse_deliver_at(body.deliver_at)  # 400 bad_deliver_at: unparseable, or in the past
+    result = await rt.publish(
+        who.tenant_id, name, body.value, scope_id=body.scope_id, ttl_s=body.ttl_seconds, deliver_at=deliver_at
+    )
     return JSONResponse(result, status_code=202)
 
 

@@ -5,7 +5,13 @@ While a model streams, live `text_delta` / `thinking_delta` frames (no `id:` lin
 `{"text", "iteration", "attempt", "provider"}`) are merged in from the engine's hub. The
 assembled `text` event follows them with an id; deltas of an iteration whose events are already
 stored are not sent, so a replay (`from_seq`) shows only the assembled text. A frame with a higher
-`attempt` than the deltas before it restarts the text (the earlier attempt failed mid-stream)."""
+`attempt` than the deltas before it restarts the text (the earlier attempt failed mid-stream).
+
+Order: a delta of iteration N is published by the step that calls the model, which runs only
+after every event before that turn (iteration N-1's tool results, …) was committed. So live frames
+are taken from the hub first, held, and sent only after a read of the store that has caught up —
+that read sees every event committed before the frames were published, and those go out first.
+A live delta therefore never overtakes a committed event that precedes its turn."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from treadle.engine.hub import RunEventHub
+from treadle.engine.hub import LiveFrame, RunEventHub
 from treadle.store.runs import RunStore
 
 SSE_HEADERS = {
@@ -47,15 +53,12 @@ async def stream_run_events(
     started = time.monotonic()
     last_sent = started
     stored_iteration = 0  # the highest iteration whose assistant turn is stored (and sent)
+    held: list[LiveFrame] = []  # live frames taken from the hub, not sent until the store is read
     with hub.subscribe(run_id) as live:
         while True:
-            # live frames first: a delta published before its turn was stored is still current here
-            for frame in live.drain():
-                it = frame.data.get("iteration")
-                if isinstance(it, int) and it <= stored_iteration:
-                    continue
-                last_sent = time.monotonic()
-                yield sse_frame(frame.event, frame.data)
+            # take the live frames *before* reading the store: the read then sees every event
+            # committed before they were published, and sends it first (module docstring)
+            held.extend(live.drain())
             events = await runs.events(tenant_id, run_id, cursor, limit=500)
             for ev in events:
                 cursor = ev.seq
@@ -69,8 +72,16 @@ async def stream_run_events(
                 if events[-1].type in TERMINAL_EVENTS:  # written by the run's final commit: nothing follows
                     return
                 if len(events) == 500:
+                    continue  # not caught up: keep holding the live frames
+            # caught up with the store: the held frames are current, unless their turn is stored now
+            for frame in held:
+                it = frame.data.get("iteration")
+                if isinstance(it, int) and it <= stored_iteration:
                     continue
-            else:
+                last_sent = time.monotonic()
+                yield sse_frame(frame.event, frame.data)
+            held.clear()
+            if not events:
                 run = await runs.get(tenant_id, run_id)
                 if run is None or (run.terminal and run.last_seq <= cursor):
                     return

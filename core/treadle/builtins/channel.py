@@ -1,13 +1,26 @@
 """Built-in `Channel`: publish, subscribe (parks until a message or timeout), peek, ack, await,
-broadcast, list_channels. A parked subscriber holds no worker: publishing pokes its wait key."""
+broadcast, list_channels. A parked subscriber holds no worker: publishing pokes its wait key.
+
+`deliver_at` (publish/broadcast, RFC 3339): the message is stored now (its TTL counts from
+publish) and invisible to subscribe/peek/await until then. How a subscriber parked with `wait_ms`
+learns of it: the publish records a timed poke of the stream's wait key at `deliver_at`
+(store/waits.py `poke_at`), done by the maintenance pass (RunWaker.wake_due) — the same pass, at
+the same granularity, that ends parked waits at their deadline. Capping the park deadline at the
+earliest pending `deliver_at` instead was rejected: a call keeps the deadline of its first park
+(ToolContext.resume), so a message delayed by a publish made *after* the subscriber parked could
+never shorten it, and a woken call that finds nothing (a queue message claimed by another
+consumer) would have no deadline left to park until.
+
+Arguments the input schema does not name are refused (code unknown_field), and so are the
+publish-only fields (`ttl`, `ttl_seconds`, `deliver_at`) on the other ops."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from treadle.builtins.args import optional_ttl
+from treadle.builtins.args import refuse_fields, refuse_unknown, ttl_arg
 from treadle.errors import ToolError, TreadleError
-from treadle.store.channels import ChannelDef, ChannelStore, channel_key
+from treadle.store.channels import ChannelDef, ChannelStore, channel_key, parse_deliver_at
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 OPS = ("publish", "subscribe", "peek", "ack", "await", "broadcast", "list_channels")
@@ -20,10 +33,11 @@ class ChannelTool:
     name = "Channel"
     effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
-        "Persistent message channels. op: publish (channel, value, ttl_seconds?) | subscribe (channel, "
+        "Persistent message channels. op: publish (channel, value, ttl_seconds? (or ttl), deliver_at? — RFC 3339: "
+        "invisible until then, TTL counts from publish) | subscribe (channel, "
         "max_messages?, wait_ms? — waits for a message without holding anything) | peek (channel) | "
         "ack (channel, cursor) | await (channels[], mode any|all|at_least, n?, wait_ms?) | "
-        "broadcast (channels[], value) | list_channels."
+        "broadcast (channels[], value, ttl_seconds?, deliver_at?) | list_channels."
     )
     input_schema: dict[str, Any] = {
         "type": "object",
@@ -32,10 +46,14 @@ class ChannelTool:
             "channel": {"type": "string"},
             "channels": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_CHANNELS},
             "value": {},
-            "ttl_seconds": {"type": "number", "exclusiveMinimum": 0},
+            "ttl_seconds": {"type": "number", "exclusiveMinimum": 0, "description": "publish: expire after"},
+            "ttl": {"type": "number", "minimum": 0,
+                    "description": "publish: loomcycle's spelling of ttl_seconds; 0 = the channel's default"},
+            "deliver_at": {"type": "string", "format": "date-time",
+                           "description": "publish: RFC 3339; the message is invisible until then"},
             "max_messages": {"type": "integer", "minimum": 1, "maximum": 100},
             "wait_ms": {"type": "integer", "minimum": 0},
-            "cursor": {"type": "integer", "minimum": 0},
+            "cursor": {"type": "integer", "minimum": 0, "description": "ack: a next_cursor from subscribe"},
             "consumer": {"type": "string"},
             "mode": {"type": "string", "enum": ["any", "all", "at_least"]},
             "n": {"type": "integer", "minimum": 1},
@@ -45,9 +63,12 @@ class ChannelTool:
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         store = ctx.services.channels
+        refuse_unknown(args, self.input_schema, "Channel")
         op = args.get("op")
         if op not in OPS:
             raise ToolError(f"Channel: op must be one of {', '.join(OPS)}")
+        if op not in ("publish", "broadcast"):
+            refuse_fields(args, ("ttl", "ttl_seconds", "deliver_at"), "Channel", op, "publish and broadcast")
         try:
             if op == "list_channels":
                 return ToolResult.json({"channels": [d.to_api() for d in await store.list_defs(ctx.tenant_id)]})
@@ -65,15 +86,20 @@ class ChannelTool:
         if "value" not in args:
             raise ToolError(f"Channel.{op}: value is required")
         names = _names(args) if op == "broadcast" else [_name(args)]
+        ttl, _ = ttl_arg(args, "Channel")  # ttl: 0 → the channel's default_ttl_seconds, as when absent
+        deliver_at = parse_deliver_at(args.get("deliver_at"))
         defs = [await store.get_def(ctx.tenant_id, n) for n in names]  # all must exist before any publish
         published: list[dict[str, Any]] = []
         result = ToolResult("")
         for d in defs:
             scope_id = _scope_id(ctx, d)
-            msg, dropped = await store.publish(ctx.tenant_id, d, scope_id, args["value"], _ttl(args))
-            await ctx.services.waker.poke(ctx.tenant_id, [channel_key(d.name, scope_id)])
-            info = {"channel": d.name, "message_id": msg.id, "scope": d.scope, "scope_id": scope_id,
-                    "dropped_oldest": dropped}
+            msg, dropped = await store.publish(ctx.tenant_id, d, scope_id, args["value"], ttl, deliver_at=deliver_at)
+            if not msg.delayed:  # a delayed one pokes the stream when it becomes visible (module docstring)
+                await ctx.services.waker.poke(ctx.tenant_id, [channel_key(d.name, scope_id)])
+            info: dict[str, Any] = {"channel": d.name, "message_id": msg.id, "scope": d.scope, "scope_id": scope_id,
+                                    "dropped_oldest": dropped}
+            if msg.visible_at is not None:
+                info["visible_at"] = msg.visible_at
             published.append(info)
             result.events.append(("channel_publish", {"channel": {**info, "payload_preview": _preview(msg.value)}}))
         body = published[0] if op == "publish" else {"published": published}
@@ -87,7 +113,7 @@ class ChannelTool:
         if op == "ack":
             cursor = args.get("cursor")
             if not isinstance(cursor, int) or cursor < 0:
-                raise ToolError("Channel.ack: cursor (a message id) is required")
+                raise ToolError("Channel.ack: cursor (a next_cursor from subscribe) is required")
             done = await store.ack(ctx.tenant_id, d, scope_id, consumer, cursor)
             return ToolResult.json({"channel": d.name, "cursor": done})
         limit = _int(args, "max_messages", 10, 1, 100)
@@ -186,10 +212,6 @@ def _int(args: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
         raise ToolError(f"Channel: {key} must be an integer in {lo}..{hi}")
     return v
-
-
-def _ttl(args: dict[str, Any]) -> float | None:
-    return optional_ttl(args, "Channel")
 
 
 def _preview(value: Any) -> str:

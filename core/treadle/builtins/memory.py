@@ -1,12 +1,17 @@
 """Built-in `Memory`: a small key/value store per scope (agent, user, tenant), with optional TTL,
 and a vector facet: `set` with `embed: true` stores an embedding of the value, `search` ranks a
-scope's embedded keys by meaning (substrate/memory.py). Values and scopes have byte quotas."""
+scope's embedded keys by meaning (substrate/memory.py). Values and scopes have byte quotas.
+
+TTL: `ttl_seconds` (treadle's spelling, > 0) or `ttl` (loomcycle's: seconds, 0 = no expiry, and
+on an existing key keep its expiry); both given must agree. `set` without either stores the value
+without expiry; `incr` without either keeps the key's expiry. Arguments the input schema does not
+name are refused (code unknown_field), and a TTL on an op that does not write is refused."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from treadle.builtins.args import optional_ttl
+from treadle.builtins.args import refuse_fields, refuse_unknown, ttl_arg
 from treadle.errors import ToolError, TreadleError
 from treadle.ports import VectorMemory
 from treadle.store.memory import DEFAULT_MAX_VALUE_BYTES
@@ -24,8 +29,9 @@ class MemoryTool:
     description = (
         "Persistent key/value memory. op: set|get|delete|list|incr|search. scope: agent (shared by every run "
         "of this agent), user (this run's user), tenant (everyone in the tenant; needs permission). "
-        "set takes value (any JSON), optional ttl_seconds, and embed: true (with optional embed_text) to make "
-        "the entry findable by meaning; search takes query and optional k, min_score (cosine similarity), "
+        "set takes value (any JSON), optional ttl_seconds (or ttl: seconds, 0 = no expiry / keep the key's "
+        "expiry), and embed: true (with optional embed_text) to make "
+        "the entry findable by meaning; search takes query and optional k (or top_k), min_score (cosine similarity), "
         "recency_weight (0..1) and prefix, and returns keys ranked by score. list takes optional prefix and "
         "limit; incr takes optional delta (default 1)."
     )
@@ -36,11 +42,17 @@ class MemoryTool:
             "scope": {"type": "string", "enum": list(SCOPES)},
             "key": {"type": "string"},
             "value": {},
-            "ttl_seconds": {"type": "number", "exclusiveMinimum": 0},
+            "ttl_seconds": {"type": "number", "exclusiveMinimum": 0, "description": "set/incr: expire after"},
+            "ttl": {
+                "type": "number", "minimum": 0,
+                "description": "set/incr: loomcycle's spelling of ttl_seconds; 0 = no expiry (an existing key keeps "
+                               "its expiry)",
+            },
             "embed": {"type": "boolean", "description": "set: also store an embedding of the value"},
             "embed_text": {"type": "string", "description": "set: embed this text instead of the value"},
             "query": {"type": "string", "description": "search: what to look for"},
             "k": {"type": "integer", "minimum": 1, "description": "search: how many results (default 10)"},
+            "top_k": {"type": "integer", "minimum": 1, "description": "search: loomcycle's spelling of k"},
             "min_score": {"type": "number", "description": "search: drop results less similar than this"},
             "recency_weight": {"type": "number", "minimum": 0, "maximum": 1},
             "recency_half_life_hours": {"type": "number", "exclusiveMinimum": 0},
@@ -53,6 +65,7 @@ class MemoryTool:
     }
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        refuse_unknown(args, self.input_schema, "Memory")
         op = args.get("op")
         if op not in OPS:
             raise ToolError(f"Memory: op must be one of {', '.join(OPS)}")
@@ -74,7 +87,9 @@ class MemoryTool:
 
     async def _op(self, ctx: ToolContext, op: str, scope: str, scope_id: str, args: dict[str, Any]) -> ToolResult:
         mem, tenant = ctx.memory, ctx.tenant_id
-        ttl = _ttl(args)
+        if op not in ("set", "incr"):
+            refuse_fields(args, ("ttl", "ttl_seconds"), "Memory", op, "set and incr")
+        ttl, keep_expiry = ttl_arg(args, "Memory")
         if op == "list":
             prefix = args.get("prefix") or ""
             if not isinstance(prefix, str):
@@ -98,7 +113,7 @@ class MemoryTool:
                 raise ToolError("Memory.set: embed_text must be a string")
             quota = getattr(ctx.agent_config, "memory_quota_bytes", None) if scope == "agent" else None
             out = await service(ctx).set(tenant, scope, scope_id, key, args["value"], ttl, embed=embed,
-                                         embed_text=embed_text, quota_bytes=quota)
+                                         embed_text=embed_text, quota_bytes=quota, keep_expiry=keep_expiry)
             result: dict[str, Any] = {"ok": True, "key": key, "scope": scope}
             if out.get("embedding"):
                 result["embedding"] = out["embedding"]
@@ -112,7 +127,7 @@ class MemoryTool:
         delta = args.get("delta", 1)
         if not isinstance(delta, int) or isinstance(delta, bool):
             raise ToolError("Memory.incr: delta must be an integer")
-        value = await mem.incr(tenant, scope, scope_id, key, delta, ttl)
+        value = await mem.incr(tenant, scope, scope_id, key, delta, ttl)  # no ttl (or ttl 0): keeps the expiry
         if value is None:
             raise ToolError(f"Memory.incr: the value at {key!r} is not an integer")
         return ToolResult.json({"key": key, "value": value})
@@ -123,7 +138,10 @@ def service(ctx: ToolContext) -> VectorMemory:
 
 
 async def _search(ctx: ToolContext, scope: str, scope_id: str, args: dict[str, Any]) -> dict[str, Any]:
-    k = args.get("k", args.get("top_k"))
+    k, top_k = args.get("k"), args.get("top_k")
+    if k is not None and top_k is not None and k != top_k:
+        raise ToolError("Memory.search: k and top_k are two spellings of one field and disagree; give one of them")
+    k = k if k is not None else top_k
     if k is not None and (not isinstance(k, int) or isinstance(k, bool)):
         raise ToolError("Memory.search: k must be an integer")
     numbers = {}
@@ -163,7 +181,3 @@ def _key(args: dict[str, Any]) -> str:
     if len(key) > MAX_KEY_LEN:
         raise ToolError(f"Memory: key is longer than {MAX_KEY_LEN} characters")
     return key
-
-
-def _ttl(args: dict[str, Any]) -> float | None:
-    return optional_ttl(args, "Memory")

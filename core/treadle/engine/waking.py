@@ -1,8 +1,8 @@
 """Waking parked runs: poke the wait keys → send each woken run's step → notify live readers.
 
 Every wake-up goes through `RunWaker` — channel publishes, answered interruptions, steering
-input, a sub-agent waking its parent, the sweeper's deadlines. The runtime's `Waker` port
-(`Runtime.poke`) delegates here.
+input, a sub-agent waking its parent, the sweeper's deadlines and timed pokes (a channel
+message's `deliver_at`). The runtime's `Waker` port (`Runtime.poke`) delegates here.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ class RunWaker:
         return len(woken)
 
     async def wake_due(self) -> int:
-        """Wake runs whose wait deadline passed, and repair lost wake-ups (sweeper / maintenance)."""
-        woken = await self.waits.wake_due()
+        """Do the timed pokes that are due (a delayed channel message became visible), wake runs
+        whose wait deadline passed, and repair lost wake-ups (sweeper / maintenance)."""
+        woken = await self.waits.poke_due()
+        woken += await self.waits.wake_due()
         await self._woke(woken)
         n = len(woken)
         # parents parked on sub-agents that all ended, whose wake-up was lost (crash after the final commit)

@@ -4,6 +4,13 @@ A channel is declared in treadle.yaml (`channels:`, shared by every tenant) or c
 HTTP (per tenant; a tenant's own definition wins). Messages live per (channel, scope_id):
 scope `global` → "", `agent` → the agent's name, `user` → the user id. The wait key of a
 stream is `channel_key(name, scope_id)`; publishing pokes it.
+
+Delayed delivery (`deliver_at`): the message is stored at once (its TTL counts from publish) but
+stays invisible to every read until `visible_at`. Readers order and count in `pos`, not in the
+message id: a message visible at publish has pos = id; a delayed one gets its pos from the id
+sequence at the first read at or after `visible_at` (`_promote`), so it lands after everything a
+broadcast cursor may already have passed. Its publish also records a timed poke of the stream's
+wait key at `visible_at` (store/waits.py `poke_at`): a run parked on the stream wakes then.
 """
 
 from __future__ import annotations
@@ -11,14 +18,18 @@ from __future__ import annotations
 import builtins
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from treadle.errors import BadRequest, Conflict, NotFound
 from treadle.store.db import Pool
+from treadle.store.waits import WaitStore
 
 MAX_PAYLOAD_BYTES = 64 * 1024
+#: a `deliver_at` this far in the past is still accepted (delivered at once): clock skew
+DELIVER_AT_SKEW = timedelta(seconds=5)
 SCOPES = ("agent", "user", "global")
 SEMANTICS = ("queue", "broadcast")
 
@@ -54,16 +65,66 @@ class Message:
     id: int
     value: Any
     published_at: str
+    #: its place in the stream (what cursors count); None while a delayed message is not visible
+    pos: int | None = None
+    #: when a delayed message (published with deliver_at) becomes visible; None for the others
+    visible_at: str | None = None
+
+    @property
+    def delayed(self) -> bool:
+        return self.visible_at is not None
 
     def to_api(self) -> dict[str, Any]:
-        return {"id": self.id, "value": self.value, "published_at": self.published_at}
+        out: dict[str, Any] = {"id": self.id, "value": self.value, "published_at": self.published_at}
+        if self.visible_at is not None:
+            out["visible_at"] = self.visible_at
+        return out
 
 
 def _messages(rows: list[dict[str, Any]]) -> list[Message]:
-    return [Message(int(r["id"]), r["payload"], r["published_at"].isoformat()) for r in rows]
+    return [
+        Message(
+            int(r["id"]), r["payload"], r["published_at"].isoformat(),
+            int(r["pos"]) if r["pos"] is not None else None,
+            r["visible_at"].isoformat() if r["visible_at"] > r["published_at"] else None,
+        )
+        for r in rows
+    ]
+
+
+def parse_deliver_at(value: Any, *, now: datetime | None = None) -> datetime | None:
+    """A publish's `deliver_at`: an RFC 3339 time with an offset (`2030-01-02T03:04:05Z`), not
+    more than DELIVER_AT_SKEW in the past; None when absent. BadRequest (code bad_deliver_at)
+    otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"deliver_at must be an RFC 3339 time string, not {value!r}", code="bad_deliver_at")
+    try:
+        at = datetime.fromisoformat(value.strip())
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise BadRequest(
+            f"deliver_at {value!r} is not an RFC 3339 time with an offset (e.g. 2030-01-02T03:04:05Z)",
+            code="bad_deliver_at",
+        )
+    now = now or datetime.now(UTC)
+    if at < now - DELIVER_AT_SKEW:
+        raise BadRequest(
+            f"deliver_at {value!r} is in the past (now is {now.isoformat(timespec='seconds')})",
+            code="bad_deliver_at",
+        )
+    return at
 
 
 _LIVE = "(expires_at IS NULL OR expires_at > now())"
+_COLS = "id, payload, published_at, visible_at, pos"
+
+
+def _pos(m: Message) -> int:
+    assert m.pos is not None  # every read filters on pos IS NOT NULL
+    return m.pos
 
 
 class ChannelStore:
@@ -124,23 +185,39 @@ class ChannelStore:
     # -- messages ----------------------------------------------------------------------------------
 
     async def publish(
-        self, tenant_id: str, d: ChannelDef, scope_id: str, value: Any, ttl_s: float | None = None
+        self, tenant_id: str, d: ChannelDef, scope_id: str, value: Any, ttl_s: float | None = None,
+        *, deliver_at: datetime | None = None,
     ) -> tuple[Message, int]:
-        """Store one message; returns it and how many old messages `max_messages` dropped."""
+        """Store one message; returns it and how many old messages `max_messages` dropped. With
+        `deliver_at` (see `parse_deliver_at`) later than now, the message is invisible until then
+        (`Message.delayed`) and a poke of the stream's wait key is due then."""
         size = len(json.dumps(value).encode())
         if size > MAX_PAYLOAD_BYTES:
             raise BadRequest(f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}", code="payload_too_large")
         ttl = ttl_s if ttl_s is not None else d.default_ttl_seconds
+        if deliver_at is not None and ttl is not None and deliver_at >= datetime.now(UTC) + timedelta(seconds=ttl):
+            raise BadRequest(
+                f"deliver_at {deliver_at.isoformat()} is after the message expires (its TTL of {ttl:g} s counts"
+                " from publish)",
+                code="bad_deliver_at",
+            )
         async with self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
-                """INSERT INTO channel_messages (tenant_id, channel, scope_id, payload, expires_at)
-                   VALUES (%s, %s, %s, %s, CASE WHEN %s::float8 IS NULL THEN NULL
-                                              ELSE now() + make_interval(secs => %s) END)
-                   RETURNING id, payload, published_at""",
-                (tenant_id, d.name, scope_id, Jsonb(value), ttl, ttl),
+                """WITH n AS (SELECT nextval(pg_get_serial_sequence('channel_messages', 'id')) AS id)
+                   INSERT INTO channel_messages (id, tenant_id, channel, scope_id, payload, expires_at, visible_at,
+                                                 pos)
+                   SELECT n.id, %(t)s, %(c)s, %(s)s, %(v)s,
+                          CASE WHEN %(ttl)s::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => %(ttl)s) END,
+                          greatest(now(), coalesce(%(at)s::timestamptz, now())),
+                          CASE WHEN coalesce(%(at)s::timestamptz, now()) <= now() THEN n.id END
+                   FROM n
+                   RETURNING id, payload, published_at, visible_at, pos""",
+                {"t": tenant_id, "c": d.name, "s": scope_id, "v": Jsonb(value), "ttl": ttl, "at": deliver_at},
             )
             row = await cur.fetchone()
             assert row is not None
+            if row["pos"] is None:
+                await WaitStore.poke_at(conn, tenant_id, channel_key(d.name, scope_id), row["visible_at"])
             dropped = 0
             if d.max_messages:
                 cur = await conn.execute(
@@ -151,6 +228,25 @@ class ChannelStore:
                 )
                 dropped = cur.rowcount
         return _messages([row])[0], dropped
+
+    @staticmethod
+    async def _promote(conn: Any, tenant_id: str, channel: str, scope_id: str) -> None:
+        """Give the stream's delayed messages that became visible their `pos` (in visible_at
+        order), so every reader sees them after what it has read. Concurrent readers wait on the
+        row locks (not SKIP LOCKED: a reader that went on could move its cursor past the position
+        being given) and then skip what the first one promoted. Inside a step transaction the
+        locks are held until the step commits; two steps promoting two channels in opposite
+        orders can deadlock, which Postgres breaks by failing one step — retried like any other."""
+        await conn.execute(
+            """UPDATE channel_messages m SET pos = p.pos
+               FROM (SELECT due.id, nextval(pg_get_serial_sequence('channel_messages', 'id')) AS pos
+                     FROM (SELECT id FROM channel_messages
+                           WHERE tenant_id = %s AND channel = %s AND scope_id = %s AND pos IS NULL
+                             AND visible_at <= now()
+                           ORDER BY visible_at, id FOR UPDATE) due) p
+               WHERE m.id = p.id""",
+            (tenant_id, channel, scope_id),
+        )
 
     async def read(
         self,
@@ -163,29 +259,31 @@ class ChannelStore:
         consume: bool,
         from_cursor: int | None = None,
     ) -> tuple[builtins.list[Message], int]:
-        """Messages for `consumer`. Broadcast: after its cursor (advanced when `consume`);
-        queue: unclaimed ones (claimed by it when `consume`). Returns (messages, cursor)."""
+        """Visible messages for `consumer`, in stream order. Broadcast: after its cursor (advanced
+        when `consume`); queue: unclaimed ones (claimed by it when `consume`). Returns (messages,
+        cursor) — a cursor is a stream position (`pos`: the message id, unless it was delayed)."""
         async with self.pool.connection() as conn:
+            await self._promote(conn, tenant_id, d.name, scope_id)
             if d.semantic == "queue":
                 if consume:
                     cur = await conn.execute(
                         f"""UPDATE channel_messages SET claimed_by = %s, claimed_at = now()
                             WHERE id IN (SELECT id FROM channel_messages
                                          WHERE tenant_id = %s AND channel = %s AND scope_id = %s
-                                           AND claimed_by IS NULL AND {_LIVE}
-                                         ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
-                            RETURNING id, payload, published_at""",
+                                           AND pos IS NOT NULL AND claimed_by IS NULL AND {_LIVE}
+                                         ORDER BY pos LIMIT %s FOR UPDATE SKIP LOCKED)
+                            RETURNING {_COLS}""",
                         (consumer, tenant_id, d.name, scope_id, limit),
                     )
                 else:
                     cur = await conn.execute(
-                        f"""SELECT id, payload, published_at FROM channel_messages
-                            WHERE tenant_id = %s AND channel = %s AND scope_id = %s AND claimed_by IS NULL
-                              AND {_LIVE} ORDER BY id LIMIT %s""",
+                        f"""SELECT {_COLS} FROM channel_messages
+                            WHERE tenant_id = %s AND channel = %s AND scope_id = %s AND pos IS NOT NULL
+                              AND claimed_by IS NULL AND {_LIVE} ORDER BY pos LIMIT %s""",
                         (tenant_id, d.name, scope_id, limit),
                     )
-                msgs = sorted(_messages(await cur.fetchall()), key=lambda m: m.id)
-                return msgs, (msgs[-1].id if msgs else 0)
+                msgs = sorted(_messages(await cur.fetchall()), key=_pos)
+                return msgs, (_pos(msgs[-1]) if msgs else 0)
             cursor = from_cursor
             if cursor is None:
                 cur = await conn.execute(
@@ -196,14 +294,14 @@ class ChannelStore:
                 row = await cur.fetchone()
                 cursor = int(row["cursor"]) if row else 0
             cur = await conn.execute(
-                f"""SELECT id, payload, published_at FROM channel_messages
-                    WHERE tenant_id = %s AND channel = %s AND scope_id = %s AND id > %s AND {_LIVE}
-                    ORDER BY id LIMIT %s""",
+                f"""SELECT {_COLS} FROM channel_messages
+                    WHERE tenant_id = %s AND channel = %s AND scope_id = %s AND pos > %s AND {_LIVE}
+                    ORDER BY pos LIMIT %s""",
                 (tenant_id, d.name, scope_id, cursor, limit),
             )
             msgs = _messages(await cur.fetchall())
             if msgs and consume:
-                cursor = msgs[-1].id
+                cursor = _pos(msgs[-1])
                 await self._set_cursor(conn, tenant_id, d.name, scope_id, consumer, cursor)
             return msgs, cursor
 

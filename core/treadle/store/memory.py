@@ -74,10 +74,12 @@ class MemoryStore:
 
     async def set(
         self, tenant: str, scope: str, scope_id: str, key: str, value: Any, ttl_s: float | None,
-        *, embedding: Embedding | None = None, quota_bytes: int | None = None,
+        *, embedding: Embedding | None = None, quota_bytes: int | None = None, keep_expiry: bool = False,
     ) -> dict[str, int]:
         """Upsert the value (and its embedding, or drop a stale one); returns {size_bytes,
-        scope_bytes, quota_bytes}. MemoryQuotaExceeded leaves everything unchanged."""
+        scope_bytes, quota_bytes}. The entry expires `ttl_s` seconds from now (None: never) — but
+        with `keep_expiry` and no `ttl_s`, a live existing entry keeps its expiry (loomcycle's
+        `ttl: 0`). MemoryQuotaExceeded leaves everything unchanged."""
         size = self.check_value(value)
         quota = quota_bytes or self.max_scope_bytes
         async with self.pool.connection() as conn, conn.transaction():
@@ -102,8 +104,10 @@ class MemoryStore:
                    VALUES (%s, %s, %s, %s, %s,
                            CASE WHEN %s::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => %s) END)
                    ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE
-                   SET value = excluded.value, expires_at = excluded.expires_at, updated_at = now()""",
-                (tenant, scope, scope_id, key, Jsonb(value), ttl_s, ttl_s),
+                   SET value = excluded.value, updated_at = now(),
+                       expires_at = CASE WHEN %s AND memory.expires_at > now() THEN memory.expires_at
+                                         ELSE excluded.expires_at END""",
+                (tenant, scope, scope_id, key, Jsonb(value), ttl_s, ttl_s, keep_expiry and ttl_s is None),
             )
             if embedding is not None:
                 await conn.execute(

@@ -1,6 +1,12 @@
 """Schedule state and fires. A fire is one row keyed (schedule_id, scheduled_for): inserting it is
 the claim, so whatever races (two sweepers, a redelivered EventBridge invocation, a restart) at
-most one claimant starts the run."""
+most one claimant starts the run.
+
+A fire's status as read (a schedule's `last_status`, `recent_fires`) is its run's ending once the
+run has ended — `completed`, `failed` or `cancelled` (with the run's error as `last_error`) — and
+`started` while it runs; `claimed`, `skipped` and `failed` (the run could not start) are the fire's
+own. It is read through a join with the run, so it is never stale and no writer has to update
+it."""
 
 from __future__ import annotations
 
@@ -80,10 +86,18 @@ _OWN = (
 _S_OWN = ", ".join(f"s.{c.strip()}" for c in _OWN.split(","))
 #: the schedule row plus its latest fire's outcome (kept on the fire rows, so a run start never
 #: has to lock the schedule row a firing transaction may hold)
+#: a fire's status and error as read (see the module docstring), over `schedule_fires f LEFT JOIN runs r`
+_FIRE_ENDED = "f.status = 'started' AND r.status IN ('completed', 'failed', 'cancelled')"
+_FIRE_STATUS = f"CASE WHEN {_FIRE_ENDED} THEN r.status ELSE f.status END"
+_FIRE_ERROR = f"""coalesce(f.error, CASE WHEN {_FIRE_ENDED} AND r.status = 'failed'
+                                   THEN nullif(concat_ws(': ', r.error->>'code', r.error->>'error'), '')
+                                   WHEN {_FIRE_ENDED} AND r.status = 'cancelled'
+                                   THEN concat_ws(': ', 'cancelled', r.cancel_reason) END)"""
+_FIRE_RUN = "schedule_fires f LEFT JOIN runs r ON r.id = f.run_id AND r.tenant_id = f.tenant_id"
 _SELECT = f"""SELECT {_S_OWN}, lf.run_id AS last_run_id, lf.status AS last_status, lf.error AS last_error
     FROM schedules s LEFT JOIN LATERAL (
-        SELECT run_id, status, error FROM schedule_fires f WHERE f.schedule_id = s.schedule_id
-        ORDER BY f.scheduled_for DESC LIMIT 1) lf ON true"""
+        SELECT f.run_id, {_FIRE_STATUS} AS status, {_FIRE_ERROR} AS error FROM {_FIRE_RUN}
+        WHERE f.schedule_id = s.schedule_id ORDER BY f.scheduled_for DESC LIMIT 1) lf ON true"""
 _NO_LAST = "NULL::text AS last_run_id, NULL::text AS last_status, NULL::text AS last_error"
 
 
@@ -226,9 +240,10 @@ class ScheduleStore:
     async def recent_fires(self, tenant_id: str, schedule_id: str, limit: int = 20) -> builtins.list[dict[str, Any]]:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                """SELECT scheduled_for, version, source, status, run_id, error, hooks_status, hooks_result, fired_at
-                   FROM schedule_fires WHERE schedule_id = %s AND tenant_id = %s
-                   ORDER BY scheduled_for DESC LIMIT %s""",
+                f"""SELECT f.scheduled_for, f.version, f.source, {_FIRE_STATUS} AS status, f.run_id,
+                           {_FIRE_ERROR} AS error, f.hooks_status, f.hooks_result, f.fired_at
+                    FROM {_FIRE_RUN} WHERE f.schedule_id = %s AND f.tenant_id = %s
+                    ORDER BY f.scheduled_for DESC LIMIT %s""",
                 (schedule_id, tenant_id, limit),
             )
             rows = await cur.fetchall()

@@ -7,9 +7,16 @@ Protocol (no lost wake-ups):
    otherwise the run goes straight back to `running` and its next step is enqueued;
 4. a poke bumps the version (waiting for any park commit holding the row) and only then, in a
    second statement with a fresh snapshot, wakes the runs waiting on the key.
+
+Timed pokes: `poke_at` records a poke of a key due at a moment (a channel message published with
+`deliver_at` becomes visible then); `poke_due`, run by the maintenance pass, does the due ones —
+bump and wake as above, in the transaction that deletes the timer, so none is lost or done twice.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
 
 from treadle.store.db import Pool
 from treadle.store.runs import JOBS_CHANNEL
@@ -48,6 +55,46 @@ class WaitStore:
                 conn,
                 "SELECT DISTINCT run_id FROM run_waits WHERE tenant_id = %(tenant)s AND key = ANY(%(keys)s)",
                 {"tenant": tenant_id, "keys": keys},
+            )
+
+    @staticmethod
+    async def poke_at(conn: Any, tenant_id: str, key: str, due_at: datetime) -> None:
+        """Record a poke of `key` due at `due_at`, in the caller's transaction (`poke_due` does it)."""
+        await conn.execute(
+            "INSERT INTO wait_timers (tenant_id, key, due_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            (tenant_id, key, due_at),
+        )
+
+    async def poke_due(self, limit: int = 1000) -> list[tuple[str, int]]:
+        """Do the timed pokes that are due: bump their keys and wake the runs waiting on them."""
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                """WITH due AS (
+                       SELECT tenant_id, key, due_at FROM wait_timers WHERE due_at <= now()
+                       ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED),
+                   gone AS (
+                       DELETE FROM wait_timers t USING due
+                       WHERE t.tenant_id = due.tenant_id AND t.key = due.key AND t.due_at = due.due_at
+                       RETURNING t.tenant_id, t.key)
+                   SELECT DISTINCT tenant_id, key FROM gone ORDER BY tenant_id, key""",
+                (limit,),
+            )
+            rows = await cur.fetchall()
+            if not rows:
+                return []
+            tenants, keys = [r["tenant_id"] for r in rows], [r["key"] for r in rows]
+            await conn.execute(
+                """INSERT INTO wait_keys (tenant_id, key, version)
+                   SELECT t, k, 1 FROM unnest(%s::text[], %s::text[]) AS u(t, k)
+                   ON CONFLICT (tenant_id, key) DO UPDATE SET version = wait_keys.version + 1""",
+                (tenants, keys),
+            )
+            return await self._wake(
+                conn,
+                """SELECT DISTINCT w.run_id FROM run_waits w
+                   JOIN unnest(%(tenants)s::text[], %(keys)s::text[]) AS u(t, k)
+                     ON w.tenant_id = u.t AND w.key = u.k""",
+                {"tenants": tenants, "keys": keys},
             )
 
     async def wake_due(self, limit: int = 1000) -> list[tuple[str, int]]:

@@ -38,6 +38,7 @@ class MemoryService:
     async def set(
         self, tenant: str, scope: str, scope_id: str, key: str, value: Any, ttl_s: float | None, *,
         embed: bool = False, embed_text: str | None = None, quota_bytes: int | None = None,
+        keep_expiry: bool = False,
     ) -> dict[str, Any]:
         embedding = None
         if embed or embed_text is not None:
@@ -52,7 +53,7 @@ class MemoryService:
             [vector] = await embedder.embed([text], "document")
             embedding = Embedding(embedder.name, embedder.model, vector, text)
         usage = await self.store.set(tenant, scope, scope_id, key, value, ttl_s, embedding=embedding,
-                                     quota_bytes=quota_bytes)
+                                     quota_bytes=quota_bytes, keep_expiry=keep_expiry)
         out: dict[str, Any] = {"ok": True, "key": key, "scope": scope, **usage, "embedded": embedding is not None}
         if embedding is not None:
             out["embedding"] = {"model": embedding.model, "dimension": embedding.dimension}

@@ -6,6 +6,14 @@ a new version (a child of the old one) marked "from treadle.yaml"; a yaml-born a
 entry was removed is retired. Concurrent starts serialize on an advisory lock, so each change
 makes one version. A version created over the API (a fork) is left alone until the yaml entry
 changes.
+
+A schedule that retired itself by reaching `max_fires` stays retired: when a schedule name has no
+active version, the sync compares the yaml entry with the name's newest version, retired ones
+included, and creates nothing if that version has the entry's content and its schedule retired
+with reason `max_fires`. So a `max_fires: 1` entry fires once, not once per restart. Changing the
+entry (any field, e.g. raising `max_fires`) makes a new version, which counts its fires afresh
+(max_fires counts the fires of a version). Other retirements (removing the entry, retiring over
+the API) do not hold: an unchanged entry brings the schedule back at the next start.
 """
 
 from __future__ import annotations
@@ -61,8 +69,13 @@ class Triggers:
                 for name, spec in specs.items():
                     assert isinstance(spec, BaseModel)
                     body = await family.normalize(tenant_id, name, spec.model_dump(mode="json", exclude_none=True))
+                    digest = family.content_hash(body)
                     active = await family.defs.get(tenant_id, family.kind, name=name)
-                    if active is not None and active.content_sha256 == family.content_hash(body):
+                    if active is not None and active.content_sha256 == digest:
+                        continue
+                    if active is None and family is self.schedules.family and await self._spent(
+                        tenant_id, name, digest
+                    ):
                         continue
                     await family.store(
                         tenant_id, name, body, parent_def_id=active.def_id if active else None,
@@ -76,6 +89,20 @@ class Triggers:
         if created or retired:
             log.info("treadle.yaml triggers: %d version(s) created, %d retired", created, retired)
         return {"created": created, "retired": retired}
+
+    async def _spent(self, tenant_id: str, name: str, digest: str) -> bool:
+        """Whether schedule `name` retired itself at max_fires in a version with content `digest`
+        (its newest version): then an unchanged yaml entry must not bring it back."""
+        newest = await self.schedules.family.defs.list(
+            tenant_id, self.schedules.family.kind, name=name, include_retired=True, limit=1
+        )
+        if not newest or newest[0].status != "retired" or newest[0].content_sha256 != digest:
+            return False
+        state = await self.schedules.store.get(tenant_id, name=name)
+        return (
+            state is not None and state.def_id == newest[0].def_id and state.status == "retired"
+            and state.retired_reason == "max_fires"
+        )
 
     async def start(self) -> ScheduleSweeper | None:
         """The sidecar's part: yaml triggers into the database, then the schedule sweeper (unless
