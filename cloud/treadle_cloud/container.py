@@ -97,7 +97,9 @@ async def open_cloud_runtime(cloud: CloudSettings, *, sync_triggers: bool = True
         raise ConfigError("TREADLE_QUEUE_URL is not set")
     # One SQS message per loop iteration: no chaining of a run's steps inside one invocation (a
     # worker's lease and its records are sized from the invocation's remaining time, per step).
-    shape: dict[str, object] = {"chain_steps": 1}
+    # A worker hears a cancel by checking its run every second while it waits on a model or a
+    # tool: a LISTEN session would pin an RDS Proxy connection and outlive no invocation anyway.
+    shape: dict[str, object] = {"chain_steps": 1, "cancel_watch": "poll"}
     if settings.db_pool_size == 0:
         shape["db_pool_size"] = DEFAULT_POOL_SIZE
     settings = settings.model_copy(update=shape)

@@ -334,6 +334,11 @@ class Settings(EnvSettings):
     chain_budget_seconds: float = Field(default=0.5, ge=0)
     sync_mid_step_writes: bool = False
     sse_keepalive_seconds: float = Field(default=15.0, gt=0)
+    #: how a worker hears a cancel while it waits on a model or a tool: `notify` (a LISTEN
+    #: connection per process, milliseconds) or `poll` (a check every `cancel_poll_seconds`; the
+    #: cloud shape, where a LISTEN session would pin an RDS Proxy connection)
+    cancel_watch: Literal["notify", "poll"] = "notify"
+    cancel_poll_seconds: float = Field(default=1.0, gt=0, le=60)
 
     def listen_host_port(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")

@@ -27,6 +27,7 @@ from treadle.ports import OpService
 from treadle.providers.base import Provider
 from treadle.providers.mock import MockProvider
 from treadle.providers.registry import build_providers
+from treadle.store.cancels import NotifyCancels, PollingCancels
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key
 from treadle.store.db import Pool, open_pool, resolve_database_url
 from treadle.store.defs import DefStore
@@ -131,6 +132,10 @@ class Runtime:
         })
         self.subruns = SubRunStore(pool)
         self.hub = RunEventHub()
+        self.cancels: NotifyCancels | PollingCancels = (
+            NotifyCancels(self.database_url) if settings.cancel_watch == "notify"
+            else PollingCancels(pool, settings.cancel_poll_seconds)
+        )
         self.sender = StepSender(self.dispatcher)
         self.waker = RunWaker(self.waits, self.subruns, self.sender, self.hub)
         interrupts = InterruptStore(pool)
@@ -154,6 +159,7 @@ class Runtime:
             ),
             hub=self.hub,
             resolve_agent=self.substrate.pinning.resolve,
+            cancels=self.cancels,
             settings=EngineSettings(
                 tool_parallelism=settings.tool_parallelism,
                 provider_retries=settings.provider_retries,
@@ -189,7 +195,10 @@ class Runtime:
             dispatcher: Dispatcher = PostgresQueue(pool, url)
         else:
             dispatcher = dispatcher_factory(pool, url)
-        return cls(settings, config, url, pool, dispatcher, catalogue, registry, built)
+        rt = cls(settings, config, url, pool, dispatcher, catalogue, registry, built)
+        if isinstance(rt.cancels, NotifyCancels):
+            await rt.cancels.start()  # listening before the first step is leased
+        return rt
 
     @property
     def agents(self) -> dict[str, ResolvedAgent]:
@@ -227,6 +236,8 @@ class Runtime:
                     await aclose()
                 except Exception as exc:  # closing idle connections must not block shutdown
                     log.warning("closing provider %s: %s", getattr(provider, "name", "?"), exc)
+        if isinstance(self.cancels, NotifyCancels):
+            await self.cancels.close()
         await self.pool.close()
 
     async def start_run(self, new: NewRun) -> tuple[RunRecord, bool]:

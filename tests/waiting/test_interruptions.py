@@ -119,26 +119,48 @@ async def test_cancel_op_settles_a_pending_question(open_runtime: Any) -> None:
         await tool.invoke(ctx("t3"), {"op": "cancel", "interrupt_id": "int_nope"})
 
 
+async def blocked_on_a_lock(rt: Any, statement: str) -> None:
+    """Until another session's statement containing `statement` waits for a lock (10 s at most)."""
+    for _ in range(1000):
+        async with rt.pool.connection() as conn:  # the step's own transaction: refresh its stats snapshot
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                (f"%{statement}%",),
+            )
+            row = await cur.fetchone()
+        if row["n"]:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no statement like {statement!r} waited for a lock")
+
+
 @pytest.mark.parametrize("crash", [False, True])
 async def test_a_cancel_that_lands_mid_step_still_ends_the_parked_run(
     open_runtime: Any, fresh_db_url: str, monkeypatch: pytest.MonkeyPatch, crash: bool
 ) -> None:
-    agent = asker()
-    agent["mock"]["latency_ms"] = 300
-    rt, disp = await open_runtime({"a": agent}, url=fresh_db_url)
-    if crash:  # the process dies right after the park commit, before re-sending the cancel
+    rt, disp = await open_runtime({"a": asker()}, url=fresh_db_url)
+    if crash:  # the process dies right after the park commit, before re-checking for a cancel
         async def dies(*_a: Any) -> None:
             return None
 
         monkeypatch.setattr(rt.engine.steering, "cancel_if_requested", dies)
     run_id = await start(rt, "a")
-    step = asyncio.create_task(rt.engine.handle(disp.queue.pop(0)))
-    await asyncio.sleep(0.1)  # the model call is under way: the cancel's step message will be stale
-    await rt.cancel_run("default", run_id, "never mind")
-    await step
+    tool = rt.engine.agents["a"].tools_by_name["Interruption"]
+    ask = tool.invoke
+    cancelling: list[asyncio.Task[Any]] = []
+
+    async def ask_while_a_cancel_lands(ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        # the cancel request arrives while the tool runs inside the step's transaction: it waits
+        # for the step's commit (the run row is locked), then finds the run parked
+        cancelling.append(asyncio.create_task(rt.cancel_run("default", run_id, "never mind")))
+        await blocked_on_a_lock(rt, "cancel_requested = true")
+        return await ask(ctx, args)
+
+    monkeypatch.setattr(tool, "invoke", ask_while_a_cancel_lands)
     await disp.drain()
-    # the park commit sees the cancel request and does not park: the next step ends the run, with
-    # or without the engine's re-check after the park
+    await cancelling[0]
+    await disp.drain()
     assert await status(rt, run_id) == "cancelled"
     [res] = tool_results(await events(rt, run_id))
     assert res["is_error"] and "never mind" in res["text"]

@@ -21,11 +21,12 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from treadle.domain.content import Block, TextBlock, ThinkingBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent, StepMessage, StopReason
 from treadle.engine.agents import Candidate, ResolvedAgent
+from treadle.engine.cancelling import CancelWatch, StepInterrupted, interruptible
 from treadle.engine.hub import RunEventHub
 from treadle.engine.outcomes import ParkedCall, StepResult, tool_result_event
 from treadle.engine.replay import Transcript, replay
@@ -35,10 +36,12 @@ from treadle.engine.toolcalls import Outcome, ToolRunner, TurnCalls
 from treadle.engine.waiting import Steering, at_rest, consumed_input_id, iteration_cap
 from treadle.errors import CancelPending, LeaseLost, ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse
+from treadle.store.cancels import CancelState, cancel_state
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
 from treadle.tools.base import ToolServices
 
 log = logging.getLogger("treadle.engine")
+T = TypeVar("T")
 
 MAX_STEP_FAILURES = 5
 
@@ -71,6 +74,7 @@ class Engine:
         hub: RunEventHub,
         settings: EngineSettings | None = None,
         resolve_agent: AgentResolver | None = None,
+        cancels: CancelWatch | None = None,
     ) -> None:
         self.tools = tools
         self.steps = steps
@@ -81,6 +85,8 @@ class Engine:
         self.hub = hub
         self.settings = settings or EngineSettings()
         self.runner = ToolRunner(tools, steps, self.settings.tool_parallelism)
+        self.cancels = cancels
+        self._signals: dict[str, asyncio.Event] = {}
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._owner_seq = itertools.count(1)
 
@@ -102,6 +108,16 @@ class Engine:
         """Run the leased step — and, while chaining is allowed, the run's next steps under the
         lease the commit hands over (`StepOutcome.chain_owner`)."""
         leased.chain_deadline = time.monotonic() + self.settings.chain_budget_s
+        if self.cancels is None:
+            return await self._run_chain(leased, owner)
+        async with self.cancels.watch(leased.run_id) as signal:
+            self._signals[leased.run_id] = signal
+            try:
+                return await self._run_chain(leased, owner)
+            finally:
+                self._signals.pop(leased.run_id, None)
+
+    async def _run_chain(self, leased: LeasedRun, owner: str) -> StepResult:
         while True:
             result = await self._run_one(leased, owner)
             if result is StepResult.FINISHED and leased.parent_wait_key:
@@ -121,11 +137,11 @@ class Engine:
         except LeaseLost as exc:
             log.warning("%s", exc)
             return StepResult.LEASE_LOST
-        except CancelPending:  # the step was about to complete the run: the cancel wins
+        except (CancelPending, StepInterrupted) as exc:  # the cancel wins over what the step was doing
             try:
-                return await self._finish_cancelled(leased, owner, replay(leased.events))
-            except LeaseLost as exc:
-                log.warning("%s", exc)
+                return await self._cancelled_mid_step(leased, owner, exc)
+            except LeaseLost as lost:
+                log.warning("%s", lost)
                 return StepResult.LEASE_LOST
         except Exception as exc:
             log.exception("step %s/%s crashed", leased.run_id, leased.step_no)
@@ -133,6 +149,27 @@ class Engine:
         finally:
             renewer.cancel()
             self.hub.notify(leased.run_id)
+
+    async def _interruptible(self, leased: LeasedRun, work: Awaitable[T]) -> T:
+        """Await `work` (a model call, external tool calls) unless the run or its turn is cancelled
+        meanwhile: then it is aborted and StepInterrupted raised."""
+
+        async def check() -> CancelState:
+            return await cancel_state(self.steps.pool, leased.run_id)
+
+        return await interruptible(work, self._signals.get(leased.run_id), check)
+
+    async def _cancelled_mid_step(self, leased: LeasedRun, owner: str, exc: Exception) -> StepResult:
+        """A cancel landed while the step worked: a run cancel ends the run (pending calls answered
+        "cancelled"); a turn cancel ends the turn, as the steering queue does at a step's top."""
+        if isinstance(exc, StepInterrupted) and not exc.state.cancel_requested:
+            steered = await self.steering.take_inputs(leased, owner, replay(leased.events))
+            if steered.result is not None:
+                return steered.result
+            return await self._step(leased, owner)  # the queue held input only: go on with it
+        if isinstance(exc, StepInterrupted):
+            leased.cancel_requested, leased.cancel_reason = True, exc.state.cancel_reason
+        return await self._finish_cancelled(leased, owner, replay(leased.events))
 
     # -- the step ----------------------------------------------------------------------------------
 
@@ -174,7 +211,9 @@ class Engine:
         iteration = transcript.iterations + 1
         retry_events: list[NewEvent] = []
         try:
-            response = await self._call_model(leased, agent, transcript, iteration, retry_events)
+            response = await self._interruptible(
+                leased, self._call_model(leased, agent, transcript, iteration, retry_events)
+            )
         except ProviderError as exc:
             return await self._finish_failed(leased, owner, retry_events, exc.code, exc.message, exc.details)
 
@@ -226,7 +265,7 @@ class Engine:
                 await self.steps.append(leased, owner, turn)
                 self.hub.notify(leased.run_id)
                 turn = []
-            external = await self.runner.run_external(calls)
+            external = await self._interruptible(leased, self.runner.run_external(calls))
         async with self.steps.transaction(leased, owner):
             transactional = await self.runner.run_transactional(calls)
             outcomes = self.runner.in_order(calls, external, transactional)

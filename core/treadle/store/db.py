@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -63,16 +64,25 @@ class StepTransaction:
 
     pool: Pool
     conn: Connection
+    #: the task that opened it: tasks it starts (which inherit the context) do not join it
+    task: asyncio.Task[Any] | None
     callbacks: list[AfterCommit] = field(default_factory=list)
 
 
 _CURRENT: ContextVar[StepTransaction | None] = ContextVar("treadle_step_transaction", default=None)
 
 
+def _current() -> StepTransaction | None:
+    tx = _CURRENT.get()
+    if tx is None or tx.task is not asyncio.current_task():
+        return None
+    return tx
+
+
 async def after_commit(callback: AfterCommit) -> None:
     """Run `callback` once the current step transaction commits (now, when there is none); a
     transaction that rolls back drops it."""
-    tx = _CURRENT.get()
+    tx = _current()
     if tx is None:
         await callback()
     else:
@@ -80,7 +90,7 @@ async def after_commit(callback: AfterCommit) -> None:
 
 
 def in_step_transaction() -> bool:
-    return _CURRENT.get() is not None
+    return _current() is not None
 
 
 class Pool:
@@ -93,7 +103,7 @@ class Pool:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
-        tx = _CURRENT.get()
+        tx = _current()
         if tx is not None and tx.pool is self:
             yield tx.conn
             return
@@ -104,10 +114,10 @@ class Pool:
     async def step_transaction(self) -> AsyncIterator[StepTransaction]:
         """Open a transaction and make it current for this task; on a clean exit commit it, then
         run its after-commit callbacks; on an exception roll it back and drop them."""
-        if _CURRENT.get() is not None:
+        if _current() is not None:
             raise RuntimeError("a step transaction is already open in this task")
         async with self.inner.connection() as conn:
-            tx = StepTransaction(self, conn)
+            tx = StepTransaction(self, conn, asyncio.current_task())
             token = _CURRENT.set(tx)
             try:
                 async with conn.transaction():

@@ -54,7 +54,10 @@ class InputStore:
             UPDATE runs SET input_seq = greatest(runs.input_seq, ins.id), updated_at = now()
             FROM ins WHERE runs.id = %(run)s
         )
-        SELECT r.status, r.interactive, r.queued, ins.id AS input_id FROM r LEFT JOIN ins ON true
+        SELECT r.status, r.interactive, r.queued, ins.id AS input_id,
+               CASE WHEN ins.id IS NOT NULL AND %(kind)s = 'turn_cancel'
+                    THEN pg_notify('treadle_cancel', %(run)s) END AS _n  -- see store/cancels.py
+        FROM r LEFT JOIN ins ON true
         """
         params = {"run": run_id, "tenant": tenant_id, "kind": kind, "text": text, "cap": QUEUE_CAP}
         async with self.pool.connection() as conn:

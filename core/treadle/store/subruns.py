@@ -118,7 +118,7 @@ class SubRunStore:
         FROM tree
         WHERE runs.id = tree.id AND runs.status NOT IN ('completed','failed','cancelled')
           AND (%(root)s OR tree.lvl > 0)
-        RETURNING runs.id, runs.step_no
+        RETURNING runs.id, runs.step_no, pg_notify('treadle_cancel', runs.id) AS _n  -- see store/cancels.py
         """
         async with self.pool.connection() as conn:
             cur = await conn.execute(sql, {"id": run_id, "tenant": tenant_id, "reason": reason, "root": include_root,
