@@ -327,3 +327,33 @@ async def test_every_documented_channel_field_is_accepted(open_runtime: Any, ten
                 await tool.invoke(c, {"op": op, "channel": "news", "channels": ["news"], "value": 1, field: sample})
             except ToolError as exc:
                 assert exc.code != "unknown_field", (field, op, exc.message)
+
+
+async def test_publishes_to_one_stream_commit_in_id_order(open_runtime: Any, tenant: str) -> None:
+    """A tool publishes inside its step's transaction, which may commit after a later publish: the
+    later one waits for it, so a broadcast reader's cursor never passes a message still to come."""
+    rt, _ = await open_with_channels(open_runtime, {"e": {"model": "echo"}})
+    news = await rt.channels.get_def(tenant, "news")
+    later: list[asyncio.Task[Any]] = []
+    async with rt.pool.step_transaction():
+        first, _ = await rt.channels.publish(tenant, news, "", {"n": 1})  # not committed yet
+        later.append(asyncio.create_task(rt.channels.publish(tenant, news, "", {"n": 2})))
+        for _ in range(1000):  # until the second publisher waits for the first one's commit
+            async with rt.pool.connection() as conn:
+                await conn.execute("SELECT pg_stat_clear_snapshot()")
+                cur = await conn.execute(
+                    "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%%INSERT INTO channel_messages%%'"
+                )
+                if (await cur.fetchone())["n"]:
+                    break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the second publish did not wait for the first one's commit")
+        # a reader meanwhile (another task: it does not join this transaction) sees neither
+        seen, _ = await asyncio.create_task(rt.channels.read(tenant, news, "", "outside", 10, consume=False))
+        assert seen == []
+    second, _ = await later[0]
+    assert first.id < second.id
+    seen, _ = await rt.channels.read(tenant, news, "", "reader", 10, consume=True)
+    assert [m.value for m in seen] == [{"n": 1}, {"n": 2}]

@@ -203,7 +203,12 @@ class ChannelStore:
             )
         async with self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
-                """WITH n AS (SELECT nextval(pg_get_serial_sequence('channel_messages', 'id')) AS id)
+                # one publisher per stream at a time, until its transaction ends (a step's commit when
+                # a tool publishes): ids then commit in order, so a broadcast cursor never passes a
+                # message that commits later with a smaller id
+                """WITH l AS (SELECT pg_advisory_xact_lock(hashtextextended(%(t)s || chr(31) || %(c)s || chr(31)
+                                                                          || %(s)s, 7472)) AS ok),
+                        n AS (SELECT nextval(pg_get_serial_sequence('channel_messages', 'id')) AS id FROM l)
                    INSERT INTO channel_messages (id, tenant_id, channel, scope_id, payload, expires_at, visible_at,
                                                  pos)
                    SELECT n.id, %(t)s, %(c)s, %(s)s, %(v)s,
