@@ -13,6 +13,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from treadle.builtins.client import ClientTool
 from treadle.builtins.registry import default_registry
 from treadle.config import AgentConfig, Settings, TreadleConfig
 from treadle.dispatch.base import Dispatcher
@@ -29,6 +30,7 @@ from treadle.providers.mock import MockProvider
 from treadle.providers.registry import build_providers
 from treadle.store.cancels import NotifyCancels, PollingCancels
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key
+from treadle.store.clienttools import ClientToolStore
 from treadle.store.db import Pool, open_pool, resolve_database_url
 from treadle.store.defs import DefStore
 from treadle.store.inputs import InputStore
@@ -142,7 +144,8 @@ class Runtime:
         self.substrate = Substrate(pool, self.catalogue, self.runs, self.memory, build_embedder(config.memory.embedder))
         tools = ToolServices(
             config=config, runs=self.runs, memory=self.memory, waits=self.waits, channels=self.channels,
-            interrupts=interrupts, subruns=self.subruns, defs=DefStore(pool), waker=self,
+            interrupts=interrupts, subruns=self.subruns, defs=DefStore(pool), client_results=ClientToolStore(pool),
+            waker=self,
             starter=self, agents=self.substrate.agents, vector_memory=self.substrate.memory,
             ops=_OpServices(self),
             catalogue={t.name: (t.description, t.input_schema) for t in map(self.registry.get, self.registry.names())
@@ -160,6 +163,9 @@ class Runtime:
             hub=self.hub,
             resolve_agent=self.substrate.pinning.resolve,
             cancels=self.cancels,
+            client_tools=lambda leased: [
+                ClientTool.from_spec(spec, leased.client_tool_timeout_s) for spec in leased.client_tools or ()
+            ],
             settings=EngineSettings(
                 tool_parallelism=settings.tool_parallelism,
                 provider_retries=settings.provider_retries,

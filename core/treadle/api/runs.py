@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from treadle.api.clienttools import ClientTools, ClientToolTimeout, client_tool_specs
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.sse import SSE_HEADERS, stream_run_events
 from treadle.api.steering import cancel_turn, decode_cursor, encode_cursor, waits_of
@@ -33,6 +34,9 @@ class RunRequest(BaseModel):
     user_id: str | None = None
     metadata: dict[str, Any] | None = None
     interactive: bool = False
+    #: application tools the run may call; each call parks the run until POST .../tool_results
+    client_tools: ClientTools | None = None
+    client_tool_timeout_seconds: ClientToolTimeout | None = None
 
     @field_validator("user_id")
     @classmethod
@@ -96,6 +100,8 @@ async def create_run(
             metadata=body.metadata,
             interactive=body.interactive,
             idempotency_key=idempotency_key,
+            client_tools=client_tool_specs(rt, body.client_tools),
+            client_tool_timeout_s=body.client_tool_timeout_seconds,
         )
     )
     if _wants_sse(request):

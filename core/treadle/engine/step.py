@@ -13,6 +13,7 @@ Exactly-once rules (see engine/README.md):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import logging
@@ -38,7 +39,7 @@ from treadle.errors import CancelPending, LeaseLost, ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.store.cancels import CancelState, cancel_state
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
-from treadle.tools.base import ToolServices
+from treadle.tools.base import Tool, ToolServices
 
 log = logging.getLogger("treadle.engine")
 T = TypeVar("T")
@@ -60,6 +61,8 @@ class EngineSettings:
 
 #: the agent a leased step runs (substrate/resolve.py: the pinned AgentDef and skills), or None
 AgentResolver = Callable[[LeasedRun], Awaitable[ResolvedAgent | None]]
+#: the application tools a run's caller declared (builtins/client.py), as tools
+ClientTools = Callable[[LeasedRun], list[Tool]]
 
 
 class Engine:
@@ -75,6 +78,7 @@ class Engine:
         settings: EngineSettings | None = None,
         resolve_agent: AgentResolver | None = None,
         cancels: CancelWatch | None = None,
+        client_tools: ClientTools | None = None,
     ) -> None:
         self.tools = tools
         self.steps = steps
@@ -86,6 +90,7 @@ class Engine:
         self.settings = settings or EngineSettings()
         self.runner = ToolRunner(tools, steps, self.settings.tool_parallelism)
         self.cancels = cancels
+        self.client_tools = client_tools
         self._signals: dict[str, asyncio.Event] = {}
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._owner_seq = itertools.count(1)
@@ -176,9 +181,10 @@ class Engine:
     async def _agent_for(self, leased: LeasedRun) -> ResolvedAgent | None:
         """The agent a step runs: through the runtime's resolver (the AgentDef and skills the run
         was pinned to at start, see substrate/resolve.py), else the treadle.yaml agent."""
-        if self.resolve_agent is not None:
-            return await self.resolve_agent(leased)
-        return self.agents.get(leased.agent)
+        agent = await self.resolve_agent(leased) if self.resolve_agent is not None else self.agents.get(leased.agent)
+        if agent is not None and leased.client_tools and self.client_tools is not None:
+            agent = dataclasses.replace(agent, tools=[*agent.tools, *self.client_tools(leased)])
+        return agent
 
     async def _step(self, leased: LeasedRun, owner: str) -> StepResult:
         transcript = replay(leased.events)

@@ -115,6 +115,10 @@ class NewRun:
     def_id: str | None = None
     def_content_sha256: str | None = None
     skill_def_ids: dict[str, str] | None = None
+    #: application tools the caller declared ([{name, description, input_schema}]) and how long
+    #: a call of one waits for the application's answer (builtins/client.py)
+    client_tools: list[dict[str, Any]] | None = None
+    client_tool_timeout_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -153,10 +157,11 @@ class RunStore:
             INSERT INTO runs (id, tenant_id, user_id, agent, status, metadata, interactive,
                               idempotency_key, root_run_id, last_seq, lease_until,
                               parent_run_id, depth, parent_wait_key, def_id, def_content_sha256,
-                              skill_def_ids)
+                              skill_def_ids, client_tools, client_tool_timeout_s)
             VALUES (%(id)s, %(tenant)s, %(user)s, %(agent)s, 'queued', %(meta)s, %(interactive)s,
                     %(idem)s, coalesce(%(root)s, %(id)s), 2, now() + make_interval(secs => %(requeue)s),
-                    %(parent)s, %(depth)s, %(pwk)s, %(def_id)s, %(def_sha)s, %(skills)s)
+                    %(parent)s, %(depth)s, %(pwk)s, %(def_id)s, %(def_sha)s, %(skills)s, %(ctools)s,
+                    %(ctimeout)s)
             ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {_RUN_COLUMNS}
         ), ev AS (
@@ -183,6 +188,8 @@ class RunStore:
             "def_id": new.def_id,
             "def_sha": new.def_content_sha256,
             "skills": Jsonb(new.skill_def_ids) if new.skill_def_ids else None,
+            "ctools": Jsonb(new.client_tools) if new.client_tools else None,
+            "ctimeout": new.client_tool_timeout_s,
             "requeue": self.requeue_after_s,
             "ui": Jsonb(user_input),
             "st": Jsonb(started),

@@ -30,7 +30,8 @@ from treadle.store.runs import JOBS_CHANNEL
 _LEASED_COLUMNS = (
     "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
     " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata,"
-    " runs.interactive, runs.input_seq, runs.parent_wait_key, runs.def_id, runs.skill_def_ids"
+    " runs.interactive, runs.input_seq, runs.parent_wait_key, runs.def_id, runs.skill_def_ids,"
+    " runs.client_tools, runs.client_tool_timeout_s"
 )
 _EVENTS_AGG = (
     "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
@@ -66,6 +67,9 @@ class LeasedRun:
     #: the AgentDef (def_id) and skills ({name: def_id | "yaml"}) pinned at run start
     def_id: str | None = None
     skill_def_ids: dict[str, str] | None = None
+    #: application tools the caller declared for this run, and their answer timeout
+    client_tools: list[dict[str, Any]] | None = None
+    client_tool_timeout_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -130,6 +134,8 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
         parent_wait_key=row.get("parent_wait_key"),
         def_id=row.get("def_id"),
         skill_def_ids=row.get("skill_def_ids"),
+        client_tools=row.get("client_tools"),
+        client_tool_timeout_s=row.get("client_tool_timeout_s"),
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 from treadle.config import AgentConfig, TreadleConfig
 from treadle.ports import AgentDirectory, OpService, RunStarter, VectorMemory, Waker
 from treadle.store.channels import ChannelStore
+from treadle.store.clienttools import ClientToolStore
 from treadle.store.defs import DefStore
 from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
@@ -41,6 +42,7 @@ class ToolServices:
     interrupts: InterruptStore
     subruns: SubRunStore
     defs: DefStore
+    client_results: ClientToolStore
     waker: Waker
     starter: RunStarter
     agents: AgentDirectory
