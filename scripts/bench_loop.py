@@ -1,23 +1,63 @@
 #!/usr/bin/env python
-"""Loop benchmark: R runs x I iterations over W in-process workers on the Postgres queue.
+"""Loop benchmark: treadle's per-iteration cost against the raw Postgres floor, same database,
+same run.
 
-Mock provider with zero latency, one Memory tool call per iteration. Prints iterations/s, the
-per-iteration orchestration time (claim → commit of one step) p50/p99, SQL statements per
-iteration, and — on the same database, in the same run — the Postgres floor: one durable 1 KB
-insert, and one transaction of 3 inserts + 1 update + NOTIFY; then our ratio to it.
+Workload: R runs x I iterations on the sidecar's Postgres queue with in-process workers; the mock
+provider answers at once (0 ms) with one `Memory.incr` tool call per iteration. Each run counts in
+its own memory row (scope `user`, one user per run), as each floor connection updates its own row;
+a second 4-worker pass uses the old workload, every run incrementing one shared key (scope
+`agent`), to show the cost of a hot row.
 
-    .venv/bin/python scripts/bench_loop.py --runs 200 --iterations 10 --workers 8
-Uses $DATABASE_URL if set, else the embedded Postgres under .treadle/bench.
+The floor is what one iteration cannot go below: one transaction of 2 inserts (1 KB each) + an
+update + NOTIFY (BEGIN, 4 statements, COMMIT: 6 round trips, one synchronous commit), measured
+with 1 connection (latency, against treadle with 1 worker) and with 4 connections (throughput,
+against treadle with 4 workers). It is measured before and after treadle's passes; the table uses
+the mean of the two and prints both, so drift shows.
+
+Timed per iteration:
+- step: one call of the engine's step (`Engine._run_one`; `_execute_one` in engines before
+  a182190) — from holding the lease to the step's commit; a chained step starts under the lease
+  the previous commit handed over, an unchained one after `claim_job`;
+- cycle (1 worker only): from the end of one step to the end of the next — everything, the
+  claim of the next job included; this is the per-iteration time the ratio to the floor uses;
+- inside a step (1 worker): the model call (`Engine._call_model`), the tools
+  (`ToolRunner.run_transactional`/`run_external`, or `Engine._run_tools` before a182190), the
+  step transaction (`StepStore.transaction`, BEGIN .. COMMIT), the commit statement
+  (`StepStore.commit`), the mid-step append (`StepStore.append`) and the claim (`claim_job`).
+A seam that is gone ends the script with a message: the numbers would silently mean something else.
+
+Counted per iteration (scripts/bench_support.py `SqlCounter`, the whole process while the workers
+run, minus the benchmark's own polling): queries (every cursor execute = one SQL statement),
+transaction-control commands psycopg sends for `conn.transaction()` (BEGIN, SAVEPOINT, RELEASE,
+COMMIT, ROLLBACK), round trips (the two together); transactions = autocommit statements (a
+statement on an autocommit connection with no transaction open is a transaction of its own) +
+BEGIN blocks; commits = autocommit statements + COMMITs. The server's own count
+(`pg_stat_database.xact_commit`, read after the pass's connections closed) is printed beside it;
+it also counts autovacuum's transactions (visible with chaining off: the jobs table churns).
+With 1 worker each statement's await is timed too: where the wall time of an iteration goes.
+Measured around each pass and each floor: the CPU of this process and of the Postgres server
+(postmaster, its live and its exited children, from /proc) and the WAL written (LSN difference);
+and the `runs` row updates per iteration, with how many were HOT (pg_stat_user_tables: a non-HOT
+update writes a new entry in every index of the table).
+
+    .venv/bin/python scripts/bench_loop.py --runs 200 --iterations 10 --workers 4
+    # the previous engine with the same script (its own venv imports its own treadle):
+    cd /tmp/base && .venv/bin/python /work/main/scripts/bench_loop.py --runs 200 --iterations 10
+Uses $DATABASE_URL if set, else the embedded Postgres under .treadle/bench next to this script.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import platform
 import sys
 import time
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,154 +65,213 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench_support import drive_to_completion, pct, scratch_database  # noqa: E402
+from bench_support import (  # noqa: E402
+    ServerMeter,
+    SqlCounter,
+    code_version,
+    drive_to_completion,
+    first_seam,
+    ms,
+    pct,
+    runs_updates,
+    scratch_database,
+    seam,
+    server_xact_commits,
+)
 from treadle.config import Settings, parse_config  # noqa: E402
 from treadle.engine.workers import WorkerPool  # noqa: E402
 from treadle.runtime import Runtime  # noqa: E402
 from treadle.store.runs import NewRun  # noqa: E402
 
-
-class StatementCounter:
-    """Counts statements sent by psycopg (every AsyncCursor.execute) while active."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._orig: Any = None
-
-    def __enter__(self) -> StatementCounter:
-        self._orig = psycopg.AsyncCursor.execute
-        counter = self
-
-        async def counting(cur: Any, *a: Any, **kw: Any) -> Any:
-            counter.count += 1
-            return await counter._orig(cur, *a, **kw)
-
-        psycopg.AsyncCursor.execute = counting  # type: ignore[method-assign]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        psycopg.AsyncCursor.execute = self._orig  # type: ignore[method-assign]
+FLOOR_SQL = "BEGIN; 2 x INSERT (1 KB); UPDATE; NOTIFY; COMMIT"
 
 
-async def bench_treadle(
-    url: str, runs: int, iterations: int, workers: int, tenant: str, chain_steps: int
-) -> dict[str, Any]:
-    agents = {
+def agents(iterations: int) -> dict[str, Any]:
+    per_run = {"op": "incr", "scope": "user", "key": "calls"}
+    return {
+        # one Memory row per run (scope user, one user per run)
         "bench": {
+            "model": "script",
+            "tools": ["Memory"],
+            "max_iterations": iterations,
+            "mock": {"script": [{"tool": "Memory", "input": per_run}] * iterations + [{"text": "done"}]},
+        },
+        # every run increments the same row (the agent's memory): a hot row
+        "shared": {
             "model": "tool-caller",
             "tools": ["Memory"],
             "max_iterations": iterations,
             "mock": {"tool_calls": iterations},
-        }
+        },
     }
+
+
+class Instrumented:
+    """Wraps the engine's seams on one runtime and collects their timings."""
+
+    def __init__(self, rt: Any) -> None:
+        self.times: dict[str, list[float]] = defaultdict(list)
+        self.step_ends: list[float] = []
+        self.first_start = float("inf")
+        self.last_end = 0.0
+        engine, steps = rt.engine, rt.engine.steps
+        step_name = first_seam(engine, ["_run_one", "_execute_one"], "one step under a lease")
+        self._wrap(engine, step_name, "step", self._on_step)
+        seam(engine, "_call_model", "the model call")
+        self._wrap(engine, "_call_model", "model")
+        runner = getattr(engine, "runner", None)
+        if runner is not None:  # a182190 on: tools by their effects
+            seam(runner, "run_transactional", "transactional tools, inside the step transaction")
+            seam(runner, "run_external", "external tools, before the step transaction")
+            self._wrap(runner, "run_transactional", "tools")
+            self._wrap(runner, "run_external", "tools (external)")
+            seam(steps, "transaction", "the step's commit transaction")
+            self._wrap_cm(steps, "transaction", "transaction")
+        else:
+            seam(engine, "_run_tools", "the tool calls (engines before a182190)")
+            self._wrap(engine, "_run_tools", "tools")
+        for name in ("commit", "append", "claim_job"):
+            seam(steps, name, "StepStore." + name)
+            self._wrap(steps, name, {"commit": "commit stmt", "append": "append", "claim_job": "claim"}[name])
+
+    def _on_step(self, t0: float, t1: float) -> None:
+        self.first_start = min(self.first_start, t0)
+        self.last_end = max(self.last_end, t1)
+        self.step_ends.append(t1)
+
+    def _wrap(self, obj: Any, name: str, label: str, hook: Any = None) -> None:
+        inner = getattr(obj, name)
+        times = self.times[label]
+
+        async def timed(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return await inner(*a, **kw)
+            finally:
+                t1 = time.perf_counter()
+                times.append(t1 - t0)
+                if hook is not None:
+                    hook(t0, t1)
+
+        setattr(obj, name, timed)
+
+    def _wrap_cm(self, obj: Any, name: str, label: str) -> None:
+        inner = getattr(obj, name)
+        times = self.times[label]
+
+        @asynccontextmanager
+        async def timed(*a: Any, **kw: Any) -> AsyncIterator[Any]:
+            t0 = time.perf_counter()
+            try:
+                async with inner(*a, **kw) as value:
+                    yield value
+            finally:
+                times.append(time.perf_counter() - t0)
+
+        setattr(obj, name, timed)
+
+    def cycles(self) -> list[float]:
+        ends = sorted(self.step_ends)
+        return [b - a for a, b in itertools.pairwise(ends)]
+
+
+async def bench_treadle(
+    url: str, runs: int, iterations: int, workers: int, tenant: str, chain_steps: int, agent: str = "bench"
+) -> dict[str, Any]:
     settings = Settings(
         database_url=url, home=ROOT / ".treadle" / "bench", workers=workers, chain_steps=chain_steps
     )
-    rt = await Runtime.open(settings, parse_config({"agents": agents}))
-    step_times: list[float] = []
-    overheads: list[float] = []  # step time minus the model call and the tool calls
-    inside: dict[str, float] = {}
-    original = rt.engine._execute_one
-
-    def timing(name: str) -> None:
-        inner = getattr(rt.engine, name)
-
-        async def timed(leased: Any, *a: Any, **kw: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return await inner(leased, *a, **kw)
-            finally:
-                inside[leased.run_id] = inside.get(leased.run_id, 0.0) + time.perf_counter() - t0
-
-        setattr(rt.engine, name, timed)
-
-    timing("_call_model")
-    timing("_run_tools")
-
-    async def timed_step(leased: Any, owner: str) -> Any:
-        inside[leased.run_id] = 0.0
-        t0 = time.perf_counter()
-        try:
-            return await original(leased, owner)
-        finally:
-            spent = time.perf_counter() - t0
-            step_times.append(spent)
-            overheads.append(spent - inside.pop(leased.run_id, 0.0))
-
-    rt.engine._execute_one = timed_step  # type: ignore[method-assign]
+    config = parse_config({"agents": agents(iterations)})
+    # the server counts a backend's commits when it exits: start the runs, and calibrate what
+    # opening and closing a runtime costs, with runtimes closed before the measured one opens
+    rt = await Runtime.open(settings, config)
     segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
-    ids = []
-    for _ in range(runs):
-        run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="bench", segments=segments))
-        ids.append(run.id)
-
-    pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
-    with StatementCounter() as counter:
-        done = await drive_to_completion(rt, pool, tenant)
+    for i in range(runs):
+        await rt.start_run(NewRun(tenant_id=tenant, agent=agent, segments=segments, user_id=f"u{i}"))
     await rt.close()
-    total_iters = done["iterations"]
-    # the statements of the monitoring loop (one per 50 ms) and of the totals query are subtracted
-    monitor = done["polls"] + 1
+    await asyncio.sleep(0.3)
+    idle_before = server_xact_commits(url)
+    await (await Runtime.open(settings, config)).close()
+    await asyncio.sleep(0.3)
+    before = server_xact_commits(url)
+    open_close = before - idle_before - 1  # the read itself commits once
+    upd0, hot0 = runs_updates(url)
+
+    rt = await Runtime.open(settings, config)
+    probe = Instrumented(rt)
+    pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
+    meter = ServerMeter(url).start()
+    cpu0 = time.process_time()
+    with SqlCounter(timed=workers == 1) as counter:
+        done = await drive_to_completion(rt, pool, tenant)
+    cpu = time.process_time() - cpu0
+    meter.stop()
+    counts = Counter(counter.counts)
+    await rt.close()
+    await asyncio.sleep(0.3)  # closed backends report their counts
+    server_commits = server_xact_commits(url) - before - 2 - open_close - done["polls"]
+    upd1, hot1 = runs_updates(url)
+    iters = max(1, done["iterations"])
+    window = probe.last_end - probe.first_start
     return {
         "completed": done["completed"],
-        "iterations": total_iters,
-        "elapsed": done["elapsed"],
-        "rate": done["rate"],
-        "step_p50": pct(step_times, 50),
-        "step_p99": pct(step_times, 99),
-        "steps": len(step_times),
-        "overhead_p50": pct(overheads, 50),
-        "overhead_p99": pct(overheads, 99),
-        "statements_per_iter": max(0, counter.count - monitor) / max(1, total_iters),
+        "iterations": done["iterations"],
+        "rate": done["iterations"] / window if window > 0 else 0.0,
+        "step": probe.times["step"],
+        "cycle": probe.cycles(),
+        "times": probe.times,
+        "per_iter": {k: v / iters for k, v in counts.items()},
+        "round_trips": (sum(counts.values()) - counts["autocommit"]) / iters,
+        "transactions": (counts["autocommit"] + counts["BEGIN"]) / iters,
+        "commits": (counts["autocommit"] + counts["COMMIT"]) / iters,
+        "server_commits": server_commits / iters,
+        "runs_updates": (upd1 - upd0) / iters,
+        "runs_hot": (hot1 - hot0) / iters,
+        "cpu": cpu / iters,
+        "server_cpu": meter.cpu / iters if meter.cpu is not None else float("nan"),
+        "wal": meter.wal / iters,
+        "mean_iteration": window / iters,
+        "waits": {k: (v[0] / iters, v[1] / iters) for k, v in counter.waits.items()},
     }
 
 
-async def bench_floor(url: str, n: int, concurrency: int) -> dict[str, Any]:
-    setup = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    async with setup:
+async def bench_floor(url: str, n: int, concurrency: int) -> dict[str, float]:
+    """`n` floor transactions over `concurrency` connections: latency p50/p99 and the rate."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as setup:
         await setup.execute(
             "CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, body text NOT NULL);"
             "CREATE TABLE IF NOT EXISTS bench_floor_state (id int PRIMARY KEY, n bigint NOT NULL);"
-            "INSERT INTO bench_floor_state VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0),"
-            " (9, 0), (10, 0), (11, 0), (12, 0), (13, 0), (14, 0), (15, 0), (16, 0) ON CONFLICT DO NOTHING"
+            "INSERT INTO bench_floor_state SELECT g, 0 FROM generate_series(1, 64) g ON CONFLICT DO NOTHING"
         )
     body = "x" * 1024
+    per = n // concurrency
+    lat: list[float] = []
 
-    async def run(kind: str) -> tuple[list[float], float]:
-        per = n // concurrency
-        lat: list[float] = []
-
-        async def one(worker: int) -> None:
-            conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-            async with conn:
-                for _ in range(per):
-                    t0 = time.perf_counter()
-                    if kind == "insert":
+    async def one(worker: int) -> None:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            for _ in range(per):
+                t0 = time.perf_counter()
+                async with conn.transaction():
+                    for _ in range(2):
                         await conn.execute("INSERT INTO bench_floor (body) VALUES (%s)", (body,))
-                    else:
-                        async with conn.transaction():
-                            for _ in range(3):
-                                await conn.execute("INSERT INTO bench_floor (body) VALUES (%s)", (body,))
-                            await conn.execute(
-                                "UPDATE bench_floor_state SET n = n + 1 WHERE id = %s", (worker % 16 + 1,)
-                            )
-                            await conn.execute("NOTIFY bench_floor")
-                    lat.append(time.perf_counter() - t0)
+                    await conn.execute("UPDATE bench_floor_state SET n = n + 1 WHERE id = %s", (worker % 64 + 1,))
+                    await conn.execute("NOTIFY bench_floor")
+                lat.append(time.perf_counter() - t0)
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one(w) for w in range(concurrency)))
-        return lat, per * concurrency / (time.perf_counter() - t0)
-
-    out: dict[str, Any] = {}
-    lat, rate = await run("insert")
-    out["insert"] = (pct(lat, 50), pct(lat, 99), rate)
-    lat, rate = await run("txn")
-    out["txn"] = (pct(lat, 50), pct(lat, 99), rate)
-    return out
+    meter = ServerMeter(url).start()
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(w) for w in range(concurrency)))
+    rate = per * concurrency / (time.perf_counter() - t0)
+    cpu = time.process_time() - cpu0
+    meter.stop()
+    done = per * concurrency
+    return {"p50": pct(lat, 50), "p99": pct(lat, 99), "rate": rate, "cpu": cpu / done,
+            "server_cpu": meter.cpu / done if meter.cpu is not None else float("nan"), "wal": meter.wal / done}
 
 
-def ms(x: float) -> str:
-    return f"{x * 1000:.2f}"
+def mean_floor(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: (a[k] + b[k]) / 2 for k in a}
 
 
 async def main() -> int:
@@ -180,76 +279,116 @@ async def main() -> int:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--floor-ops", type=int, default=4000)
+    ap.add_argument("--solo-runs", type=int, default=50, help="runs of the 1-worker pass")
+    ap.add_argument("--floor-ops", type=int, default=2000, help="floor transactions per measurement")
     ap.add_argument("--chain-steps", type=int, default=8, help="TREADLE_CHAIN_STEPS for the main passes")
     args = ap.parse_args()
+    w = args.workers
+    solo_runs = min(args.runs, args.solo_runs)
 
     with scratch_database("treadle_bench") as url:
         with psycopg.connect(url) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        solo = await bench_treadle(url, min(args.runs, 20), args.iterations, 1, "solo", args.chain_steps)
-        ours = await bench_treadle(url, args.runs, args.iterations, args.workers, "pool", args.chain_steps)
-        unchained = await bench_treadle(url, args.runs, args.iterations, args.workers, "one-per-job", 1)
-        floor_seq = await bench_floor(url, min(args.floor_ops, 2000), 1)
-        floor_par = await bench_floor(url, args.floor_ops, args.workers)
+        floor1_a = await bench_floor(url, args.floor_ops, 1)
+        floorn_a = await bench_floor(url, args.floor_ops * 2, w)
+        solo = await bench_treadle(url, solo_runs, args.iterations, 1, "solo", args.chain_steps)
+        ours = await bench_treadle(url, args.runs, args.iterations, w, "pool", args.chain_steps)
+        unchained = await bench_treadle(url, args.runs, args.iterations, w, "one-per-job", 1)
+        shared = await bench_treadle(url, args.runs, args.iterations, w, "shared", args.chain_steps, "shared")
+        floor1_b = await bench_floor(url, args.floor_ops, 1)
+        floorn_b = await bench_floor(url, args.floor_ops * 2, w)
+    floor1, floorn = mean_floor(floor1_a, floor1_b), mean_floor(floorn_a, floorn_b)
 
     where = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded pgserver (unix socket)"
-    print(f"# treadle loop benchmark — {time.strftime('%Y-%m-%d')}")
+    print(f"# treadle loop benchmark — {time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"code: {code_version()}")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()},"
-        f" PostgreSQL {version} ({where})"
+        f" psycopg {psycopg.__version__}, PostgreSQL {version} ({where}); load average before/after:"
+        f" {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     print(
-        f"workload: {args.runs} runs x {args.iterations} iterations, {args.workers} workers, chain_steps"
-        f" {args.chain_steps}, mock provider"
-        " (0 ms), one Memory.incr tool call per iteration"
+        f"workload: {args.runs} runs x {args.iterations} iterations ({solo_runs} runs with 1 worker),"
+        f" chain_steps {args.chain_steps}, mock provider (0 ms), one Memory.incr per iteration"
     )
-    print(f"completed runs: {ours['completed']}/{args.runs}, iterations: {ours['iterations']}")
+    print(
+        f"completed runs: 1 worker {solo['completed']}/{solo_runs}, {w} workers {ours['completed']}/{args.runs},"
+        f" unchained {unchained['completed']}/{args.runs}, shared key {shared['completed']}/{args.runs}"
+    )
     print()
-    print("| measure | p50 ms | p99 ms | per second |")
+    print("| measure | p50 ms | p99 ms | iterations/s |")
     print("|---|---:|---:|---:|")
-    print(
-        f"| treadle iteration (lease → commit, 1 worker) | {ms(solo['step_p50'])} |"
-        f" {ms(solo['step_p99'])} | {solo['rate']:.0f} |"
-    )
-    print(
-        f"| treadle iteration (lease → commit, {args.workers} workers) | {ms(ours['step_p50'])} |"
-        f" {ms(ours['step_p99'])} | {ours['rate']:.0f} |"
-    )
-    print(
-        f"| orchestration only (step minus model and tool time, 1 worker) | {ms(solo['overhead_p50'])} |"
-        f" {ms(solo['overhead_p99'])} | |"
-    )
-    print(
-        f"| orchestration only ({args.workers} workers) | {ms(ours['overhead_p50'])} |"
-        f" {ms(ours['overhead_p99'])} | |"
-    )
-    print(
-        f"| same, chaining off (one job per iteration, {args.workers} workers) | {ms(unchained['step_p50'])} |"
-        f" {ms(unchained['step_p99'])} | {unchained['rate']:.0f} |"
-    )
-    i50, i99, _ = floor_seq["insert"]
-    t50, t99, _ = floor_seq["txn"]
-    print(f"| PG floor: one durable 1 KB insert (1 conn) | {ms(i50)} | {ms(i99)} | {1 / i50:.0f} |")
-    print(f"| PG floor: txn 3 inserts + update + notify (1 conn) | {ms(t50)} | {ms(t99)} | {1 / t50:.0f} |")
-    pi50, pi99, pir = floor_par["insert"]
-    pt50, pt99, ptr = floor_par["txn"]
-    print(f"| PG floor: 1 KB insert ({args.workers} conns) | {ms(pi50)} | {ms(pi99)} | {pir:.0f} |")
-    print(f"| PG floor: txn 3 inserts + update + notify ({args.workers} conns) | {ms(pt50)} | {ms(pt99)} | {ptr:.0f} |")
+    print(f"| treadle iteration, 1 worker: cycle (step end → next step end, claims included) |"
+          f" {ms(pct(solo['cycle'], 50))} | {ms(pct(solo['cycle'], 99))} | {solo['rate']:.0f} |")
+    print(f"| treadle iteration, 1 worker: step (lease held → commit) | {ms(pct(solo['step'], 50))} |"
+          f" {ms(pct(solo['step'], 99))} | |")
+    print(f"| treadle iteration, {w} workers: step | {ms(pct(ours['step'], 50))} | {ms(pct(ours['step'], 99))} |"
+          f" {ours['rate']:.0f} |")
+    print(f"| same, chaining off (one job per iteration, {w} workers) | {ms(pct(unchained['step'], 50))} |"
+          f" {ms(pct(unchained['step'], 99))} | {unchained['rate']:.0f} |")
+    print(f"| same, every run incrementing one shared Memory key ({w} workers) | {ms(pct(shared['step'], 50))} |"
+          f" {ms(pct(shared['step'], 99))} | {shared['rate']:.0f} |")
+    for label, f_a, f_b, f in (("1 conn", floor1_a, floor1_b, floor1), (f"{w} conns", floorn_a, floorn_b, floorn)):
+        print(f"| PG floor: {FLOOR_SQL}, {label} (mean of before {ms(f_a['p50'])} / after {ms(f_b['p50'])} ms,"
+              f" {f_a['rate']:.0f} / {f_b['rate']:.0f}/s) | {ms(f['p50'])} | {ms(f['p99'])} | {f['rate']:.0f} |")
     print()
-    print(
-        f"SQL statements per iteration: {ours['statements_per_iter']:.2f} (chaining on),"
-        f" {unchained['statements_per_iter']:.2f} (chaining off)"
-    )
-    print(
-        f"ratio to the floor txn: latency p50 x{solo['step_p50'] / t50:.2f} (1 worker vs 1 conn),"
-        f" throughput x{ours['rate'] / ptr:.2f} of the {args.workers}-conn floor rate"
-    )
-    print(
-        "for scale (from the issue, same kind of machine, not measured here): LangGraph+PostgresSaver"
-        " 254 it/s (4.0 ms), DBOS 187 it/s (5.1 ms), raw Postgres floor 1,760/s (0.42 ms)"
-    )
-    return 0 if ours["completed"] == args.runs and solo["completed"] == min(args.runs, 20) else 1
+    print("Inside a step, 1 worker (per call; `transaction` is BEGIN .. COMMIT and holds the tools and the commit"
+          " statement):")
+    print()
+    print("| seam | calls | p50 ms | p99 ms |")
+    print("|---|---:|---:|---:|")
+    for label in ("claim", "model", "append", "tools", "tools (external)", "transaction", "commit stmt"):
+        values = solo["times"].get(label) or []
+        if values:
+            print(f"| {label} | {len(values)} | {ms(pct(values, 50))} | {ms(pct(values, 99))} |")
+    print()
+    print(f"Where a 1-worker iteration's wall time goes (mean {ms(solo['mean_iteration'])} ms; the treadle process"
+          f" used {ms(solo['cpu'])} ms of CPU per iteration — {ms(ours['cpu'])} ms with {w} workers):")
+    print()
+    print("| statement (awaited in the engine) | per iteration | ms per iteration | ms per call |")
+    print("|---|---:|---:|---:|")
+    waits = sorted(solo["waits"].items(), key=lambda kv: -kv[1][0])
+    for name, (secs, calls) in waits:
+        if calls >= 0.01:
+            print(f"| `{name.replace('|', '/')}` | {calls:.2f} | {ms(secs)} | {ms(secs / calls)} |")
+    awaited = sum(secs for secs, _ in solo["waits"].values())
+    print(f"| all statements | | {ms(awaited)} | |")
+    print(f"| the rest: Python between statements, the event loop | | {ms(solo['mean_iteration'] - awaited)} | |")
+    print()
+    print("CPU and WAL per iteration (treadle) or per floor transaction — on 2 cores the rate is bounded by the"
+          " CPU both sides need:")
+    print()
+    print("| pass | client CPU ms | server CPU ms | total CPU ms | WAL bytes |")
+    print("|---|---:|---:|---:|---:|")
+    for label, r in (("treadle, 1 worker", solo), (f"treadle, {w} workers", ours), ("treadle, chaining off", unchained),
+                     ("treadle, shared key", shared), ("floor, 1 conn", floor1), (f"floor, {w} conns", floorn)):
+        print(f"| {label} | {ms(r['cpu'])} | {ms(r['server_cpu'])} | {ms(r['cpu'] + r['server_cpu'])} |"
+              f" {r['wal']:.0f} |")
+    print()
+    print("Per iteration (client-side counts, see the docstring; server commits: pg_stat_database.xact_commit,"
+          " autovacuum included):")
+    print()
+    kinds = ["query", "BEGIN", "SAVEPOINT", "RELEASE", "COMMIT", "ROLLBACK", "autocommit"]
+    print("| pass | " + " | ".join(kinds) + " | round trips | transactions | commits | server commits |"
+          " runs row updates (HOT) |")
+    print("|---|" + "---:|" * (len(kinds) + 5))
+    for label, r in (("1 worker", solo), (f"{w} workers", ours), ("chaining off", unchained),
+                     ("shared key", shared)):
+        cells = " | ".join(f"{r['per_iter'].get(k, 0.0):.2f}" for k in kinds)
+        print(f"| {label} | {cells} | {r['round_trips']:.2f} | {r['transactions']:.2f} | {r['commits']:.2f} |"
+              f" {r['server_commits']:.2f} | {r['runs_updates']:.2f} ({r['runs_hot']:.2f}) |")
+    print()
+    cycle_ratio = pct(solo["cycle"], 50) / floor1["p50"]
+    step_ratio = pct(solo["step"], 50) / floor1["p50"]
+    rate_ratio = ours["rate"] / floorn["rate"]
+    print(f"ratio p50, 1 worker / floor 1 conn: cycle x{cycle_ratio:.2f}, step x{step_ratio:.2f}"
+          f" (target ≤ 1.5: {'met' if cycle_ratio <= 1.5 else 'NOT met'} by the cycle,"
+          f" {'met' if step_ratio <= 1.5 else 'NOT met'} by the step)")
+    print(f"ratio rate, {w} workers / floor {w} conns: {rate_ratio:.0%}"
+          f" (target ≥ 75 %: {'met' if rate_ratio >= 0.75 else 'NOT met'})")
+    ok = (solo["completed"] == solo_runs and ours["completed"] == args.runs and unchained["completed"] == args.runs
+          and shared["completed"] == args.runs)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

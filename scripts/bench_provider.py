@@ -30,7 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench_support import drive_to_completion, pct, scratch_database  # noqa: E402
+from bench_support import drive_to_completion, pct, scratch_database, seam  # noqa: E402
 from treadle.config import Settings, parse_config  # noqa: E402
 from treadle.domain.content import Message, TextBlock  # noqa: E402
 from treadle.engine.workers import WorkerPool  # noqa: E402
@@ -153,8 +153,8 @@ async def bench_loop(url: str, base_url: str, agent: str, runs: int, iterations:
     settings = Settings(database_url=url, home=ROOT / ".treadle" / "bench", workers=workers)
     rt = await Runtime.open(settings, config)
     engine: Any = rt.engine
-    step_name = "_execute_one" if hasattr(engine, "_execute_one") else "_execute"
-    original = getattr(engine, step_name)
+    step_name = "_run_one"
+    original = seam(engine, step_name, "one step under a lease, timed lease → commit")
     step_times: list[float] = []
 
     async def timed(leased: Any, owner: str) -> Any:

@@ -1,27 +1,81 @@
-"""What the benchmark scripts share: percentiles, a scratch database, and driving a tenant's runs
-to the end with a worker pool while timing it."""
+"""What the benchmark scripts share: percentiles, a scratch database, driving a tenant's runs to
+the end with a worker pool while timing it, wrapping the engine's seams (failing loudly when one
+is gone), and counting the SQL a pass sends."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import secrets
+import subprocess
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: False while the benchmark's own bookkeeping queries run (they are not the engine's work)
+_COUNTED: ContextVar[bool] = ContextVar("bench_counted", default=True)
 
 
 def pct(values: list[float], p: float) -> float:
     """The p-th percentile (nearest rank); NaN without values."""
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))] if s else float("nan")
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:.2f}"
+
+
+class SeamMissing(SystemExit):
+    pass
+
+
+def seam(obj: Any, name: str, why: str) -> Any:
+    """`getattr(obj, name)`, or exit with a message naming the seam: the engine changed under the
+    benchmark and its numbers would silently mean something else."""
+    found = getattr(obj, name, None)
+    if found is None:
+        raise SeamMissing(
+            f"benchmark seam missing: {type(obj).__module__}.{type(obj).__name__}.{name} ({why}).\n"
+            f"The engine changed; update the benchmark script to the new seam before trusting its numbers."
+        )
+    return found
+
+
+def first_seam(obj: Any, names: list[str], why: str) -> str:
+    """The first of `names` that `obj` has (a seam renamed between engine versions), else exit."""
+    for name in names:
+        if getattr(obj, name, None) is not None:
+            return name
+    raise SeamMissing(
+        f"benchmark seam missing: none of {', '.join(type(obj).__name__ + '.' + n for n in names)} ({why}).\n"
+        f"The engine changed; update the benchmark script to the new seam before trusting its numbers."
+    )
+
+
+def code_version() -> str:
+    """Which treadle is measured: its source directory and git commit (dirty or not)."""
+    import treadle
+
+    src = Path(treadle.__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "."], capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return f"{src} @ {rev}{' (+uncommitted changes)' if dirty else ''}"
+    except (OSError, subprocess.CalledProcessError):
+        return str(src)
 
 
 @contextmanager
@@ -42,29 +96,226 @@ def scratch_database(prefix: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 
-async def drive_to_completion(rt: Any, pool: Any, tenant: str, poll_s: float = 0.05) -> dict[str, Any]:
+class SqlCounter:
+    """Counts what psycopg sends to the server while active (all connections of the process,
+    except the benchmark's own bookkeeping, see `uncounted`):
+
+    - `query`: every `AsyncCursor.execute` (`conn.execute` goes through it) — one SQL statement,
+      one round trip;
+    - `BEGIN`/`COMMIT`/`ROLLBACK`/`SAVEPOINT`/`RELEASE`: the transaction-control commands psycopg
+      sends itself for `conn.transaction()` (psycopg's `_exec_command`, a private method: its
+      absence ends the benchmark with a message);
+    - `autocommit`: queries sent on an autocommit connection with no transaction open — each is a
+      transaction of its own that commits when the statement ends.
+
+    transactions = autocommit + BEGIN; commits = autocommit + COMMIT (read-only ones included: the
+    client cannot tell them apart; the server-side count of `pg_stat_database` is printed beside).
+    """
+
+    def __init__(self, timed: bool = False) -> None:
+        self.counts: Counter[str] = Counter()
+        #: with `timed`: seconds spent awaiting each kind of statement (`fingerprint`), and calls
+        self.waits: dict[str, list[float]] = {}
+        self.timed = timed
+        self._patched: list[tuple[type, str, Any]] = []
+
+    @property
+    def round_trips(self) -> int:
+        return sum(self.counts.values()) - self.counts["autocommit"]
+
+    @property
+    def transactions(self) -> int:
+        return self.counts["autocommit"] + self.counts["BEGIN"]
+
+    @property
+    def commits(self) -> int:
+        return self.counts["autocommit"] + self.counts["COMMIT"]
+
+    def reset(self) -> None:
+        self.counts.clear()
+
+    def _patch(self, owner: type, name: str, make: Callable[[Any], Any]) -> None:
+        for klass in owner.__mro__:
+            if name in klass.__dict__:
+                orig = klass.__dict__[name]
+                setattr(klass, name, make(orig))
+                self._patched.append((klass, name, orig))
+                return
+        raise SeamMissing(f"psycopg {psycopg.__version__}: {owner.__name__}.{name} not found; the SQL counter"
+                          " needs it (update scripts/bench_support.py)")
+
+    def __enter__(self) -> SqlCounter:
+        counts = self.counts
+
+        def wrap_execute(orig: Any) -> Any:
+            async def execute(cur: Any, query: Any, *a: Any, **kw: Any) -> Any:
+                if not _COUNTED.get():
+                    return await orig(cur, query, *a, **kw)
+                counts["query"] += 1
+                conn = cur.connection
+                if conn.autocommit and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+                    counts["autocommit"] += 1
+                if not self.timed:
+                    return await orig(cur, query, *a, **kw)
+                t0 = time.perf_counter()
+                try:
+                    return await orig(cur, query, *a, **kw)
+                finally:
+                    slot = self.waits.setdefault(fingerprint(query), [0.0, 0])
+                    slot[0] += time.perf_counter() - t0
+                    slot[1] += 1
+
+            return execute
+
+        def timed_gen(gen: Any, word: str) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return (yield from gen)
+            finally:
+                slot = self.waits.setdefault(word, [0.0, 0])
+                slot[0] += time.perf_counter() - t0
+                slot[1] += 1
+
+        def wrap_command(orig: Any) -> Any:
+            def exec_command(conn: Any, command: Any, *a: Any, **kw: Any) -> Any:
+                if _COUNTED.get():
+                    text = command if isinstance(command, bytes) else command.as_bytes(conn)
+                    word = text.split(None, 1)[0].decode().upper() if text.strip() else "?"
+                    if word == "ROLLBACK" and b" TO " in text.upper():
+                        word = "ROLLBACK TO"
+                    word = word if word in ("BEGIN", "COMMIT", "ROLLBACK", "ROLLBACK TO", "SAVEPOINT",
+                                            "RELEASE") else "query"
+                    counts[word] += 1
+                    if self.timed:
+                        return timed_gen(orig(conn, command, *a, **kw), word)
+                return orig(conn, command, *a, **kw)
+
+            return exec_command
+
+        self._patch(psycopg.AsyncCursor, "execute", wrap_execute)
+        self._patch(psycopg.AsyncConnection, "_exec_command", wrap_command)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for klass, name, orig in reversed(self._patched):
+            setattr(klass, name, orig)
+        self._patched.clear()
+
+
+def fingerprint(query: Any) -> str:
+    """A short name for a statement: its first words, whitespace squeezed."""
+    text = query if isinstance(query, str) else getattr(query, "_obj", None) or repr(query)
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    words = " ".join(str(text).split())
+    return words[:70]
+
+
+@contextmanager
+def uncounted() -> Iterator[None]:
+    token = _COUNTED.set(False)
+    try:
+        yield
+    finally:
+        _COUNTED.reset(token)
+
+
+def server_xact_commits(url: str) -> int:
+    """`pg_stat_database.xact_commit` of the database (backends report theirs when they go idle
+    or exit; read it after the pass's connections are closed)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    return int(row[0]) if row else 0
+
+
+def runs_updates(url: str) -> tuple[int, int]:
+    """(updates, HOT updates) of the `runs` table so far (pg_stat_user_tables: reported by
+    backends when they exit, like `server_xact_commits`)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'runs'").fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def _proc_cpu(pid: int, children: bool) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_s(url: str) -> float | None:
+    """CPU seconds the Postgres server has used so far: the postmaster with its reaped children
+    (exited backends) plus its live children (Linux /proc; None when the server is not local)."""
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SHOW data_directory").fetchone()
+        pid = int((Path(row[0]) / "postmaster.pid").read_text().split()[0]) if row else 0
+        total = _proc_cpu(pid, children=True)
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                    if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                        total += _proc_cpu(int(entry.name), children=False)
+                except (OSError, ValueError, IndexError):
+                    continue
+        return total
+    except (OSError, ValueError, IndexError, psycopg.Error):
+        return None
+
+
+def wal_lsn(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").fetchone()
+    return int(row[0]) if row else 0
+
+
+class ServerMeter:
+    """WAL bytes written and server CPU used between `start()` and `stop()` (whole server)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.wal = 0
+        self.cpu: float | None = None
+
+    def start(self) -> ServerMeter:
+        self._wal0, self._cpu0 = wal_lsn(self.url), server_cpu_s(self.url)
+        return self
+
+    def stop(self) -> ServerMeter:
+        cpu1 = server_cpu_s(self.url)
+        self.wal = wal_lsn(self.url) - self._wal0
+        self.cpu = cpu1 - self._cpu0 if cpu1 is not None and self._cpu0 is not None else None
+        return self
+
+
+async def drive_to_completion(rt: Any, pool: Any, tenant: str, poll_s: float = 0.02) -> dict[str, Any]:
     """Start `pool`, wait until none of the tenant's runs is queued or running, stop it; the
-    elapsed seconds, completed runs and iterations done."""
+    elapsed seconds, completed runs and iterations done. Its own queries are `uncounted`."""
     t0 = time.perf_counter()
     pool.start()
+    polls = 0
     while True:
-        async with rt.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT count(*) AS n FROM runs WHERE tenant_id = %s AND status IN ('queued','running')", (tenant,)
-            )
-            row = await cur.fetchone()
+        with uncounted():
+            async with rt.pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT count(*) AS n FROM runs WHERE tenant_id = %s AND status IN ('queued','running')",
+                    (tenant,),
+                )
+                row = await cur.fetchone()
+        polls += 1
         if row and row["n"] == 0:
             break
         await asyncio.sleep(poll_s)
     elapsed = time.perf_counter() - t0
     await pool.stop()
-    async with rt.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FILTER (WHERE status = 'completed') AS ok, sum(iterations) AS iters"
-            " FROM runs WHERE tenant_id = %s",
-            (tenant,),
-        )
-        row = await cur.fetchone()
+    with uncounted():
+        async with rt.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FILTER (WHERE status = 'completed') AS ok, sum(iterations) AS iters"
+                " FROM runs WHERE tenant_id = %s",
+                (tenant,),
+            )
+            row = await cur.fetchone()
     iterations = int(row["iters"] or 0) if row else 0
     return {"elapsed": elapsed, "completed": int(row["ok"]) if row else 0, "iterations": iterations,
-            "rate": iterations / elapsed if elapsed else 0.0, "polls": int(elapsed / poll_s) + 1}
+            "rate": iterations / elapsed if elapsed else 0.0, "polls": polls + 1}

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_support import pct, scratch_database
+from bench_support import pct, scratch_database, seam
 from treadle.config import Settings, parse_config
 from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.runtime import Runtime
@@ -85,13 +85,13 @@ async def bench(url: str, parked: int, probes: int, workers: int, idle_s: float)
     settings = Settings(database_url=url, home=ROOT / ".treadle" / "bench", workers=workers)
     rt = await Runtime.open(settings, config)
     step_started: dict[str, float] = {}
-    original = rt.engine._execute_one
+    original = seam(rt.engine, "_run_one", "one step under a lease: when a woken run's step starts")
 
     async def timed(leased: Any, owner: str) -> Any:
         step_started.setdefault(leased.run_id, time.perf_counter())
         return await original(leased, owner)
 
-    rt.engine._execute_one = timed  # type: ignore[method-assign]
+    rt.engine._run_one = timed  # type: ignore[method-assign]
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
     sweeper = Sweeper(rt.engine, rt.dispatcher, settings.sweep_interval_seconds, wake_due=rt.wake_due)
     pool.start()
