@@ -1,23 +1,25 @@
-"""A replica frozen inside a transaction that is not a step transaction stops the sweeper.
+"""A replica frozen inside a transaction that is not a step transaction stops the sweeping of
+every other replica. Found by test_exactly_once_chaos.py under SIGSTOP.
 
 StepStore.transaction bounds a frozen *step* transaction: it sets
-idle_in_transaction_session_timeout to the lease, so Postgres ends the session. Other
-transactions have no such bound. One of them is WaitStore.poke, run outside a step, for example
-by Steering.wake_parent after a child's final commit. A process SIGSTOPped between its first
-statement (the upsert of the wait_keys row) and its COMMIT holds that row lock until it is
-continued.
+idle_in_transaction_session_timeout to the lease, so Postgres ends the session. The other
+transactions of the engine have no bound. A process SIGSTOPped between one of their statements
+and the COMMIT keeps its locks until it is continued. Two such places stall the fleet:
 
-Every live replica's sweeper then hangs: Sweeper.sweep_once → RunWaker.wake_due →
-SubRunStore.settled_parent_waits finds the parent, whose child has ended and whose wake-up is
-stuck, and its poke of the same key waits on the row. sweep_once never returns, so no expired
-lease is swept again. That includes the leases of the frozen replica itself, which is what the
-sweeper is there for.
+- WaitStore.poke outside a step, for example Steering.wake_parent after a child's final commit.
+  It holds the wait_keys row. Every live sweeper then hangs in Sweeper.sweep_once →
+  RunWaker.wake_due → SubRunStore.settled_parent_waits → poke of the same key, and sweeps
+  nothing again. Chaos seed 692741 stalled a takeover for 18 s this way: the frozen session sat
+  idle in a transaction in `INSERT INTO wait_keys ...`.
+- StepStore.sweep_expired, between its statement and the COMMIT. It holds the singleton sweep
+  lock (advisory 7472616401), so every other sweeper's try-lock fails and nothing is swept. It
+  also holds the row locks of the runs it swept, so workers claiming them wait. Chaos seed
+  533683 stalled a takeover for 17.7 s this way (a frozen sweep transaction blocked 3 sessions).
 
-test_exactly_once_chaos.py hit this under SIGSTOP. One seed stalled a takeover for 18 s, and the
-frozen replica's session sat idle in a transaction in `INSERT INTO wait_keys ...`. This test
-reproduces it deterministically: an open transaction holds the row, as the frozen replica
-would. Strict xfail: once the core bounds such transactions (or keeps the sweeper from waiting
-on them), the test passes, and the marker must go.
+Each test freezes a real replica A at that point. A trigger makes the one statement slow, for A
+only (PGAPPNAME), and A gets SIGSTOP while the statement runs. Then a second replica B starts,
+and an expired lease must be swept. Strict xfail: once the core bounds these transactions (or
+keeps the sweeper from waiting on them), the tests pass, and the markers must go.
 """
 
 from __future__ import annotations
@@ -28,9 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from chaos_support import Db, Replica, create_database, drop_database, wait_until, write_config
+from chaos_support import Db, Replica, create_database, drop_database, execute, wait_until, write_config
 
 from treadle.client import TreadleClient
 from treadle.store.migrate import migrate
@@ -56,11 +57,30 @@ ENV = {
     "TREADLE_WORKERS": "2",
 }
 GHOST_OWNER = "ghost:1:000000:1"
-# the first statement of WaitStore.poke, for one key
-POKE_UPSERT = (
-    "INSERT INTO wait_keys (tenant_id, key, version) VALUES ('default', %s, 1)"
-    " ON CONFLICT (tenant_id, key) DO UPDATE SET version = wait_keys.version + 1"
-)
+SLOW_S = 1.5  # how long the statement A is frozen in runs (A gets SIGSTOP meanwhile)
+
+# A's poke of a wait key (an UPDATE that bumps the version) sleeps first: A freezes inside it
+SLOW_POKE = f"""
+CREATE FUNCTION frozen_slow_poke() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('application_name') = 'replica-a' AND NEW.version > OLD.version THEN
+        PERFORM pg_sleep({SLOW_S});
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER frozen_slow_poke BEFORE UPDATE ON wait_keys FOR EACH ROW EXECUTE FUNCTION frozen_slow_poke();
+"""
+# A's sweep of the bait run (the statement inserts its job) sleeps: A freezes inside the sweep
+SLOW_SWEEP = f"""
+CREATE FUNCTION frozen_slow_sweep() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('application_name') = 'replica-a' AND NEW.run_id = 'r_bait' THEN
+        PERFORM pg_sleep({SLOW_S});
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER frozen_slow_sweep AFTER INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION frozen_slow_sweep();
+"""
 
 
 @pytest.fixture
@@ -68,6 +88,14 @@ def fresh_url(server_url: str) -> Iterator[str]:
     url = create_database(server_url, "frozen")
     yield url
     drop_database(server_url, url)
+
+
+def replica(name: str, url: str, tmp_path: Path) -> Replica:
+    workdir = tmp_path / name
+    workdir.mkdir()
+    config = write_config(workdir / "treadle.yaml", CONFIG)
+    return Replica(name=name, database_url=url, config_path=config, workdir=workdir,
+                   env={**ENV, "PGAPPNAME": f"replica-{name}"})
 
 
 async def poll(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
@@ -80,81 +108,106 @@ async def poll(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
     return bool(await predicate())
 
 
+async def expired_run(db: Db, run_id: str) -> None:
+    """A dead worker's run: its lease has expired and it has no job; only a sweep revives it."""
+    await db.query("INSERT INTO runs (id, tenant_id, agent, status, lease_owner, lease_until)"
+                   " VALUES (%s, 'default', 'helper', 'running', %s, now() - interval '1 second')",
+                   (run_id, GHOST_OWNER))
+
+
+async def freeze_a_inside(a: Replica, db: Db, statement: str) -> int:
+    """SIGSTOP replica A while one of its sessions runs a statement containing `statement` (slowed
+    by the trigger); return that backend once the statement has ended and the session sits in its
+    open transaction."""
+
+    async def running() -> int | None:
+        rows = await db.query("SELECT pid FROM pg_stat_activity WHERE application_name = 'replica-a'"
+                              " AND state = 'active' AND wait_event = 'PgSleep' AND strpos(query, %s) > 0",
+                              (statement,))
+        return rows[0]["pid"] if rows else None
+
+    backend = await wait_until(running, timeout=20, interval=0.02, what=f"replica A to run {statement!r}")
+    a.sigstop()
+
+    async def idle_in_transaction() -> bool:
+        rows = await db.query("SELECT state FROM pg_stat_activity WHERE pid = %s", (backend,))
+        return bool(rows) and rows[0]["state"] == "idle in transaction"
+
+    await wait_until(idle_in_transaction, timeout=10, what="the frozen statement to end")
+    return int(backend)
+
+
+async def sweeps_while_frozen(a: Replica, b: Replica, db: Db, backend: int) -> tuple[bool, list[dict[str, Any]]]:
+    """Start replica B, give it an expired lease to sweep while A stays frozen, then continue A.
+    Returns (swept while A was frozen, the sessions that waited on A's backend)."""
+    await b.restart()
+    await expired_run(db, "r_ghost")
+
+    async def ghost_swept() -> bool:
+        rows = await db.query("SELECT lease_owner FROM runs WHERE id = 'r_ghost'")
+        return rows[0]["lease_owner"] != GHOST_OWNER
+
+    swept = await poll(ghost_swept, timeout=LEASE_S + 3)  # 20 sweep intervals of B
+    blocked = await db.query(
+        "SELECT application_name AS app, wait_event_type, wait_event, left(query, 70) AS query"
+        " FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (backend,))
+    a.sigcont()  # the frozen process resumes: everything must move again (else the setup is wrong)
+    if not await poll(ghost_swept, timeout=15):
+        raise RuntimeError("setup: the expired lease was not swept even after replica A resumed")
+    return swept, blocked
+
+
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="core: a frozen WaitStore.poke outside a step transaction holds its wait_keys row with no idle "
-    "timeout; the sweeper's settled_parent_waits poke then waits on it and no expired lease is swept",
+    reason="core: a replica frozen in WaitStore.poke outside a step transaction holds the wait_keys row with no "
+    "idle timeout; every sweeper's settled_parent_waits poke waits on it and no expired lease is swept",
 )
-async def test_a_frozen_poke_does_not_stop_the_sweeper(fresh_url: str, tmp_path: Path) -> None:
-    url = fresh_url
-    await migrate(url)
-    replica = Replica(name="solo", database_url=url, config_path=write_config(tmp_path / "treadle.yaml", CONFIG),
-                      workdir=tmp_path, env=ENV)
-    holder: psycopg.AsyncConnection[Any] | None = None
-    db = Db(url)
+async def test_a_replica_frozen_in_a_poke_does_not_stop_the_sweepers(fresh_url: str, tmp_path: Path) -> None:
+    await migrate(fresh_url)
+    await execute(fresh_url, SLOW_POKE)
+    a, b = replica("a", fresh_url, tmp_path), replica("b", fresh_url, tmp_path)
+    db = Db(fresh_url)
     try:
-        replica.start()
-        await replica.wait_ready()
-        async with TreadleClient(replica.url, timeout=10) as client:
-            parent = (await client.start_run("parent", "spawn one"))["run_id"]
+        await a.restart()
+        async with TreadleClient(a.url, timeout=10) as client:
+            await client.start_run("parent", "spawn one")
+        # the child ends on A, whose wake-up of the parent (or its sweeper's repair) pokes the key
+        backend = await freeze_a_inside(a, db, "INSERT INTO wait_keys")
+        swept, blocked = await sweeps_while_frozen(a, b, db, backend)
 
-        async def parked_key() -> str | None:
-            rows = await db.query("SELECT key FROM run_waits WHERE run_id = %s", (parent,))
-            return rows[0]["key"] if rows else None
+        async def all_done() -> bool:
+            return await db.scalar("SELECT count(*) FROM runs WHERE agent IN ('parent', 'helper')"
+                                   " AND status <> 'completed'") == 0
 
-        key = await wait_until(parked_key, timeout=20, what="the parent to park on its child")
-
-        # a frozen replica, between the first statement of its poke of that key and the commit
-        holder = await psycopg.AsyncConnection.connect(url)
-        await holder.execute(POKE_UPSERT, (key,))
-        holder_pid = holder.info.backend_pid
-
-        async def child_done() -> bool:
-            rows = await db.query("SELECT status FROM runs WHERE parent_run_id = %s", (parent,))
-            return bool(rows) and rows[0]["status"] == "completed"
-
-        await wait_until(child_done, timeout=20, what="the child to complete")
-
-        async def sweeper_waits() -> bool:  # the child's own wake-up, and the sweeper's repair poke
-            n = await db.scalar("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                                (holder_pid,))
-            return n >= 2
-
-        await poll(sweeper_waits, timeout=10)  # a fixed core never waits: go on and find it sweeping
-
-        # a dead worker's run: its lease has expired and it has no job, so only a sweep revives it
-        await db.query("INSERT INTO runs (id, tenant_id, agent, status, lease_owner, lease_until)"
-                       " VALUES ('r_ghost', 'default', 'helper', 'running', %s, now() - interval '1 second')",
-                       (GHOST_OWNER,))
-
-        async def ghost_swept() -> bool:
-            rows = await db.query("SELECT lease_owner FROM runs WHERE id = 'r_ghost'")
-            return rows[0]["lease_owner"] != GHOST_OWNER
-
-        swept_while_held = await poll(ghost_swept, timeout=LEASE_S + 3)  # 20 sweep intervals
-        blocked = await db.query(
-            "SELECT pid, wait_event_type, wait_event, left(query, 80) AS query FROM pg_stat_activity"
-            " WHERE %s = ANY(pg_blocking_pids(pid))", (holder_pid,))
-
-        # the frozen process resumes (or dies): everything moves again (else the setup is wrong)
-        await holder.rollback()
-        await holder.close()
-        holder = None
-        if not await poll(ghost_swept, timeout=10):
-            raise RuntimeError("setup: the expired lease was not swept even after the holder ended")
-
-        async def parent_done() -> bool:
-            return await db.scalar("SELECT count(*) FROM runs WHERE id = %s AND status = 'completed'", (parent,)) == 1
-
-        await wait_until(parent_done, timeout=20, what="the parent to complete")
+        await wait_until(all_done, timeout=20, what="the parent and its child to complete")
     finally:
-        if holder is not None:
-            await holder.close()
         await db.close()
-        replica.stop()
+        a.stop()
+        b.stop()
+    assert swept, (f"replica B swept no expired lease for {LEASE_S + 3} s while replica A was frozen in a poke;"
+                   f" waiting on A's session: {blocked}")
 
-    assert swept_while_held, (
-        f"no expired lease was swept for {LEASE_S + 3} s while one transaction held the wait_keys row {key!r};"
-        f" waiting on it: {blocked}"
-    )
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="core: a replica frozen in StepStore.sweep_expired keeps the singleton sweep lock (and the swept runs' "
+    "rows) with no idle timeout; no other replica sweeps an expired lease",
+)
+async def test_a_replica_frozen_in_a_sweep_does_not_stop_the_sweepers(fresh_url: str, tmp_path: Path) -> None:
+    await migrate(fresh_url)
+    await execute(fresh_url, SLOW_SWEEP)
+    a, b = replica("a", fresh_url, tmp_path), replica("b", fresh_url, tmp_path)
+    db = Db(fresh_url)
+    try:
+        await a.restart()
+        await expired_run(db, "r_bait")  # A's sweeper takes it, and freezes in that sweep
+        backend = await freeze_a_inside(a, db, "pg_try_advisory_xact_lock(7472616401)")
+        swept, blocked = await sweeps_while_frozen(a, b, db, backend)
+    finally:
+        await db.close()
+        a.stop()
+        b.stop()
+    assert swept, (f"replica B swept no expired lease for {LEASE_S + 3} s while replica A was frozen in a sweep;"
+                   f" waiting on A's session: {blocked}")
