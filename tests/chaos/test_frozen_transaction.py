@@ -18,8 +18,9 @@ and the COMMIT keeps its locks until it is continued. Two such places stall the 
 
 Each test freezes a real replica A at that point. A trigger makes the one statement slow, for A
 only (PGAPPNAME), and A gets SIGSTOP while the statement runs. Then a second replica B starts,
-and an expired lease must be swept. Strict xfail: once the core bounds these transactions (or
-keeps the sweeper from waiting on them), the tests pass, and the markers must go.
+and an expired lease must be swept. The core bounds every pooled session's time inside a
+transaction by the lease (`idle_in_transaction_session_timeout`, store/db.py `open_pool`), so
+Postgres ends A's session and releases what it held.
 """
 
 from __future__ import annotations
@@ -157,12 +158,6 @@ async def sweeps_while_frozen(a: Replica, b: Replica, db: Db, backend: int) -> t
     return swept, blocked
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="core: a replica frozen in WaitStore.poke outside a step transaction holds the wait_keys row with no "
-    "idle timeout; every sweeper's settled_parent_waits poke waits on it and no expired lease is swept",
-)
 async def test_a_replica_frozen_in_a_poke_does_not_stop_the_sweepers(fresh_url: str, tmp_path: Path) -> None:
     await migrate(fresh_url)
     await execute(fresh_url, SLOW_POKE)
@@ -189,12 +184,6 @@ async def test_a_replica_frozen_in_a_poke_does_not_stop_the_sweepers(fresh_url: 
                    f" waiting on A's session: {blocked}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="core: a replica frozen in StepStore.sweep_expired keeps the singleton sweep lock (and the swept runs' "
-    "rows) with no idle timeout; no other replica sweeps an expired lease",
-)
 async def test_a_replica_frozen_in_a_sweep_does_not_stop_the_sweepers(fresh_url: str, tmp_path: Path) -> None:
     await migrate(fresh_url)
     await execute(fresh_url, SLOW_SWEEP)

@@ -168,13 +168,22 @@ async def _configure(conn: psycopg.AsyncConnection[DictRow]) -> None:
     await conn.set_autocommit(True)
 
 
-async def open_pool(url: str, size: int, *, name: str = "treadle") -> Pool:
+async def open_pool(
+    url: str, size: int, *, name: str = "treadle", idle_in_transaction_s: float | None = None
+) -> Pool:
+    """With `idle_in_transaction_s` (the runtime passes its lease), Postgres ends a session that
+    sits inside a transaction longer than that — a process frozen mid-transaction (SIGSTOP, a
+    hung host) then releases its locks and is swept like a dead worker, instead of stalling every
+    other worker that needs the same rows. Set as a startup parameter: no statement per session."""
+    kwargs: dict[str, Any] = {"row_factory": dict_row}
+    if idle_in_transaction_s is not None:
+        kwargs["options"] = f"-c idle_in_transaction_session_timeout={max(1, int(idle_in_transaction_s * 1000))}"
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         url,
         connection_class=psycopg.AsyncConnection[DictRow],
         min_size=min(size, 4),
         max_size=size,
-        kwargs={"row_factory": dict_row},
+        kwargs=kwargs,
         configure=_configure,
         name=name,
         open=False,
