@@ -24,6 +24,7 @@ from treadle.domain.substrate import EvaluationScope, SkillSpec
 from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
 from treadle.specs.fieldtypes import BaseUrl, EnvVarName
+from treadle.specs.hosts import HostPatternStr
 from treadle.specs.memory import MemoryConfig
 from treadle.specs.schedule import DefScope, ScheduleSpec
 from treadle.specs.webhook import WebhookSpec
@@ -138,6 +139,9 @@ class AgentConfig(BaseModel):
     memory_quota_bytes: int | None = Field(default=None, ge=16)
     # sub-agents (tool Agent): how many children of one call run at once
     max_concurrent_children: int = Field(default=4, ge=1, le=32)
+    # HTTP / WebFetch: the hosts this agent may reach, within the operator's `http.allowed_hosts`
+    # (None: the operator's list; []: none). It narrows, never widens (security/network.py).
+    allowed_hosts: list[HostPatternStr] | None = Field(default=None, max_length=256)
     mock: MockSettings = Field(default_factory=MockSettings)
 
     @model_validator(mode="after")
@@ -179,6 +183,31 @@ class InterruptionConfig(BaseModel):
         return self
 
 
+class HttpConfig(BaseModel):
+    """`http:` — the operator's floor for the HTTP and WebFetch tools (security/network.py): the
+    hosts agents may reach (with `TREADLE_HTTP_ALLOWED_HOSTS`; an agent's and a run's
+    `allowed_hosts` narrow it) and the limits of each call."""
+
+    model_config = ConfigDict(extra="forbid")
+    allowed_hosts: list[HostPatternStr] = Field(default_factory=list, max_length=1024)
+    max_request_bytes: int = Field(default=256 * 1024, ge=1, le=64 << 20)
+    max_response_bytes: int = Field(default=256 * 1024, ge=1, le=64 << 20)
+    #: WebFetch reads this much of a page before converting it (its output is capped at max_response_bytes)
+    fetch_max_bytes: int = Field(default=2 << 20, ge=1, le=64 << 20)
+    timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    max_redirects: int = Field(default=5, ge=0, le=20)
+
+
+class SearchConfig(BaseModel):
+    """`search:` — the WebSearch tool's provider. `searxng`: a SearXNG instance's JSON API
+    (`GET {base_url}/search?q=…&format=json`; the instance must list `json` in `search.formats`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    driver: Literal["searxng"]
+    base_url: BaseUrl
+    timeout_seconds: float = Field(default=15.0, gt=0, le=120)
+
+
 class TreadleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
@@ -191,6 +220,8 @@ class TreadleConfig(BaseModel):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     skills: dict[str, SkillSpec] = Field(default_factory=dict)
     interruption: InterruptionConfig = Field(default_factory=InterruptionConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    search: SearchConfig | None = None
 
     @field_validator("agents")
     @classmethod

@@ -7,14 +7,22 @@ from treadle.builtins.agentdef import AgentDefTool
 from treadle.builtins.channel import ChannelTool
 from treadle.builtins.context import ContextTool
 from treadle.builtins.evaluation import EvaluationTool
+from treadle.builtins.http import HttpTool
 from treadle.builtins.interruption import InterruptionTool
 from treadle.builtins.memory import MemoryTool
 from treadle.builtins.scheduledef import ScheduleDefTool
 from treadle.builtins.skilldef import SkillDefTool
+from treadle.builtins.webfetch import WebFetchTool
 from treadle.builtins.webhookdef import WebhookDefTool
+from treadle.builtins.websearch import WebSearchTool
+from treadle.security.network import NetworkSetup
 from treadle.tools.registry import ToolRegistry
 
 
-def default_registry() -> ToolRegistry:
+def default_registry(network: NetworkSetup | None = None) -> ToolRegistry:
+    """`network`: where the network tools (HTTP, WebFetch, WebSearch) read their process settings
+    and resolve names (default: the environment and the system resolver; tests inject both)."""
+    net = network or NetworkSetup()
     return ToolRegistry([MemoryTool(), ContextTool(), ChannelTool(), ScheduleDefTool(), WebhookDefTool(),
-                         AgentTool(), InterruptionTool(), AgentDefTool(), SkillDefTool(), EvaluationTool()])
+                         AgentTool(), InterruptionTool(), AgentDefTool(), SkillDefTool(), EvaluationTool(),
+                         HttpTool(net), WebFetchTool(net), WebSearchTool(net)])
