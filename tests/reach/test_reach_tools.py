@@ -57,10 +57,12 @@ def script(tool: str, args: dict[str, Any], **extra: Any) -> dict[str, Any]:
             "mock": {"script": [{"tool": tool, "input": args}, {"text": "done"}]}}
 
 
-async def run(rt: Runtime, agent: str, metadata: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Start a run, drive it to its end; its tool_result payloads."""
+async def run(rt: Runtime, agent: str, allowed_hosts: list[str] | None = None) -> list[dict[str, Any]]:
+    """Start a run (the caller narrowing its hosts with `allowed_hosts`), drive it to its end; its
+    tool_result payloads."""
     segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
-    record, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=segments, metadata=metadata))
+    record, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=segments,
+                                          allowed_hosts=allowed_hosts))
     dispatcher = rt.dispatcher
     assert isinstance(dispatcher, InlineDispatcher)
     await dispatcher.drain()
@@ -140,14 +142,14 @@ async def test_the_agent_and_the_run_narrow_the_floor(open_rt: Open) -> None:
         )
         [by_agent] = await run(rt, "narrow")
         assert by_agent["is_error"] and "not in the agent allowed_hosts (api.test)" in by_agent["text"]
-        [by_run] = await run(rt, "free", metadata={"allowed_hosts": ["docs.test"]})
+        [by_run] = await run(rt, "free", allowed_hosts=["docs.test"])
         assert by_run["is_error"] and "not in the run allowed_hosts (docs.test)" in by_run["text"]
-        [widening] = await run(rt, "free", metadata={"allowed_hosts": ["*", "sneaky.test"]})
+        [widening] = await run(rt, "free", allowed_hosts=["*", "sneaky.test"])
         assert not widening["is_error"], widening["text"]  # `*` from the run stays inside the floor
         assert len(srv.seen) == 1
     rt2 = await open_rt({"sneak": script("HTTP", {"url": srv.url(host="sneaky.test")})},
                         http={"allowed_hosts": ["api.test"]})
-    [refused] = await run(rt2, "sneak", metadata={"allowed_hosts": ["sneaky.test"]})
+    [refused] = await run(rt2, "sneak", allowed_hosts=["sneaky.test"])
     assert refused["is_error"] and "not in the operator floor" in refused["text"]
 
 

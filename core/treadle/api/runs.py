@@ -18,6 +18,7 @@ from treadle.domain.segments import Segment
 from treadle.errors import RunNotFound, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
+from treadle.specs.hosts import parse_host_patterns
 from treadle.store.runs import NewRun
 
 router = APIRouter(prefix="/v1", tags=["runs"])
@@ -37,6 +38,16 @@ class RunRequest(BaseModel):
     #: application tools the run may call; each call parks the run until POST .../tool_results
     client_tools: ClientTools | None = None
     client_tool_timeout_seconds: ClientToolTimeout | None = None
+    #: narrows the hosts the run's tools (HTTP, WebFetch, …) may reach: ∩ the operator's and the
+    #: agent's lists, never wider; sub-agent runs inherit it
+    allowed_hosts: list[str] | None = Field(default=None, max_length=256)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            parse_host_patterns(v)  # ValueError names the bad entry
+        return v
 
     @field_validator("user_id")
     @classmethod
@@ -102,6 +113,7 @@ async def create_run(
             idempotency_key=idempotency_key,
             client_tools=client_tool_specs(rt, body.client_tools),
             client_tool_timeout_s=body.client_tool_timeout_seconds,
+            allowed_hosts=body.allowed_hosts,
         )
     )
     if _wants_sse(request):

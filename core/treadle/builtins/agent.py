@@ -138,6 +138,7 @@ async def _start_child(
             depth=depth + 1,
             parent_wait_key=key,
             def_id=spawn.get("def_id"),
+            allowed_hosts=ctx.allowed_hosts,  # a child never reaches further than its parent
         )
     )
     return Child(index, run.id, run.agent, run.status, run.stop_reason, run.error)

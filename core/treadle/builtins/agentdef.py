@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.defs.gates import NameGate
+from treadle.defs.gates import UNRESTRICTED_WHEN_ABSENT, NameGate
 from treadle.defs.lifecycle import CORE_OPS
 from treadle.defs.tooling import def_tool_schema, run_op
 from treadle.substrate.agentdefs import GRANT_FIELDS
@@ -24,7 +24,10 @@ def name_gate(ctx: ToolContext, field: str, own: frozenset[str], grant_fields: t
     the grants it holds itself (from its resolved agent, never a yaml namesake)."""
     cfg = ctx.agent_config
     scopes = tuple(getattr(cfg, field, ()) or ())
-    grants = {f: frozenset(getattr(cfg, f, ()) or ()) for f in grant_fields}
+    grants: dict[str, frozenset[str] | None] = {}
+    for f in grant_fields:
+        held = getattr(cfg, f, None)
+        grants[f] = None if held is None and f in UNRESTRICTED_WHEN_ABSENT else frozenset(held or ())
     return NameGate(scopes=scopes, field=field, own=own, grants=grants)
 
 

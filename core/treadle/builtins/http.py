@@ -48,17 +48,9 @@ def http_limits(cfg: HttpConfig, *, response_bytes: int | None = None) -> HttpLi
 
 
 async def caller_allowed_hosts(ctx: ToolContext) -> list[str] | None:
-    """The run's own `allowed_hosts` (the caller's narrowing): a ToolContext field when the runs
-    API passes one, else the run's `metadata.allowed_hosts`; None when the run has none."""
-    value = getattr(ctx, "allowed_hosts", None)
-    if value is None:
-        run = await ctx.services.runs.get(ctx.tenant_id, ctx.run_id)
-        value = run.metadata.get("allowed_hosts") if run is not None and run.metadata else None
-        if value is None:
-            return None
-    if not isinstance(value, list | tuple) or not all(isinstance(h, str) for h in value):
-        raise ToolError("the run's allowed_hosts must be a list of host patterns", code="network_misconfigured")
-    return list(value)
+    """The run's own `allowed_hosts` (POST /v1/runs, inherited by sub-agents): the caller's
+    narrowing; None when the run has none."""
+    return ctx.allowed_hosts
 
 
 async def agent_guard(ctx: ToolContext, network: NetworkSetup) -> NetworkGuard:

@@ -55,6 +55,10 @@ def require_scopes(gate: Gate, what: str) -> None:
         raise DefRefused(f"{what}: denied — the agent's {gate.field} is empty (default-deny)")
 
 
+#: list fields where an absent value means "not narrowed" (wider than any list), not "none"
+UNRESTRICTED_WHEN_ABSENT = frozenset({"allowed_hosts"})
+
+
 @dataclass(frozen=True, slots=True)
 class NameGate:
     """Scopes over def names; `own` is what `self` covers, `grants` the list fields the caller
@@ -63,7 +67,8 @@ class NameGate:
     scopes: tuple[str, ...]
     field: str
     own: frozenset[str] = frozenset()
-    grants: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    #: a field the caller holds: its entries, or None where None means "not narrowed" (allowed_hosts)
+    grants: Mapping[str, frozenset[str] | None] = dataclasses.field(default_factory=dict)
 
     def allows(self, subject: str | None) -> bool:
         if "any" in self.scopes:
@@ -81,6 +86,13 @@ class NameGate:
         self, granted: Mapping[str, Any], parent_granted: Mapping[str, Any] | None, what: str
     ) -> None:
         for key, held in self.grants.items():
+            if held is None:  # the caller is not narrowed in this field: anything it writes is narrower
+                continue
+            if key in UNRESTRICTED_WHEN_ABSENT and granted.get(key) is None:
+                if parent_granted is not None and parent_granted.get(key) is None:
+                    continue  # the parent already had no narrowing
+                raise DefRefused(f"{what}: {key} absent would mean no narrowing, wider than this agent's own "
+                                 f"{key} {sorted(held)}")
             inherited = set(parent_granted.get(key) or []) if parent_granted else set()
             extra = sorted(set(granted.get(key) or []) - held - inherited)
             if extra:

@@ -117,6 +117,7 @@ class ToolRunner:
             resume=calls.parked.get(tu.id),
             def_id=leased.def_id,
             turn_usage=calls.turn_usage,
+            allowed_hosts=leased.allowed_hosts,
         )
         try:
             if not savepoint:

@@ -119,6 +119,8 @@ class NewRun:
     #: a call of one waits for the application's answer (builtins/client.py)
     client_tools: list[dict[str, Any]] | None = None
     client_tool_timeout_s: float | None = None
+    #: the caller's narrowing of the hosts the run's tools may reach (None: none); children inherit it
+    allowed_hosts: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -157,11 +159,11 @@ class RunStore:
             INSERT INTO runs (id, tenant_id, user_id, agent, status, metadata, interactive,
                               idempotency_key, root_run_id, last_seq, lease_until,
                               parent_run_id, depth, parent_wait_key, def_id, def_content_sha256,
-                              skill_def_ids, client_tools, client_tool_timeout_s)
+                              skill_def_ids, client_tools, client_tool_timeout_s, allowed_hosts)
             VALUES (%(id)s, %(tenant)s, %(user)s, %(agent)s, 'queued', %(meta)s, %(interactive)s,
                     %(idem)s, coalesce(%(root)s, %(id)s), 2, now() + make_interval(secs => %(requeue)s),
                     %(parent)s, %(depth)s, %(pwk)s, %(def_id)s, %(def_sha)s, %(skills)s, %(ctools)s,
-                    %(ctimeout)s)
+                    %(ctimeout)s, %(hosts)s)
             ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {_RUN_COLUMNS}
         ), ev AS (
@@ -190,6 +192,7 @@ class RunStore:
             "skills": Jsonb(new.skill_def_ids) if new.skill_def_ids else None,
             "ctools": Jsonb(new.client_tools) if new.client_tools else None,
             "ctimeout": new.client_tool_timeout_s,
+            "hosts": Jsonb(new.allowed_hosts) if new.allowed_hosts is not None else None,
             "requeue": self.requeue_after_s,
             "ui": Jsonb(user_input),
             "st": Jsonb(started),

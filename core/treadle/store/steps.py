@@ -31,7 +31,7 @@ _LEASED_COLUMNS = (
     "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
     " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata,"
     " runs.interactive, runs.input_seq, runs.parent_wait_key, runs.def_id, runs.skill_def_ids,"
-    " runs.client_tools, runs.client_tool_timeout_s"
+    " runs.client_tools, runs.client_tool_timeout_s, runs.allowed_hosts"
 )
 _EVENTS_AGG = (
     "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
@@ -70,6 +70,8 @@ class LeasedRun:
     #: application tools the caller declared for this run, and their answer timeout
     client_tools: list[dict[str, Any]] | None = None
     client_tool_timeout_s: float | None = None
+    #: the caller's narrowing of reachable hosts (None: none)
+    allowed_hosts: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -136,6 +138,7 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
         skill_def_ids=row.get("skill_def_ids"),
         client_tools=row.get("client_tools"),
         client_tool_timeout_s=row.get("client_tool_timeout_s"),
+        allowed_hosts=row.get("allowed_hosts"),
     )
 
 

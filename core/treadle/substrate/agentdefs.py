@@ -26,7 +26,7 @@ HASH_EXCLUDED = frozenset({"description", "agent_def_scopes", "skill_def_scopes"
                            "webhook_def_scopes"})
 #: list fields a def written through a tool may carry only as far as the caller (or the parent) does
 GRANT_FIELDS = ("tools", "memory_scopes", "agent_def_scopes", "skill_def_scopes", "schedule_def_scopes",
-                "webhook_def_scopes", "evaluation_scopes")
+                "webhook_def_scopes", "evaluation_scopes", "allowed_hosts")
 
 
 def agent_body(cfg: AgentConfig) -> dict[str, Any]:

@@ -77,6 +77,8 @@ class ToolContext:
     #: the token usage of the turn that made this call, when that turn commits with its results
     #: (it is not in the transcript yet); None: read the transcript's last `usage` event
     turn_usage: dict[str, Any] | None = None
+    #: the caller's narrowing of the hosts this run's tools may reach (None: no narrowing)
+    allowed_hosts: list[str] | None = None
 
     @property
     def tenant_id(self) -> str:
