@@ -39,6 +39,13 @@ async def interruptible(
     cancelled and StepInterrupted raised."""
     if signal is None:
         return await work
+    if signal.is_set():  # heard before the work began (a chained step, a notification that raced the lease)
+        state = await check()
+        if state.any:
+            if asyncio.iscoroutine(work):
+                work.close()  # never started
+            raise StepInterrupted(state)
+        signal.clear()
     task: asyncio.Future[T] = asyncio.ensure_future(work)
     waiter: asyncio.Task[bool] | None = None
     try:

@@ -33,7 +33,7 @@ from treadle.engine.outcomes import ParkedCall, StepResult, tool_result_event
 from treadle.engine.replay import Transcript, replay
 from treadle.engine.routing import Call, RetryPolicy, call_route
 from treadle.engine.sending import StepSender
-from treadle.engine.toolcalls import Outcome, ToolRunner, TurnCalls
+from treadle.engine.toolcalls import Outcome, ToolRaised, ToolRunner, TurnCalls
 from treadle.engine.waiting import Steering, at_rest, consumed_input_id, iteration_cap
 from treadle.errors import CancelPending, LeaseLost, ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse
@@ -164,6 +164,16 @@ class Engine:
 
         return await interruptible(work, self._signals.get(leased.run_id), check)
 
+    async def _stop_if_cancelled(self, leased: LeasedRun) -> None:
+        """StepInterrupted when the run's cancel signal has fired and a cancel is pending (no query
+        unless the signal fired)."""
+        signal = self._signals.get(leased.run_id)
+        if signal is not None and signal.is_set():
+            state = await cancel_state(self.steps.pool, leased.run_id)
+            if state.any:
+                raise StepInterrupted(state)
+            signal.clear()
+
     async def _cancelled_mid_step(self, leased: LeasedRun, owner: str, exc: Exception) -> StepResult:
         """A cancel landed while the step worked: a run cancel ends the run (pending calls answered
         "cancelled"); a turn cancel ends the turn, as the steering queue does at a step's top."""
@@ -272,11 +282,18 @@ class Engine:
                 self.hub.notify(leased.run_id)
                 turn = []
             external = await self._interruptible(leased, self.runner.run_external(calls))
-        async with self.steps.transaction(leased, owner):
-            transactional = await self.runner.run_transactional(calls)
-            outcomes = self.runner.in_order(calls, external, transactional)
-            return await self._decide(leased, owner, calls.agent, calls.iteration, outcomes, usage=usage,
-                                      new_iteration=new_iteration, totals=totals, turn=turn)
+        await self._stop_if_cancelled(leased)  # before any transactional effect
+        try:
+            async with self.steps.transaction(leased, owner):
+                transactional = await self.runner.run_transactional(calls)
+                outcomes = self.runner.in_order(calls, external, transactional)
+                return await self._decide(leased, owner, calls.agent, calls.iteration, outcomes, usage=usage,
+                                          new_iteration=new_iteration, totals=totals, turn=turn)
+        except ToolRaised as raised:  # its writes rolled back with that transaction: commit its error alone
+            async with self.steps.transaction(leased, owner):
+                outcomes = self.runner.in_order(calls, external, {raised.tool_use_id: raised.outcome})
+                return await self._decide(leased, owner, calls.agent, calls.iteration, outcomes, usage=usage,
+                                          new_iteration=new_iteration, totals=totals, turn=turn)
 
     async def _decide(
         self,

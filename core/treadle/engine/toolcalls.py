@@ -29,6 +29,17 @@ log = logging.getLogger("treadle.engine")
 Outcome = NewEvent | ParkedCall
 
 
+class ToolRaised(Exception):
+    """The turn's only transactional call raised; its writes must be rolled back with the whole
+    step transaction (no savepoint was taken — one round trip pair saved per step), and
+    `outcome`, its error result, committed in a fresh one."""
+
+    def __init__(self, tool_use_id: str, outcome: Outcome) -> None:
+        super().__init__(tool_use_id)
+        self.tool_use_id = tool_use_id
+        self.outcome = outcome
+
+
 @dataclass(slots=True)
 class TurnCalls:
     """One step's tool calls, in the order the model made them."""
@@ -75,16 +86,21 @@ class ToolRunner:
         return {tu.id: r for tu, r in zip(uses, results, strict=True)}
 
     async def run_transactional(self, calls: TurnCalls) -> dict[str, Outcome]:
-        """Every transactional call, one by one, each in a savepoint of the current step
-        transaction (the caller holds it open)."""
-        return {tu.id: await self._call(calls, tu, savepoint=True) for tu in calls.transactional}
+        """Every transactional call, one by one, on the current step transaction (the caller holds
+        it open): several each in a savepoint; a single one without (ToolRaised when it raises)."""
+        uses = calls.transactional
+        if len(uses) == 1:
+            return {uses[0].id: await self._call(calls, uses[0], savepoint=None)}
+        return {tu.id: await self._call(calls, tu, savepoint=True) for tu in uses}
 
     @staticmethod
     def in_order(calls: TurnCalls, *parts: dict[str, Outcome]) -> list[Outcome]:
         merged = {k: v for part in parts for k, v in part.items()}
         return [merged[tu.id] for tu in calls.uses]
 
-    async def _call(self, calls: TurnCalls, tu: ToolUseBlock, *, savepoint: bool) -> Outcome:
+    async def _call(self, calls: TurnCalls, tu: ToolUseBlock, *, savepoint: bool | None) -> Outcome:
+        """`savepoint`: True — in a savepoint; False — outside any transaction (external); None —
+        on the step transaction itself, raising ToolRaised when the tool raises."""
         tool = calls.tool(tu)
         result: ToolResult | Park
         if tool is None:
@@ -102,7 +118,9 @@ class ToolRunner:
         event.preceding = [NewEvent(t, p) for t, p in result.events]
         return event
 
-    async def _invoke(self, calls: TurnCalls, tool: Tool, tu: ToolUseBlock, savepoint: bool) -> ToolResult | Park:
+    async def _invoke(
+        self, calls: TurnCalls, tool: Tool, tu: ToolUseBlock, savepoint: bool | None
+    ) -> ToolResult | Park:
         leased, agent = calls.leased, calls.agent
         ctx = ToolContext(
             principal=Principal(leased.tenant_id, leased.user_id),
@@ -125,7 +143,10 @@ class ToolRunner:
             async with self.steps.savepoint():  # an exception rolls the call's writes back
                 return await tool.invoke(ctx, tu.input)
         except ToolError as exc:
-            return ToolResult(exc.message, is_error=True)
+            failed = ToolResult(exc.message, is_error=True)
         except Exception as exc:
             log.warning("tool %s raised %s", tu.name, exc, exc_info=True)
-            return ToolResult(f"{tu.name} failed: {type(exc).__name__}: {exc}", is_error=True)
+            failed = ToolResult(f"{tu.name} failed: {type(exc).__name__}: {exc}", is_error=True)
+        if savepoint is None:
+            raise ToolRaised(tu.id, tool_result_event(tu, failed.content, failed.is_error))
+        return failed

@@ -258,23 +258,15 @@ class StepStore:
 
     @asynccontextmanager
     async def transaction(self, leased: LeasedRun, owner: str) -> AsyncIterator[StepTransaction]:
-        """The step's commit transaction: it starts by locking the run row under the lease fence
-        (LeaseLost when this worker no longer holds the step) and is current for the task, so the
-        writes of transactional tools and the step's `commit` become one atomic commit. Holding
-        the row lock also orders it against a cancel request: a cancel either committed before
-        (then `commit` refuses to complete the run) or waits for this commit."""
-        # a worker that stalls inside the transaction (SIGSTOP, a hung tool) holds the row lock; past
-        # a lease's length Postgres ends its session, the transaction rolls back and the step is
-        # swept like any other dead worker's
-        stall_ms = str(int(self.lease_s * 1000))
+        """The step's commit transaction, current for the task: the writes of transactional tools
+        and the step's `commit` become one atomic commit. The commit statement is the fence — a
+        worker that lost its lease gets LeaseLost there and the whole transaction, tool writes
+        included, rolls back; it also takes the run row's lock and re-checks a pending cancel after
+        any wait, so a cancel either committed before (then `commit` refuses to complete the run)
+        or waits for this commit. A worker that stalls inside (SIGSTOP, a hung tool) is ended by
+        Postgres after a lease (`open_pool`'s idle-in-transaction limit) and swept like a dead one."""
+        del leased, owner  # the fence is in `commit`; kept in the signature for callers' clarity
         async with self.pool.step_transaction() as tx:
-            cur = await tx.conn.execute(
-                "SELECT set_config('idle_in_transaction_session_timeout', %s, true) FROM runs"
-                " WHERE id = %s AND lease_owner = %s AND step_no = %s FOR UPDATE",
-                (stall_ms, leased.run_id, owner, leased.step_no),
-            )
-            if await cur.fetchone() is None:
-                raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
             yield tx
 
     async def append(self, leased: LeasedRun, owner: str, events: list[NewEvent]) -> list[int]:
