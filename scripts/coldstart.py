@@ -189,7 +189,7 @@ def invocations(repeat: int) -> None:
                 for m in msgs:  # leftovers (the runs' later steps): every worker run starts at step 0
                     sqs.delete_message(QueueUrl=queue, ReceiptHandle=m["ReceiptHandle"])
             for which in ("api", "worker"):
-                code = FIRST_INVOCATION.format(sim=str(ROOT / "tests" / "cloud"), which=which, arn=arn)
+                code = FIRST_INVOCATION.format(sim=str(ROOT / "tests" / "support"), which=which, arn=arn)
                 batches = []
                 if which == "worker":  # the two step-0 messages the api process just sent
                     for _ in range(2):

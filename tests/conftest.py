@@ -1,67 +1,58 @@
-"""Shared fixtures: a real Postgres (DATABASE_URL, else the embedded pgserver), fresh databases,
-and runtimes wired with the inline dispatcher or the Postgres queue."""
+"""Shared fixtures: a real Postgres (DATABASE_URL, else the embedded pgserver), databases (empty,
+or migrated: cloned from a template migrated once per session), and runtimes wired with the
+inline dispatcher or the Postgres queue (treadle.testing.open_test_runtime).
+
+Helpers live in tests/support (import them from there); conftest files only hold fixtures."""
 
 from __future__ import annotations
 
-import os
-import secrets
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
-from treadle.config import Settings, TreadleConfig, parse_config
-from treadle.dispatch.inline import InlineDispatcher
+from tests.support import db
 from treadle.runtime import Runtime
-from treadle.store.db import resolve_database_url
-from treadle.store.migrate import migrate
-
-ROOT = Path(__file__).resolve().parent.parent
-TEST_HOME = ROOT / ".treadle" / "test"
+from treadle.testing import open_test_runtime
 
 
 @pytest.fixture(scope="session")
 def server_url() -> str:
     """An admin URL of the Postgres server the tests use."""
-    TEST_HOME.mkdir(parents=True, exist_ok=True)
-    return resolve_database_url(os.environ.get("DATABASE_URL"), TEST_HOME)
-
-
-def create_database(server_url: str, prefix: str = "t") -> str:
-    name = f"treadle_{prefix}_{secrets.token_hex(4)}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return make_conninfo(server_url, dbname=name)
-
-
-def drop_database(server_url: str, url: str) -> None:
-    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
-def fresh_db_url(server_url: str) -> Any:
-    """A new, empty database (no migrations applied), dropped afterwards."""
-    url = create_database(server_url, "fresh")
-    yield url
-    drop_database(server_url, url)
+    return db.server_url()
 
 
 @pytest.fixture(scope="session")
-async def db_url(server_url: str) -> AsyncIterator[str]:
-    """One migrated database shared by the session; tests isolate by run id / tenant / key."""
-    url = create_database(server_url, "shared")
-    await migrate(url)
+async def migrated_template(server_url: str) -> AsyncIterator[str]:
+    """The name of a migrated database, closed to connections, that `migrated_db_url` clones."""
+    name = await db.create_template(server_url)
+    yield name
+    db.drop_template(server_url, name)
+
+
+@pytest.fixture
+def fresh_db_url(server_url: str) -> Iterator[str]:
+    """A new, EMPTY database (no migrations applied), dropped afterwards."""
+    url = db.create_database(server_url, "fresh")
     yield url
-    drop_database(server_url, url)
+    db.drop_database(server_url, url)
 
 
-def make_config(agents: dict[str, Any], extra: dict[str, Any] | None = None) -> TreadleConfig:
-    return parse_config({"agents": agents, **(extra or {})})
+@pytest.fixture
+def migrated_db_url(server_url: str, migrated_template: str) -> Iterator[str]:
+    """A new migrated database of this test's own (a clone of the template), dropped afterwards."""
+    url = db.clone_database(server_url, migrated_template)
+    yield url
+    db.drop_database(server_url, url)
+
+
+@pytest.fixture(scope="session")
+def db_url(server_url: str, migrated_template: str) -> Iterator[str]:
+    """One migrated database shared by the session; tests isolate by run id / tenant / key."""
+    url = db.clone_database(server_url, migrated_template, "shared")
+    yield url
+    db.drop_database(server_url, url)
 
 
 RuntimeFactory = Callable[..., Any]
@@ -69,24 +60,20 @@ RuntimeFactory = Callable[..., Any]
 
 @pytest.fixture
 async def open_runtime(db_url: str) -> AsyncIterator[RuntimeFactory]:
-    """`await open_runtime(agents, inline=True, config=None, **settings)` → (runtime, dispatcher);
-    `config` adds top-level treadle.yaml sections."""
-    opened: list[Runtime] = []
+    """`await open_runtime(agents, inline=True, url=None, config=None, **settings)` → (runtime,
+    dispatcher), on `url` (default: the shared database); `config` adds top-level treadle.yaml
+    sections. Every runtime opened is closed when the test ends."""
+    async with AsyncExitStack() as stack:
 
-    async def factory(
-        agents: dict[str, Any], *, inline: bool = True, url: str | None = None,
-        config: dict[str, Any] | None = None, **settings: Any
-    ) -> tuple[Runtime, Any]:
-        s = Settings(database_url=url or db_url, home=TEST_HOME, **{"workers": 4, "chain_steps": 1, **settings})
-        dispatcher = InlineDispatcher() if inline else None
-        rt = await Runtime.open(
-            s, make_config(agents, config), dispatcher_factory=(lambda _p, _u: dispatcher) if inline else None
-        )
-        if inline:
-            dispatcher.handler = rt.engine.handle
-        opened.append(rt)
-        return rt, (dispatcher if inline else rt.dispatcher)
+        async def factory(
+            agents: dict[str, Any], *, inline: bool = True, url: str | None = None,
+            config: dict[str, Any] | None = None, **settings: Any
+        ) -> tuple[Runtime, Any]:
+            opened = open_test_runtime(
+                agents, database_url=url or db_url, config=config, inline=inline,
+                **{"home": db.TEST_HOME, **settings},
+            )
+            rt, dispatcher = await stack.enter_async_context(opened)
+            return rt, dispatcher
 
-    yield factory
-    for rt in opened:
-        await rt.close()
+        yield factory

@@ -41,26 +41,22 @@ import random
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_support import (
+
+from tests.support.chaos import (
     Db,
     Replica,
     check_paired,
-    create_database,
-    drop_database,
     execute,
     query,
     scalar,
     wait_until,
     write_config,
 )
-
 from treadle.client import TreadleClient
-from treadle.store.migrate import migrate
 from treadle.store.runs import JOBS_CHANNEL
 
 pytestmark = pytest.mark.e2e  # real processes; part of the normal `pytest` run
@@ -173,10 +169,8 @@ CREATE TRIGGER chaos_slow_channel AFTER INSERT ON channel_messages
 
 
 @pytest.fixture
-def chaos_db(server_url: str) -> Iterator[str]:
-    url = create_database(server_url, "chaos")
-    yield url
-    drop_database(server_url, url)
+def chaos_db(migrated_db_url: str) -> str:
+    return migrated_db_url
 
 
 # -- the chaos -----------------------------------------------------------------------------------------
@@ -578,7 +572,6 @@ async def test_exactly_once_under_kills_stops_and_duplicates(chaos_db: str, tmp_
     t_start = time.monotonic()
     rng = random.Random(SEED)
     print(f"\n[chaos] seed {SEED} (reproduce: TREADLE_CHAOS_SEED={SEED}), {N_RUNS} runs, faults {FAULTS}")
-    await migrate(url)
     await execute(url, TRIGGERS.replace("{seed}", str(SEED)).replace("{dup_percent}", str(DUP_PERCENT))
                   .replace("{slow}", str(SLOW_WRITE_S)))
     config = write_config(tmp_path / "treadle.yaml", CONFIG)

@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_support import Db, Replica, create_database, drop_database, execute, wait_until, write_config
 
+from tests.support.chaos import Db, Replica, execute, wait_until, write_config
 from treadle.client import TreadleClient
-from treadle.store.migrate import migrate
 
 pytestmark = pytest.mark.e2e
 
@@ -85,10 +83,8 @@ CREATE TRIGGER frozen_slow_sweep AFTER INSERT ON jobs FOR EACH ROW EXECUTE FUNCT
 
 
 @pytest.fixture
-def fresh_url(server_url: str) -> Iterator[str]:
-    url = create_database(server_url, "frozen")
-    yield url
-    drop_database(server_url, url)
+def fresh_url(migrated_db_url: str) -> str:
+    return migrated_db_url
 
 
 def replica(name: str, url: str, tmp_path: Path) -> Replica:
@@ -159,7 +155,6 @@ async def sweeps_while_frozen(a: Replica, b: Replica, db: Db, backend: int) -> t
 
 
 async def test_a_replica_frozen_in_a_poke_does_not_stop_the_sweepers(fresh_url: str, tmp_path: Path) -> None:
-    await migrate(fresh_url)
     await execute(fresh_url, SLOW_POKE)
     a, b = replica("a", fresh_url, tmp_path), replica("b", fresh_url, tmp_path)
     db = Db(fresh_url)
@@ -185,7 +180,6 @@ async def test_a_replica_frozen_in_a_poke_does_not_stop_the_sweepers(fresh_url: 
 
 
 async def test_a_replica_frozen_in_a_sweep_does_not_stop_the_sweepers(fresh_url: str, tmp_path: Path) -> None:
-    await migrate(fresh_url)
     await execute(fresh_url, SLOW_SWEEP)
     a, b = replica("a", fresh_url, tmp_path), replica("b", fresh_url, tmp_path)
     db = Db(fresh_url)

@@ -1,6 +1,6 @@
 """The local cloud: moto's server (SQS, Secrets Manager) on a loopback port with dummy
 credentials, a real Postgres database, and the real handler modules in imitated Lambda
-environments (see lambda_sim.py)."""
+environments (see tests/support/lambda_sim.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import yaml
-from localcloud import AGENTS, API_TOKEN
-from psycopg.conninfo import make_conninfo
+
+from tests.support.db import create_database, drop_database
+from tests.support.localcloud import AGENTS, API_TOKEN
 
 _AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -86,12 +86,9 @@ def queue(sqs: Any, request: pytest.FixtureRequest) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cloud_db(server_url: str) -> Iterator[str]:
     """An empty database per module: the functions migrate it themselves on their cold start."""
-    name = f"treadle_cloud_{os.urandom(4).hex()}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield make_conninfo(server_url, dbname=name)
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    url = create_database(server_url, "cloud")
+    yield url
+    drop_database(server_url, url)
 
 
 @pytest.fixture(scope="module")

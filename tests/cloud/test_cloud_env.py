@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 import pytest
-from lambda_sim import LambdaEnv, http_event
-from localcloud import db_host_parts
 from psycopg.conninfo import conninfo_to_dict
 
+from tests.support.lambda_sim import LambdaEnv, http_event
+from tests.support.localcloud import db_host_parts
 from treadle.errors import ConfigError
 from treadle_cloud.env import CloudSettings, database_url_from_secret, export_secrets
 

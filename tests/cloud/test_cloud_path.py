@@ -10,16 +10,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from lambda_sim import EventSourceMapping, LambdaEnv, http_event, sqs_event
-from localcloud import API_TOKEN
+
+from tests.support import lambda_sim
+from tests.support.lambda_sim import EventSourceMapping, LambdaEnv, http_event, sqs_event
+from tests.support.localcloud import API_TOKEN
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture
@@ -168,32 +168,32 @@ def test_worker_dies_mid_batch_and_every_run_completes_once(
 ) -> None:
     api = envs["api"]
     run_ids = [start_run(api, "slow", f"job {i}") for i in range(3)]  # three messages waiting
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "lambda_sim.py"), "worker-once", queue["url"], queue["arn"]],
+    with subprocess.Popen(  # closes the pipe and reaps the process however the test ends
+        [sys.executable, lambda_sim.__file__, "worker-once", queue["url"], queue["arn"]],
         env={**os.environ, **cloud_env},
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        line = proc.stdout.readline().strip()
-        assert line.startswith("invoking ") and int(line.split()[1]) >= 2, line
-        deadline = time.monotonic() + 30
-        while True:  # kill it once one record has committed and the next one holds its lease
-            rows = run_rows(cloud_db, run_ids).values()
-            if any(r["step_no"] >= 1 for r in rows) and any(r["lease_owner"] for r in rows):
-                break
-            assert time.monotonic() < deadline, "the worker never got mid-batch"
-            time.sleep(0.05)
-        proc.kill()
-        proc.wait(timeout=10)
-        rest = proc.stdout.read()
-    finally:
-        if proc.poll() is None:
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+            line = proc.stdout.readline().strip()
+            assert line.startswith("invoking ") and int(line.split()[1]) >= 2, line
+            deadline = time.monotonic() + 30
+            while True:  # kill it once one record has committed and the next one holds its lease
+                rows = run_rows(cloud_db, run_ids).values()
+                if any(r["step_no"] >= 1 for r in rows) and any(r["lease_owner"] for r in rows):
+                    break
+                assert time.monotonic() < deadline, "the worker never got mid-batch"
+                time.sleep(0.05)
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=10)
+            rest = proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert "survived" not in rest
     assert not all_terminal(cloud_db, run_ids)
 
@@ -323,9 +323,12 @@ def test_poison_message_is_reported_failed_and_ends_in_the_dlq(
     sqs.send_message(QueueUrl=queue["url"], MessageBody='{"not": "a step"}')
     esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [envs["worker"]])
     assert esm.poll_once(wait_s=1) == 1 and esm.failures == 1
-    time.sleep(2.2)  # the visibility timeout; the next receive moves it to the DLQ
-    assert esm.receive(wait_s=0) == []
-    dead = sqs.receive_message(QueueUrl=queue["dlq_url"], WaitTimeSeconds=1).get("Messages", [])
+    # once its visibility timeout (2 s) passes, the next receive moves it to the DLQ instead
+    deadline = time.monotonic() + 15
+    while not (dead := sqs.receive_message(QueueUrl=queue["dlq_url"]).get("Messages", [])):
+        assert esm.receive(wait_s=0) == []  # never delivered to the worker again
+        assert time.monotonic() < deadline, "the poison message never reached the DLQ"
+        time.sleep(0.1)
     assert [m["Body"] for m in dead] == ['{"not": "a step"}']
 
 

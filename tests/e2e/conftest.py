@@ -1,4 +1,4 @@
-"""Fixtures for the end-to-end tests: fresh databases and `treadle serve` subprocesses that are
+"""Fixtures for the end-to-end tests: new databases and `treadle serve` subprocesses that are
 always stopped (and their databases dropped) when the test ends. On failure pytest shows each
 server's log tail, printed at teardown."""
 
@@ -9,19 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import ServerProcess, create_database, drop_database, write_config
 
-MakeDb = Callable[[str], str]
+from tests.support.db import clone_database, create_database, drop_database
+from tests.support.e2e import ServerProcess, write_config
+
+MakeDb = Callable[..., str]
 StartServer = Callable[..., Awaitable[ServerProcess]]
 
 
 @pytest.fixture
-def make_db(server_url: str) -> Iterator[MakeDb]:
-    """`make_db(prefix)` → the URL of a new empty database, dropped when the test ends."""
+def make_db(server_url: str, migrated_template: str) -> Iterator[MakeDb]:
+    """`make_db(prefix, migrated=False)` → the URL of a new database, dropped when the test ends:
+    empty (the server migrates it when it starts), or migrated already (a template clone)."""
     made: list[str] = []
 
-    def factory(prefix: str = "e2e") -> str:
-        url = create_database(server_url, prefix)
+    def factory(prefix: str = "e2e", *, migrated: bool = False) -> str:
+        url = clone_database(server_url, migrated_template, prefix) if migrated else create_database(server_url, prefix)
         made.append(url)
         return url
 

@@ -19,11 +19,10 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import check_paired, execute, query, sum_usage, tool_caller_types, wait_until
 
+from tests.support.e2e import check_paired, execute, query, sum_usage, tool_caller_types, wait_until
 from treadle.client import TreadleClient
 from treadle.client.http import SseEvent, parse_sse
-from treadle.store.migrate import migrate
 
 pytestmark = pytest.mark.e2e
 
@@ -91,8 +90,7 @@ async def follow(srv: Any, run_id: str, deadline: float) -> tuple[list[SseEvent]
 
 
 async def test_sigkill_three_times_loses_nothing(make_db: Any, start_server: Any) -> None:
-    url = make_db("crash")
-    await migrate(url)
+    url = make_db("crash", migrated=True)
     await execute(url, SLOW_MEMORY)
     srv = await start_server(url, {"crash": AGENT}, name="crash", **ENV)
     rng = random.Random(SEED)

@@ -10,10 +10,9 @@ import re
 from typing import Any
 
 import pytest
-from e2e_support import execute, query, wait_until
 
+from tests.support.e2e import execute, query, wait_until
 from treadle.client import TreadleClient
-from treadle.store.migrate import migrate
 
 pytestmark = pytest.mark.e2e
 
@@ -69,8 +68,7 @@ COUNTER_VALUE = re.compile(r'"value":\s*\d+')
 async def run_workload(make_db: Any, start_server: Any, mode: str) -> dict[str, Any]:
     """Serve a fresh database (job triggers in `mode`), start the same runs in the same order,
     wait for them to end, and return what the tests compare."""
-    url = make_db(f"dup_{mode}")
-    await migrate(url)
+    url = make_db(f"dup_{mode}", migrated=True)
     await execute(url, JOB_TRIGGERS.format(mode=mode))
     # one job per step (no chaining), so that every step message is really delivered twice
     srv = await start_server(url, AGENTS, name=f"dup-{mode}", TREADLE_WORKERS="8", TREADLE_CHAIN_STEPS="1")

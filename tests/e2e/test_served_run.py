@@ -9,7 +9,8 @@ import contextlib
 from typing import Any
 
 import pytest
-from e2e_support import (
+
+from tests.support.e2e import (
     check_paired,
     frame_blocks,
     parse_lines,
@@ -18,7 +19,6 @@ from e2e_support import (
     sum_usage,
     tool_caller_types,
 )
-
 from treadle.client import ApiError, TreadleClient
 
 pytestmark = pytest.mark.e2e

@@ -15,12 +15,12 @@ import httpx
 import pytest
 from treadle_sidecar.server import BackgroundServer
 
+from tests.support.db import TEST_HOME
 from treadle.client.http import SseEvent, parse_sse
 from treadle.config import Settings, TreadleConfig, parse_config
 from treadle.store.db import open_pool
 from treadle.store.runs import NewRun, RunStore
 
-TEST_HOME = Path(__file__).resolve().parents[2] / ".treadle" / "test"
 MAX_BODY = 4096
 TOKEN = "s3cret-" + secrets.token_hex(8)
 

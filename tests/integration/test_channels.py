@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from treadle.store.runs import NewRun
+from treadle.testing import age_run
 
 CHANNELS = {
     "news": {"semantic": "broadcast"},
@@ -79,12 +80,12 @@ async def test_subscriber_parks_holding_nothing_and_a_publish_wakes_it(open_runt
 
 
 async def test_a_wait_times_out_through_the_sweeper(open_runtime: Any, tenant: str) -> None:
-    rt, disp = await open_with_channels(open_runtime, {"l": listener("other", wait_ms=300)})
+    rt, disp = await open_with_channels(open_runtime, {"l": listener("other", wait_ms=60_000)})
     run_id = await start(rt, "l", tenant)
     await disp.drain()
     assert (await rt.runs.get(tenant, run_id)).status == "waiting"
     assert await rt.wake_due() == 0  # not yet
-    await asyncio.sleep(0.4)
+    await age_run(rt, run_id, 61)  # the minute passes
     assert await rt.wake_due() >= 1
     await disp.drain()
     run = await rt.runs.get(tenant, run_id)
@@ -94,12 +95,13 @@ async def test_a_wait_times_out_through_the_sweeper(open_runtime: Any, tenant: s
 
 
 async def test_a_queue_message_goes_to_exactly_one_subscriber(open_runtime: Any, tenant: str) -> None:
-    rt, disp = await open_with_channels(open_runtime, {"l": listener("work", wait_ms=500)})
+    rt, disp = await open_with_channels(open_runtime, {"l": listener("work", wait_ms=60_000)})
     a, b = await start(rt, "l", tenant), await start(rt, "l", tenant)
     await disp.drain()
     await rt.publish(tenant, "work", "job-1")
     await disp.drain()
-    await asyncio.sleep(0.55)
+    for run_id in (a, b):  # the one still waiting times out
+        await age_run(rt, run_id, 61)
     await rt.wake_due()
     await disp.drain()
     got = [tool_result(await rt.runs.events(tenant, r))["messages"] for r in (a, b)]

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from treadle_sidecar.server import BackgroundServer
 
+from tests.support.db import TEST_HOME
 from treadle.config import Settings, parse_config
 
-TEST_HOME = Path(__file__).resolve().parents[2] / ".treadle" / "test"
 SUFFIX = secrets.token_hex(3)
 NEWS, WORK = f"http-news-{SUFFIX}", f"http-work-{SUFFIX}"
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import secrets
 from typing import Any
 
 from treadle.domain.runs import StepMessage
@@ -34,12 +36,13 @@ def shape(events: list[Any]) -> list[tuple[int, str, Any]]:
 
 async def test_tool_caller_run_completes_with_paired_results(open_runtime: Any) -> None:
     rt, disp = await open_runtime({"a": TOOL_CALLER})
-    run_id = await start(rt, "a")
+    tenant = "t_" + secrets.token_hex(6)  # a tenant of its own: the Memory counter starts from zero
+    run_id = await start(rt, "a", tenant=tenant)
     await disp.drain()
-    run = await rt.runs.get("default", run_id)
+    run = await rt.runs.get(tenant, run_id)
     assert run.status == "completed" and run.stop_reason == "end_turn"
     assert run.iterations == 4
-    events = await rt.runs.events("default", run_id)
+    events = await rt.runs.events(tenant, run_id)
     types = [e.type for e in events]
     assert types.count("tool_call") == 3 and types.count("tool_result") == 3
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
@@ -47,8 +50,9 @@ async def test_tool_caller_run_completes_with_paired_results(open_runtime: Any) 
     calls = [e.payload["tool_use"]["id"] for e in events if e.type == "tool_call"]
     results = [e.payload["tool_use"]["id"] for e in events if e.type == "tool_result"]
     assert calls == results
-    counts = [e.payload["text"] for e in events if e.type == "tool_result"]
-    assert counts[-1].endswith('"value":3}') or '"value":' in counts[-1]
+    # each call is `Memory incr agent/calls`: the three results count 1, 2, 3
+    counts = [json.loads(e.payload["text"]) for e in events if e.type == "tool_result"]
+    assert counts == [{"key": "calls", "value": n} for n in (1, 2, 3)]
     final_text = [e.payload["text"] for e in events if e.type == "text"]
     assert final_text == ["done after 3 tool calls"]
 

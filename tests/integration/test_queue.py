@@ -16,7 +16,6 @@ from treadle.dispatch.postgres import PostgresQueue
 from treadle.domain.runs import NewEvent, StepMessage
 from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.store.db import Pool, open_pool
-from treadle.store.migrate import migrate
 from treadle.store.runs import NewRun, RunStore
 from treadle.store.steps import StepOutcome, StepStore
 
@@ -51,13 +50,12 @@ class QueueEnv:
 
 
 @pytest.fixture
-async def env(fresh_db_url: str) -> AsyncIterator[QueueEnv]:
-    await migrate(fresh_db_url)
-    pool = await open_pool(fresh_db_url, 12, name="test-queue")
-    queue = PostgresQueue(pool, fresh_db_url)
+async def env(migrated_db_url: str) -> AsyncIterator[QueueEnv]:
+    pool = await open_pool(migrated_db_url, 12, name="test-queue")
+    queue = PostgresQueue(pool, migrated_db_url)
     try:
         yield QueueEnv(
-            fresh_db_url,
+            migrated_db_url,
             pool,
             RunStore(pool, jobs_in_db=True, requeue_after_s=60.0),
             StepStore(pool, jobs_in_db=True, lease_s=30.0, requeue_after_s=60.0),
@@ -214,9 +212,9 @@ async def test_listen_notify_wakes_a_waiter_when_a_job_is_inserted(env: QueueEnv
 
 
 @pytest.fixture
-async def pg_runtime(fresh_db_url: str, open_runtime: Any) -> Any:  # the runtime closes before the drop
+async def pg_runtime(migrated_db_url: str, open_runtime: Any) -> Any:  # the runtime closes before the drop
     async def factory(agents: dict[str, Any], **settings: Any) -> Any:
-        rt, queue = await open_runtime(agents, inline=False, url=fresh_db_url, **settings)
+        rt, queue = await open_runtime(agents, inline=False, url=migrated_db_url, **settings)
         assert isinstance(queue, PostgresQueue)
         return rt, queue
 

@@ -173,11 +173,8 @@ async def test_request_cancel_flags_an_active_run_and_leaves_a_finished_one(runs
     assert unchanged.terminal
 
 
-async def test_create_with_jobs_in_db_enqueues_step_zero(fresh_db_url: str) -> None:
-    from treadle.store.migrate import migrate
-
-    await migrate(fresh_db_url)
-    p = await open_pool(fresh_db_url, 2, name="test-store-jobs")
+async def test_create_with_jobs_in_db_enqueues_step_zero(migrated_db_url: str) -> None:
+    p = await open_pool(migrated_db_url, 2, name="test-store-jobs")
     try:
         store = RunStore(p, jobs_in_db=True, requeue_after_s=60.0)
         run, _ = await store.create(NewRun(tenant_id="t", agent="demo", segments=prompt("x"), idempotency_key="i"))

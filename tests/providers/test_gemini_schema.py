@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from vendor_gemini import _check_schema
-
+from tests.support.vendors.gemini import check_schema
 from treadle.builtins.registry import default_registry
 from treadle.providers.gemini_schema import to_gemini_schema
 
 
 def convert(schema: dict[str, Any]) -> dict[str, Any]:
     out = to_gemini_schema(schema)
-    assert _check_schema(out, "parameters") == [], out
+    assert check_schema(out, "parameters") == [], out
     return out
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vendor_base import Fail, ToolCall, Turn, text, tools
 
-from conftest import MakeHarness, StartVendor, of, types
+from tests.support.providers import MakeHarness, StartVendor, of, types
+from tests.support.vendors.base import Fail, ToolCall, Turn, text, tools
 from treadle.domain.content import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from treadle.providers.openai_chat import DEEPSEEK, encode_messages
 

@@ -8,9 +8,9 @@ import logging
 from typing import Any
 
 import pytest
-from vendor_base import Fail, text, tools
 
-from conftest import WIRE_FORMATS, MakeHarness, StartVendor, of, types
+from tests.support.providers import WIRE_FORMATS, MakeHarness, StartVendor, of, types
+from tests.support.vendors.base import Fail, text, tools
 
 MEM_A = {"op": "incr", "scope": "agent", "key": "a"}
 MEM_B = {"op": "incr", "scope": "agent", "key": "b"}

@@ -7,9 +7,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from vendor_base import text, tools
 
-from conftest import MakeHarness, StartVendor
+from tests.support.providers import MakeHarness, StartVendor
+from tests.support.vendors.base import text, tools
+from tests.support.waits import until
 from treadle.api.sse import stream_run_events
 from treadle.client.http import SseEvent, TreadleClient, parse_sse
 from treadle.config import Settings, parse_config
@@ -37,7 +38,7 @@ async def test_live_deltas_then_assembled_text(kind: str, vendor: StartVendor, t
     segs = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
     run, _ = await h.rt.start_run(NewRun(tenant_id=h.tenant, agent="a", segments=segs))
     reader = asyncio.create_task(frames_of(stream_run_events(h.rt.runs, h.rt.hub, h.tenant, run.id, 0, poll_s=0.05)))
-    await asyncio.sleep(0.1)  # the reader is subscribed before the model starts
+    await until(lambda: h.rt.hub.has_live(run.id), what="the reader to subscribe")  # before the model starts
     await h.disp.drain()
     live = await asyncio.wait_for(reader, 10)
 
@@ -63,14 +64,14 @@ async def test_live_deltas_then_assembled_text(kind: str, vendor: StartVendor, t
     assert [f.id for f in tail] == [e.seq for e in stored[-2:]]
 
 
-async def test_deltas_over_http_sse(vendor: StartVendor, fresh_db_url: str) -> None:
+async def test_deltas_over_http_sse(vendor: StartVendor, migrated_db_url: str) -> None:
     """The sidecar served on loopback: a client streaming POST /v1/runs sees the deltas."""
     from treadle_sidecar.server import BackgroundServer
 
     v = await vendor("openai")
     v.fake.then(text(*PIECES, chunk_delay_s=0.05))
     config = parse_config({"providers": {"p": v.provider()}, "agents": {"a": {"provider": "p", "model": v.model}}})
-    settings = Settings(database_url=fresh_db_url, workers=1, listen="127.0.0.1:0", sweep_interval_seconds=5)
+    settings = Settings(database_url=migrated_db_url, workers=1, listen="127.0.0.1:0", sweep_interval_seconds=5)
     server = BackgroundServer(settings, config)
     url = await server.start()
     try:

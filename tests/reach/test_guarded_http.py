@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import httpx
 import pytest
-from loopback import Answer, Loopback, Seen, TableResolver, make_tls
 
+from tests.support.loopback import Answer, Loopback, Seen, TableResolver, make_tls
 from treadle.errors import ToolError
 from treadle.security.egress import GuardedTransport, request
 from treadle.security.network import HttpLimits, NetworkGuard, NetworkRefused, NetworkSetup, Resolver

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopback import Answer, Loopback, Seen, TableResolver
 
+from tests.support.loopback import Answer, Loopback, Seen, TableResolver
 from treadle.builtins.registry import default_registry
 from treadle.config import Settings, parse_config
 from treadle.dispatch.inline import InlineDispatcher

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from substrate_support import TENANT, client_for, run_agent
-
+from tests.support.substrate import TENANT, client_for, run_agent
 from treadle.config import AgentConfig
 from treadle.substrate.agentdefs import agent_hash
 
@@ -167,8 +166,7 @@ async def test_another_tenants_defs_are_invisible(open_rt: Any) -> None:
 
 
 def _new(agent: str) -> Any:
-    from substrate_support import prompt
-
+    from tests.support.substrate import prompt
     from treadle.store.runs import NewRun
 
     return NewRun(tenant_id=TENANT, agent=agent, segments=prompt("hi"))

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from substrate_support import client_for, ok_results, run_agent, scripted, tool_results
-
+from tests.support.substrate import client_for, ok_results, run_agent, scripted, tool_results
 from treadle.builtins.context import help_topics
 
 CALLS = [("Context", {"op": o}) for o in ("self", "tools", "agents", "time", "help", "capabilities")]

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from substrate_support import TENANT, TemplatingMock, client_for, ok_results, prompt, run_agent, scripted, tool_results
-
+from tests.support.substrate import (
+    TENANT,
+    TemplatingMock,
+    client_for,
+    ok_results,
+    prompt,
+    run_agent,
+    scripted,
+    tool_results,
+)
 from treadle.config import AgentConfig
 from treadle.providers.base import ModelRequest, ModelResponse
 from treadle.providers.mock import MockProvider

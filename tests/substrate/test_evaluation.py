@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from substrate_support import TENANT, TemplatingMock, client_for, ok_results, run_agent, scripted, tool_results
+from tests.support.substrate import TENANT, TemplatingMock, client_for, ok_results, run_agent, scripted, tool_results
 
 WORKER = {"model": "echo", "system_prompt": "work"}
 

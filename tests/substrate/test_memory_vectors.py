@@ -7,18 +7,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from fake_embeddings import FakeOpenAIEmbeddings
-from substrate_support import (
-    TENANT,
-    client_for,
-    drop_database,
-    new_database,
-    ok_results,
-    run_agent,
-    scripted,
-    tool_results,
-)
 
+from tests.support.db import create_database, drop_database
+from tests.support.fake_embeddings import FakeOpenAIEmbeddings
+from tests.support.substrate import TENANT, client_for, ok_results, run_agent, scripted, substrate_runtime, tool_results
 from treadle.store.migrate import migrate
 
 DOCS = {
@@ -195,17 +187,14 @@ async def test_a_server_without_pgvector_says_so(open_rt: Any) -> None:
                 pytest.skip("the machine's PostgreSQL has pgvector")
     except psycopg.Error:
         pytest.skip("no PostgreSQL on 127.0.0.1:5432")
-    url = new_database(server, "novec")
+    url = create_database(server, "novec")
     try:
         await migrate(url)
-        from substrate_support import open_runtime
-
         agent = scripted(("Memory", {"op": "set", "scope": "agent", "key": "k", "value": "v", "embed": True}),
                          ("Memory", {"op": "search", "scope": "agent", "query": "v"}),
                          ("Memory", {"op": "set", "scope": "agent", "key": "k", "value": "v"}),
                          memory_scopes=["agent"])
-        rt, disp = await open_runtime(url, {"agents": {"a": agent}, **LOCAL})
-        try:
+        async with substrate_runtime(url, {"agents": {"a": agent}, **LOCAL}) as (rt, disp):
             embed, search, plain = await tool_results(rt, (await run_agent(rt, disp, "a")).id)
             assert embed[0] and "pgvector_not_installed" in embed[1] and "pgvector not installed" in embed[1]
             assert search[0] and "pgvector not installed" in search[1]
@@ -216,7 +205,5 @@ async def test_a_server_without_pgvector_says_so(open_rt: Any) -> None:
                 found = await c.post("/v1/_memory/search", json={"scope": "agent", "scope_id": "a", "query": "v"})
                 assert found.status_code == 501 and "pgvector not installed" in found.json()["error"]
                 assert (await c.get("/v1/_memory/scopes/agent/a/keys/k")).json()["embedding"] is None
-        finally:
-            await rt.close()
     finally:
         drop_database(server, url)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from substrate_support import TENANT, run_agent, scripted, tool_results
+from tests.support.substrate import TENANT, run_agent, scripted, tool_results
 
 SCHEDULE = {"schedule": "0 3 * * *", "prompt": "nightly"}
 

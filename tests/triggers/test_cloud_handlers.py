@@ -1,5 +1,5 @@
 """The same trigger code behind the real Lambda handler modules (functions/*/handler.py, run the
-way tests/cloud/lambda_sim.py imitates Lambda), on moto (SQS, EventBridge Scheduler CRUD) and a
+way tests/support/lambda_sim.py imitates Lambda), on moto (SQS, EventBridge Scheduler CRUD) and a
 real Postgres: the API function mirrors yaml schedules into EventBridge at its cold start, the
 scheduler function fires by the invocation's scheduled time, the webhook function verifies and
 deduplicates exactly like the sidecar's route."""
@@ -7,7 +7,6 @@ deduplicates exactly like the sidecar's route."""
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,9 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from signing import github_headers
 
-CLOUD_TESTS = Path(__file__).resolve().parents[1] / "cloud"
+from tests.support.signing import github_headers
+
 GROUP = "treadle-schedules"
 ROLE = "arn:aws:iam::123456789012:role/treadle-scheduler"
 TARGET = "arn:aws:lambda:us-east-1:123456789012:function:treadle-scheduler"
@@ -38,14 +37,11 @@ CONFIG = {
 
 
 @pytest.fixture
-def lambdas(trig_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+def lambdas(migrated_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     boto3 = pytest.importorskip("boto3")
     moto = pytest.importorskip("moto")
     pytest.importorskip("mangum")
-    if str(CLOUD_TESTS) not in sys.path:
-        sys.path.insert(0, str(CLOUD_TESTS))
-    from lambda_sim import LambdaEnv
-
+    from tests.support.lambda_sim import LambdaEnv
     from treadle_cloud.env import aws_client
 
     config = tmp_path / "treadle.yaml"
@@ -53,7 +49,7 @@ def lambdas(trig_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
     env = {
         "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
         "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null",
-        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "DATABASE_URL": trig_db, "TREADLE_CONFIG": str(config),
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "DATABASE_URL": migrated_db_url, "TREADLE_CONFIG": str(config),
         "TREADLE_AUTH_TOKEN": TOKEN, "TRIG_GH_SECRET": SECRET,
     }
     for k, v in env.items():
@@ -88,7 +84,7 @@ def lambdas(trig_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
 
 
 def test_cloud_functions_share_the_trigger_code(lambdas: dict[str, Any]) -> None:
-    from lambda_sim import http_event
+    from tests.support.lambda_sim import http_event
 
     scheduler_fn = lambdas["open"]("scheduler")  # cold start: yaml triggers into the database, no AWS schedule
     out = scheduler_fn.invoke({"schedule_id": "sch_nope", "scheduled_time": "2030-01-01T00:00:00Z"})

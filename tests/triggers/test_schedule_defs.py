@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import client_for
+from tests.support.triggers import client_for
 from treadle.builtins.scheduledef import ScheduleDefTool
 from treadle.errors import DefRefused
 from treadle.tools.base import ToolContext
@@ -153,7 +153,7 @@ async def test_tool_is_default_deny_and_scoped(open_rt: Any) -> None:
         "self_only": {"model": "echo", "tools": ["ScheduleDef"], "schedule_def_scopes": ["self"]},
         "boss": {"model": "echo", "tools": ["ScheduleDef"], "schedule_def_scopes": ["named:echo"]},
     }
-    from conftest import AGENTS
+    from tests.support.triggers import AGENTS
 
     rt, _ = await open_rt({"agents": {**AGENTS, **extra_agents}})
     tool = ScheduleDefTool()

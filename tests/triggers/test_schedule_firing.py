@@ -112,7 +112,7 @@ async def test_paused_and_disabled_schedules_do_not_fire(open_rt: Any) -> None:
 
 async def test_run_now_fires_at_once_and_counts(open_rt: Any) -> None:
     rt, _ = await open_rt()
-    from conftest import client_for
+    from tests.support.triggers import client_for
 
     st = await create(rt, "now", max_fires=2)
     async with client_for(rt) as c:
@@ -221,7 +221,7 @@ async def test_on_complete_publish_without_channels_is_recorded_not_raised(open_
 async def test_last_status_follows_the_run_to_its_end(open_rt: Any) -> None:
     """A fire reads `started` while its run runs, then the run's ending: completed, failed or
     cancelled (with the run's error)."""
-    from conftest import client_for
+    from tests.support.triggers import client_for
 
     failing = {"model": "echo", "mock": {"error_rate": 1.0}}  # every model call fails
     rt, disp = await open_rt({"agents": {"echo": {"model": "echo"}, "broken": failing}})

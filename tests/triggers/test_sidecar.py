@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from signing import github_headers
 
+from tests.support.signing import github_headers
 from treadle.config import Settings, parse_config
 
 SECRET = "gh-" + uuid.uuid4().hex
@@ -30,7 +30,9 @@ async def wait_for(fetch: Any, ok: Any, timeout: float = 15.0) -> Any:
         await asyncio.sleep(0.05)
 
 
-async def test_sidecar_fires_schedules_and_serves_webhooks(trig_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_sidecar_fires_schedules_and_serves_webhooks(
+    migrated_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from treadle_sidecar.server import BackgroundServer
 
     monkeypatch.setenv("TREADLE_SCHEDULER_TICK_SECONDS", "0.1")
@@ -46,7 +48,7 @@ async def test_sidecar_fires_schedules_and_serves_webhooks(trig_db: str, monkeyp
         "webhooks": {"gh": {"agent": "echo",
                             "auth": {"header": "X-Hub-Signature-256", "signing_secret_env": "SIDECAR_GH_SECRET"}}},
     })
-    settings = Settings(database_url=trig_db, home=Path(".treadle/test"), workers=2, auth_token=None,
+    settings = Settings(database_url=migrated_db_url, home=Path(".treadle/test"), workers=2, auth_token=None,
                         sweep_interval_seconds=30.0, config=Path("unused.yaml"))
     server = BackgroundServer(settings, config)
     base = await server.start()

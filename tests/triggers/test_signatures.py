@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import stripe
-from signing import generic_signature, github_headers, linear_headers, stripe_header
 
+from tests.support.signing import generic_signature, github_headers, linear_headers, stripe_header
 from treadle.specs.webhook import WebhookAuth
 from treadle.triggers import signatures as signature
 from treadle.triggers.signatures import BadDeliveryId, InvalidSignature, SecretUnresolvable

@@ -10,9 +10,9 @@ import uuid
 from typing import Any
 
 import pytest
-from signing import generic_signature, github_headers, linear_headers, stripe_header
 
-from conftest import client_for
+from tests.support.signing import generic_signature, github_headers, linear_headers, stripe_header
+from tests.support.triggers import client_for
 
 GH_SECRET = "gh-" + uuid.uuid4().hex
 STRIPE_SECRET = "whsec_" + uuid.uuid4().hex
@@ -364,7 +364,7 @@ async def test_on_complete_hooks_follow_a_webhook_run(open_rt: Any, monkeypatch:
 
 
 async def test_webhookdef_tool_is_default_deny(open_rt: Any) -> None:
-    from conftest import AGENTS
+    from tests.support.triggers import AGENTS
     from treadle.builtins.webhookdef import WebhookDefTool
     from treadle.errors import ToolError
     from treadle.tools.base import ToolContext

@@ -9,8 +9,8 @@ import random
 from typing import Any
 
 import pytest
-from waiting_support import ECHO, events, prompt, start, status, tool_results, types
 
+from tests.support.waiting import ECHO, events, prompt, start, status, tool_results, types
 from treadle.builtins.registry import default_registry
 from treadle.config import Settings, parse_config
 from treadle.dispatch.inline import InlineDispatcher

@@ -7,8 +7,8 @@ import asyncio
 import itertools
 from typing import Any
 
-from waiting_support import ECHO, answer, asker, events, spawner, start, status, tool_results, types
-
+from tests.support.waiting import ECHO, answer, asker, events, spawner, start, status, tool_results, types
+from tests.support.waits import GatedProvider
 from treadle.engine.replay import replay
 from treadle.engine.waiting import input_key
 from treadle.store.inputs import InputStore
@@ -148,11 +148,13 @@ async def test_an_explicit_iteration_cap_still_ends_an_interactive_run(open_runt
 
 
 async def test_input_queued_while_the_model_answers_the_last_turn_is_taken(open_runtime: Any) -> None:
-    rt, disp = await open_runtime({"slow": {**ECHO, "mock": {"latency_ms": 300}}})
+    model = GatedProvider()
+    rt, disp = await open_runtime({"slow": ECHO}, providers={"mock": model})
     run_id = await start(rt, "slow", "first")
     step = asyncio.create_task(rt.engine.handle(disp.queue.pop(0)))
-    await asyncio.sleep(0.1)  # the model call is under way
+    await asyncio.wait_for(model.entered.wait(), 10)  # the model call is under way
     await steer(rt, run_id, "late")
+    model.open()
     await step
     await disp.drain()
     evs = await events(rt, run_id)

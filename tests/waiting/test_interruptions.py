@@ -7,11 +7,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from waiting_support import ECHO, answer, asker, events, result_json, scripted, start, status, tool_results, types
 
+from tests.support.waiting import ECHO, answer, asker, events, result_json, scripted, start, status, tool_results, types
 from treadle.builtins.interruption import InterruptionTool
 from treadle.errors import ToolError
 from treadle.store.interrupts import InterruptStore, interrupt_id, interrupt_key
+from treadle.testing import age_run
 from treadle.tools.base import Park, ToolContext, ToolResult
 
 
@@ -51,12 +52,12 @@ async def test_declined_is_reported_to_the_tool(open_runtime: Any) -> None:
     assert result["status"] == "declined" and result["answer"] == "not now"
 
 
-async def test_an_unanswered_question_times_out(open_runtime: Any, fresh_db_url: str) -> None:
-    rt, disp = await open_runtime({"a": asker(timeout_ms=300)}, url=fresh_db_url)
+async def test_an_unanswered_question_times_out(open_runtime: Any, migrated_db_url: str) -> None:
+    rt, disp = await open_runtime({"a": asker(timeout_ms=60_000)}, url=migrated_db_url)
     run_id = await start(rt, "a")
     await disp.drain()
     assert await rt.wake_due() == 0
-    await asyncio.sleep(0.4)
+    await age_run(rt, run_id, 61)  # the minute passes
     assert await rt.wake_due() == 1
     await disp.drain()
     assert await status(rt, run_id) == "completed"
@@ -121,9 +122,9 @@ async def test_cancel_op_settles_a_pending_question(open_runtime: Any) -> None:
 
 @pytest.mark.parametrize("crash", [False, True])
 async def test_a_cancel_that_lands_mid_step_still_ends_the_parked_run(
-    open_runtime: Any, fresh_db_url: str, monkeypatch: pytest.MonkeyPatch, crash: bool
+    open_runtime: Any, migrated_db_url: str, monkeypatch: pytest.MonkeyPatch, crash: bool
 ) -> None:
-    rt, disp = await open_runtime({"a": asker()}, url=fresh_db_url)
+    rt, disp = await open_runtime({"a": asker()}, url=migrated_db_url)
     if crash:  # the process dies right after the park commit, before re-checking for a cancel
         async def dies(*_a: Any) -> None:
             return None
@@ -150,14 +151,14 @@ async def test_a_cancel_that_lands_mid_step_still_ends_the_parked_run(
     assert res["is_error"] and "never mind" in res["text"]
 
 
-async def test_the_operator_bounds_interruptions_in_yaml(open_runtime: Any, fresh_db_url: str) -> None:
+async def test_the_operator_bounds_interruptions_in_yaml(open_runtime: Any, migrated_db_url: str) -> None:
     """`interruption:` sets the default and the longest timeout and the pending questions per run."""
     bounds = {"interruption": {"default_timeout_ms": 200, "max_timeout_ms": 1000, "max_pending_per_run": 1}}
     agents = {
         "quick": asker(),  # no timeout_ms: the operator's default (200 ms) applies
         "greedy": asker(timeout_ms=5000),
     }
-    rt, disp = await open_runtime(agents, url=fresh_db_url, config=bounds)
+    rt, disp = await open_runtime(agents, url=migrated_db_url, config=bounds)
     quick = await start(rt, "quick")
     greedy = await start(rt, "greedy")
     await disp.drain()
@@ -165,7 +166,7 @@ async def test_the_operator_bounds_interruptions_in_yaml(open_runtime: Any, fres
     assert (row.expires_at - row.created_at).total_seconds() == pytest.approx(0.2, abs=0.05)
     [refused] = tool_results(await events(rt, greedy))
     assert refused["is_error"] and "1..1000" in refused["text"]
-    await asyncio.sleep(0.3)
+    await age_run(rt, quick, 1)  # its 200 ms pass
     assert await rt.wake_due() == 1
     await disp.drain()
     assert result_json(await events(rt, quick))["status"] == "timed_out"

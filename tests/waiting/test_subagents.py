@@ -3,12 +3,12 @@ come back index-aligned, cancel cascades, and nothing is lost across restarts or
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import pytest
-from waiting_support import (
+
+from tests.support.waiting import (
     ECHO,
     FAILING,
     answer,
@@ -23,9 +23,9 @@ from waiting_support import (
     tool_results,
     types,
 )
-
 from treadle.engine.workers import Sweeper
 from treadle.store.subruns import spawn_wait_key
+from treadle.testing import expire_lease
 
 
 def eight_with_two_failing() -> list[dict[str, str]]:
@@ -179,18 +179,19 @@ async def test_unknown_agent_and_bad_input_are_tool_errors(open_runtime: Any) ->
     assert await children(rt, parent) == []
 
 
-async def test_a_parent_parked_on_children_survives_a_restart(open_runtime: Any, fresh_db_url: str) -> None:
+async def test_a_parent_parked_on_children_survives_a_restart(open_runtime: Any, migrated_db_url: str) -> None:
     agents = {"parent": spawner([{"name": "echo", "prompt": "a"}, {"name": "echo", "prompt": "b"}]), "echo": ECHO}
-    rt, disp = await open_runtime(agents, url=fresh_db_url, requeue_after_seconds=0.2)
+    rt, disp = await open_runtime(agents, url=migrated_db_url)
     parent = await start(rt, "parent")
     await rt.engine.handle(disp.queue.pop(0))  # only the parent's step: it starts both children and parks
     assert await status(rt, parent) == "waiting"
     assert len(disp.queue) == 2  # the children's first steps, about to be lost with the process
     await rt.close()
 
-    rt2, disp2 = await open_runtime(agents, url=fresh_db_url, requeue_after_seconds=0.2)
+    rt2, disp2 = await open_runtime(agents, url=migrated_db_url)
     assert disp2.queue == []
-    await asyncio.sleep(0.3)
+    for kid in await children(rt2, parent):  # their re-queue deadline passes
+        assert await expire_lease(rt2, kid["id"])
     sweeper = Sweeper(rt2.engine, disp2, 1.0, wake_due=rt2.wake_due)
     assert await sweeper.sweep_once() == 2  # the children's lost messages, re-enqueued
     await disp2.drain()
@@ -199,10 +200,10 @@ async def test_a_parent_parked_on_children_survives_a_restart(open_runtime: Any,
 
 
 async def test_a_lost_wake_up_is_found_by_the_sweeper(
-    open_runtime: Any, fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
+    open_runtime: Any, migrated_db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt, disp = await open_runtime({"parent": spawner([{"name": "echo", "prompt": "a"}]), "echo": ECHO},
-                                  url=fresh_db_url)
+                                  url=migrated_db_url)
 
     async def crash_before_poke(*_a: Any) -> None:
         return None

@@ -3,7 +3,6 @@ drains the dispatcher), each test on its own database so `GET /v1/runs` sees onl
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -11,14 +10,15 @@ from typing import Any
 
 import httpx
 import pytest
-from waiting_support import ECHO, FAILING, asker, spawner
 
+from tests.support.waiting import ECHO, FAILING, asker, spawner
 from treadle.api.app import create_app
+from treadle.testing import age_run
 
 AGENTS: dict[str, Any] = {
     "chat": ECHO,
     "asker": asker("ship it?"),
-    "quick": asker("fast?", timeout_ms=200),
+    "quick": asker("fast?", timeout_ms=60_000),
     "parent": spawner([{"name": "bad" if i in (2, 5) else "chat", "prompt": f"t{i}"} for i in range(8)]),
     "boss": spawner([{"name": "asker", "prompt": "a"}, {"name": "asker", "prompt": "b"}]),
     "bad": FAILING,
@@ -54,8 +54,8 @@ class Http:
 
 
 @pytest.fixture
-async def http(open_runtime: Any, fresh_db_url: str) -> AsyncIterator[Http]:
-    rt, disp = await open_runtime(AGENTS, url=fresh_db_url, provider_retries=0)
+async def http(open_runtime: Any, migrated_db_url: str) -> AsyncIterator[Http]:
+    rt, disp = await open_runtime(AGENTS, url=migrated_db_url, provider_retries=0)
     app = create_app(auth_token=None, max_request_bytes=1 << 20)
     app.state.runtime = rt
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://treadle") as client:
@@ -142,7 +142,7 @@ async def test_interrupt_answered_over_http_resumes_the_run(http: Http) -> None:
 async def test_an_expired_interrupt_answers_410_and_the_run_gets_timed_out(http: Http) -> None:
     run_id = await http.start("quick")
     [q] = (await http.client.get(f"/v1/runs/{run_id}/interrupts")).json()["interrupts"]
-    await asyncio.sleep(0.3)
+    await age_run(http.rt, run_id, 61)  # the question's minute passes
     resp = await http.post(f"/v1/runs/{run_id}/interrupts/{q['interrupt_id']}/resolve", {"answer": "too late"})
     error(resp, 410, "interrupt_expired")
     run = await http.run(run_id)  # the expiry was settled and the run woken at once, not at the next sweep

@@ -7,8 +7,7 @@ import asyncio
 import time
 from typing import Any
 
-from waiting_support import ECHO, answer, asker, result_json, spawner, start
-
+from tests.support.waiting import ECHO, answer, asker, result_json, spawner, start
 from treadle.engine.waiting import input_key
 from treadle.engine.workers import WorkerPool
 from treadle.store.inputs import InputStore
@@ -31,14 +30,14 @@ async def jobs(rt: Any) -> int:
     return int(row["n"])
 
 
-async def test_children_questions_and_input_on_the_postgres_queue(open_runtime: Any, fresh_db_url: str) -> None:
+async def test_children_questions_and_input_on_the_postgres_queue(open_runtime: Any, migrated_db_url: str) -> None:
     agents = {
         "parent": spawner([{"name": "chat", "prompt": f"p{i}"} for i in range(5)] + [{"name": "asker", "prompt": "q"}],
                           max_concurrent_children=2),
         "chat": ECHO,
         "asker": asker(),
     }
-    rt, queue = await open_runtime(agents, inline=False, url=fresh_db_url)
+    rt, queue = await open_runtime(agents, inline=False, url=migrated_db_url)
     workers = WorkerPool(rt.engine, queue, 4, idle_poll_s=0.05)
     workers.start()
     try:

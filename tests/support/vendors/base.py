@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from fake_http import FakeHTTPServer, Reply, Request
+from tests.support.fake_http import FakeHTTPServer, Reply, Request
 
 
 @dataclass

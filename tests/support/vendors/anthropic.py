@@ -10,8 +10,8 @@ import json
 import re
 from typing import Any
 
-from fake_http import Reply, Request
-from vendor_base import Fail, Turn, VendorFake, new_id, sse
+from tests.support.fake_http import Reply, Request
+from tests.support.vendors.base import Fail, Turn, VendorFake, new_id, sse
 
 MODELS = {"claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-1"}
 ERRORS = {

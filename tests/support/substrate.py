@@ -1,52 +1,31 @@
-"""Helpers of the substrate tests: databases, runtimes with the inline dispatcher, the API in-process
-(ASGI), scripted mock agents and their tool results, and a mock that fills run ids into scripts."""
+"""Helpers of the substrate tests: runtimes with the inline dispatcher, the API in-process (ASGI),
+scripted mock agents and their tool results, and a mock that fills run ids into scripts."""
 
 from __future__ import annotations
 
 import json
-import secrets
-import sys
-from pathlib import Path
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
-import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tests.support.db import TEST_HOME
 from treadle.api.app import create_app
-from treadle.config import Settings, parse_config
 from treadle.dispatch.inline import InlineDispatcher
 from treadle.runtime import Runtime
 from treadle.store.runs import NewRun
-
-HERE = Path(__file__).resolve().parent
-TEST_HOME = HERE.parents[1] / ".treadle" / "test"
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+from treadle.testing import open_test_runtime
 
 TENANT = "default"
 
 
-def new_database(server_url: str, prefix: str) -> str:
-    name = f"treadle_{prefix}_{secrets.token_hex(4)}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return make_conninfo(server_url, dbname=name)
-
-
-def drop_database(server_url: str, url: str) -> None:
-    name = conninfo_to_dict(url)["dbname"]
-    assert isinstance(name, str) and name.startswith("treadle_")
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-async def open_runtime(url: str, config: dict[str, Any], **kw: Any) -> tuple[Runtime, InlineDispatcher]:
-    settings = Settings(database_url=url, home=TEST_HOME, workers=2, chain_steps=1)
-    dispatcher = InlineDispatcher()
-    rt = await Runtime.open(settings, parse_config(config), dispatcher_factory=lambda _p, _u: dispatcher, **kw)
-    dispatcher.handler = rt.engine.handle
-    return rt, dispatcher
+def substrate_runtime(
+    url: str, config: dict[str, Any], **kw: Any
+) -> AbstractAsyncContextManager[tuple[Runtime, InlineDispatcher]]:
+    """`async with substrate_runtime(url, treadle_yaml_dict, providers=None):` → (runtime, inline
+    dispatcher), with the substrate tests' settings (2 workers, one step per delivery)."""
+    rest = {k: v for k, v in config.items() if k != "agents"}
+    return open_test_runtime(config.get("agents", {}), database_url=url, config=rest, home=TEST_HOME, workers=2, **kw)
 
 
 def client_for(rt: Runtime) -> httpx.AsyncClient:

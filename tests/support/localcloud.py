@@ -1,5 +1,5 @@
-"""Constants and helpers shared by tests/cloud's conftest and test modules (imported by this
-unique name: `from conftest import …` would find whichever directory's conftest came last)."""
+"""Constants and helpers shared by tests/cloud's conftest and test modules: the agents of the
+local cloud's treadle.yaml, its API token, and a database URL's parts."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ import json
 import time
 from typing import Any
 
-from fake_http import Reply, Request
-from vendor_base import Fail, Turn, VendorFake, new_id, sse
+from tests.support.fake_http import Reply, Request
+from tests.support.vendors.base import Fail, Turn, VendorFake, new_id, sse
 
 ERRORS = {
     "rate_limit": (429, "requests", "rate_limit_exceeded",

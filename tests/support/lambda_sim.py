@@ -7,7 +7,7 @@
 - `EventSourceMapping`: Lambda's SQS poller — receive a batch, invoke the worker, delete what
   succeeded, leave `batchItemFailures` to come back after their visibility timeout.
 
-Run as a script (`python lambda_sim.py worker-once QUEUE_URL QUEUE_ARN`) it is one worker
+Run as a script (`python tests/support/lambda_sim.py worker-once QUEUE_URL QUEUE_ARN`) it is one worker
 environment that takes one batch; the chaos test kills it mid-batch.
 """
 

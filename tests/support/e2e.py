@@ -1,4 +1,4 @@
-"""Helpers for the end-to-end tests: `treadle serve` as a real subprocess, fresh databases,
+"""Helpers for the end-to-end tests: `treadle serve` as a real subprocess, SQL on its database,
 SSE readers and transcript checks. Everything stays on loopback; every wait is bounded."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -19,25 +18,11 @@ from typing import Any
 import httpx
 import psycopg
 import yaml
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from treadle.client.http import SseEvent, parse_sse
 
-# -- databases ---------------------------------------------------------------------------------------
-
-
-def create_database(server_url: str, prefix: str = "e2e") -> str:
-    name = f"treadle_{prefix}_{secrets.token_hex(4)}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return make_conninfo(server_url, dbname=name)
-
-
-def drop_database(server_url: str, url: str) -> None:
-    name = conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+# -- SQL (the databases come from tests.support.db) ----------------------------------------------------
 
 
 async def query(url: str, sql: str, params: Any = None) -> list[dict[str, Any]]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fake_http import Reply, Request
-from vendor_base import Fail, Turn, VendorFake, new_id
+from tests.support.fake_http import Reply, Request
+from tests.support.vendors.base import Fail, Turn, VendorFake, new_id
 
 MODELS = {"gemini-2.5-flash", "gemini-2.5-pro", "gemini-3-pro-preview"}
 SCHEMA_KEYS = {"type", "format", "description", "nullable", "enum", "properties", "required", "items", "minItems",
@@ -117,7 +117,7 @@ class FakeGemini(VendorFake):
         for t in body.get("tools") or []:
             for d in t.get("functionDeclarations") or []:
                 if "parameters" in d:
-                    p += _check_schema(d["parameters"], f"tools.function_declarations[{d.get('name')}].parameters")
+                    p += check_schema(d["parameters"], f"tools.function_declarations[{d.get('name')}].parameters")
         system = body.get("systemInstruction")
         if system is not None and not (system.get("parts") and "text" in system["parts"][0]):
             p.append("systemInstruction: parts with text are expected")
@@ -178,7 +178,7 @@ class FakeGemini(VendorFake):
         return []
 
 
-def _check_schema(s: Any, where: str) -> list[str]:
+def check_schema(s: Any, where: str) -> list[str]:
     if not isinstance(s, dict):
         return [f"{where}: schema must be an object"]
     p = [f'Invalid JSON payload received. Unknown name "{k}" at \'{where}\': Cannot find field.'
@@ -188,9 +188,9 @@ def _check_schema(s: Any, where: str) -> list[str]:
     if "enum" in s and not all(isinstance(v, str) for v in s["enum"]):
         p.append(f"{where}.enum: only string values are allowed")
     for k, v in (s.get("properties") or {}).items():
-        p += _check_schema(v, f"{where}.properties[{k}]")
+        p += check_schema(v, f"{where}.properties[{k}]")
     if "items" in s:
-        p += _check_schema(s["items"], f"{where}.items")
+        p += check_schema(s["items"], f"{where}.items")
     for r in s.get("required") or []:
         if r not in (s.get("properties") or {}):
             p.append(f"{where}.required[{r}]: property is not defined")

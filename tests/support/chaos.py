@@ -1,16 +1,12 @@
-"""Helpers of the chaos tests: fresh databases, `treadle serve` replicas as real subprocesses that
-can be SIGKILLed, SIGSTOPped and SIGCONTed, bounded polling and transcript checks.
-
-Self-contained on purpose (a copy of what tests/e2e/e2e_support.py does, plus stop/continue):
-`pytest tests/chaos` alone must work, and tests/e2e is not on sys.path then. Loopback only;
-every wait is bounded by a deadline."""
+"""Helpers of the chaos tests: SQL on their database, `treadle serve` replicas as real subprocesses
+that can be SIGKILLed, SIGSTOPped and SIGCONTed, bounded polling and transcript checks (like
+tests/support/e2e.py, plus stop/continue). Loopback only; every wait is bounded by a deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -23,24 +19,9 @@ from typing import Any
 import httpx
 import psycopg
 import yaml
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
-# -- databases ---------------------------------------------------------------------------------------
-
-
-def create_database(server_url: str, prefix: str = "chaos") -> str:
-    name = f"treadle_{prefix}_{secrets.token_hex(4)}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return make_conninfo(server_url, dbname=name)
-
-
-def drop_database(server_url: str, url: str) -> None:
-    name = conninfo_to_dict(url)["dbname"]
-    assert isinstance(name, str) and name.startswith("treadle_")
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+# -- SQL (the databases come from tests.support.db) ---------------------------------------------------
 
 
 async def query(url: str, sql: str, params: Any = None) -> list[dict[str, Any]]:

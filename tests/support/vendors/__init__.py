@@ -1,0 +1,1 @@
+"""Fake model vendors (Anthropic, OpenAI / DeepSeek / Ollama, Gemini) on loopback HTTP."""
