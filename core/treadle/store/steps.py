@@ -373,7 +373,7 @@ class StepStore:
                 cache_read_tokens = cache_read_tokens + %(cr_t)s,
                 updated_at = now()
             WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
-              AND NOT (%(completing)s AND cancel_requested)
+              AND NOT (%(yields_to_cancel)s AND cancel_requested)
             RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason
         ), ev AS (
             INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
@@ -404,7 +404,9 @@ class StepStore:
         params = {
             "n": len(events),
             "final": outcome.final,
-            "completing": outcome.status == "completed",
+            # a step that would go on or complete yields to a pending cancel: it rolls back (with the
+            # effects of its transactional tools) and the run ends cancelled instead
+            "yields_to_cancel": outcome.status in ("running", "completed", "waiting"),
             "requeue": self.requeue_after_s,
             "delay": outcome.delay_s,
             "status": outcome.status,
@@ -428,8 +430,8 @@ class StepStore:
         cur = await conn.execute(sql, params)
         row = await cur.fetchone()
         if row is None:
-            if outcome.status == "completed" and await self._cancel_pending(conn, leased, owner):
-                raise CancelPending(f"run {leased.run_id}: a cancel landed before step {leased.step_no} completed it")
+            if await self._cancel_pending(conn, leased, owner):
+                raise CancelPending(f"run {leased.run_id}: a cancel landed before step {leased.step_no} committed")
             raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
         base = leased.last_seq
         leased.last_seq += len(events)
