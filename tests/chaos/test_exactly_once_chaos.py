@@ -46,16 +46,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.chaos import (
-    Db,
-    Replica,
-    check_paired,
-    execute,
-    query,
-    scalar,
-    wait_until,
-    write_config,
-)
+from tests.support.chaos import Db, Replica, scalar, wait_until, write_config
+from tests.support.e2e import check_paired, execute, query
 from treadle.client import TreadleClient
 from treadle.store.runs import JOBS_CHANNEL
 

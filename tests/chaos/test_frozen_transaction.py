@@ -32,7 +32,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.chaos import Db, Replica, execute, wait_until, write_config
+from tests.support.chaos import Db, Replica, wait_until, write_config
+from tests.support.e2e import execute
 from treadle.client import TreadleClient
 
 pytestmark = pytest.mark.e2e

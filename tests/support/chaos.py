@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,13 +21,7 @@ import yaml
 from psycopg.rows import dict_row
 
 # -- SQL (the databases come from tests.support.db) ---------------------------------------------------
-
-
-async def query(url: str, sql: str, params: Any = None) -> list[dict[str, Any]]:
-    """One statement on its own autocommit connection (the test reads the tables directly)."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
-        cur = await conn.execute(sql, params)
-        return await cur.fetchall() if cur.description else []
+from tests.support.e2e import free_port, query  # the same helpers as the e2e tests
 
 
 async def scalar(url: str, sql: str, params: Any = None) -> int:
@@ -69,11 +62,6 @@ class Db:
         await self.close()
 
 
-async def execute(url: str, sql: str) -> None:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(sql)
-
-
 async def wait_until(
     predicate: Callable[[], Awaitable[Any]], *, timeout: float, interval: float = 0.1, what: str = "condition"
 ) -> Any:
@@ -89,12 +77,6 @@ async def wait_until(
 
 
 # -- the server processes ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_config(path: Path, config: dict[str, Any]) -> Path:
@@ -239,27 +221,3 @@ class Replica:
 # -- transcripts -----------------------------------------------------------------------------------
 
 
-def check_paired(events: list[dict[str, Any]]) -> list[str]:
-    """Problems with tool_call/tool_result pairing in one transcript (rows with `seq`, `type` and
-    the payload's `tool_use`): every call answered exactly once, after the call, and no result
-    without a call. Empty when fine."""
-    problems: list[str] = []
-    calls: dict[str, int] = {}
-    results: dict[str, list[int]] = {}
-    for e in events:
-        if e["type"] == "tool_call":
-            tid = e["tool_use"]["id"]
-            if tid in calls:
-                problems.append(f"tool_call {tid} recorded twice (seq {calls[tid]} and {e['seq']})")
-            calls[tid] = e["seq"]
-        elif e["type"] == "tool_result":
-            results.setdefault(e["tool_use"]["id"], []).append(e["seq"])
-    for tid, seq in calls.items():
-        got = results.get(tid, [])
-        if len(got) != 1:
-            problems.append(f"tool_use {tid} (seq {seq}) has {len(got)} results {got}")
-        elif got[0] < seq:
-            problems.append(f"tool_use {tid}: result seq {got[0]} before its call seq {seq}")
-    for tid in results.keys() - calls.keys():
-        problems.append(f"tool_result for unknown tool_use {tid}")
-    return problems
