@@ -150,3 +150,14 @@ def test_translation_fires_at_the_same_minutes(expr: str) -> None:
     minutes = (start + timedelta(minutes=m) for m in range(days * 24 * 60))
     got = [t for t in minutes if _eb_matches(eb, t)]
     assert got == expected
+
+
+def test_the_last_fire_at_or_before_is_never_after_the_moment() -> None:
+    """Regression: in the last second before a fire time, the search found that (future) fire."""
+    from datetime import UTC, datetime
+
+    every_minute = Cron("* * * * *")
+    assert every_minute.prev_at_or_before(datetime(2026, 1, 1, 12, 2, 59, 500_000, tzinfo=UTC)) == datetime(
+        2026, 1, 1, 12, 2, tzinfo=UTC)
+    assert every_minute.prev_at_or_before(datetime(2026, 1, 1, 12, 3, tzinfo=UTC)) == datetime(
+        2026, 1, 1, 12, 3, tzinfo=UTC)

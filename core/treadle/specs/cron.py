@@ -130,8 +130,11 @@ class Cron:
         return utc(it.get_next(datetime))
 
     def prev_at_or_before(self, t: datetime) -> datetime:
-        """The last fire time at or before `t` (UTC)."""
-        it = _croniter()(self.expr, utc(t).astimezone(self.zone) + timedelta(seconds=1))
+        """The last fire time at or before `t` (UTC). (Fire times are whole seconds: searching back
+        from the next whole second after `t`'s own second finds `t` itself when it is one, and never
+        a time after `t` — from `t + 1 s` a fire up to a second later would be found.)"""
+        whole = utc(t).replace(microsecond=0)
+        it = _croniter()(self.expr, whole.astimezone(self.zone) + timedelta(seconds=1))
         return utc(it.get_prev(datetime))
 
     def prev_before(self, t: datetime) -> datetime:
