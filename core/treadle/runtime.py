@@ -24,15 +24,18 @@ from treadle.engine.sending import StepSender
 from treadle.engine.step import Engine, EngineSettings
 from treadle.engine.waiting import Steering
 from treadle.engine.waking import RunWaker
+from treadle.hooks.calls import HttpToolHooks
 from treadle.ports import OpService
 from treadle.providers.base import Provider
 from treadle.providers.mock import MockProvider
 from treadle.providers.registry import build_providers
+from treadle.security.network import NetworkSetup
 from treadle.store.cancels import NotifyCancels, PollingCancels
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key
 from treadle.store.clienttools import ClientToolStore
 from treadle.store.db import Pool, open_pool, resolve_database_url
 from treadle.store.defs import DefStore
+from treadle.store.hooks import HookStore
 from treadle.store.inputs import InputStore
 from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
@@ -115,6 +118,8 @@ class Runtime:
     engine: Engine = field(init=False)
     #: the cloud shape bounds an SSE response by the invocation's remaining time
     sse_budget_s: float | None = None
+    #: how outbound calls the runtime makes itself (tool-use hooks) resolve and connect (tests inject it)
+    network: NetworkSetup | None = None
 
     def __post_init__(self) -> None:
         settings, config, pool = self.settings, self.config, self.pool
@@ -139,6 +144,7 @@ class Runtime:
             else PollingCancels(pool, settings.cancel_poll_seconds)
         )
         self.sender = StepSender(self.dispatcher)
+        self.hooks = HttpToolHooks(HookStore(pool), self.network)
         self.waker = RunWaker(self.waits, self.subruns, self.sender, self.hub)
         interrupts = InterruptStore(pool)
         self.substrate = Substrate(pool, self.catalogue, self.runs, self.memory, build_embedder(config.memory.embedder))
@@ -163,6 +169,7 @@ class Runtime:
             hub=self.hub,
             resolve_agent=self.substrate.pinning.resolve,
             cancels=self.cancels,
+            hooks=self.hooks,
             client_tools=lambda leased: [
                 ClientTool.from_spec(spec, leased.client_tool_timeout_s) for spec in leased.client_tools or ()
             ],
@@ -184,6 +191,7 @@ class Runtime:
         registry: ToolRegistry | None = None,
         providers: dict[str, Provider] | None = None,
         config_source: str = "treadle.yaml",
+        network: NetworkSetup | None = None,
     ) -> Runtime:
         """Resolve agents (config errors first), connect, migrate, and wire the engine.
 
@@ -201,7 +209,7 @@ class Runtime:
             dispatcher: Dispatcher = PostgresQueue(pool, url)
         else:
             dispatcher = dispatcher_factory(pool, url)
-        rt = cls(settings, config, url, pool, dispatcher, catalogue, registry, built)
+        rt = cls(settings, config, url, pool, dispatcher, catalogue, registry, built, network=network)
         if isinstance(rt.cancels, NotifyCancels):
             await rt.cancels.start()  # listening before the first step is leased
         return rt

@@ -20,10 +20,10 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     """The routers of the authenticated API (/v1/...), in mount order. `webhooks=False` leaves
     out /v1/_webhooks/* (the cloud shape routes it to the webhook function)."""
-    from treadle.api import channels, clienttools, interrupts, memory, steering, substrate, triggers
+    from treadle.api import channels, clienttools, hooks, interrupts, memory, steering, substrate, triggers
 
     routers = [runs.router, clienttools.router, steering.router, interrupts.router, channels.router,
-               triggers.router]
+               triggers.router, hooks.router]
     if webhooks:
         from treadle.api import webhooks as webhook_routes
 

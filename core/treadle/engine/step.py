@@ -39,7 +39,7 @@ from treadle.errors import CancelPending, LeaseLost, ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.store.cancels import CancelState, cancel_state
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
-from treadle.tools.base import Tool, ToolServices
+from treadle.tools.base import Tool, ToolHooks, ToolServices
 
 log = logging.getLogger("treadle.engine")
 T = TypeVar("T")
@@ -79,6 +79,7 @@ class Engine:
         resolve_agent: AgentResolver | None = None,
         cancels: CancelWatch | None = None,
         client_tools: ClientTools | None = None,
+        hooks: ToolHooks | None = None,
     ) -> None:
         self.tools = tools
         self.steps = steps
@@ -88,7 +89,7 @@ class Engine:
         self.steering = steering
         self.hub = hub
         self.settings = settings or EngineSettings()
-        self.runner = ToolRunner(tools, steps, self.settings.tool_parallelism)
+        self.runner = ToolRunner(tools, steps, self.settings.tool_parallelism, hooks)
         self.cancels = cancels
         self.client_tools = client_tools
         self._signals: dict[str, asyncio.Event] = {}

@@ -22,7 +22,16 @@ from treadle.engine.agents import ResolvedAgent
 from treadle.engine.outcomes import ParkedCall, tool_result_event
 from treadle.errors import ToolError
 from treadle.store.steps import LeasedRun, StepStore
-from treadle.tools.base import Park, Principal, Tool, ToolContext, ToolResult, ToolServices, effects_of
+from treadle.tools.base import (
+    Park,
+    Principal,
+    Tool,
+    ToolContext,
+    ToolHooks,
+    ToolResult,
+    ToolServices,
+    effects_of,
+)
 
 log = logging.getLogger("treadle.engine")
 
@@ -66,10 +75,13 @@ class TurnCalls:
 
 
 class ToolRunner:
-    def __init__(self, services: ToolServices, steps: StepStore, parallelism: int) -> None:
+    def __init__(
+        self, services: ToolServices, steps: StepStore, parallelism: int, hooks: ToolHooks | None = None
+    ) -> None:
         self.services = services
         self.steps = steps
         self.parallelism = parallelism
+        self.hooks = hooks
 
     async def run_external(self, calls: TurnCalls) -> dict[str, Outcome]:
         """Every external call, concurrently; no transaction is open."""
@@ -108,21 +120,26 @@ class ToolRunner:
             result = ToolResult(f"tool {tu.name!r} is not permitted for agent {calls.agent.name!r} (its tools: {held})",
                                 is_error=True)
         else:
-            result = await self._invoke(calls, tool, tu, savepoint)
+            ctx = self._context(calls, tu)
+            args, denied = tu.input, None
+            if self.hooks is not None:  # the operator's pre-call hooks may rewrite or deny the call
+                verdict = await self.hooks.pre(ctx, tu.name, args)
+                args, denied = verdict.args, verdict.denied
+            result = denied if denied is not None else await self._invoke(ctx, tool, tu, args, savepoint)
             if isinstance(result, Park):
                 if not result.keys:
                     result = ToolResult(f"{tu.name} parked without a wait key", is_error=True)
                 else:
                     return ParkedCall(tu, result, calls.parked.get(tu.id))
+            elif self.hooks is not None and denied is None:
+                result = await self.hooks.post(ctx, tu.name, args, result)
         event = tool_result_event(tu, result.content, result.is_error)
         event.preceding = [NewEvent(t, p) for t, p in result.events]
         return event
 
-    async def _invoke(
-        self, calls: TurnCalls, tool: Tool, tu: ToolUseBlock, savepoint: bool | None
-    ) -> ToolResult | Park:
+    def _context(self, calls: TurnCalls, tu: ToolUseBlock) -> ToolContext:
         leased, agent = calls.leased, calls.agent
-        ctx = ToolContext(
+        return ToolContext(
             principal=Principal(leased.tenant_id, leased.user_id),
             run_id=leased.run_id,
             tool_use_id=tu.id,
@@ -137,11 +154,15 @@ class ToolRunner:
             turn_usage=calls.turn_usage,
             allowed_hosts=leased.allowed_hosts,
         )
+
+    async def _invoke(
+        self, ctx: ToolContext, tool: Tool, tu: ToolUseBlock, args: dict[str, Any], savepoint: bool | None
+    ) -> ToolResult | Park:
         try:
             if not savepoint:
-                return await tool.invoke(ctx, tu.input)
+                return await tool.invoke(ctx, args)
             async with self.steps.savepoint():  # an exception rolls the call's writes back
-                return await tool.invoke(ctx, tu.input)
+                return await tool.invoke(ctx, args)
         except ToolError as exc:
             failed = ToolResult(exc.message, is_error=True)
         except Exception as exc:

@@ -173,3 +173,21 @@ class Tool(Protocol):
 def effects_of(tool: Tool) -> ToolEffects:
     value = getattr(tool, "effects", "external")
     return "transactional" if value == "transactional" else "external"
+
+
+@dataclass(frozen=True, slots=True)
+class PreHookVerdict:
+    """What the pre-call hooks decided: the input to call the tool with, or a result that stands
+    in for the call (the call was denied)."""
+
+    args: dict[str, Any]
+    denied: ToolResult | None = None
+
+
+class ToolHooks(Protocol):
+    """Tool-use hooks around every call (core/treadle/hooks/ calls the operator's HTTP hooks)."""
+
+    async def pre(self, ctx: ToolContext, tool: str, args: dict[str, Any]) -> PreHookVerdict: ...
+
+    async def post(self, ctx: ToolContext, tool: str, args: dict[str, Any], result: ToolResult) -> ToolResult: ...
+
