@@ -138,6 +138,31 @@ def test_run_with_several_tool_calls_completes(
     assert queue_is_empty(sqs, queue["url"])
 
 
+def test_an_application_tool_parks_the_run_and_the_answer_resumes_it_through_sqs(
+    envs: dict[str, LambdaEnv], sqs: Any, queue: dict[str, str], cloud_db: str
+) -> None:
+    api, worker = envs["api"], envs["worker"]
+    tool = {"name": "lookup_order", "input_schema": {"type": "object"}}
+    status, body, _ = call(api, "POST", "/v1/runs", {"agent": "shopper", "prompt": "where?", "client_tools": [tool]})
+    assert status == 202, body
+    run_id = str(body["run_id"])
+    esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [worker])
+
+    def waiting() -> bool:
+        return run_rows(cloud_db, [run_id])[run_id]["status"] == "waiting"
+
+    esm.run_until(waiting, timeout_s=60)  # parked: no message left, no Lambda held
+    assert queue_is_empty(sqs, queue["url"])
+    [pending] = [e for e in events_of(api, run_id) if e["type"] == "tool_pending"]
+    status, answered, _ = call(api, "POST", f"/v1/runs/{run_id}/tool_results",
+                               {"tool_use_id": pending["tool_use"]["id"], "content": "shipped"})
+    assert status == 200 and answered["woke"] == 1, answered
+    esm.run_until(lambda: all_terminal(cloud_db, [run_id]), timeout_s=60)  # the answer sent the step to SQS
+    [result] = [e for e in events_of(api, run_id) if e["type"] == "tool_result"]
+    assert (result["text"], result["is_error"]) == ("shipped", False)
+    assert run_rows(cloud_db, [run_id])[run_id]["status"] == "completed"
+
+
 def test_every_message_delivered_twice_gives_one_transcript(
     envs: dict[str, LambdaEnv], sqs: Any, queue: dict[str, str], cloud_db: str
 ) -> None:
