@@ -52,6 +52,16 @@ DB_USER = "treadle"
 MAX_RECEIVE_COUNT = 10
 
 
+def proxy_name(stack_name: str) -> str:
+    """An RDS Proxy name unique to the stack: letters, digits and single hyphens, starting with a
+    letter, at most 60 characters."""
+    cleaned = "-".join(part for part in "".join(c if c.isalnum() else "-" for c in stack_name).split("-") if part)
+    name = f"{cleaned or 'treadle'}-proxy"
+    if not name[0].isalpha():
+        name = f"t-{name}"
+    return name[:60].rstrip("-")
+
+
 @dataclass
 class TreadleRuntimeProps:
     #: an existing VPC (private subnets with egress + isolated subnets); else one is created
@@ -142,6 +152,9 @@ class TreadleRuntime(Construct):
         if p.rds_proxy:
             self.proxy = self.database.add_proxy(
                 "Proxy",
+                # the default name is the construct id, the same in every stack: a second stack (staging
+                # beside prod) or a replaced proxy would collide; the stack's name makes it unique
+                db_proxy_name=proxy_name(Stack.of(self).stack_name),
                 secrets=[self.db_secret],
                 vpc=self.vpc,
                 vpc_subnets=app_subnets,
@@ -199,7 +212,9 @@ class TreadleRuntime(Construct):
         )
 
         # -- schedules ----------------------------------------------------------------------------
-        self.schedule_group = scheduler.ScheduleGroup(self, "ScheduleGroup")
+        # destroyed with the stack (the default keeps it, and its schedules would go on firing at a
+        # deleted target while a redeploy fails on the leftover group)
+        self.schedule_group = scheduler.ScheduleGroup(self, "ScheduleGroup", removal_policy=RemovalPolicy.DESTROY)
 
         # -- code ---------------------------------------------------------------------------------
         config_yaml = validate_config(p.config_file) if p.config_file else starter_config()

@@ -134,6 +134,7 @@ def test_database_proxy_and_secrets(synth: dict[str, Any]) -> None:
     assert len(resources(t, "AWS::SecretsManager::Secret")) == 4  # database, API token, provider keys, webhooks
     [proxy] = resources(t, "AWS::RDS::DBProxy").values()
     assert proxy["Properties"]["VpcSubnetIds"]
+    assert proxy["Properties"]["DBProxyName"] == "Treadle-proxy"  # unique per stack, not the construct id
 
 
 def test_queue_dlq_and_event_source_mapping(synth: dict[str, Any]) -> None:
@@ -195,6 +196,8 @@ def test_http_api_routes(synth: dict[str, Any]) -> None:
 def test_scheduler_group_role_and_maintenance_schedule(synth: dict[str, Any]) -> None:
     tpl, t = synth["template"], synth["json"]
     tpl.resource_count_is("AWS::Scheduler::ScheduleGroup", 1)
+    [group] = resources(t, "AWS::Scheduler::ScheduleGroup").values()
+    assert group["DeletionPolicy"] == "Delete"  # cdk destroy removes it (and the schedules in it)
     [schedule] = resources(t, "AWS::Scheduler::Schedule").values()
     assert schedule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
     assert schedule["Properties"]["Target"]["Arn"] == entry_ref(t, "maintenance")
@@ -275,3 +278,14 @@ def test_staged_code_can_ship_hash_checked_bytecode(tmp_path: Path) -> None:
     flags = int.from_bytes(pyc.read_bytes()[4:8], "little")
     assert flags == 0b01  # hash-based, unchecked: independent of file times, so the asset hash is stable
     assert (out / "functions" / "worker" / "__pycache__" / f"handler.{tag}.pyc").is_file()
+
+
+def test_stack_scoped_names() -> None:
+    """Two stacks in one account and region get different proxy names (staging beside prod)."""
+    sys.path.insert(0, str(ROOT / "infra"))
+    from treadle_infra.runtime import proxy_name
+
+    assert proxy_name("Treadle") != proxy_name("TreadleStaging")
+    assert proxy_name("my_app.prod") == "my-app-prod-proxy" and proxy_name("9lives").startswith("t-")
+    assert len(proxy_name("x" * 200)) <= 60
+
