@@ -21,10 +21,6 @@ class RunStarter(Protocol):
     async def start_run(self, new: NewRun) -> tuple[RunRecord, bool]: ...
 
 
-class RunCanceller(Protocol):
-    async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None: ...
-
-
 class Waker(Protocol):
     """Wake every run parked on any of `keys` (poke → send the step → notify live readers)."""
 

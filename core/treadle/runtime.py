@@ -94,7 +94,7 @@ class _OpServices(Mapping[str, OpService]):
 @dataclass(eq=False)
 class Runtime:
     """The composition root: builds every store, service and port once. Services receive stores
-    and ports (treadle/ports.py) — the runtime implements `RunStarter`, `RunCanceller`, `Waker`
+    and ports (treadle/ports.py) — the runtime implements `RunStarter`, `Waker`
     and `ChannelPublisher` — and never see the runtime itself."""
 
     settings: Settings

@@ -86,6 +86,8 @@ async def test_refusals(open_runtime: Any) -> None:
         r = await c.post("/v1/runs", json={"agent": "shopper", "prompt": "p", "client_tools": [LOOKUP],
                                            "client_tool_timeout_seconds": 0})
         assert r.status_code == 422
+        r = await c.post("/v1/runs", json={"agent": "shopper", "prompt": "p", "client_tool_timeout_seconds": 30})
+        assert (r.status_code, r.json()["code"]) == (422, "client_tool_timeout_without_tools")
 
 
 async def test_a_call_nobody_answers_times_out_with_an_error(open_runtime: Any) -> None:

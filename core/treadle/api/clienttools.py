@@ -15,7 +15,7 @@ from treadle.builtins.client import MAX_CLIENT_TOOLS, MAX_TIMEOUT_S
 from treadle.errors import ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
-from treadle.store.clienttools import ClientToolStore, client_tool_key
+from treadle.store.clienttools import client_tool_key
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -51,10 +51,15 @@ ClientTools = Annotated[list[ClientToolSpec], Field(max_length=MAX_CLIENT_TOOLS)
 ClientToolTimeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)]
 
 
-def client_tool_specs(rt: Runtime, tools: list[ClientToolSpec] | None) -> list[dict[str, Any]] | None:
+def client_tool_specs(
+    rt: Runtime, tools: list[ClientToolSpec] | None, timeout_s: float | None
+) -> list[dict[str, Any]] | None:
     """The declared tools as stored on the run; a name that repeats or that a built-in tool has
-    is refused (the model must never confuse the two)."""
+    is refused (the model must never confuse the two), and so is a timeout without tools."""
     if not tools:
+        if timeout_s is not None:
+            raise ValidationFailed("client_tool_timeout_seconds applies to client_tools, and none are declared",
+                                   code="client_tool_timeout_without_tools")
         return None
     names = [t.name for t in tools]
     clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(rt.registry.names())))
@@ -76,7 +81,6 @@ async def post_tool_result(run_id: str, body: ToolResultRequest, rt: Rt, who: Wh
     """Answer an application tool call the run is waiting on; the run continues at once. 404
     `tool_call_not_found` (no such call in this run), 409 `tool_call_not_waiting` (answered already,
     or it timed out)."""
-    store = ClientToolStore(rt.pool)
-    await store.answer(who.tenant_id, run_id, body.tool_use_id, body.content, body.is_error)
+    await rt.engine.tools.client_results.answer(who.tenant_id, run_id, body.tool_use_id, body.content, body.is_error)
     woke = await rt.poke(who.tenant_id, [client_tool_key(run_id, body.tool_use_id)])
     return {"run_id": run_id, "tool_use_id": body.tool_use_id, "accepted": True, "woke": woke}

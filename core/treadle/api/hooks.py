@@ -17,7 +17,6 @@ from treadle.hooks.calls import DEFAULT_SECRET_ENV
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.specs.fieldtypes import EnvVarName
-from treadle.store.hooks import HookStore
 
 router = APIRouter(prefix="/v1", tags=["hooks"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -78,19 +77,19 @@ async def create_hook(body: HookRequest, rt: Rt, who: Who) -> dict[str, Any]:
     if not os.environ.get(secret_env):
         raise ValidationFailed(f"the hook's signing secret variable {secret_env} is not set",
                                code="hook_secret_missing")
-    record = await HookStore(rt.pool).create(who.tenant_id, body.model_dump())
+    record = await rt.hooks.store.create(who.tenant_id, body.model_dump())
     rt.hooks.forget(who.tenant_id)
     return record.to_api()
 
 
 @router.get("/hooks")
 async def list_hooks(rt: Rt, who: Who) -> dict[str, Any]:
-    return {"hooks": [h.to_api() for h in await HookStore(rt.pool).list(who.tenant_id)]}
+    return {"hooks": [h.to_api() for h in await rt.hooks.store.list(who.tenant_id)]}
 
 
 @router.delete("/hooks/{hook_id}", status_code=204)
 async def delete_hook(hook_id: str, rt: Rt, who: Who) -> Response:
-    if not await HookStore(rt.pool).delete(who.tenant_id, hook_id):
+    if not await rt.hooks.store.delete(who.tenant_id, hook_id):
         raise NotFound(f"hook {hook_id!r} not found", code="hook_not_found")
     rt.hooks.forget(who.tenant_id)
     return Response(status_code=204)

@@ -111,7 +111,7 @@ async def create_run(
             metadata=body.metadata,
             interactive=body.interactive,
             idempotency_key=idempotency_key,
-            client_tools=client_tool_specs(rt, body.client_tools),
+            client_tools=client_tool_specs(rt, body.client_tools, body.client_tool_timeout_seconds),
             client_tool_timeout_s=body.client_tool_timeout_seconds,
             allowed_hosts=body.allowed_hosts,
         )

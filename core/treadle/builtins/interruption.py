@@ -12,14 +12,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from treadle.config import InterruptionConfig
 from treadle.errors import ToolError
 from treadle.store.interrupts import InterruptStore, interrupt_id, interrupt_key
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
-
-if TYPE_CHECKING:
-    from treadle.config import InterruptionConfig
 
 OPS = ("ask", "notify", "cancel")
 PRIORITIES = ("low", "normal", "high")

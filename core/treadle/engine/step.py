@@ -284,17 +284,18 @@ class Engine:
                 turn = []
             external = await self._interruptible(leased, self.runner.run_external(calls))
         await self._stop_if_cancelled(leased)  # before any transactional effect
+
+        async def commit(transactional: dict[str, Outcome]) -> StepResult:
+            outcomes = self.runner.in_order(calls, external, transactional)
+            return await self._decide(leased, owner, calls.agent, calls.iteration, outcomes, usage=usage,
+                                      new_iteration=new_iteration, totals=totals, turn=turn)
+
         try:
-            async with self.steps.transaction(leased, owner):
-                transactional = await self.runner.run_transactional(calls)
-                outcomes = self.runner.in_order(calls, external, transactional)
-                return await self._decide(leased, owner, calls.agent, calls.iteration, outcomes, usage=usage,
-                                          new_iteration=new_iteration, totals=totals, turn=turn)
+            async with self.steps.transaction():
+                return await commit(await self.runner.run_transactional(calls))
         except ToolRaised as raised:  # its writes rolled back with that transaction: commit its error alone
-            async with self.steps.transaction(leased, owner):
-                outcomes = self.runner.in_order(calls, external, {raised.tool_use_id: raised.outcome})
-                return await self._decide(leased, owner, calls.agent, calls.iteration, outcomes, usage=usage,
-                                          new_iteration=new_iteration, totals=totals, turn=turn)
+            async with self.steps.transaction():
+                return await commit({raised.tool_use_id: raised.outcome})
 
     async def _decide(
         self,

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from treadle.domain.runs import NewEvent
+from treadle.engine.agents import ResolvedAgent
 from treadle.engine.hub import RunEventHub
 from treadle.engine.outcomes import StepResult, tool_result_event
 from treadle.engine.replay import Transcript, replay
@@ -31,9 +32,6 @@ from treadle.store.interrupts import InterruptStore, interrupt_key
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
 from treadle.store.subruns import SubRunStore
 from treadle.store.waits import WaitStore
-
-if TYPE_CHECKING:
-    from treadle.engine.agents import ResolvedAgent
 
 log = logging.getLogger("treadle.engine")
 

@@ -257,7 +257,7 @@ class StepStore:
             yield
 
     @asynccontextmanager
-    async def transaction(self, leased: LeasedRun, owner: str) -> AsyncIterator[StepTransaction]:
+    async def transaction(self) -> AsyncIterator[StepTransaction]:
         """The step's commit transaction, current for the task: the writes of transactional tools
         and the step's `commit` become one atomic commit. The commit statement is the fence — a
         worker that lost its lease gets LeaseLost there and the whole transaction, tool writes
@@ -265,7 +265,6 @@ class StepStore:
         any wait, so a cancel either committed before (then `commit` refuses to complete the run)
         or waits for this commit. A worker that stalls inside (SIGSTOP, a hung tool) is ended by
         Postgres after a lease (`open_pool`'s idle-in-transaction limit) and swept like a dead one."""
-        del leased, owner  # the fence is in `commit`; kept in the signature for callers' clarity
         async with self.pool.step_transaction() as tx:
             yield tx
 
