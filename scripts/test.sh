@@ -8,4 +8,5 @@ scripts/bootstrap.sh
 .venv/bin/ruff check core sidecar cloud functions infra layers tests scripts
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
-.venv/bin/pytest -q "$@"
+# on every core (TREADLE_TEST_WORKERS=0 runs in this process); worksteal balances the long tests
+.venv/bin/pytest -q -n "${TREADLE_TEST_WORKERS:-auto}" --dist worksteal "$@"

@@ -58,6 +58,14 @@ def db_url(server_url: str, migrated_template: str) -> Iterator[str]:
 RuntimeFactory = Callable[..., Any]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (scripts/test.sh runs the suite on several workers), start the embedded
+    Postgres once in the controlling process, before any worker starts: workers then reuse the
+    running server instead of racing to initialise one data directory."""
+    if not hasattr(config, "workerinput") and config.getoption("numprocesses", None):
+        db.server_url()
+
+
 @pytest.fixture
 async def open_runtime(db_url: str) -> AsyncIterator[RuntimeFactory]:
     """`await open_runtime(agents, inline=True, url=None, config=None, **settings)` → (runtime,
