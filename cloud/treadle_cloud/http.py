@@ -54,6 +54,7 @@ class HttpFunction:
                 auth_token=rt.settings.auth_token,
                 max_request_bytes=rt.settings.max_request_bytes,
                 routers=self.routers,
+                public_docs=rt.settings.public_docs,
             )
             self.app.state.runtime = rt
             self.container.activate()

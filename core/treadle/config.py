@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from treadle.domain.ids import is_identifier
+from treadle.domain.scopes import IMPLIES
 from treadle.domain.substrate import EvaluationScope, SkillSpec
 from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
@@ -90,6 +91,30 @@ class ProviderConfig(BaseModel):
     timeouts: ProviderTimeouts = Field(default_factory=ProviderTimeouts)
     retries: int | None = Field(default=None, ge=0, le=10)  # None: TREADLE_PROVIDER_RETRIES
     options: dict[str, Any] = Field(default_factory=dict)  # driver knobs (thinking budget, temperature, ...)
+
+
+class PrincipalSpec(BaseModel):
+    """A static bearer token from the environment (yaml `principals:`): `token_env` names the
+    variable holding it; treadle.yaml never holds the token itself."""
+
+    model_config = ConfigDict(extra="forbid")
+    tenant: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    subject: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    scopes: list[str] = Field(default_factory=lambda: ["substrate:tenant"], min_length=1, max_length=64)
+    token_env: EnvVarName
+
+    @field_validator("scopes")
+    @classmethod
+    def _known_scopes(cls, v: list[str]) -> list[str]:
+        unknown = sorted(set(v) - set(IMPLIES))
+        if unknown:
+            raise ValueError(f"unknown scope(s) {', '.join(unknown)} (known: {', '.join(IMPLIES)})")
+        return sorted(set(v))
+
+    def token(self) -> str | None:
+        """The token, or None while its variable is unset or blank."""
+        value = os.environ.get(self.token_env, "")
+        return value.strip() or None
 
 
 class ModelRef(BaseModel):
@@ -222,6 +247,7 @@ class TreadleConfig(BaseModel):
     interruption: InterruptionConfig = Field(default_factory=InterruptionConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     search: SearchConfig | None = None
+    principals: dict[str, PrincipalSpec] = Field(default_factory=dict)
 
     @field_validator("agents")
     @classmethod
@@ -354,6 +380,12 @@ class Settings(EnvSettings):
     listen: str = "127.0.0.1:8787"
     workers: int = Field(default=8, ge=0, le=256)
     auth_token: str | None = None
+    #: the key of operator tokens' keyed hash (set it; see treadle.security.tokens)
+    token_pepper: str | None = None
+    #: how long a resolved bearer is remembered per process (0 = look up every request)
+    auth_cache_seconds: float = Field(default=10.0, ge=0, le=300)
+    #: serve /docs, /redoc and /openapi.json without a token even when auth is on
+    public_docs: bool = False
     lease_seconds: float = Field(default=30.0, gt=0)
     sweep_interval_seconds: float = Field(default=2.0, gt=0)
     requeue_after_seconds: float = Field(default=60.0, gt=0)

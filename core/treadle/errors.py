@@ -10,6 +10,7 @@
     │       ├── DefRefused             (422 tool_refused)      a *Def op refused (bad input, outside scope)
     │       └── MappingFailed          (422 mapping_failed)    a required webhook payload path is missing
     ├── Unauthorized                   (401 unauthorized)
+    ├── Forbidden                      (403 insufficient_scope)  the token lacks the route's scope
     ├── NotFound                       (404 not_found)
     │   ├── RunNotFound                (404 run_not_found)
     │   ├── InterruptNotFound          (404 interrupt_not_found)
@@ -91,6 +92,16 @@ class Unauthorized(TreadleError):
     code = "unauthorized"
     status = 401
 
+
+class Forbidden(TreadleError):
+    """The bearer is valid but lacks the scope the route needs (`scope`)."""
+
+    code = "insufficient_scope"
+    status = 403
+
+    def __init__(self, message: str, *, scope: str) -> None:
+        super().__init__(message)
+        self.scope = scope
 
 class NotFound(TreadleError):
     code = "not_found"

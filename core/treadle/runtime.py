@@ -49,6 +49,8 @@ from treadle.tools.base import Principal, ToolContext, ToolServices
 from treadle.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from treadle.store.tokens import AuthTokenStore
+    from treadle.substrate.tokens import OperatorTokens
     from treadle.triggers.service import Triggers
 
 log = logging.getLogger("treadle")
@@ -120,6 +122,8 @@ class Runtime:
     sse_budget_s: float | None = None
     #: how outbound calls the runtime makes itself (tool-use hooks) resolve and connect (tests inject it)
     network: NetworkSetup | None = None
+    #: bumped whenever a token is created, rotated or retired in this process (auth caches flush)
+    auth_generation: int = 0
 
     def __post_init__(self) -> None:
         settings, config, pool = self.settings, self.config, self.pool
@@ -232,6 +236,23 @@ class Runtime:
             principal=Principal(tenant_id, user_id), run_id=run_id, tool_use_id=tool_use_id, iteration=iteration,
             agent=agent, agent_config=agent_config, services=self.engine.tools, resume=resume,
         )
+
+    @cached_property
+    def auth_tokens(self) -> AuthTokenStore:
+        """What authentication reads (operator tokens by keyed hash)."""
+        from treadle.store.tokens import AuthTokenStore
+
+        return AuthTokenStore(self.pool)
+
+    @cached_property
+    def operator_tokens(self) -> OperatorTokens:
+        """OperatorTokenDef: mint, rotate, retire bearer tokens (HTTP and `treadle token`)."""
+        from treadle.substrate.tokens import OperatorTokens
+
+        def changed() -> None:
+            self.auth_generation += 1
+
+        return OperatorTokens(DefStore(self.pool), self.auth_tokens, self.settings.token_pepper, changed)
 
     @cached_property
     def triggers(self) -> Triggers:

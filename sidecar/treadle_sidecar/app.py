@@ -23,13 +23,17 @@ from treadle.security.network import is_loopback_host
 log = logging.getLogger("treadle_sidecar.app")
 
 
-def check_listen(settings: Settings) -> tuple[str, int]:
-    """Without TREADLE_AUTH_TOKEN treadle runs open, so it refuses a non-loopback address."""
+def check_listen(settings: Settings, config: TreadleConfig | None = None) -> tuple[str, int]:
+    """Without TREADLE_AUTH_TOKEN or yaml `principals:` treadle may run open, so it refuses a
+    non-loopback address; a blank token is refused everywhere."""
     host, port = settings.listen_host_port()
-    if not settings.auth_token and not is_loopback_host(host):
+    if settings.auth_token is not None and not settings.auth_token.strip():
+        raise ConfigError("TREADLE_AUTH_TOKEN is blank: unset it, or set a real token")
+    configured = bool(settings.auth_token) or bool(config is not None and config.principals)
+    if not configured and not is_loopback_host(host):
         raise ConfigError(
             f"TREADLE_LISTEN={settings.listen}: refusing to listen on a non-loopback address without "
-            "TREADLE_AUTH_TOKEN (every /v1 route would be open to the network)"
+            "TREADLE_AUTH_TOKEN or yaml principals: (every /v1 route would be open to the network)"
         )
     return host, port
 
@@ -65,5 +69,6 @@ def create_sidecar_app(settings: Settings | None = None, config: TreadleConfig |
             await rt.close()
 
     return create_app(
-        auth_token=settings.auth_token, max_request_bytes=settings.max_request_bytes, lifespan=lifespan
+        auth_token=settings.auth_token, max_request_bytes=settings.max_request_bytes, lifespan=lifespan,
+        public_docs=settings.public_docs,
     )

@@ -9,7 +9,7 @@ from treadle_sidecar.app import check_listen, create_sidecar_app
 
 
 def serve(settings: Settings, config: TreadleConfig, *, log_level: str = "info") -> None:
-    host, port = check_listen(settings)
+    host, port = check_listen(settings, config)
     app = create_sidecar_app(settings, config)
     uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on", access_log=False)
 

@@ -41,8 +41,10 @@ def client(rt: Any) -> httpx.AsyncClient:
                              base_url="http://treadle")
 
 
-async def test_no_route_answers_500_to_bad_input(open_runtime: Any) -> None:
-    rt, disp = await open_runtime(AGENTS)
+async def test_no_route_answers_500_to_bad_input(open_runtime: Any, migrated_db_url: str) -> None:
+    # a database of its own: junk that is valid input (e.g. an OperatorTokenDef create, which
+    # turns open mode off) must not leak into other tests
+    rt, disp = await open_runtime(AGENTS, url=migrated_db_url)
     statuses: Counter[int] = Counter()
     failures: list[str] = []
     async with client(rt) as c:

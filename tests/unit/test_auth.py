@@ -1,13 +1,31 @@
-"""The bearer authenticator and the sidecar's refusal to listen openly on a network address."""
+"""The bearer authenticator (without a database: the legacy token) and the sidecar's refusal to
+listen openly on a network address. Tokens in the database: tests/tenancy."""
 
 from __future__ import annotations
 
 import pytest
 from treadle_sidecar.app import check_listen, is_loopback_host
 
+from treadle.api.auth import Authenticator
 from treadle.config import Settings
-from treadle.errors import ConfigError, Unauthorized
-from treadle.security.principal import DEFAULT_TENANT, OPEN_PRINCIPAL, BearerAuthenticator, bearer_from_header
+from treadle.errors import ConfigError, Unauthorized, ValidationFailed
+from treadle.security.principal import DEFAULT_TENANT, OPEN_PRINCIPAL, bearer_from_header
+
+
+class BearerAuthenticator:
+    """The authenticator with no runtime behind it: only the legacy token."""
+
+    def __init__(self, token: str | None) -> None:
+        self.inner = Authenticator(token)
+
+    @property
+    def open_mode(self) -> bool:
+        return self.inner.legacy_token is None
+
+    def authenticate(self, header: str | None) -> object:
+        import asyncio
+
+        return asyncio.run(self.inner.authenticate(header, None))
 
 
 def test_open_mode_lets_everyone_in_as_the_default_tenant() -> None:
@@ -17,6 +35,14 @@ def test_open_mode_lets_everyone_in_as_the_default_tenant() -> None:
         p = auth.authenticate(header)
         assert p == OPEN_PRINCIPAL and p.open_mode and p.tenant_id == DEFAULT_TENANT
     assert BearerAuthenticator("").open_mode  # an empty token is no token
+
+
+@pytest.mark.parametrize("blank", [" ", "  \t", "\n"])
+def test_a_blank_token_is_refused_at_start(blank: str) -> None:
+    with pytest.raises(ValidationFailed, match="blank"):
+        Authenticator(blank)
+    with pytest.raises(ConfigError, match="blank"):
+        check_listen(Settings(listen="0.0.0.0:8787", auth_token=blank))
 
 
 @pytest.mark.parametrize("header", [None, "", "Bearer", "Bearer   ", "Basic c2VjcmV0", "secret", "Token secret"])
@@ -37,7 +63,7 @@ def test_invalid_token(header: str) -> None:
 @pytest.mark.parametrize("header", ["Bearer secret", "bearer secret", "BEARER   secret  "])
 def test_valid_token(header: str) -> None:
     p = BearerAuthenticator("secret").authenticate(header)
-    assert p.tenant_id == DEFAULT_TENANT and p.subject == "operator" and not p.open_mode
+    assert p.tenant_id == DEFAULT_TENANT and p.subject == "operator" and not p.open_mode  # type: ignore[attr-defined]
 
 
 def test_bearer_from_header() -> None:

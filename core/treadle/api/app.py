@@ -10,9 +10,9 @@ from fastapi import APIRouter, FastAPI
 
 from treadle import __version__
 from treadle.api import runs
+from treadle.api.auth import Authenticator
 from treadle.api.errors import install_error_handlers
 from treadle.api.limits import BodySizeLimit
-from treadle.security.principal import BearerAuthenticator
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
@@ -20,10 +20,10 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     """The routers of the authenticated API (/v1/...), in mount order. `webhooks=False` leaves
     out /v1/_webhooks/* (the cloud shape routes it to the webhook function)."""
-    from treadle.api import channels, clienttools, hooks, interrupts, memory, steering, substrate, triggers
+    from treadle.api import channels, clienttools, hooks, interrupts, memory, steering, substrate, tokens, triggers
 
     routers = [runs.router, clienttools.router, steering.router, interrupts.router, channels.router,
-               triggers.router, hooks.router]
+               triggers.router, hooks.router, tokens.router]
     if webhooks:
         from treadle.api import webhooks as webhook_routes
 
@@ -38,6 +38,7 @@ def create_app(
     lifespan: Lifespan | None = None,
     routers: Sequence[APIRouter] | None = None,
     watch_page: bool = True,
+    public_docs: bool = False,
 ) -> FastAPI:
     """The app with `/healthz` and `routers` (default: the runs API). Each cloud function mounts
     only the routers it serves."""
@@ -46,8 +47,12 @@ def create_app(
         version=__version__,
         description="A durable agent runtime: runs survive crashes because the transcript is the state.",
         lifespan=lifespan,
+        # unless TREADLE_PUBLIC_DOCS, the spec and the docs pages need a token (add_docs_behind_auth)
+        openapi_url="/openapi.json" if public_docs else None,
+        docs_url="/docs" if public_docs else None,
+        redoc_url="/redoc" if public_docs else None,
     )
-    app.state.authenticator = BearerAuthenticator(auth_token)
+    app.state.authenticator = Authenticator(auth_token)
     app.state.runtime = None
     install_error_handlers(app)
 
@@ -57,9 +62,34 @@ def create_app(
 
     for router in api_routers() if routers is None else routers:
         app.include_router(router)
+    if not public_docs:
+        add_docs_behind_auth(app)
     if watch_page:
         from treadle.api import watchpage
 
         app.include_router(watchpage.router)
     app.add_middleware(BodySizeLimit, max_bytes=max_request_bytes)
     return app
+
+
+def add_docs_behind_auth(app: FastAPI) -> None:
+    """/openapi.json, /docs and /redoc behind the bearer (open when treadle runs open)."""
+    from fastapi import Depends
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+    from fastapi.responses import HTMLResponse, JSONResponse
+
+    from treadle.api.deps import get_principal
+
+    auth = [Depends(get_principal)]
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=auth)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="treadle API")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=auth)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title="treadle API")

@@ -1,12 +1,14 @@
-"""FastAPI dependencies: the runtime and the calling principal."""
+"""FastAPI dependencies: the runtime and the calling principal (authenticated, its scope for the
+route checked: treadle.api.auth)."""
 
 from __future__ import annotations
 
 from fastapi import Request
 
+from treadle.api.auth import TENANT_HEADER, Authenticator, authorize
 from treadle.errors import StoreError
 from treadle.runtime import Runtime
-from treadle.security.principal import BearerAuthenticator, Principal
+from treadle.security.principal import Principal
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -16,6 +18,10 @@ def get_runtime(request: Request) -> Runtime:
     return rt  # type: ignore[no-any-return,unused-ignore]
 
 
-def get_principal(request: Request) -> Principal:
-    auth: BearerAuthenticator = request.app.state.authenticator
-    return auth.authenticate(request.headers.get("authorization"))
+async def get_principal(request: Request) -> Principal:
+    auth: Authenticator = request.app.state.authenticator
+    rt = getattr(request.app.state, "runtime", None)
+    principal = await auth.authenticate(request.headers.get("authorization"), rt)
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path)
+    return authorize(principal, request.method, path, request.headers.get(TENANT_HEADER))

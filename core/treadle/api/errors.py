@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from treadle.errors import TreadleError
+from treadle.errors import Forbidden, TreadleError
 
 log = logging.getLogger("treadle.api")
 
@@ -40,7 +40,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _treadle(_req: Request, exc: TreadleError) -> JSONResponse:
         if exc.status >= 500:
             log.error("%s: %s", exc.code, exc.message)
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        headers = None
+        if exc.status == 401:
+            headers = {"WWW-Authenticate": 'Bearer realm="treadle"'}
+        elif isinstance(exc, Forbidden):
+            headers = {"WWW-Authenticate": f'Bearer realm="treadle", error="insufficient_scope", scope="{exc.scope}"'}
         return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)

@@ -322,6 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("kind", choices=["agent", "skill"])
     h.add_argument("name")
     h.set_defaults(func=cmd_hash)
+
+    from treadle.cli.tokens import add_token_parser
+
+    add_token_parser(sub)
     return p
 
 

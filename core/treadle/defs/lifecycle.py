@@ -75,6 +75,8 @@ class DefLifecycle(ABC):
     fork_promotes: bool = False
     #: ops of this kind beyond CORE_OPS, each served by a method `op_<name>` (an OpHandler)
     extra_ops: tuple[str, ...] = ()
+    #: core ops this kind does not offer (refused like an unknown op)
+    excluded_ops: tuple[str, ...] = ()
 
     def __init__(self, defs: DefStore) -> None:
         self.defs = defs
@@ -87,7 +89,7 @@ class DefLifecycle(ABC):
 
     @classmethod
     def ops(cls) -> tuple[str, ...]:
-        return (*CORE_OPS, *cls.extra_ops)
+        return (*(op for op in CORE_OPS if op not in cls.excluded_ops), *cls.extra_ops)
 
     # -- hooks -------------------------------------------------------------------------------------
 

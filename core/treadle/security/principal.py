@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from dataclasses import dataclass
-
-from treadle.errors import Unauthorized
 
 DEFAULT_TENANT = "default"
 
@@ -17,6 +13,15 @@ class Principal:
     subject: str
     scopes: tuple[str, ...] = ("substrate:admin",)
     open_mode: bool = False
+    #: the legacy single `TREADLE_AUTH_TOKEN` (an admin of the default tenant)
+    legacy: bool = False
+    #: the OperatorTokenDef version (`def_…`) or yaml principal (`cfg:<name>`) that authenticated
+    token_id: str | None = None
+
+    @property
+    def is_operator(self) -> bool:
+        """An admin of the default tenant: may act on another tenant (X-Treadle-Tenant)."""
+        return self.tenant_id == DEFAULT_TENANT and "substrate:admin" in self.scopes
 
 
 OPEN_PRINCIPAL = Principal(DEFAULT_TENANT, "default", open_mode=True)
@@ -29,25 +34,3 @@ def bearer_from_header(value: str | None) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
-
-
-class BearerAuthenticator:
-    """One static operator token (`TREADLE_AUTH_TOKEN`) → the default tenant. Comparison is
-    constant-time over SHA-256 digests, so neither content nor length leaks through timing."""
-
-    def __init__(self, token: str | None) -> None:
-        self._digest = hashlib.sha256(token.encode()).digest() if token else None
-
-    @property
-    def open_mode(self) -> bool:
-        return self._digest is None
-
-    def authenticate(self, authorization: str | None) -> Principal:
-        if self._digest is None:
-            return OPEN_PRINCIPAL
-        token = bearer_from_header(authorization)
-        if token is None:
-            raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
-        if not hmac.compare_digest(hashlib.sha256(token.encode()).digest(), self._digest):
-            raise Unauthorized("invalid bearer token")
-        return Principal(DEFAULT_TENANT, "operator")

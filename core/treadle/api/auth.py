@@ -1,0 +1,190 @@
+"""Authentication and scopes for every authenticated route.
+
+Resolution order for a bearer token (loomcycle's): (1) an OperatorTokenDef, looked up by its
+keyed hash; (2) a yaml `principals:` entry (its token read from the environment, compared in
+constant time); (3) the legacy `TREADLE_AUTH_TOKEN` — an admin of the default tenant — until the
+first valid admin OperatorTokenDef exists; else 401. With none of the three configured (no legacy
+token, no principals, no valid token in the database) treadle runs open: every request acts as the
+default tenant's admin (the sidecar refuses to listen beyond loopback then).
+
+Each route's scope is in `ROUTE_SCOPES`, one table (a test checks that every authenticated route
+has an entry; a route missing from it needs `substrate:admin`). 401 carries
+`WWW-Authenticate: Bearer`; a token without the route's scope gets 403 `insufficient_scope`.
+An operator (an admin of the default tenant) may act on another tenant with `X-Treadle-Tenant`.
+Lookups are cached per token hash for `auth_cache_seconds` (flushed in this process whenever a
+token is created, rotated or retired here; other replicas see a retire within that time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from dataclasses import dataclass, field
+
+from treadle.config import PrincipalSpec
+from treadle.domain import scopes as sc
+from treadle.domain.ids import is_identifier
+from treadle.errors import Forbidden, Unauthorized, ValidationFailed
+from treadle.runtime import Runtime
+from treadle.security.principal import DEFAULT_TENANT, OPEN_PRINCIPAL, Principal, bearer_from_header
+from treadle.security.tokens import token_hash
+
+TENANT_HEADER = "x-treadle-tenant"
+R, W = sc.RUNS_READ, sc.RUNS_CREATE
+#: (method, route path) → the scope it needs
+ROUTE_SCOPES: dict[tuple[str, str], str] = {
+    ("POST", "/v1/runs"): W,
+    ("GET", "/v1/runs"): R,
+    ("GET", "/v1/runs/{run_id}"): R,
+    ("GET", "/v1/runs/{run_id}/events"): R,
+    ("GET", "/v1/runs/{run_id}/stream"): R,
+    ("POST", "/v1/runs/{run_id}/cancel"): W,
+    ("POST", "/v1/runs/{run_id}/tool_results"): W,
+    ("POST", "/v1/runs/{run_id}/input"): W,
+    ("GET", "/v1/runs/{run_id}/interrupts"): R,
+    ("GET", "/v1/users/{user_id}/interrupts"): R,
+    ("POST", "/v1/runs/{run_id}/interrupts/{interrupt_id}/resolve"): W,
+    ("GET", "/v1/_channels"): sc.CHANNEL_READ,
+    ("POST", "/v1/_channels"): sc.TENANT,
+    ("DELETE", "/v1/_channels/{name}"): sc.TENANT,
+    ("POST", "/v1/_channels/_await"): sc.CHANNEL_READ,
+    ("POST", "/v1/_channels/{name}/publish"): sc.CHANNEL_PUBLISH,
+    ("GET", "/v1/_channels/{name}/peek"): sc.CHANNEL_READ,
+    ("POST", "/v1/_scheduledef"): sc.TENANT,
+    ("GET", "/v1/_scheduledef/names"): sc.TENANT,
+    ("GET", "/v1/_schedules/list-all"): sc.TENANT,
+    ("GET", "/v1/_schedules/{ident}/state"): sc.TENANT,
+    ("POST", "/v1/_schedules/{ident}/run-now"): sc.TENANT,
+    ("POST", "/v1/_schedules/{ident}/pause"): sc.TENANT,
+    ("POST", "/v1/_schedules/{ident}/resume"): sc.TENANT,
+    ("POST", "/v1/_webhookdef"): sc.WEBHOOKS_ADMIN,
+    ("GET", "/v1/_webhookdef/names"): sc.WEBHOOKS_ADMIN,
+    ("GET", "/v1/_webhooks/{name}/recent-deliveries"): sc.WEBHOOKS_ADMIN,
+    ("POST", "/v1/_webhooks/{name}/test"): sc.WEBHOOKS_ADMIN,
+    ("POST", "/v1/hooks"): sc.TENANT,
+    ("GET", "/v1/hooks"): sc.TENANT,
+    ("DELETE", "/v1/hooks/{hook_id}"): sc.TENANT,
+    ("POST", "/v1/_agentdef"): sc.TENANT,
+    ("GET", "/v1/_agentdef/names"): sc.TENANT,
+    ("POST", "/v1/_skilldef"): sc.TENANT,
+    ("GET", "/v1/_skilldef/names"): sc.TENANT,
+    ("POST", "/v1/_evaluation"): sc.TENANT,
+    ("GET", "/v1/_memory/scopes/{scope}/{scope_id}/keys"): sc.TENANT,
+    ("GET", "/v1/_memory/scopes/{scope}/{scope_id}/keys/{key:path}"): sc.TENANT,
+    ("PUT", "/v1/_memory/scopes/{scope}/{scope_id}/keys/{key:path}"): sc.TENANT,
+    ("DELETE", "/v1/_memory/scopes/{scope}/{scope_id}/keys/{key:path}"): sc.TENANT,
+    ("POST", "/v1/_memory/search"): sc.TENANT,
+    ("POST", "/v1/_operatortokendef"): sc.ADMIN,
+    ("GET", "/v1/_operatortokendef/names"): sc.ADMIN,
+    ("GET", "/v1/_whoami"): R,
+    ("GET", "/openapi.json"): R,
+    ("GET", "/docs"): R,
+    ("GET", "/redoc"): R,
+}
+
+
+def required_scope(method: str, path: str) -> str:
+    return ROUTE_SCOPES.get((method, path), sc.ADMIN)
+
+
+@dataclass
+class Authenticator:
+    """See the module docstring."""
+
+    legacy_token: str | None
+    cache_seconds: float = 10.0
+    _legacy_digest: bytes | None = field(init=False, default=None)
+    _cache: dict[str, tuple[float, Principal | None]] = field(init=False, default_factory=dict)
+    _admin_exists: tuple[float, bool] | None = field(init=False, default=None)
+    _any_token: tuple[float, bool] | None = field(init=False, default=None)
+    _generation: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        if self.legacy_token == "":  # TREADLE_AUTH_TOKEN= (empty) is unset
+            self.legacy_token = None
+        if self.legacy_token is not None:
+            if not self.legacy_token.strip():
+                raise ValidationFailed("TREADLE_AUTH_TOKEN is blank; unset it or set a real token")
+            self._legacy_digest = hashlib.sha256(self.legacy_token.encode()).digest()
+
+    def flush(self) -> None:
+        self._cache.clear()
+        self._admin_exists = None
+        self._any_token = None
+
+    async def open_mode(self, rt: Runtime | None) -> bool:
+        if rt is not None and rt.auth_generation != self._generation:  # a token changed here
+            self.flush()
+            self._generation = rt.auth_generation
+            self.cache_seconds = rt.settings.auth_cache_seconds
+        if self._legacy_digest is not None or (rt is not None and rt.config.principals):
+            return False
+        if rt is None:
+            return True
+        now = time.monotonic()
+        if self._any_token is None or now - self._any_token[0] >= self.cache_seconds:
+            self._any_token = (now, await rt.auth_tokens.any_valid())
+        return not self._any_token[1]
+
+    async def authenticate(self, authorization: str | None, rt: Runtime | None) -> Principal:
+        if await self.open_mode(rt):
+            return OPEN_PRINCIPAL
+        token = bearer_from_header(authorization)
+        if token is None:
+            raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+        digest = token_hash(token, rt.settings.token_pepper if rt is not None else None)
+        now = time.monotonic()
+        hit = self._cache.get(digest)
+        if hit is not None and now - hit[0] < self.cache_seconds:
+            principal = hit[1]
+        else:
+            principal = await self._resolve(token, digest, rt)
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[digest] = (now, principal)
+        if principal is None:
+            raise Unauthorized("invalid bearer token")
+        return principal
+
+    async def _resolve(self, token: str, digest: str, rt: Runtime | None) -> Principal | None:
+        if rt is not None:
+            row = await rt.auth_tokens.lookup(digest)  # a store error fails closed (503), uncached
+            if row is not None:
+                return Principal(row.tenant_id, row.subject, row.scopes, token_id=row.def_id)
+            for name, spec in rt.config.principals.items():
+                expected = spec.token()
+                if expected and hmac.compare_digest(hashlib.sha256(token.encode()).digest(),
+                                                    hashlib.sha256(expected.encode()).digest()):
+                    return Principal(spec.tenant, spec.subject or name, tuple(spec.scopes), token_id=f"cfg:{name}")
+        if self._legacy_digest is not None and hmac.compare_digest(
+                hashlib.sha256(token.encode()).digest(), self._legacy_digest):
+            if rt is not None and await self._admin_token_exists(rt):
+                return None  # the first admin OperatorTokenDef turned the legacy token off
+            return Principal(DEFAULT_TENANT, "operator", legacy=True, token_id="legacy")
+        return None
+
+    async def _admin_token_exists(self, rt: Runtime) -> bool:
+        now = time.monotonic()
+        if self._admin_exists is None or now - self._admin_exists[0] >= self.cache_seconds:
+            self._admin_exists = (now, await rt.auth_tokens.any_valid_admin())
+        return self._admin_exists[1]
+
+
+def authorize(principal: Principal, method: str, path: str, tenant_header: str | None) -> Principal:
+    """The principal the route acts as: its scope checked (403), the operator's tenant switch."""
+    needed = required_scope(method, path)
+    if not principal.open_mode and not sc.satisfies(principal.scopes, needed):
+        raise Forbidden(f"this token lacks the scope {needed} ({method} {path})", scope=needed)
+    if tenant_header is not None and tenant_header != principal.tenant_id:
+        if not (principal.open_mode or principal.is_operator):
+            raise Forbidden(f"only an operator (an admin of the default tenant) may use {TENANT_HEADER}",
+                            scope=sc.ADMIN)
+        if not is_identifier(tenant_header) or len(tenant_header) > 64:
+            raise ValidationFailed(f"{TENANT_HEADER}: must match [A-Za-z0-9_-]{{1,64}}")
+        return Principal(tenant_header, principal.subject, principal.scopes, principal.open_mode,
+                         principal.legacy, principal.token_id)
+    return principal
+
+
+__all__ = ["ROUTE_SCOPES", "Authenticator", "PrincipalSpec", "authorize", "required_scope"]

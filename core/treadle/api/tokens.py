@@ -1,0 +1,39 @@
+"""`POST /v1/_operatortokendef` (OperatorTokenDef ops: create, rotate, retire, get, list) and
+`GET /v1/_whoami`. Tokens are minted for the caller's tenant, or — for the operator (an admin of
+the default tenant) — for the tenant named by `tenant_id` in the op input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from treadle.api.defroutes import Rt, Who, op_body
+from treadle.domain.ids import is_identifier
+from treadle.errors import Forbidden, ValidationFailed
+
+router = APIRouter(prefix="/v1", tags=["auth"])
+
+
+@router.post("/_operatortokendef")
+async def operator_token_op(request: Request, rt: Rt, who: Who) -> dict[str, Any]:
+    body = await op_body(request)
+    tenant = body.pop("tenant_id", None) or who.tenant_id
+    if not isinstance(tenant, str) or not is_identifier(tenant) or len(tenant) > 64:
+        raise ValidationFailed("tenant_id: must match [A-Za-z0-9_-]{1,64}")
+    if tenant != who.tenant_id and not (who.is_operator or who.open_mode):
+        raise Forbidden("only an operator (an admin of the default tenant) may manage another tenant's tokens",
+                        scope="substrate:admin")
+    return await rt.operator_tokens.dispatch(tenant, body)
+
+
+@router.get("/_operatortokendef/names")
+async def operator_token_names(rt: Rt, who: Who) -> dict[str, Any]:
+    return {"names": await rt.operator_tokens.active_names(who.tenant_id)}
+
+
+@router.get("/_whoami")
+async def whoami(who: Who) -> dict[str, Any]:
+    """The principal this bearer acts as."""
+    return {"tenant_id": who.tenant_id, "subject": who.subject, "scopes": list(who.scopes),
+            "open_mode": who.open_mode, "legacy": who.legacy, "token_id": who.token_id}
