@@ -386,6 +386,11 @@ class Settings(EnvSettings):
     auth_cache_seconds: float = Field(default=10.0, ge=0, le=300)
     #: serve /docs, /redoc and /openapi.json without a token even when auth is on
     public_docs: bool = False
+    #: redact known secret values before anything is stored or logged (treadle.security.redact)
+    redact_secrets: bool = True
+    #: more environment variables whose values are secrets (comma-separated names), beyond those
+    #: named *_KEY, *_TOKEN, *_SECRET, *_AUTH, *_PASSWORD, *_CREDENTIAL(S), *_DSN
+    redact_env: str = ""
     lease_seconds: float = Field(default=30.0, gt=0)
     sweep_interval_seconds: float = Field(default=2.0, gt=0)
     requeue_after_seconds: float = Field(default=60.0, gt=0)
@@ -402,6 +407,9 @@ class Settings(EnvSettings):
     #: cloud shape, where a LISTEN session would pin an RDS Proxy connection)
     cancel_watch: Literal["notify", "poll"] = "notify"
     cancel_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+
+    def redact_env_names(self) -> list[str]:
+        return [n.strip() for n in self.redact_env.split(",") if n.strip()]
 
     def listen_host_port(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")

@@ -28,8 +28,9 @@ from treadle.hooks.calls import HttpToolHooks
 from treadle.ports import OpService
 from treadle.providers.base import Provider
 from treadle.providers.mock import MockProvider
-from treadle.providers.registry import build_providers
+from treadle.providers.registry import build_providers, key_report
 from treadle.security.network import NetworkSetup
+from treadle.security.redact import install_log_redaction, load_process_secrets
 from treadle.store.cancels import NotifyCancels, PollingCancels
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key
 from treadle.store.clienttools import ClientToolStore
@@ -202,6 +203,11 @@ class Runtime:
         `dispatcher_factory(pool, url) -> Dispatcher`; default is the Postgres queue."""
         registry = registry or default_registry()
         built = {**default_providers(config), **(providers or {})}
+        load_process_secrets(  # secrets never land: treadle.security.redact
+            [*settings.redact_env_names(), *(env for _, _, env, _, _ in key_report(config) if env)],
+            enabled=settings.redact_secrets,
+        )
+        install_log_redaction()
         catalogue = AgentCatalogue(config, registry, built, source=config_source)
         url = resolve_database_url(settings.database_url, settings.home)
         await migrate(url)

@@ -32,11 +32,13 @@ from treadle.engine.hub import RunEventHub
 from treadle.engine.outcomes import ParkedCall, StepResult, tool_result_event
 from treadle.engine.replay import Transcript, replay
 from treadle.engine.routing import Call, RetryPolicy, call_route
+from treadle.engine.scrub import scrub_messages
 from treadle.engine.sending import StepSender
 from treadle.engine.toolcalls import Outcome, ToolRaised, ToolRunner, TurnCalls
 from treadle.engine.waiting import Steering, at_rest, consumed_input_id, iteration_cap
 from treadle.errors import CancelPending, LeaseLost, ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse
+from treadle.security.redact import SECRETS
 from treadle.store.cancels import CancelState, cancel_state
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
 from treadle.tools.base import Tool, ToolHooks, ToolServices
@@ -415,8 +417,8 @@ class Engine:
             run_id=leased.run_id,
             agent=leased.agent,
             iteration=iteration,
-            system=system,
-            messages=transcript.messages,
+            system=SECRETS.scrub_text(system),
+            messages=scrub_messages(transcript.messages),
             request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens, "options": {"mock": cfg.mock}},
             history=leased.events,
         )

@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.abc import Buffer
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import set_json_dumps
+from psycopg.types.string import StrDumperUnknown
 from psycopg_pool import AsyncConnectionPool
 
 from treadle.errors import StoreError
+from treadle.security.redact import SECRETS
 
 log = logging.getLogger("treadle.store")
 
@@ -38,14 +41,24 @@ def without_nul(value: Any) -> Any:
 def dumps_jsonb(value: Any) -> str:
     """JSON for a jsonb parameter. Postgres's jsonb cannot hold U+0000, which a model or a tool
     may well produce: such characters become U+FFFD instead of failing the step that writes them
-    (and, five crashed steps later, the run)."""
+    (and, five crashed steps later, the run). Known secret values are redacted
+    (treadle.security.redact: the replacement keeps the JSON valid)."""
     text = json.dumps(value)
     if "\\u0000" in text:  # rare; a literal backslash-u0000 only costs a second pass
         text = json.dumps(without_nul(value))
-    return text
+    return SECRETS.redact_text(text)
+
+
+class RedactingStrDumper(StrDumperUnknown):
+    """Every text parameter (answers, questions, errors, search text, ...) with known secret
+    values redacted, as JSON values are."""
+
+    def dump(self, obj: str) -> Buffer | None:
+        return super().dump(SECRETS.redact_text(obj))
 
 
 set_json_dumps(dumps_jsonb)  # every Jsonb(...) the stores write
+psycopg.adapters.register_dumper(str, RedactingStrDumper)  # every str parameter
 
 _embedded: dict[Path, Any] = {}
 
