@@ -37,15 +37,17 @@ def make_db(server_url: str, migrated_template: str) -> Iterator[MakeDb]:
 def start_server(make_db: MakeDb, tmp_path: Path) -> Iterator[StartServer]:
     """`await start_server(database_url, agents, name=..., **env)` → a healthy ServerProcess.
 
-    `agents` is the `agents:` mapping of the operator YAML; `env` adds TREADLE_* variables.
+    `agents` is the `agents:` mapping of the operator YAML (`extra_config`: its other sections);
+    `env` adds environment variables.
     Every server started here is stopped (SIGTERM, then SIGKILL) before the databases go."""
     servers: list[ServerProcess] = []
 
     async def factory(database_url: str, agents: dict[str, Any], *, name: str = "treadle",
-                      ready_timeout: float = 60.0, **env: str) -> ServerProcess:
+                      ready_timeout: float = 60.0, extra_config: dict[str, Any] | None = None,
+                      **env: str) -> ServerProcess:
         workdir = tmp_path / name
         workdir.mkdir(exist_ok=True)
-        config = write_config(workdir / "treadle.yaml", agents)
+        config = write_config(workdir / "treadle.yaml", agents, extra_config)
         srv = ServerProcess(database_url=database_url, config_path=config, workdir=workdir, name=name, env=env)
         servers.append(srv)
         srv.start()

@@ -46,8 +46,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_config(path: Path, agents: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump({"agents": agents}, sort_keys=False))
+def write_config(path: Path, agents: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
+    path.write_text(yaml.safe_dump({**(extra or {}), "agents": agents}, sort_keys=False))
     return path
 
 
