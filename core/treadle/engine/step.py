@@ -39,6 +39,8 @@ from treadle.errors import CancelPending, LeaseLost, ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.store.cancels import CancelState, cancel_state
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
+from treadle.telemetry import tracing
+from treadle.telemetry.metrics import metrics
 from treadle.tools.base import Tool, ToolHooks, ToolServices
 
 log = logging.getLogger("treadle.engine")
@@ -135,6 +137,16 @@ class Engine:
             owner = leased.chain_owner
 
     async def _run_one(self, leased: LeasedRun, owner: str) -> StepResult:
+        """The step inside its span (a child of the run's, telemetry/tracing.py), counted."""
+        started = time.perf_counter()
+        with tracing.step(run_id=leased.run_id, step_no=leased.step_no, tenant_id=leased.tenant_id,
+                          agent=leased.agent, run_context=leased.trace_context, worker=self._owner_prefix) as span:
+            result = await self._run_step(leased, owner)
+            tracing.set_outcome(span, "error" if result is StepResult.RETRY_LATER else result.value)
+        metrics().step(result.value, time.perf_counter() - started)
+        return result
+
+    async def _run_step(self, leased: LeasedRun, owner: str) -> StepResult:
         renewer = asyncio.get_running_loop().call_later(
             self.steps.lease_s / 3, self._start_renewal, leased, owner
         )
