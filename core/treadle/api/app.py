@@ -55,6 +55,9 @@ def create_app(
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
+    from treadle.api import metrics as metrics_route
+
+    app.include_router(metrics_route.router)  # GET /metrics (Prometheus text), bearer-authed
     for router in api_routers() if routers is None else routers:
         app.include_router(router)
     if watch_page:

@@ -19,6 +19,8 @@ from typing import Any, TextIO
 
 from opentelemetry import trace
 
+from treadle.errors import ConfigError
+
 _fields: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("treadle_log_fields", default=None)
 
 #: the record attributes the filter sets (JSON keys, in order)
@@ -79,7 +81,7 @@ class TextFormatter(logging.Formatter):
 def log_format() -> str:
     fmt = (os.environ.get("TREADLE_LOG_FORMAT") or "text").strip().lower()
     if fmt not in ("text", "json"):
-        raise ValueError(f"TREADLE_LOG_FORMAT must be 'text' or 'json', not {fmt!r}")
+        raise ConfigError(f"TREADLE_LOG_FORMAT must be 'text' or 'json', not {fmt!r}")
     return fmt
 
 
