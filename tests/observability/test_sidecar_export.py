@@ -18,6 +18,7 @@ from tests.support.loopback import Answer, Loopback, Seen
 from treadle.config import Settings, parse_config
 from treadle.errors import ConfigError
 
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CONFIG = parse_config({"agents": {"tools": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 1}}}})
 
 
@@ -35,7 +36,9 @@ async def test_spans_are_exported_over_otlp_http(db_url: str, monkeypatch: pytes
         url = await server.start()
         try:
             async with httpx.AsyncClient(base_url=url) as client:
-                run_id = (await client.post("/v1/runs", json={"agent": "tools", "prompt": "hi"})).json()["run_id"]
+                started = await client.post("/v1/runs", json={"agent": "tools", "prompt": "hi"},
+                                            headers={"traceparent": f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"})
+                run_id = started.json()["run_id"]
                 deadline = time.monotonic() + 20
                 while (await client.get(f"/v1/runs/{run_id}")).json()["status"] != "completed":
                     assert time.monotonic() < deadline
@@ -53,12 +56,13 @@ async def test_spans_are_exported_over_otlp_http(db_url: str, monkeypatch: pytes
             for ss in rs.scope_spans:
                 for sp in ss.spans:
                     run = next((a.value.string_value for a in sp.attributes if a.key == "treadle.run.id"), None)
-                    if run == run_id or any(a.key == "gen_ai.operation.name" for a in sp.attributes):
+                    if run == run_id or sp.name == "POST /v1/runs" or any(
+                            a.key == "gen_ai.operation.name" for a in sp.attributes):
                         names.setdefault(sp.trace_id.hex(), []).append(sp.name)
     assert services == {"treadle-under-test"}
-    mine = [sorted(v) for v in names.values() if "run tools" in v]
-    assert mine == [sorted(["run tools", "step tools", "step tools", "chat tool-caller", "chat tool-caller",
-                            "execute_tool Memory"])]
+    # the caller's traceparent is honoured: its trace holds the request, the run and its steps
+    assert sorted(names[CALLER_TRACE]) == sorted(["POST /v1/runs", "run tools", "step tools", "step tools",
+                                                  "chat tool-caller", "chat tool-caller", "execute_tool Memory"])
 
 
 def test_the_exporter_follows_the_otel_variables() -> None:

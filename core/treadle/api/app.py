@@ -65,4 +65,7 @@ def create_app(
 
         app.include_router(watchpage.router)
     app.add_middleware(BodySizeLimit, max_bytes=max_request_bytes)
+    from treadle.api.tracing import RequestSpans
+
+    app.add_middleware(RequestSpans)  # the outermost: a span per request (telemetry/tracing.py)
     return app
