@@ -29,6 +29,7 @@ from treadle.runtime import Runtime
 from treadle.telemetry import tracing
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.env import CloudSettings, aws_client
+from treadle_cloud.metrics import observed_invocation
 
 log = logging.getLogger("treadle.cloud.worker")
 
@@ -49,6 +50,7 @@ class SqsWorker:
         self.processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
         self.results: dict[str, int] = {}
 
+    @observed_invocation  # EMF metrics, spans flushed (treadle_cloud/metrics.py)
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         rt = self.container.runtime()
         cloud = self.container.cloud or CloudSettings()

@@ -94,5 +94,6 @@ def test_a_tool_name_the_agent_does_not_hold_is_not_a_label(fresh_metrics: Metri
     from treadle.telemetry.metrics import NOT_PERMITTED
 
     fresh_metrics.tool_call(NOT_PERMITTED, "error")
+    assert fresh_metrics.registry is not None
     text = __import__("prometheus_client").generate_latest(fresh_metrics.registry).decode()
     assert 'tool="(not permitted)"' in text

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 
 def by_trace(spans: Iterable[ReadableSpan]) -> dict[int, list[ReadableSpan]]:
@@ -40,3 +43,19 @@ def leaked(spans: Iterable[ReadableSpan], secrets: Iterable[str]) -> list[tuple[
             if any(n in text for n in needles):
                 found.append((s.name, where, value))
     return found
+
+
+@contextmanager
+def recording_spans() -> Iterator[InMemorySpanExporter]:
+    """Spans of treadle's tracer into memory for the block (the SDK, as a shape installs it)."""
+    from treadle.telemetry import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.use_tracer_provider(None)
+        provider.shutdown()

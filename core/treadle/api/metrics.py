@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from treadle.api.deps import get_principal, get_runtime
@@ -65,7 +66,11 @@ async def db_snapshot(pool: Pool) -> DbSnapshot:
 
 async def render(pool: Pool) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(metrics().registry)
+    own = metrics().registry
+    if own is not None:
+        registry.register(own)
+    else:  # a process without Prometheus instruments (a Lambda): its RSS still
+        ProcessCollector(registry=registry)
     registry.register(await db_snapshot(pool))
     return generate_latest(registry)
 
