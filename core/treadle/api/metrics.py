@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.runtime import Runtime
@@ -24,19 +20,28 @@ from treadle.security.principal import Principal
 from treadle.store.db import Pool
 from treadle.telemetry.metrics import metrics
 
+if TYPE_CHECKING:
+    from prometheus_client.core import GaugeMetricFamily
+
+#: Prometheus' text format 0.0.4 (prometheus_client.CONTENT_TYPE_LATEST; imported on first scrape,
+#: so a Lambda serving the API never pays for prometheus_client's import)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
 router = APIRouter(tags=["ops"])
 
 RUN_STATUSES = ("queued", "running", "waiting", "completed", "failed", "cancelled")
 
 
 @dataclass(slots=True, eq=False)  # a registry keys collectors by identity
-class DbSnapshot(Collector):
+class DbSnapshot:
     runs_by_status: dict[str, int] = field(default_factory=dict)
     jobs_due: int = 0
     jobs_total: int = 0
     oldest_due_s: float = 0.0
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        from prometheus_client.core import GaugeMetricFamily
+
         runs = GaugeMetricFamily("treadle_runs", "Runs by status (database)", labels=["status"])
         for status in sorted({*RUN_STATUSES, *self.runs_by_status}):
             runs.add_metric([status], self.runs_by_status.get(status, 0))
@@ -65,6 +70,9 @@ async def db_snapshot(pool: Pool) -> DbSnapshot:
 
 
 async def render(pool: Pool) -> bytes:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.process_collector import ProcessCollector
+
     registry = CollectorRegistry(auto_describe=False)
     own = metrics().registry
     if own is not None:
@@ -75,8 +83,8 @@ async def render(pool: Pool) -> bytes:
     return generate_latest(registry)
 
 
-@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE: {}}}})
 async def prometheus_metrics(
     _principal: Principal = Depends(get_principal), rt: Runtime = Depends(get_runtime)
 ) -> Response:
-    return Response(await render(rt.pool), media_type=CONTENT_TYPE_LATEST)
+    return Response(await render(rt.pool), media_type=CONTENT_TYPE)

@@ -22,6 +22,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from treadle.domain.content import Block, TextBlock, ThinkingBlock, ToolUseBlock
@@ -144,6 +145,8 @@ class Engine:
             result = await self._run_step(leased, owner)
             tracing.set_outcome(span, "error" if result is StepResult.RETRY_LATER else result.value)
         metrics().step(result.value, time.perf_counter() - started)
+        if result is StepResult.FINISHED and leased.created_at is not None:
+            metrics().run_finished((datetime.now(UTC) - leased.created_at).total_seconds())
         return result
 
     async def _run_step(self, leased: LeasedRun, owner: str) -> StepResult:

@@ -49,6 +49,11 @@ class Metrics:
             self.prom.step_seconds.labels(result).observe(seconds)
         self._emit("StepDuration", seconds * 1000, "Milliseconds", result=result)
 
+    def run_finished(self, seconds: float) -> None:
+        if self.prom is not None:
+            self.prom.run_seconds.observe(seconds)
+        self._emit("RunDuration", seconds * 1000, "Milliseconds")
+
     def model_call(self, provider: str, model: str, outcome: str, seconds: float,
                    input_tokens: int = 0, output_tokens: int = 0) -> None:
         if self.prom is not None:

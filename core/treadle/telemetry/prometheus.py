@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.process_collector import ProcessCollector
 
 _STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 14400, 86400)
 _MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
 
 
@@ -17,6 +18,8 @@ class PromInstruments:
         self.steps = Counter("treadle_steps", "Steps run, by result", ["result"], registry=r)
         self.step_seconds = Histogram("treadle_step_duration_seconds", "Duration of one step (one loop iteration)",
                                       ["result"], buckets=_STEP_BUCKETS, registry=r)
+        self.run_seconds = Histogram("treadle_run_duration_seconds", "From a run's creation to its end (parked "
+                                     "time included)", buckets=_RUN_BUCKETS, registry=r)
         self.model_calls = Counter("treadle_model_calls", "Model requests, by provider, model and outcome",
                                    ["provider", "model", "outcome"], registry=r)
         self.model_seconds = Histogram("treadle_model_call_duration_seconds", "Duration of one model request",

@@ -31,15 +31,21 @@ _provider: trace.TracerProvider | None = None
 AttrValue = str | int | float | bool
 
 
+_tracer: trace.Tracer | None = None
+
+
 def use_tracer_provider(provider: trace.TracerProvider | None) -> None:
     """Use `provider` instead of the process-global one (tests, benchmarks); None: the global."""
-    global _provider
-    _provider = provider
+    global _provider, _tracer
+    _provider, _tracer = provider, None
 
 
 def tracer() -> trace.Tracer:
-    provider = _provider if _provider is not None else trace.get_tracer_provider()
-    return provider.get_tracer(TRACER_NAME)
+    """The tracer (cached: the global provider's is a proxy that follows a later installed SDK)."""
+    global _tracer
+    if _tracer is None:
+        _tracer = (_provider or trace.get_tracer_provider()).get_tracer(TRACER_NAME)
+    return _tracer
 
 
 def current_carrier() -> dict[str, str]:
