@@ -137,3 +137,40 @@ async def test_a_sub_agent_run_is_its_own_trace_linked_to_the_parent(
     child_steps = [s for s in finished if s.name == "step child"]
     assert child_steps and {s.context.trace_id for s in child_steps} == {child.context.trace_id}
     assert leaked(finished, ["CHILD-PROMPT-1234"]) == []
+
+
+async def test_retries_and_made_up_tool_names_are_recorded_without_content(
+    db_url: str, spans: InMemorySpanExporter, fresh_metrics: Any
+) -> None:
+    from treadle.errors import RetryableProviderError
+
+    calls = {"n": 0}
+
+    def flaky(req: ModelRequest) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RetryableProviderError("overloaded: SECRET-ERROR-TEXT", retry_after_s=0)
+        if not tool_results(req):
+            return [tool_use("MadeUpTool-SECRET-NAME", {"x": 1})]
+        return "ok"
+
+    agents = {"a": {"provider": "scripted", "model": "echo", "tools": ["Memory"]}}
+    async with open_test_runtime(agents, database_url=db_url, providers=[ScriptedProvider(flaky)]) as (rt, d):
+        run, _ = await rt.start_run(NewRun(tenant_id="default", agent="a", segments=prompt("hi")))
+        await d.drain()
+        record = await rt.runs.get("default", run.id)
+    assert record is not None and record.status == "completed"
+    finished = spans.get_finished_spans()
+    chats = sorted((s for s in finished if s.name == "chat echo"), key=lambda s: s.start_time or 0)
+    assert [(c.attributes["treadle.attempt"], c.status.is_ok) for c in chats] == [(0, False), (1, True), (0, True)]
+    assert chats[0].attributes["error.type"] == "RetryableProviderError"
+    assert chats[0].attributes["treadle.error.code"] == "provider_unavailable"
+    (tool,) = [s for s in finished if s.name.startswith("execute_tool")]
+    assert tool.name == "execute_tool (not permitted)" and tool.attributes["treadle.outcome"] == "error"
+    assert leaked(finished, ["SECRET-ERROR-TEXT", "SECRET-NAME"]) == []
+    assert fresh_metrics.registry is not None
+    get = fresh_metrics.registry.get_sample_value
+    model = {"provider": "scripted", "model": "echo"}
+    assert get("treadle_model_calls_total", {**model, "outcome": "retryable_error"}) == 1
+    assert get("treadle_model_calls_total", {**model, "outcome": "ok"}) == 2
+    assert get("treadle_tool_calls_total", {"tool": "(not permitted)", "outcome": "error"}) == 1

@@ -1,7 +1,8 @@
 """A SERVER span per HTTP request (`{method} {route}`, HTTP semantic conventions), continuing the
 caller's trace when it sends a W3C `traceparent`: a run started by the request — and the run's
 first step message — belong to it. Only the method, the route template and the status are
-recorded: never the path's values, the query string, a header's value or the body."""
+recorded: never the path's values, the query string, a header's value or the body. Health
+checks and metric scrapes get no span."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from treadle.telemetry import tracing
 
 _PROPAGATED = (b"traceparent", b"tracestate")
+#: probes and scrapes: no span (they would drown the traces)
+_UNTRACED = frozenset({"/healthz", "/metrics"})
 
 
 class RequestSpans:
@@ -20,7 +23,7 @@ class RequestSpans:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path") in _UNTRACED:
             await self.app(scope, receive, send)
             return
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in _PROPAGATED}
