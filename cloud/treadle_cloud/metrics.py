@@ -7,8 +7,9 @@ set, into the function's log stream) and flushes buffered spans — Lambda freez
 environment between invocations, so nothing may wait for a background timer.
 
 Environment: `TREADLE_METRICS_NAMESPACE` (default `treadle`), `POWERTOOLS_SERVICE_NAME` (the
-`service` dimension, default `treadle`), `TREADLE_EMF=off` to write none; `OTEL_*` as the
-sidecar reads them (docs/observability.md); `TREADLE_LOG_FORMAT=json`.
+`service` dimension and log key, default `treadle`), `TREADLE_EMF=off` to write none; `OTEL_*`
+as the sidecar reads them (docs/observability.md); `TREADLE_LOG_FORMAT=json`: treadle's records
+in Powertools Logger's JSON, with run_id, step_no, tenant and the trace ids.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from treadle.telemetry import tracing
-from treadle.telemetry.logs import JsonFormatter, RunContextFilter, log_format, make_handler
+from treadle.telemetry.logs import RunContextFilter, log_format
 from treadle.telemetry.metrics import Metrics, use_metrics
 
 log = logging.getLogger("treadle.cloud.metrics")
@@ -56,6 +58,7 @@ class EmfSink:
 class _Installed:
     emf: EmfSink | None = None
     provider: Any = None
+    log_handler: logging.Handler | None = None
     done = False
 
 
@@ -73,12 +76,22 @@ def install() -> None:
         _Installed.emf = sink
     _Installed.provider = _tracer_provider()
     if log_format() == "json":
-        root = logging.getLogger()
-        if not root.handlers:  # outside Lambda's runtime
-            root.addHandler(make_handler("json"))
-        for handler in root.handlers:  # Lambda's own handler: keep the stream, change the format
-            handler.addFilter(RunContextFilter())
-            handler.setFormatter(JsonFormatter())
+        _json_logs(os.environ.get("POWERTOOLS_SERVICE_NAME") or "treadle")
+
+
+def _json_logs(service: str) -> None:
+    """treadle's records as Powertools' structured JSON (level, location, message, timestamp,
+    service) plus the run's fields and trace ids, on their own handler; they no longer also go
+    through the Lambda runtime's plain-text root handler."""
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.addFilter(RunContextFilter())
+    handler.setFormatter(LambdaPowertoolsFormatter(service=service))
+    logger = logging.getLogger("treadle")
+    logger.addHandler(handler)
+    logger.propagate = False
+    _Installed.log_handler = handler
 
 
 def _tracer_provider() -> Any:
@@ -120,7 +133,11 @@ def uninstall() -> None:
         _Installed.provider.shutdown()
     if _Installed.emf is not None:
         use_metrics(None)
-    _Installed.emf, _Installed.provider, _Installed.done = None, None, False
+    if _Installed.log_handler is not None:
+        logger = logging.getLogger("treadle")
+        logger.removeHandler(_Installed.log_handler)
+        logger.propagate = True
+    _Installed.emf, _Installed.provider, _Installed.log_handler, _Installed.done = None, None, None, False
 
 
 def observed_invocation(call: Callable[..., R]) -> Callable[..., R]:

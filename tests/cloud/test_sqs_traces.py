@@ -6,6 +6,7 @@ their model and tool calls are one trace, each step linked to the span that sent
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -110,7 +111,8 @@ def test_steps_on_two_lambdas_are_one_trace(
     assert sum(emf_values(docs, "ToolCalls")) == 3
     assert len(emf_values(docs, "ModelCallDuration")) == 4
     step_docs = [d for d in docs if "StepDuration" in d]
-    assert {d["result"] for d in step_docs} == {"continued", "finished"} and {d["service"] for d in step_docs} == {"treadle"}
+    assert {d["result"] for d in step_docs} == {"continued", "finished"}
+    assert {d["service"] for d in step_docs} == {"treadle"}
 
 
 def _pending(sqs: Any, url: str) -> bool:
@@ -118,3 +120,25 @@ def _pending(sqs: Any, url: str) -> bool:
         QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     )["Attributes"]
     return attrs["ApproximateNumberOfMessages"] != "0" or attrs["ApproximateNumberOfMessagesNotVisible"] != "0"
+
+
+def test_json_logs_in_the_functions_are_powertools_lines_with_the_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from treadle.telemetry.logs import log_fields
+    from treadle_cloud.metrics import install, uninstall
+
+    monkeypatch.setenv("TREADLE_LOG_FORMAT", "json")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "treadle-worker")
+    monkeypatch.setenv("TREADLE_EMF", "off")
+    install()
+    try:
+        with log_fields(run_id="r_abc", step_no=4, tenant="acme"):
+            logging.getLogger("treadle.engine").warning("lease renewal for %s failed", "r_abc")
+    finally:
+        uninstall()
+    (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert line["service"] == "treadle-worker" and line["level"] == "WARNING"
+    assert (line["run_id"], line["step_no"], line["tenant"]) == ("r_abc", 4, "acme")
+    assert line["message"] == "lease renewal for r_abc failed"
+    assert logging.getLogger("treadle").propagate  # uninstalled

@@ -1,6 +1,6 @@
 """Spans across the hops of a run.
 
-A run's trace starts with a short `treadle.run` span when the run row is created; its W3C context
+A run's trace starts with a short `run {agent}` span when the run row is created; its W3C context
 is stored on the run (`runs.trace_context`) and read back by every lease, so each step's span —
 on whichever worker, process or Lambda claims the step — is a child of it: one trace per run.
 A step message also carries the context of the span that sent it (SQS message attributes); the
@@ -26,12 +26,10 @@ from treadle.telemetry.logs import log_fields
 TRACER_NAME = "treadle"
 _propagator = TraceContextTextMapPropagator()
 _provider: trace.TracerProvider | None = None
+_tracer: trace.Tracer | None = None
 
 #: attribute values a span may hold (never content)
 AttrValue = str | int | float | bool
-
-
-_tracer: trace.Tracer | None = None
 
 
 def use_tracer_provider(provider: trace.TracerProvider | None) -> None:
@@ -111,7 +109,7 @@ def span(
 def run_created(
     *, run_id: str, tenant_id: str, agent: str, parent_run_id: str | None, depth: int
 ) -> dict[str, str]:
-    """Record the `treadle.run` span of a run being created; returns its context to store on the
+    """Record the `run {agent}` span of a run being created; returns its context to store on the
     run row ({} when tracing is off). The span is the root every step of the run hangs under. A
     sub-agent's run is a new trace, linked to the span that started it (the parent's Agent call)."""
     caller = trace.get_current_span().get_span_context()
