@@ -43,8 +43,9 @@ update writes a new entry in every index of the table).
 Tracing cost (issue 17), 1 worker, the same workload: `off` (no SDK: the OpenTelemetry API's
 no-op spans), `no-op exporter` (the SDK records every span, a batch processor hands them to an
 exporter that drops them), `batch export` (the SDK's BatchSpanProcessor exporting OTLP/HTTP
-protobuf to a collector stand-in on loopback, in this process). The modes alternate for two
-rounds; the table gives the mean of the rounds' medians. `--tracing-only` prints just this table.
+protobuf to a collector stand-in on loopback, in this process). The modes alternate, in a
+rotated order, for `--tracing-rounds` rounds (3); the table gives the median over the rounds of each pass's figure.
+`--tracing-only` prints just this table.
 
     .venv/bin/python scripts/bench_loop.py --runs 200 --iterations 10 --workers 4
     # the previous engine with the same script (its own venv imports its own treadle):
@@ -337,13 +338,14 @@ def tracer_provider(mode: str, collector: _Collector) -> Any:
     return provider
 
 
-async def bench_tracing(url: str, runs: int, iterations: int, chain_steps: int) -> dict[str, dict[str, float]]:
+async def bench_tracing(url: str, runs: int, iterations: int, chain_steps: int,
+                        rounds: int = 3) -> dict[str, dict[str, float]]:
     modes = ["off", "no-op exporter", "batch export"]
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     collector = _Collector()
     try:
-        for rnd in range(2):
-            for mode in modes:
+        for rnd in range(rounds):
+            for mode in modes[rnd % 3:] + modes[:rnd % 3]:  # rotated: no mode always runs first
                 provider = tracer_provider(mode, collector)
                 tracing.use_tracer_provider(provider)
                 before = collector.requests
@@ -358,13 +360,15 @@ async def bench_tracing(url: str, runs: int, iterations: int, chain_steps: int) 
     finally:
         collector.close()
     out: dict[str, dict[str, float]] = {}
-    for mode, rs in results.items():
+    for mode, rs in results.items():  # the median over the rounds (other load on the machine varies)
         out[mode] = {
-            "step": sum(pct(r["step"], 50) for r in rs) / len(rs),
-            "step99": sum(pct(r["step"], 99) for r in rs) / len(rs),
-            "cycle": sum(pct(r["cycle"], 50) for r in rs) / len(rs),
-            "cpu": sum(r["cpu"] for r in rs) / len(rs),
-            "rate": sum(r["rate"] for r in rs) / len(rs),
+            "step": pct([pct(r["step"], 50) for r in rs], 50),
+            "step99": pct([pct(r["step"], 99) for r in rs], 50),
+            "cycle": pct([pct(r["cycle"], 50) for r in rs], 50),
+            "cycle_min": min(pct(r["cycle"], 50) for r in rs),
+            "cycle_max": max(pct(r["cycle"], 50) for r in rs),
+            "cpu": pct([r["cpu"] for r in rs], 50),
+            "rate": pct([r["rate"] for r in rs], 50),
             "completed": sum(r["completed"] for r in rs),
             "exports": sum(r["exports"] for r in rs),
         }
@@ -396,18 +400,22 @@ def span_overhead_us(mode: str, n: int = 5000) -> float:
         collector.close()
 
 
-def print_tracing(t: dict[str, dict[str, float]], runs: int, iterations: int) -> None:
+def print_tracing(t: dict[str, dict[str, float]], runs: int, iterations: int, rounds: int) -> None:
     off = t["off"]
-    print(f"Tracing cost per iteration, 1 worker, {runs} runs x {iterations} iterations per pass, two rounds"
-          " (spans per iteration: 1 step + 1 model call + 1 tool call):")
+    print(f"Tracing cost per iteration, 1 worker, {runs} runs x {iterations} iterations per pass, median of"
+          f" {rounds} rounds (spans per iteration: 1 step + 1 model call + 1 tool call):")
     print()
-    print("| tracing | step p50 ms | step p99 ms | cycle p50 ms | iterations/s | CPU ms/iteration |"
+    print("| tracing | step p50 ms | step p99 ms | cycle p50 ms (rounds' range) | iterations/s | CPU ms/iteration |"
           " Δ cycle vs off | Δ CPU vs off |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for mode in ("off", "no-op exporter", "batch export"):
         r = t[mode]
-        print(f"| {mode} | {ms(r['step'])} | {ms(r['step99'])} | {ms(r['cycle'])} | {r['rate']:.0f} | {ms(r['cpu'])} |"
-              f" {ms(r['cycle'] - off['cycle'])} | {ms(r['cpu'] - off['cpu'])} |")
+        print(f"| {mode} | {ms(r['step'])} | {ms(r['step99'])} | {ms(r['cycle'])} ({ms(r['cycle_min'])} to "
+              f"{ms(r['cycle_max'])}) | {r['rate']:.0f} | {ms(r['cpu'])} | {ms(r['cycle'] - off['cycle'])} |"
+              f" {ms(r['cpu'] - off['cpu'])} |")
+    print()
+    print("A Δ smaller than the rounds' range is noise (other load on the machine), not a cost: the spans-alone"
+          " line below isolates the cost.")
     print()
     alone = ", ".join(f"{m} {span_overhead_us(m):.0f}" for m in ("off", "no-op exporter", "batch export"))
     print("The spans alone (5000 iterations of step + model call + tool call spans, no database), CPU µs per"
@@ -427,18 +435,19 @@ async def main() -> int:
     ap.add_argument("--floor-ops", type=int, default=2000, help="floor transactions per measurement")
     ap.add_argument("--chain-steps", type=int, default=8, help="TREADLE_CHAIN_STEPS for the main passes")
     ap.add_argument("--tracing-runs", type=int, default=50, help="runs per pass of the tracing-cost table")
+    ap.add_argument("--tracing-rounds", type=int, default=3, help="rounds of the tracing-cost passes")
     ap.add_argument("--tracing-only", action="store_true", help="print only the tracing-cost table")
     args = ap.parse_args()
     w = args.workers
     solo_runs = min(args.runs, args.solo_runs)
     if args.tracing_only:
         with scratch_database("treadle_bench") as url:
-            t = await bench_tracing(url, args.tracing_runs, args.iterations, args.chain_steps)
+            t = await bench_tracing(url, args.tracing_runs, args.iterations, args.chain_steps, args.tracing_rounds)
         print(f"# treadle tracing cost — {time.strftime('%Y-%m-%d %H:%M')}, code: {code_version()}")
         print()
-        print_tracing(t, args.tracing_runs, args.iterations)
-        return 0 if all(t[m]["completed"] == 2 * args.tracing_runs for m in ("off", "no-op exporter",
-                                                                                "batch export")) else 1
+        print_tracing(t, args.tracing_runs, args.iterations, args.tracing_rounds)
+        modes = ("off", "no-op exporter", "batch export")
+        return 0 if all(t[m]["completed"] == args.tracing_rounds * args.tracing_runs for m in modes) else 1
 
     with scratch_database("treadle_bench") as url:
         with psycopg.connect(url) as conn:
@@ -451,7 +460,8 @@ async def main() -> int:
         shared = await bench_treadle(url, args.runs, args.iterations, w, "shared", args.chain_steps, "shared")
         floor1_b = await bench_floor(url, args.floor_ops, 1)
         floorn_b = await bench_floor(url, args.floor_ops * 2, w)
-        traced = await bench_tracing(url, min(args.runs, args.tracing_runs), args.iterations, args.chain_steps)
+        traced = await bench_tracing(url, min(args.runs, args.tracing_runs), args.iterations, args.chain_steps,
+                                     args.tracing_rounds)
     floor1, floorn = mean_floor(floor1_a, floor1_b), mean_floor(floorn_a, floorn_b)
 
     where = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded pgserver (unix socket)"
@@ -533,7 +543,7 @@ async def main() -> int:
         print(f"| {label} | {cells} | {r['round_trips']:.2f} | {r['transactions']:.2f} | {r['commits']:.2f} |"
               f" {r['server_commits']:.2f} | {r['runs_updates']:.2f} ({r['runs_hot']:.2f}) |")
     print()
-    print_tracing(traced, min(args.runs, args.tracing_runs), args.iterations)
+    print_tracing(traced, min(args.runs, args.tracing_runs), args.iterations, args.tracing_rounds)
     print()
     cycle_ratio = pct(solo["cycle"], 50) / floor1["p50"]
     step_ratio = pct(solo["step"], 50) / floor1["p50"]
