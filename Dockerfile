@@ -13,7 +13,7 @@ COPY pyproject.toml README.md ./
 COPY core ./core
 COPY sidecar ./sidecar
 COPY cloud ./cloud
-RUN pip install . \
+RUN pip install ".[otel]" \
  && useradd --system --uid 10001 --create-home --home-dir /home/treadle treadle \
  && mkdir -p /data /etc/treadle \
  && treadle --config /etc/treadle/treadle.yaml init \

@@ -40,6 +40,13 @@ Measured around each pass and each floor: the CPU of this process and of the Pos
 and the `runs` row updates per iteration, with how many were HOT (pg_stat_user_tables: a non-HOT
 update writes a new entry in every index of the table).
 
+Tracing cost (issue 17), 1 worker, the same workload: `off` (no SDK: the OpenTelemetry API's
+no-op spans), `no-op exporter` (the SDK records every span, a batch processor hands them to an
+exporter that drops them), `batch export` (the SDK's BatchSpanProcessor exporting OTLP/HTTP
+protobuf to a collector stand-in on loopback, in this process). The modes alternate, in a
+rotated order, for `--tracing-rounds` rounds (3); the table gives the median over the rounds of each pass's figure.
+`--tracing-only` prints just this table.
+
     .venv/bin/python scripts/bench_loop.py --runs 200 --iterations 10 --workers 4
     # the previous engine with the same script (its own venv imports its own treadle):
     cd /tmp/base && .venv/bin/python /work/main/scripts/bench_loop.py --runs 200 --iterations 10
@@ -82,6 +89,7 @@ from treadle.config import Settings, parse_config  # noqa: E402
 from treadle.engine.workers import WorkerPool  # noqa: E402
 from treadle.runtime import Runtime  # noqa: E402
 from treadle.store.runs import NewRun  # noqa: E402
+from treadle.telemetry import tracing  # noqa: E402
 
 FLOOR_SQL = "BEGIN; 2 x INSERT (1 KB); UPDATE; NOTIFY; COMMIT"
 
@@ -274,6 +282,150 @@ def mean_floor(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return {k: (a[k] + b[k]) / 2 for k in a}
 
 
+class _Collector:
+    """An OTLP/HTTP endpoint stand-in on loopback: answers 200 to every POST, counts what came."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        seen = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                seen.requests += 1
+                seen.bytes += len(self.rfile.read(int(self.headers.get("content-length", "0"))))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        self.requests = 0
+        self.bytes = 0
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def tracer_provider(mode: str, collector: _Collector) -> Any:
+    """None (off), or an SDK provider counting its spans and exporting them by `mode`."""
+    if mode == "off":
+        return None
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropping(SpanExporter):
+        def __init__(self) -> None:
+            self.spans = 0
+
+        def export(self, spans: Any) -> SpanExportResult:
+            self.spans += len(spans)
+            return SpanExportResult.SUCCESS
+
+    exporter: Any = Dropping() if mode == "no-op exporter" else OTLPSpanExporter(endpoint=collector.url)
+    provider = TracerProvider()
+    # a queue deep enough that the span micro-benchmark drops nothing (the default, 2048, would)
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=32768))
+    return provider
+
+
+async def bench_tracing(url: str, runs: int, iterations: int, chain_steps: int,
+                        rounds: int = 3) -> dict[str, dict[str, float]]:
+    modes = ["off", "no-op exporter", "batch export"]
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    collector = _Collector()
+    try:
+        for rnd in range(rounds):
+            for mode in modes[rnd % 3:] + modes[:rnd % 3]:  # rotated: no mode always runs first
+                provider = tracer_provider(mode, collector)
+                tracing.use_tracer_provider(provider)
+                before = collector.requests
+                try:
+                    r = await bench_treadle(url, runs, iterations, 1, f"trace-{rnd}-{mode}", chain_steps)
+                finally:
+                    tracing.use_tracer_provider(None)
+                    if provider is not None:
+                        await asyncio.to_thread(provider.shutdown)
+                r["exports"] = collector.requests - before
+                results[mode].append(r)
+    finally:
+        collector.close()
+    out: dict[str, dict[str, float]] = {}
+    for mode, rs in results.items():  # the median over the rounds (other load on the machine varies)
+        out[mode] = {
+            "step": pct([pct(r["step"], 50) for r in rs], 50),
+            "step99": pct([pct(r["step"], 99) for r in rs], 50),
+            "cycle": pct([pct(r["cycle"], 50) for r in rs], 50),
+            "cycle_min": min(pct(r["cycle"], 50) for r in rs),
+            "cycle_max": max(pct(r["cycle"], 50) for r in rs),
+            "cpu": pct([r["cpu"] for r in rs], 50),
+            "rate": pct([r["rate"] for r in rs], 50),
+            "completed": sum(r["completed"] for r in rs),
+            "exports": sum(r["exports"] for r in rs),
+        }
+    out["_collector"] = {"bytes": float(collector.bytes), "requests": float(collector.requests)}
+    return out
+
+
+def span_overhead_us(mode: str, n: int = 5000) -> float:
+    """CPU µs per iteration for the spans alone (a step, a model call inside it, a tool call),
+    no database: the clean part of the cost, without the loop's noise."""
+    collector = _Collector()
+    provider = tracer_provider(mode, collector)
+    tracing.use_tracer_provider(provider)
+    try:
+        t0 = time.process_time()
+        for i in range(n):
+            with tracing.step(run_id="r_bench", step_no=i, tenant_id="t", agent="bench", run_context=None):
+                with tracing.model_call(provider="mock", model="script", iteration=i, attempt=0,
+                                        fallback=False) as sp:
+                    tracing.set_model_usage(sp, response_model="script", input_tokens=10, output_tokens=5,
+                                            stop_reason="tool_use")
+                with tracing.tool_call(tool="Memory", call_id="toolu_1", effects="transactional", iteration=i) as sp:
+                    tracing.set_outcome(sp, "ok")
+        if provider is not None:
+            provider.shutdown()  # the export's CPU counts too
+        return (time.process_time() - t0) / n * 1e6
+    finally:
+        tracing.use_tracer_provider(None)
+        collector.close()
+
+
+def print_tracing(t: dict[str, dict[str, float]], runs: int, iterations: int, rounds: int) -> None:
+    off = t["off"]
+    print(f"Tracing cost per iteration, 1 worker, {runs} runs x {iterations} iterations per pass, median of"
+          f" {rounds} rounds (spans per iteration: 1 step + 1 model call + 1 tool call):")
+    print()
+    print("| tracing | step p50 ms | step p99 ms | cycle p50 ms (rounds' range) | iterations/s | CPU ms/iteration |"
+          " Δ cycle vs off | Δ CPU vs off |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for mode in ("off", "no-op exporter", "batch export"):
+        r = t[mode]
+        print(f"| {mode} | {ms(r['step'])} | {ms(r['step99'])} | {ms(r['cycle'])} ({ms(r['cycle_min'])} to "
+              f"{ms(r['cycle_max'])}) | {r['rate']:.0f} | {ms(r['cpu'])} | {ms(r['cycle'] - off['cycle'])} |"
+              f" {ms(r['cpu'] - off['cpu'])} |")
+    print()
+    print("A Δ smaller than the rounds' range is noise (other load on the machine), not a cost: the spans-alone"
+          " line below isolates the cost.")
+    print()
+    alone = ", ".join(f"{m} {span_overhead_us(m):.0f}" for m in ("off", "no-op exporter", "batch export"))
+    print("The spans alone (5000 iterations of step + model call + tool call spans, no database), CPU µs per"
+          f" iteration: {alone}")
+    c = t["_collector"]
+    print()
+    print(f"batch export: {c['requests']:.0f} OTLP requests, {c['bytes'] / 1024:.0f} KiB received by the loopback"
+          " collector")
+
+
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=200)
@@ -282,9 +434,20 @@ async def main() -> int:
     ap.add_argument("--solo-runs", type=int, default=50, help="runs of the 1-worker pass")
     ap.add_argument("--floor-ops", type=int, default=2000, help="floor transactions per measurement")
     ap.add_argument("--chain-steps", type=int, default=8, help="TREADLE_CHAIN_STEPS for the main passes")
+    ap.add_argument("--tracing-runs", type=int, default=50, help="runs per pass of the tracing-cost table")
+    ap.add_argument("--tracing-rounds", type=int, default=3, help="rounds of the tracing-cost passes")
+    ap.add_argument("--tracing-only", action="store_true", help="print only the tracing-cost table")
     args = ap.parse_args()
     w = args.workers
     solo_runs = min(args.runs, args.solo_runs)
+    if args.tracing_only:
+        with scratch_database("treadle_bench") as url:
+            t = await bench_tracing(url, args.tracing_runs, args.iterations, args.chain_steps, args.tracing_rounds)
+        print(f"# treadle tracing cost — {time.strftime('%Y-%m-%d %H:%M')}, code: {code_version()}")
+        print()
+        print_tracing(t, args.tracing_runs, args.iterations, args.tracing_rounds)
+        modes = ("off", "no-op exporter", "batch export")
+        return 0 if all(t[m]["completed"] == args.tracing_rounds * args.tracing_runs for m in modes) else 1
 
     with scratch_database("treadle_bench") as url:
         with psycopg.connect(url) as conn:
@@ -297,6 +460,8 @@ async def main() -> int:
         shared = await bench_treadle(url, args.runs, args.iterations, w, "shared", args.chain_steps, "shared")
         floor1_b = await bench_floor(url, args.floor_ops, 1)
         floorn_b = await bench_floor(url, args.floor_ops * 2, w)
+        traced = await bench_tracing(url, min(args.runs, args.tracing_runs), args.iterations, args.chain_steps,
+                                     args.tracing_rounds)
     floor1, floorn = mean_floor(floor1_a, floor1_b), mean_floor(floorn_a, floorn_b)
 
     where = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded pgserver (unix socket)"
@@ -377,6 +542,8 @@ async def main() -> int:
         cells = " | ".join(f"{r['per_iter'].get(k, 0.0):.2f}" for k in kinds)
         print(f"| {label} | {cells} | {r['round_trips']:.2f} | {r['transactions']:.2f} | {r['commits']:.2f} |"
               f" {r['server_commits']:.2f} | {r['runs_updates']:.2f} ({r['runs_hot']:.2f}) |")
+    print()
+    print_tracing(traced, min(args.runs, args.tracing_runs), args.iterations, args.tracing_rounds)
     print()
     cycle_ratio = pct(solo["cycle"], 50) / floor1["p50"]
     step_ratio = pct(solo["step"], 50) / floor1["p50"]

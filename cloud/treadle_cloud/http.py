@@ -19,6 +19,7 @@ from mangum import Mangum
 from treadle.api.app import create_app
 from treadle.errors import TreadleError
 from treadle_cloud.container import Container, remaining_s
+from treadle_cloud.metrics import observed_invocation
 
 log = logging.getLogger("treadle.cloud")
 
@@ -43,6 +44,7 @@ class HttpFunction:
         self.app: FastAPI | None = None
         self._adapter: Mangum | None = None
 
+    @observed_invocation  # EMF metrics, spans flushed (treadle_cloud/metrics.py)
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         try:
             rt = self.container.runtime()

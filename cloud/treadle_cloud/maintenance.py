@@ -13,6 +13,7 @@ from typing import Any
 
 from treadle.engine.workers import Sweeper
 from treadle_cloud.container import Container, remaining_s
+from treadle_cloud.metrics import observed_invocation
 
 log = logging.getLogger("treadle.cloud.maintenance")
 
@@ -24,6 +25,7 @@ class MaintenanceFunction:
     def __init__(self, container: Container | None = None) -> None:
         self.container = container or Container()
 
+    @observed_invocation  # EMF metrics, spans flushed (treadle_cloud/metrics.py)
     def __call__(self, event: dict[str, Any] | None, context: Any) -> dict[str, Any]:
         rt = self.container.runtime()
         sweeper = Sweeper(rt.engine, rt.dispatcher, interval_s=60.0, wake_due=rt.wake_due)

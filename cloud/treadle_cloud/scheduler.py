@@ -18,6 +18,7 @@ from typing import Any
 
 from treadle.triggers.eventbridge import target_input
 from treadle_cloud.container import Container
+from treadle_cloud.metrics import observed_invocation
 
 log = logging.getLogger("treadle.cloud.scheduler")
 __all__ = ["SchedulerFunction", "target_input"]
@@ -27,6 +28,7 @@ class SchedulerFunction:
     def __init__(self, container: Container | None = None) -> None:
         self.container = container or Container()
 
+    @observed_invocation  # EMF metrics, spans flushed (treadle_cloud/metrics.py)
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         schedule_id = event.get("schedule_id") if isinstance(event, dict) else None
         if not isinstance(schedule_id, str) or not schedule_id:

@@ -23,11 +23,13 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from treadle.dispatch.sqs import decode_step_message
+from treadle.dispatch.sqs import decode_step_message, trace_carrier
 from treadle.engine.outcomes import StepResult
 from treadle.runtime import Runtime
+from treadle.telemetry import tracing
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.env import CloudSettings, aws_client
+from treadle_cloud.metrics import observed_invocation
 
 log = logging.getLogger("treadle.cloud.worker")
 
@@ -48,6 +50,7 @@ class SqsWorker:
         self.processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
         self.results: dict[str, int] = {}
 
+    @observed_invocation  # EMF metrics, spans flushed (treadle_cloud/metrics.py)
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         rt = self.container.runtime()
         cloud = self.container.cloud or CloudSettings()
@@ -67,7 +70,8 @@ class SqsWorker:
             # One invocation at a time per execution environment, records in order: the store's
             # lease length can be set for the step about to run.
             rt.steps.lease_s = min(rt.settings.lease_seconds, budget)
-            result = self.container.run(rt.engine.handle(msg))
+            with tracing.attached(trace_carrier(record.message_attributes)):  # the sender's span
+                result = self.container.run(rt.engine.handle(msg))
             self.results[result.value] = self.results.get(result.value, 0) + 1
             if result is StepResult.RETRY_LATER:
                 raise StepHandedBack(f"step {msg.run_id}/{msg.step_no} crashed; retried after a backoff")

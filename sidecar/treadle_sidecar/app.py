@@ -19,6 +19,7 @@ from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.errors import ConfigError
 from treadle.runtime import Runtime
 from treadle.security.network import is_loopback_host
+from treadle_sidecar.observability import Tracing
 
 log = logging.getLogger("treadle_sidecar.app")
 
@@ -45,6 +46,7 @@ def create_sidecar_app(settings: Settings | None = None, config: TreadleConfig |
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        traces = Tracing()  # the OpenTelemetry SDK when OTEL_* asks for it
         rt = await Runtime.open(settings, config, config_source=str(settings.config))
         workers: WorkerPool | None = None
         if settings.workers > 0:
@@ -67,6 +69,7 @@ def create_sidecar_app(settings: Settings | None = None, config: TreadleConfig |
             if workers is not None:
                 await workers.stop()
             await rt.close()
+            await traces.close()
 
     return create_app(
         auth_token=settings.auth_token, max_request_bytes=settings.max_request_bytes, lifespan=lifespan,

@@ -5,13 +5,17 @@ from __future__ import annotations
 import uvicorn
 
 from treadle.config import Settings, TreadleConfig
+from treadle.telemetry.logs import log_format
 from treadle_sidecar.app import check_listen, create_sidecar_app
 
 
 def serve(settings: Settings, config: TreadleConfig, *, log_level: str = "info") -> None:
     host, port = check_listen(settings, config)
     app = create_sidecar_app(settings, config)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on", access_log=False)
+    # JSON logs: uvicorn's own records go through the root handler too (one format)
+    log_config = None if log_format() == "json" else uvicorn.config.LOGGING_CONFIG
+    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on", access_log=False,
+                log_config=log_config)
 
 
 class BackgroundServer:

@@ -60,6 +60,9 @@ def create_app(
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
+    from treadle.api import metrics as metrics_route
+
+    app.include_router(metrics_route.router)  # GET /metrics (Prometheus text), bearer-authed
     for router in api_routers() if routers is None else routers:
         app.include_router(router)
     if not public_docs:
@@ -69,6 +72,9 @@ def create_app(
 
         app.include_router(watchpage.router)
     app.add_middleware(BodySizeLimit, max_bytes=max_request_bytes)
+    from treadle.api.tracing import RequestSpans
+
+    app.add_middleware(RequestSpans)  # the outermost: a span per request (telemetry/tracing.py)
     return app
 
 

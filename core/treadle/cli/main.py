@@ -14,6 +14,7 @@ from typing import Any
 from treadle import __version__
 from treadle.cli.starter import STARTER_YAML
 from treadle.errors import ConfigError, TreadleError
+from treadle.telemetry.logs import configure_logging
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -331,8 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        configure_logging(logging.WARNING)  # TREADLE_LOG_FORMAT=json: one JSON object per line
         return int(args.func(args))
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """The SQS dispatcher of the cloud shape: one message per loop iteration.
 
-A message body is the step message as JSON, ``{"run_id": "r_…", "step_no": 3}``. The queue is a
+A message body is the step message as JSON, ``{"run_id": "r_…", "step_no": 3}``; with tracing on,
+its ``traceparent``/``tracestate`` message attributes carry the context of the span that sent it. The queue is a
 standard queue (at-least-once, unordered): the engine's lease fenced on ``step_no`` is what makes a
 duplicate or stale delivery harmless, so no FIFO queue or deduplication id is needed.
 
@@ -25,6 +26,7 @@ import math
 from typing import Any, Protocol
 
 from treadle.domain.runs import StepMessage
+from treadle.telemetry import tracing
 
 log = logging.getLogger("treadle.dispatch.sqs")
 
@@ -35,7 +37,7 @@ MAX_DELAY_S = 900
 class SendMessageClient(Protocol):
     """The one SQS operation the dispatcher needs (boto3's client satisfies it)."""
 
-    def send_message(self, *, QueueUrl: str, MessageBody: str, DelaySeconds: int = 0) -> Any: ...
+    def send_message(self, *, QueueUrl: str, MessageBody: str, DelaySeconds: int = 0, **kw: Any) -> Any: ...
 
 
 def encode_step_message(msg: StepMessage) -> str:
@@ -54,6 +56,27 @@ def decode_step_message(body: str) -> StepMessage:
     if step_no < 0:
         raise ValueError(f"step_no must be >= 0: {body[:200]!r}")
     return StepMessage(run_id, step_no)
+
+
+def trace_attributes() -> dict[str, Any]:
+    """`MessageAttributes` carrying the sending span's W3C context (`traceparent`, `tracestate`),
+    as keyword arguments of send_message; none when tracing is off."""
+    carrier = tracing.current_carrier()
+    if not carrier:
+        return {}
+    return {"MessageAttributes": {k: {"DataType": "String", "StringValue": v} for k, v in carrier.items()}}
+
+
+def trace_carrier(message_attributes: Any) -> dict[str, str]:
+    """The W3C headers among a received message's attributes (either the boto3 shape,
+    `StringValue`, or the Lambda event's, `stringValue`)."""
+    out: dict[str, str] = {}
+    for key in ("traceparent", "tracestate"):
+        attr = (message_attributes or {}).get(key) or {}
+        value = attr.get("StringValue") or attr.get("stringValue")
+        if isinstance(value, str) and value:
+            out[key] = value
+    return out
 
 
 class SqsDispatcher:
@@ -80,6 +103,7 @@ class SqsDispatcher:
             QueueUrl=self.queue_url,
             MessageBody=encode_step_message(msg),
             DelaySeconds=max(0, math.ceil(delay_s)),
+            **trace_attributes(),
         )
         if inspect.iscoroutinefunction(self.client.send_message):
             await send()

@@ -30,6 +30,7 @@ from treadle.domain.runs import NewEvent
 from treadle.engine.agents import Candidate, ModelRoute
 from treadle.errors import ProviderError, RetryableProviderError, UnknownModel
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, RunInfo
+from treadle.providers.observed import observed_call
 
 log = logging.getLogger("treadle.engine")
 
@@ -103,7 +104,8 @@ async def call_route(
                 options={**cand.options, **(call.request.get("options") or {})},
             )
             try:
-                response = await cand.provider.call(req, sink(cand, attempts) if sink else None)
+                response = await observed_call(cand.provider, cand.provider_id, req,
+                                               sink(cand, attempts) if sink else None, fallback=index > 0)
             except RetryableProviderError as exc:
                 last_exc = exc
                 if attempt >= retries:

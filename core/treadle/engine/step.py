@@ -22,6 +22,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from treadle.domain.content import Block, TextBlock, ThinkingBlock, ToolUseBlock
@@ -41,6 +42,8 @@ from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.security.redact import SECRETS
 from treadle.store.cancels import CancelState, cancel_state
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
+from treadle.telemetry import tracing
+from treadle.telemetry.metrics import metrics
 from treadle.tools.base import Tool, ToolHooks, ToolServices
 
 log = logging.getLogger("treadle.engine")
@@ -137,6 +140,18 @@ class Engine:
             owner = leased.chain_owner
 
     async def _run_one(self, leased: LeasedRun, owner: str) -> StepResult:
+        """The step inside its span (a child of the run's, telemetry/tracing.py), counted."""
+        started = time.perf_counter()
+        with tracing.step(run_id=leased.run_id, step_no=leased.step_no, tenant_id=leased.tenant_id,
+                          agent=leased.agent, run_context=leased.trace_context, worker=self._owner_prefix) as span:
+            result = await self._run_step(leased, owner)
+            tracing.set_outcome(span, "error" if result is StepResult.RETRY_LATER else result.value)
+        metrics().step(result.value, time.perf_counter() - started)
+        if result is StepResult.FINISHED and leased.created_at is not None:
+            metrics().run_finished((datetime.now(UTC) - leased.created_at).total_seconds())
+        return result
+
+    async def _run_step(self, leased: LeasedRun, owner: str) -> StepResult:
         renewer = asyncio.get_running_loop().call_later(
             self.steps.lease_s / 3, self._start_renewal, leased, owner
         )

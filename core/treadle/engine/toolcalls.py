@@ -22,6 +22,8 @@ from treadle.engine.agents import ResolvedAgent
 from treadle.engine.outcomes import ParkedCall, tool_result_event
 from treadle.errors import ToolError
 from treadle.store.steps import LeasedRun, StepStore
+from treadle.telemetry import tracing
+from treadle.telemetry.metrics import NOT_PERMITTED, metrics
 from treadle.tools.base import (
     Park,
     Principal,
@@ -111,6 +113,23 @@ class ToolRunner:
         return [merged[tu.id] for tu in calls.uses]
 
     async def _call(self, calls: TurnCalls, tu: ToolUseBlock, *, savepoint: bool | None) -> Outcome:
+        """One call in its span (`execute_tool`), counted by tool and outcome; a name the agent
+        does not hold is recorded as `(not permitted)`, never as what the model wrote."""
+        tool = calls.tool(tu)
+        name = tu.name if tool is not None else NOT_PERMITTED
+        outcome = "error"
+        try:
+            with tracing.tool_call(tool=name, call_id=tu.id, iteration=calls.iteration,
+                                   effects=effects_of(tool) if tool is not None else "none") as span:
+                result = await self._run_call(calls, tu, savepoint=savepoint)
+                outcome = "parked" if isinstance(result, ParkedCall) else (
+                    "error" if result.payload.get("is_error") else "ok")
+                tracing.set_outcome(span, outcome)
+                return result
+        finally:
+            metrics().tool_call(name, outcome)
+
+    async def _run_call(self, calls: TurnCalls, tu: ToolUseBlock, *, savepoint: bool | None) -> Outcome:
         """`savepoint`: True — in a savepoint; False — outside any transaction (external); None —
         on the step transaction itself, raising ToolRaised when the tool raises."""
         tool = calls.tool(tu)

@@ -12,6 +12,7 @@ from treadle.dispatch.base import Dispatcher
 from treadle.dispatch.postgres import PostgresQueue
 from treadle.engine.sending import StepSender
 from treadle.engine.step import Engine
+from treadle.telemetry.metrics import metrics
 
 log = logging.getLogger("treadle.workers")
 
@@ -130,5 +131,7 @@ class Sweeper(PeriodicTask):
         if woken:
             log.info("sweeper woke %d parked run(s) past their deadline", woken)
         self.swept += len(due)
+        metrics().sweeper_action("requeued", len(due))
+        metrics().sweeper_action("woken", woken)
         return len(due) + woken
 

@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 
 from treadle.domain.runs import RunStatus
 from treadle.store.db import Pool
+from treadle.telemetry import tracing
 
 JOBS_CHANNEL = "treadle_jobs"
 
@@ -159,11 +160,12 @@ class RunStore:
             INSERT INTO runs (id, tenant_id, user_id, agent, status, metadata, interactive,
                               idempotency_key, root_run_id, last_seq, lease_until,
                               parent_run_id, depth, parent_wait_key, def_id, def_content_sha256,
-                              skill_def_ids, client_tools, client_tool_timeout_s, allowed_hosts)
+                              skill_def_ids, client_tools, client_tool_timeout_s, allowed_hosts,
+                              trace_context)
             VALUES (%(id)s, %(tenant)s, %(user)s, %(agent)s, 'queued', %(meta)s, %(interactive)s,
                     %(idem)s, coalesce(%(root)s, %(id)s), 2, now() + make_interval(secs => %(requeue)s),
                     %(parent)s, %(depth)s, %(pwk)s, %(def_id)s, %(def_sha)s, %(skills)s, %(ctools)s,
-                    %(ctimeout)s, %(hosts)s)
+                    %(ctimeout)s, %(hosts)s, %(trace)s)
             ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {_RUN_COLUMNS}
         ), ev AS (
@@ -194,6 +196,7 @@ class RunStore:
             "ctimeout": new.client_tool_timeout_s,
             "hosts": Jsonb(new.allowed_hosts) if new.allowed_hosts is not None else None,
             "requeue": self.requeue_after_s,
+            "trace": _trace_context(new, run_id),
             "ui": Jsonb(user_input),
             "st": Jsonb(started),
             "jobs": self.jobs_in_db,
@@ -272,3 +275,10 @@ class RunStore:
 
 def _record(row: dict[str, Any]) -> RunRecord:
     return RunRecord(**{k: v for k, v in row.items() if not k.startswith("_")})
+
+
+def _trace_context(new: NewRun, run_id: str) -> Jsonb | None:
+    """The context of the run's span (telemetry/tracing.py), stored on the run; None: tracing off."""
+    carrier = tracing.run_created(run_id=run_id, tenant_id=new.tenant_id, agent=new.agent,
+                                  parent_run_id=new.parent_run_id, depth=new.depth)
+    return Jsonb(carrier) if carrier else None

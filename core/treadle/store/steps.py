@@ -18,6 +18,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -31,7 +32,7 @@ _LEASED_COLUMNS = (
     "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
     " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata,"
     " runs.interactive, runs.input_seq, runs.parent_wait_key, runs.def_id, runs.skill_def_ids,"
-    " runs.client_tools, runs.client_tool_timeout_s, runs.allowed_hosts"
+    " runs.client_tools, runs.client_tool_timeout_s, runs.allowed_hosts, runs.trace_context, runs.created_at"
 )
 _EVENTS_AGG = (
     "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
@@ -72,6 +73,10 @@ class LeasedRun:
     client_tool_timeout_s: float | None = None
     #: the caller's narrowing of reachable hosts (None: none)
     allowed_hosts: list[str] | None = None
+    #: the W3C context of the run's span (telemetry/tracing.py); None when tracing is off
+    trace_context: dict[str, str] | None = None
+    #: when the run was created (the run-duration metric)
+    created_at: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -139,6 +144,8 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
         client_tools=row.get("client_tools"),
         client_tool_timeout_s=row.get("client_tool_timeout_s"),
         allowed_hosts=row.get("allowed_hosts"),
+        trace_context=row.get("trace_context"),
+        created_at=row.get("created_at"),
     )
 
 

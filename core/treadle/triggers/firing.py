@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from opentelemetry.trace import Span
 from pydantic import ValidationError
 
 from treadle.errors import TreadleError
@@ -25,6 +27,8 @@ from treadle.store.db import Pool
 from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
 from treadle.store.schedules import DueSchedule, FireRow, ScheduleState, ScheduleStore
+from treadle.telemetry import tracing
+from treadle.telemetry.metrics import metrics
 from treadle.triggers.settings import TriggerSettings
 
 log = logging.getLogger("treadle.schedules")
@@ -297,12 +301,15 @@ class Firing:
 
         async def one(c: Claimed) -> tuple[str, datetime, str | None, str, str | None, bool]:
             async with sem:
-                try:
-                    run, _ = await self.starter.start_run(new_run(c.fire, c.name, c.spec))
-                except TreadleError as exc:
-                    log.warning("schedule %s fire %s: %s", c.fire.schedule_id, c.fire.scheduled_for, exc.message)
-                    return (c.fire.schedule_id, c.fire.scheduled_for, None, "failed", f"{exc.code}: {exc.message}",
-                            False)
+                with fire_span(c.name, c.fire.schedule_id) as span:  # the run's trace starts here
+                    try:
+                        run, _ = await self.starter.start_run(new_run(c.fire, c.name, c.spec))
+                    except TreadleError as exc:
+                        log.warning("schedule %s fire %s: %s", c.fire.schedule_id, c.fire.scheduled_for, exc.message)
+                        fired(span, "failed", exc.code)
+                        return (c.fire.schedule_id, c.fire.scheduled_for, None, "failed",
+                                f"{exc.code}: {exc.message}", False)
+                    fired(span, "started")
                 return c.fire.schedule_id, c.fire.scheduled_for, run.id, "started", None, bool(c.spec.on_complete)
 
         rows = await asyncio.gather(*(one(c) for c in claimed))
@@ -337,3 +344,15 @@ def _parse_time(value: Any, default: datetime) -> datetime:
     if t.tzinfo is None:
         t = t.replace(tzinfo=UTC)
     return t.astimezone(UTC)
+
+
+def fire_span(name: str, schedule_id: str) -> AbstractContextManager[Span]:
+    """The span of one schedule fire (the run it starts is its child)."""
+    return tracing.span(f"schedule fire {name}", {"treadle.schedule.name": name, "treadle.schedule.id": schedule_id})
+
+
+def fired(span: Span, outcome: str, code: str | None = None) -> None:
+    tracing.set_outcome(span, "error" if code else outcome)
+    if code:
+        span.set_attribute("treadle.error.code", code)
+    metrics().schedule_fire(outcome)

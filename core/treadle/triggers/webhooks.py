@@ -32,6 +32,8 @@ from treadle.store.db import Pool
 from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
 from treadle.store.webhooks import Delivery, WebhookStore
+from treadle.telemetry import tracing
+from treadle.telemetry.metrics import metrics
 from treadle.triggers import signatures as signature
 from treadle.triggers.hooks import ScopedPublisher, require_publisher
 from treadle.triggers.settings import TriggerSettings
@@ -113,6 +115,24 @@ class WebhookService:
         return ActiveWebhook(tenant_id, record, spec)
 
     async def receive(self, hook: ActiveWebhook, headers: Mapping[str, str], body: bytes) -> Reply:
+        """One delivery in its span (the run it starts is its child), counted by outcome: `accepted`,
+        `duplicate`, or the refusal's error code."""
+        outcome = "error"
+        try:
+            with tracing.span(f"webhook {hook.name}", {"treadle.webhook.name": hook.name,
+                                                       "treadle.tenant": hook.tenant_id}) as span:
+                try:
+                    reply = await self._receive(hook, headers, body)
+                except TreadleError as exc:
+                    outcome = exc.code
+                    raise
+                outcome = "duplicate" if reply.body.get("duplicate") else "accepted"
+                tracing.set_outcome(span, outcome)
+                return reply
+        finally:
+            metrics().webhook_delivery(outcome)
+
+    async def _receive(self, hook: ActiveWebhook, headers: Mapping[str, str], body: bytes) -> Reply:
         """Steps 3-7 for a body already read within the def's cap (`headers`: lower-case names)."""
         spec, rec, tenant = hook.spec, hook.record, hook.tenant_id
         try:

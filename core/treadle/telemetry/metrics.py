@@ -1,0 +1,105 @@
+"""The process's measurements: steps, model calls and tokens, tool calls, sweeper actions, webhook
+deliveries, schedule fires — into Prometheus instruments (`GET /metrics` renders them with the
+database's gauges) and into any extra sinks a shape adds (the cloud's EMF).
+
+Labels are names and outcomes only — a tool name the agent does not hold is counted as
+`(not permitted)`, never as what the model wrote.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from treadle.telemetry.prometheus import PromInstruments
+
+NOT_PERMITTED = "(not permitted)"
+
+
+class MetricsSink(Protocol):
+    """Another destination for the same measurements (cloud/treadle_cloud/metrics.py: EMF)."""
+
+    def add(self, name: str, value: float, unit: str, dimensions: dict[str, str]) -> None: ...
+
+
+class Metrics:
+    """`prometheus=False`: no Prometheus instruments (a Lambda, which writes EMF through a sink)."""
+
+    def __init__(self, *, prometheus: bool = True) -> None:
+        self.sinks: list[MetricsSink] = []
+        self.prom: PromInstruments | None = None
+        if prometheus:
+            from treadle.telemetry.prometheus import PromInstruments
+
+            self.prom = PromInstruments()
+
+    @property
+    def registry(self) -> CollectorRegistry | None:
+        return self.prom.registry if self.prom is not None else None
+
+    def _emit(self, name: str, value: float, unit: str, **dimensions: str) -> None:
+        for sink in self.sinks:
+            sink.add(name, value, unit, dimensions)
+
+    def step(self, result: str, seconds: float) -> None:
+        if self.prom is not None:
+            self.prom.steps.labels(result).inc()
+            self.prom.step_seconds.labels(result).observe(seconds)
+        self._emit("StepDuration", seconds * 1000, "Milliseconds", result=result)
+
+    def run_finished(self, seconds: float) -> None:
+        if self.prom is not None:
+            self.prom.run_seconds.observe(seconds)
+        self._emit("RunDuration", seconds * 1000, "Milliseconds")
+
+    def model_call(self, provider: str, model: str, outcome: str, seconds: float,
+                   input_tokens: int = 0, output_tokens: int = 0) -> None:
+        if self.prom is not None:
+            self.prom.model_calls.labels(provider, model, outcome).inc()
+            self.prom.model_seconds.labels(provider, model).observe(seconds)
+            if input_tokens:
+                self.prom.model_tokens.labels(provider, model, "input").inc(input_tokens)
+            if output_tokens:
+                self.prom.model_tokens.labels(provider, model, "output").inc(output_tokens)
+        self._emit("ModelCallDuration", seconds * 1000, "Milliseconds", provider=provider, outcome=outcome)
+        self._emit("ModelTokens", input_tokens + output_tokens, "Count", provider=provider)
+
+    def tool_call(self, tool: str, outcome: str) -> None:
+        if self.prom is not None:
+            self.prom.tool_calls.labels(tool, outcome).inc()
+        self._emit("ToolCalls", 1, "Count", outcome=outcome)
+
+    def sweeper_action(self, action: str, n: int) -> None:
+        if n:
+            if self.prom is not None:
+                self.prom.sweeper.labels(action).inc(n)
+            self._emit("SweeperActions", n, "Count", action=action)
+
+    def webhook_delivery(self, outcome: str) -> None:
+        if self.prom is not None:
+            self.prom.webhooks.labels(outcome).inc()
+        self._emit("WebhookDeliveries", 1, "Count", outcome=outcome)
+
+    def schedule_fire(self, outcome: str) -> None:
+        if self.prom is not None:
+            self.prom.schedules.labels(outcome).inc()
+        self._emit("ScheduleFires", 1, "Count", outcome=outcome)
+
+
+_metrics: Metrics | None = None
+
+
+def metrics() -> Metrics:
+    """The process's metrics (created on first use, with Prometheus instruments)."""
+    global _metrics
+    if _metrics is None:
+        _metrics = Metrics()
+    return _metrics
+
+
+def use_metrics(m: Metrics | None) -> None:
+    """Replace the process's metrics (a shape at start, tests); None: a new one on next use."""
+    global _metrics
+    _metrics = m
