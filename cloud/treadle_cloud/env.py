@@ -40,6 +40,9 @@ class CloudSettings(EnvSettings):
     step_safety_seconds: float = Field(default=5.0, ge=0)
     #: a record is not started with less time than this left; it goes back to the queue
     min_step_seconds: float = Field(default=10.0, gt=0)
+    #: a worker chains a run's next step only while at least this much time is left (a model
+    #: call started later would likely be handed back at the deadline, wasted)
+    chain_reserve_seconds: float = Field(default=120.0, ge=0)
 
 
 @cache

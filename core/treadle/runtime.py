@@ -202,7 +202,8 @@ class Runtime:
         url = resolve_database_url(settings.database_url, settings.home)
         await migrate(url)
         size = settings.db_pool_size or settings.workers + 4
-        pool = await open_pool(url, size, idle_in_transaction_s=settings.lease_seconds)
+        pool = await open_pool(url, size, idle_in_transaction_s=settings.lease_seconds,
+                               behind_pooler=settings.db_behind_pooler)
         if dispatcher_factory is None:
             from treadle.dispatch.postgres import PostgresQueue
 
