@@ -20,7 +20,7 @@ from typing import Any
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Provider
 
 
-class InvocationEnding(BaseException):  # noqa: N818 - a signal, like KeyboardInterrupt, not an error
+class InvocationEnding(BaseException):
     """The invocation's deadline came during a model call: the step goes back to the queue."""
 
 
