@@ -36,6 +36,9 @@ class CloudSettings(EnvSettings):
     #: a JSON object of webhook signing secrets ({"GITHUB_WEBHOOK_SECRET": "..."}), for the webhook function
     webhook_secrets_secret_arn: str | None = None
     sse_budget_seconds: float = Field(default=25.0, gt=0)
+    #: behind the HTTP API (which delivers a response only when it ends), an SSE response ends
+    #: this long after its first frame rather than at the budget
+    sse_linger_seconds: float = Field(default=1.0, ge=0)
     #: time kept back at the end of a worker invocation (commit, report the batch)
     step_safety_seconds: float = Field(default=5.0, ge=0)
     #: a record is not started with less time than this left; it goes back to the queue

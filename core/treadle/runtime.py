@@ -118,6 +118,9 @@ class Runtime:
     engine: Engine = field(init=False)
     #: the cloud shape bounds an SSE response by the invocation's remaining time
     sse_budget_s: float | None = None
+    #: ... and, since API Gateway delivers a response only once it ends, ends it this long after
+    #: its first frame instead of at the budget (the client resumes from the last id)
+    sse_linger_s: float | None = None
     #: how outbound calls the runtime makes itself (tool-use hooks) resolve and connect (tests inject it)
     network: NetworkSetup | None = None
 

@@ -92,3 +92,22 @@ def test_steps_of_one_run_chain_within_the_invocation(
         assert run_row(cloud_db, run_id)["iterations"] == 4
     finally:
         worker.close()
+
+
+def test_the_http_api_stream_ends_soon_after_new_events_not_at_its_budget(
+    api: LambdaEnv, sqs: Any, queue: dict[str, str], cloud_db: str
+) -> None:
+    """Behind API Gateway a response reaches the client only once it ends: a stream that waited
+    for its budget would hold the run's first events back for ~25 s."""
+    import time
+
+    run_id = start_run(api, "calc")  # not stepped: the run stays where it started
+    started = time.monotonic()
+    resp = api.invoke(http_event("GET", f"/v1/runs/{run_id}/stream", headers={**AUTH, "accept": "text/event-stream"}),
+                      timeout_s=60.0)  # a budget of min(25 s, 60 s - margin)
+    elapsed = time.monotonic() - started
+    body = resp["body"]
+    assert resp["statusCode"] == 200 and "event: user_input" in body and "event: started" in body
+    assert body.endswith(": budget exhausted; resume with from_seq\n\n")
+    assert run_row(cloud_db, run_id)["status"] in ("queued", "running")
+    assert elapsed < 12.5, elapsed  # half the budget; the linger is 1 s
