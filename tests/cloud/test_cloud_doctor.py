@@ -24,7 +24,7 @@ def lambda_endpoint(monkeypatch: pytest.MonkeyPatch, aws: dict[str, str]) -> Ite
     invoked: list[str] = []
 
     class Invoke(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:
             invoked.append(self.path.split("/")[3])
             event = json.loads(self.rfile.read(int(self.headers["content-length"])) or b"{}")
             headers = {"content-type": "application/json"}
