@@ -46,7 +46,7 @@ from treadle_infra.assets import (
     DEFAULT_STAGING_DIR,
     ROOT,
     check_layer_dir,
-    find_interpreter,
+    require_interpreter,
     stage_app_code,
     staged_config_name,
     starter_config,
@@ -97,7 +97,8 @@ class TreadleRuntimeProps:
     layer_dir: Path = DEFAULT_LAYER_DIR
     #: where the application code is staged for its asset
     staging_dir: Path | None = None
-    #: byte-compile the staged code when an interpreter of the runtime's version is on PATH
+    #: byte-compile the staged code with an interpreter of the runtime's version (synth fails
+    #: when there is none: uncompiled code is compiled again at every cold start)
     byte_compile: bool = True
     architecture: lambda_.Architecture = field(default_factory=lambda: lambda_.Architecture.X86_64)
     python_runtime: lambda_.Runtime = field(default_factory=lambda: lambda_.Runtime.PYTHON_3_12)
@@ -280,7 +281,7 @@ class TreadleRuntime(Construct):
         # -- code ---------------------------------------------------------------------------------
         config_yaml = validate_config(p.config_file) if p.config_file else starter_config()
         version = p.python_runtime.name.removeprefix("python")
-        compile_with = find_interpreter(version) if p.byte_compile else None
+        compile_with = require_interpreter(version) if p.byte_compile else None
         staged = stage_app_code(config_yaml, p.staging_dir or DEFAULT_STAGING_DIR, compile_with=compile_with)
         self.code = lambda_.Code.from_asset(str(staged))
         self.layer = lambda_.LayerVersion(
@@ -438,7 +439,7 @@ class TreadleRuntime(Construct):
         self.stream_function: lambda_.Function | None = None
         self.stream_url: lambda_.FunctionUrl | None = None
         if p.stream:
-            arch = "Arm64" if p.architecture == lambda_.Architecture.ARM_64 else "X86"
+            arch = "Arm64" if p.architecture.name == "arm64" else "X86"
             adapter = lambda_.LayerVersion.from_layer_version_arn(
                 self, "WebAdapter",
                 f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{LWA_ACCOUNT}:layer:LambdaAdapterLayer{arch}:"
