@@ -4,16 +4,18 @@
     .venv/bin/python layers/build.py --arch arm64    # for Graviton functions (set the construct's architecture too)
 
 pip downloads manylinux wheels for the target platform and Python version (`--only-binary=:all:`,
-so nothing is compiled here and a package without such a wheel fails loudly). If an interpreter
-of the target version is at hand (`--compile-with`, else `pythonX.Y` on PATH), the layer is
-byte-compiled with it: /opt is read-only on Lambda, so modules not compiled here are compiled
-again on every cold start. Prints the layer's size, unzipped and zipped (Lambda's limit is
-250 MB unzipped for a function and its layers).
+so nothing is compiled here and a package without such a wheel fails loudly). The layer is then
+byte-compiled with an interpreter of the target version (`--compile-with`, else `pythonX.Y` on
+PATH, else pyenv's or uv's installed versions): /opt is read-only on Lambda, so modules not
+compiled here are compiled again on every cold start. Without such an interpreter the build
+fails, unless `--no-compile` says to ship source only. Prints the layer's size, unzipped and
+zipped (Lambda's limit is 250 MB unzipped for a function and its layers).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -28,8 +30,20 @@ PLATFORMS = {
 }
 
 
+def candidates_for(version: str) -> list[str]:
+    """`pythonX.Y` on PATH (a pyenv shim may refuse it), then pyenv's and uv's installed versions."""
+    found = [exe] if (exe := shutil.which(f"python{version}")) else []
+    roots = [Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions",
+             Path(os.environ.get("UV_PYTHON_INSTALL_DIR", Path.home() / ".local" / "share" / "uv" / "python"))]
+    for root in roots:
+        if root.is_dir():
+            found += [str(d / "bin" / f"python{version}") for d in sorted(root.iterdir(), reverse=True)
+                      if d.name.startswith((version + ".", f"cpython-{version}."))]
+    return found
+
+
 def interpreter_for(version: str, explicit: str | None) -> str | None:
-    candidates = [explicit] if explicit else [f"python{version}", shutil.which(f"python{version}")]
+    candidates = [explicit] if explicit else candidates_for(version)
     for exe in candidates:
         if not exe:
             continue
@@ -57,7 +71,15 @@ def zip_size(path: Path) -> int:
         return target.stat().st_size
 
 
-def build(arch: str, python: str, out: Path, with_boto3: bool, compile_with: str | None) -> dict[str, int]:
+def build(arch: str, python: str, out: Path, with_boto3: bool, compile_with: str | None,
+          no_compile: bool = False) -> dict[str, int]:
+    exe = None if no_compile else interpreter_for(python, compile_with)
+    if exe is None and not no_compile:  # before downloading anything
+        raise SystemExit(
+            f"error: no Python {python} interpreter to byte-compile the layer with (pyenv install {python},"
+            f" uv python install {python}, or --compile-with PATH); --no-compile ships it uncompiled"
+            " (every cold start then compiles what it imports)"
+        )
     site = out / "python"
     if out.exists():
         shutil.rmtree(out)
@@ -74,12 +96,11 @@ def build(arch: str, python: str, out: Path, with_boto3: bool, compile_with: str
     subprocess.run(cmd, check=True)
     for d in [*site.rglob("__pycache__"), site / "bin"]:  # stale bytecode, console scripts
         shutil.rmtree(d, ignore_errors=True)
-    exe = interpreter_for(python, compile_with)
     if exe:
         subprocess.run([exe, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
                         str(site)], check=True)
     else:
-        print(f"note: no Python {python} interpreter here; the layer is not byte-compiled", file=sys.stderr)
+        print(f"note: --no-compile: the layer is not byte-compiled for Python {python}", file=sys.stderr)
     return {"unzipped": dir_size(out), "zipped": zip_size(out), "compiled": int(bool(exe))}
 
 
@@ -90,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=HERE / "build" / "layer")
     ap.add_argument("--with-boto3", action="store_true", help="pin boto3 into the layer")
     ap.add_argument("--compile-with", help="a Python interpreter of the target version (default: pythonX.Y)")
+    ap.add_argument("--no-compile", action="store_true", help="ship the layer without bytecode")
     args = ap.parse_args(argv)
-    sizes = build(args.arch, args.python, args.out, args.with_boto3, args.compile_with)
+    sizes = build(args.arch, args.python, args.out, args.with_boto3, args.compile_with, args.no_compile)
     mb = 1024 * 1024
     print(f"layer {args.out} ({args.arch}, Python {args.python}{', byte-compiled' if sizes['compiled'] else ''}):"
           f" {sizes['unzipped'] / mb:.1f} MB unzipped, {sizes['zipped'] / mb:.1f} MB zipped")

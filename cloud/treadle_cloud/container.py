@@ -18,6 +18,7 @@ from treadle.config import load_config, load_settings
 from treadle.dispatch.sqs import SqsDispatcher
 from treadle.errors import ConfigError
 from treadle.runtime import Runtime
+from treadle_cloud.deadline import InvocationClock, with_deadline
 from treadle_cloud.env import CloudSettings, aws_client, export_secrets
 from treadle_cloud.snapstart import prepare_snapshot
 
@@ -43,8 +44,10 @@ class Container:
     do (api, webhook, scheduler, maintenance); the worker only runs steps and skips it (and the
     trigger modules' import)."""
 
-    def __init__(self, *, sync_triggers: bool = True) -> None:
+    def __init__(self, *, sync_triggers: bool = True, clock: InvocationClock | None = None) -> None:
         self.sync_triggers = sync_triggers
+        #: the worker's: model calls are bounded by its invocation's deadline (treadle_cloud.deadline)
+        self.clock = clock
         self.loop = asyncio.new_event_loop()
         prepare_snapshot()  # under SnapStart: first-invocation imports into the snapshot
         self.cloud: CloudSettings | None = None
@@ -67,7 +70,7 @@ class Container:
             exported = export_secrets(cloud)
             if exported:
                 log.info("from Secrets Manager: %s", ", ".join(exported))
-            self._runtime = self.run(open_cloud_runtime(cloud, sync_triggers=self.sync_triggers))
+            self._runtime = self.run(open_cloud_runtime(cloud, sync_triggers=self.sync_triggers, clock=self.clock))
             self.cloud = cloud
         elif time.monotonic() - self._last_used > CHECK_IDLE_AFTER_S:
             self.run(self._runtime.pool.check())
@@ -89,25 +92,33 @@ class LazySqsClient:
         return aws_client("sqs").send_message(**kwargs)
 
 
-async def open_cloud_runtime(cloud: CloudSettings, *, sync_triggers: bool = True) -> Runtime:
+async def open_cloud_runtime(
+    cloud: CloudSettings, *, sync_triggers: bool = True, clock: InvocationClock | None = None
+) -> Runtime:
     settings = load_settings()
     if not settings.database_url:
         raise ConfigError("the cloud shape needs DATABASE_URL or TREADLE_DB_SECRET_ARN (no embedded Postgres)")
     if not cloud.queue_url:
         raise ConfigError("TREADLE_QUEUE_URL is not set")
-    # One SQS message per loop iteration: no chaining of a run's steps inside one invocation (a
-    # worker's lease and its records are sized from the invocation's remaining time, per step).
+    # A worker may run a run's next steps in the same invocation (TREADLE_CHAIN_STEPS, default 8;
+    # the worker sizes each chain from the invocation's remaining time), saving an SQS hop each.
     # A worker hears a cancel by checking its run every second while it waits on a model or a
     # tool: a LISTEN session would pin an RDS Proxy connection and outlive no invocation anyway.
-    shape: dict[str, object] = {"chain_steps": 1, "cancel_watch": "poll"}
+    shape: dict[str, object] = {"cancel_watch": "poll"}
     if settings.db_pool_size == 0:
         shape["db_pool_size"] = DEFAULT_POOL_SIZE
     settings = settings.model_copy(update=shape)
     config = load_config(settings.config)
     sqs = LazySqsClient()
+    providers = None
+    if clock is not None:
+        from treadle.runtime import default_providers
+
+        providers = with_deadline(default_providers(config), clock)
     rt = await Runtime.open(
         settings,
         config,
+        providers=providers,
         dispatcher_factory=lambda _pool, _url: SqsDispatcher(sqs, cloud.queue_url),
         config_source=str(settings.config),
     )

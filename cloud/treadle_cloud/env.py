@@ -36,10 +36,16 @@ class CloudSettings(EnvSettings):
     #: a JSON object of webhook signing secrets ({"GITHUB_WEBHOOK_SECRET": "..."}), for the webhook function
     webhook_secrets_secret_arn: str | None = None
     sse_budget_seconds: float = Field(default=25.0, gt=0)
+    #: behind the HTTP API (which delivers a response only when it ends), an SSE response ends
+    #: this long after its first frame rather than at the budget
+    sse_linger_seconds: float = Field(default=1.0, ge=0)
     #: time kept back at the end of a worker invocation (commit, report the batch)
     step_safety_seconds: float = Field(default=5.0, ge=0)
     #: a record is not started with less time than this left; it goes back to the queue
     min_step_seconds: float = Field(default=10.0, gt=0)
+    #: a worker chains a run's next step only while at least this much time is left (a model
+    #: call started later would likely be handed back at the deadline, wasted)
+    chain_reserve_seconds: float = Field(default=120.0, ge=0)
 
 
 @cache

@@ -3,7 +3,9 @@
 API Gateway's HTTP API cannot stream, and mangum buffers a streaming response into one body, so a
 `text/event-stream` response ends after a time budget (`TREADLE_SSE_BUDGET_SECONDS`, never past
 the invocation's own deadline) with a comment telling the client to resume with `from_seq` /
-`Last-Event-ID`.
+`Last-Event-ID`. Because nothing reaches the client before the response ends, it ends
+`TREADLE_SSE_LINGER_SECONDS` after its first frame (new events), not at the budget; a client that
+wants events as they are committed uses the stream function's URL (`treadle_cloud.stream`).
 """
 
 from __future__ import annotations
@@ -64,5 +66,6 @@ class HttpFunction:
         cloud = self.container.cloud
         budget = cloud.sse_budget_seconds if cloud else 25.0
         rt.sse_budget_s = max(1.0, min(budget, remaining_s(context) - SSE_MARGIN_S))
+        rt.sse_linger_s = cloud.sse_linger_seconds if cloud else 1.0
         self.container.activate()
         return self._adapter(event, context)

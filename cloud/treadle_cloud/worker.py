@@ -8,6 +8,12 @@ Per record (Powertools' `BatchProcessor`, in order):
   again as soon as it is dead;
 - a record is not started with less than `TREADLE_MIN_STEP_SECONDS` left: it is reported failed
   and made visible again at once, for another invocation;
+- the step's model calls are bounded by the invocation's deadline (remaining time minus
+  `TREADLE_STEP_SAFETY_SECONDS`): a call that cannot finish is abandoned before anything of its
+  turn is written, the lease is handed back and the step re-enqueued at once — never killed by
+  Lambda between a commit and the next step's message (treadle_cloud/deadline.py);
+- while at least `TREADLE_CHAIN_RESERVE_SECONDS` are left, the run's next step runs in the same
+  invocation under the same lease (up to `TREADLE_CHAIN_STEPS`), instead of an SQS round trip;
 - a step that crashed (and handed its lease back), or could not reach the database, is reported
   failed and comes back after an exponential backoff (its visibility timeout); after 5 crashed
   steps the engine fails the run itself, and a message that keeps failing (a malformed body, say)
@@ -18,22 +24,27 @@ The next step is enqueued by the engine after each commit.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from treadle.dispatch.sqs import decode_step_message, trace_carrier
+from treadle.domain.runs import StepMessage
 from treadle.engine.outcomes import StepResult
 from treadle.runtime import Runtime
 from treadle.telemetry import tracing
 from treadle_cloud.container import Container, remaining_s
+from treadle_cloud.deadline import InvocationClock, InvocationEnding
 from treadle_cloud.env import CloudSettings, aws_client
 from treadle_cloud.metrics import observed_invocation
 
 log = logging.getLogger("treadle.cloud.worker")
 
 MAX_RETRY_DELAY_S = 300
+#: a step whose model call met the invocation's deadline (see `_run_step`)
+HANDED_BACK = "handed_back"
 
 
 class NotStarted(Exception):
@@ -46,7 +57,8 @@ class StepHandedBack(Exception):
 
 class SqsWorker:
     def __init__(self, container: Container | None = None) -> None:
-        self.container = container or Container(sync_triggers=False)
+        self.clock = InvocationClock()
+        self.container = container or Container(sync_triggers=False, clock=self.clock)
         self.processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
         self.results: dict[str, int] = {}
 
@@ -70,9 +82,15 @@ class SqsWorker:
             # One invocation at a time per execution environment, records in order: the store's
             # lease length can be set for the step about to run.
             rt.steps.lease_s = min(rt.settings.lease_seconds, budget)
-            with tracing.attached(trace_carrier(record.message_attributes)):  # the sender's span
-                result = self.container.run(rt.engine.handle(msg))
-            self.results[result.value] = self.results.get(result.value, 0) + 1
+            rt.engine.settings.chain_budget_s = max(0.0, budget - cloud.chain_reserve_seconds)
+            self.clock.deadline = time.monotonic() + budget
+            try:
+                with tracing.attached(trace_carrier(record.message_attributes)):  # the sender's span
+                    result = self.container.run(self._run_step(rt, msg))
+            finally:
+                self.clock.deadline = None
+            outcome = result.value if result is not None else HANDED_BACK
+            self.results[outcome] = self.results.get(outcome, 0) + 1
             if result is StepResult.RETRY_LATER:
                 raise StepHandedBack(f"step {msg.run_id}/{msg.step_no} crashed; retried after a backoff")
         except Exception:
@@ -82,7 +100,24 @@ class SqsWorker:
             attempts = int(record.attributes.approximate_receive_count or 1)
             self._release(cloud, record, min(MAX_RETRY_DELAY_S, 2**attempts))
             raise
-        return str(result.value)
+        return outcome
+
+    async def _run_step(self, rt: Runtime, msg: StepMessage) -> StepResult | None:
+        """`Engine.handle`, with the lease in hand: a step whose model call meets the deadline is
+        handed back — its lease released, its (possibly chained) step enqueued again — and the
+        record acknowledged (None)."""
+        owner = rt.engine.new_owner()
+        leased = await rt.steps.lease(msg.run_id, msg.step_no, owner)
+        if leased is None:
+            return StepResult.DROPPED
+        try:
+            return await rt.engine.run_leased(leased, owner)
+        except InvocationEnding as exc:
+            current = leased.chain_owner or owner  # a chained step runs under the token its commit handed over
+            log.warning("step %s/%s handed back: %s", leased.run_id, leased.step_no, exc)
+            if await rt.steps.release_after_failure(leased, current, 0.0):
+                await rt.dispatcher.enqueue(StepMessage(leased.run_id, leased.step_no))
+            return None
 
     def _release(self, cloud: CloudSettings, record: SQSRecord, delay_s: int) -> None:
         """Best effort: make a failed record visible again after `delay_s` instead of the

@@ -407,6 +407,10 @@ class Settings(EnvSettings):
     #: cloud shape, where a LISTEN session would pin an RDS Proxy connection)
     cancel_watch: Literal["notify", "poll"] = "notify"
     cancel_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+    #: a transaction pooler (RDS Proxy, PgBouncer) sits between treadle and Postgres: no
+    #: server-side prepared statements and no session options at connect (either pins a proxy
+    #: connection to one client); idle_in_transaction_session_timeout then belongs to the server
+    db_behind_pooler: bool = False
 
     def redact_env_names(self) -> list[str]:
         return [n.strip() for n in self.redact_env.split(",") if n.strip()]

@@ -121,6 +121,9 @@ class Runtime:
     engine: Engine = field(init=False)
     #: the cloud shape bounds an SSE response by the invocation's remaining time
     sse_budget_s: float | None = None
+    #: ... and, since API Gateway delivers a response only once it ends, ends it this long after
+    #: its first frame instead of at the budget (the client resumes from the last id)
+    sse_linger_s: float | None = None
     #: how outbound calls the runtime makes itself (tool-use hooks) resolve and connect (tests inject it)
     network: NetworkSetup | None = None
     #: bumped whenever a token is created, rotated or retired in this process (auth caches flush)
@@ -212,7 +215,8 @@ class Runtime:
         url = resolve_database_url(settings.database_url, settings.home)
         await migrate(url)
         size = settings.db_pool_size or settings.workers + 4
-        pool = await open_pool(url, size, idle_in_transaction_s=settings.lease_seconds)
+        pool = await open_pool(url, size, idle_in_transaction_s=settings.lease_seconds,
+                               behind_pooler=settings.db_behind_pooler)
         if dispatcher_factory is None:
             from treadle.dispatch.postgres import PostgresQueue
 

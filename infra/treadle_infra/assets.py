@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -32,17 +33,44 @@ def starter_config() -> str:
     return STARTER_YAML
 
 
+def interpreter_candidates(version: str) -> list[str]:
+    """Where a Python X.Y may be: `pythonX.Y` on PATH (a pyenv shim may refuse it when another
+    version is selected), then pyenv's and uv's installed versions."""
+    found = [exe] if (exe := shutil.which(f"python{version}")) else []
+    roots = [Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions",
+             Path(os.environ.get("UV_PYTHON_INSTALL_DIR", Path.home() / ".local" / "share" / "uv" / "python"))]
+    for root in roots:
+        if root.is_dir():
+            for d in sorted(root.iterdir(), reverse=True):
+                if d.name.startswith((version + ".", f"cpython-{version}.")):
+                    found.append(str(d / "bin" / f"python{version}"))
+    return found
+
+
 def find_interpreter(version: str) -> str | None:
-    """A `pythonX.Y` on PATH that really is that version (not a pyenv shim that refuses)."""
-    exe = shutil.which(f"python{version}")
+    """A Python interpreter that really is `version` (X.Y), or None."""
+    for exe in interpreter_candidates(version):
+        try:
+            out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True, timeout=30)
+        except OSError:
+            continue
+        if out.returncode == 0 and out.stdout.strip() == version:
+            return exe
+    return None
+
+
+def require_interpreter(version: str) -> str:
+    """`find_interpreter`, or a synth error that says what to do: code shipped without bytecode is
+    compiled again on every cold start (/var/task is read-only), ~100-200 ms of it."""
+    exe = find_interpreter(version)
     if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True, timeout=30)
-    except OSError:
-        return None
-    return exe if out.returncode == 0 and out.stdout.strip() == version else None
+        raise RuntimeError(
+            f"no Python {version} interpreter found (the Lambda runtime's version) to byte-compile the functions'"
+            f" code: install one (pyenv install {version}, uv python install {version}), or pass"
+            " -c byte_compile=false to ship it uncompiled (each cold start then compiles it)"
+        )
+    return exe
 
 
 def stage_app_code(config_yaml: str, out: Path = DEFAULT_STAGING_DIR, *, compile_with: str | None = None) -> Path:

@@ -1,10 +1,12 @@
 """`TreadleRuntime`: treadle's cloud shape as one reusable construct.
 
     HTTP API ──► api / webhook / mcp functions ──┐
-                                                 ├──► RDS Proxy ──► Aurora PostgreSQL Serverless v2 (pgvector)
+    function URL (RESPONSE_STREAM) ──► stream ───┤
+                                                 ├──► (RDS Proxy) ──► Aurora PostgreSQL Serverless v2 (pgvector)
     SQS step queue ──► worker function ──────────┤
         └─► dead-letter queue ──► alarm ──► SNS  │
     EventBridge Scheduler ─► maintenance (every minute), scheduler (per schedule)
+    deploy ──► Migrations custom resource ──► migrate function (before any new version is served)
 
 Every function runs in the VPC's private subnets, reads the database credentials, the API token and
 (the worker only) the provider keys from Secrets Manager, and may send to the step queue. Nothing
@@ -13,10 +15,12 @@ else is granted.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aws_cdk import Aws, CfnOutput, Duration, RemovalPolicy, SecretValue, Stack
+from aws_cdk import Aws, CfnOutput, CustomResource, Duration, RemovalPolicy, SecretValue, Stack
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -24,6 +28,7 @@ from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
@@ -33,13 +38,15 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as sns_subscriptions
 from aws_cdk import aws_sqs as sqs
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from treadle_infra.assets import (
     DEFAULT_LAYER_DIR,
     DEFAULT_STAGING_DIR,
+    ROOT,
     check_layer_dir,
-    find_interpreter,
+    require_interpreter,
     stage_app_code,
     staged_config_name,
     starter_config,
@@ -50,6 +57,23 @@ DB_NAME = "treadle"
 DB_USER = "treadle"
 #: the step queue's redrive threshold (the engine fails a run after 5 crashed steps on its own)
 MAX_RECEIVE_COUNT = 10
+#: the Lambda Web Adapter's publisher account (its layers are public, one per region)
+LWA_ACCOUNT = "753240598075"
+
+
+def migrations_digest() -> str:
+    """A hash of every migration file: a deploy that ships a new migration updates the custom
+    resource, which runs the migrate function again."""
+    h = hashlib.sha256()
+    for path in sorted((ROOT / "core" / "treadle" / "store" / "migrations").glob("*.sql")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def aurora_max_connections(max_acu: float) -> int:
+    """Aurora PostgreSQL's default max_connections, LEAST(DBInstanceClassMemory/9531392, 5000);
+    for Serverless v2 the memory is that of the maximum capacity (2 GiB per ACU)."""
+    return min(int(max_acu * 2 * 1024**3 / 9531392), 5000)
 
 
 def proxy_name(stack_name: str) -> str:
@@ -73,7 +97,8 @@ class TreadleRuntimeProps:
     layer_dir: Path = DEFAULT_LAYER_DIR
     #: where the application code is staged for its asset
     staging_dir: Path | None = None
-    #: byte-compile the staged code when an interpreter of the runtime's version is on PATH
+    #: byte-compile the staged code with an interpreter of the runtime's version (synth fails
+    #: when there is none: uncompiled code is compiled again at every cold start)
     byte_compile: bool = True
     architecture: lambda_.Architecture = field(default_factory=lambda: lambda_.Architecture.X86_64)
     python_runtime: lambda_.Runtime = field(default_factory=lambda: lambda_.Runtime.PYTHON_3_12)
@@ -84,14 +109,39 @@ class TreadleRuntimeProps:
     db_max_capacity: float = 4
     db_removal_policy: RemovalPolicy = RemovalPolicy.SNAPSHOT
     db_deletion_protection: bool = False
-    #: connect through RDS Proxy (connection pooling across many Lambda environments); False
-    #: connects the functions to the cluster endpoint directly (cheaper for small deployments)
-    rds_proxy: bool = True
-    worker_timeout: Duration = field(default_factory=lambda: Duration.minutes(5))
+    #: connect through RDS Proxy. Off by default: the functions' reserved concurrency times their
+    #: pool size is held under the database's max_connections (checked at synth), so a small
+    #: deployment does not need the proxy's pooling (~$88/month). On for large fleets; then
+    #: the pools prepare nothing server-side and send no session options (nothing pins).
+    rds_proxy: bool = False
+    #: Lambda's maximum: a step's model call may take minutes, and a call that still cannot
+    #: finish is handed back at the deadline (treadle_cloud/deadline.py). Billing is per use.
+    worker_timeout: Duration = field(default_factory=lambda: Duration.minutes(15))
     worker_memory_mb: int = 1024
-    worker_batch_size: int = 5
+    #: one record per invocation: records of a batch run one after another, so a batch of 5
+    #: made the 5th run wait for four others' model calls; parallelism comes from concurrency
+    worker_batch_size: int = 1
     worker_max_concurrency: int = 20
     api_memory_mb: int = 1024
+    #: database connections per execution environment (TREADLE_DB_POOL_SIZE)
+    db_pool_size: int = 2
+    #: reserve concurrency per function (needs an account concurrency quota with room: a new
+    #: account's quota of 10 has none; False lets the functions share the unreserved pool)
+    reserved_concurrency: bool = True
+    #: concurrent environments per function: the database connection budget is checked against them
+    concurrency: dict[str, int] = field(default_factory=lambda: {
+        "api": 20, "webhook": 5, "mcp": 5, "stream": 20, "scheduler": 5, "maintenance": 2, "migrate": 1,
+    })
+    #: the database's max_connections (default: Aurora's formula at db_max_capacity); treadle's
+    #: functions may use at most 90% of it (the rest: operators, Aurora's own)
+    db_max_connections: int | None = None
+    #: fail the deploy when pgvector cannot be installed (vector Memory would be unavailable)
+    require_pgvector: bool = True
+    #: the stream function (a RESPONSE_STREAM function URL through the Lambda Web Adapter)
+    stream: bool = True
+    stream_timeout: Duration = field(default_factory=lambda: Duration.minutes(15))
+    #: the Lambda Web Adapter layer version (pinned: a new adapter is a deliberate upgrade)
+    lwa_layer_version: int = 25
     log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
     #: an address subscribed to the alarm topic
     alarm_email: str | None = None
@@ -129,10 +179,20 @@ class TreadleRuntime(Construct):
         )
 
         # -- database -----------------------------------------------------------------------------
+        self.check_connection_budget()
+        engine = rds.DatabaseClusterEngine.aurora_postgres(version=p.db_engine_version)
         self.database = rds.DatabaseCluster(
             self,
             "Database",
-            engine=rds.DatabaseClusterEngine.aurora_postgres(version=p.db_engine_version),
+            engine=engine,
+            # a session idle inside a transaction this long is ended (a frozen or killed function
+            # would hold its locks): what the sidecar sets at connect, server-wide here (a
+            # startup option would pin RDS Proxy connections)
+            parameter_group=rds.ParameterGroup(
+                self, "DatabaseParameters", engine=engine,
+                description="treadle: Aurora PostgreSQL cluster parameters",
+                parameters={"idle_in_transaction_session_timeout": "60000"},
+            ),
             writer=rds.ClusterInstance.serverless_v2("Writer", publicly_accessible=False),
             serverless_v2_min_capacity=p.db_min_capacity,
             serverless_v2_max_capacity=p.db_max_capacity,
@@ -160,6 +220,8 @@ class TreadleRuntime(Construct):
                 vpc_subnets=app_subnets,
                 require_tls=True,
                 idle_client_timeout=Duration.minutes(15),
+                # room for operators and Aurora's own connections
+                max_connections_percent=90,
             )
             self.database.connections.allow_default_port_from(self.proxy, "RDS Proxy to Aurora")
             self.proxy.connections.allow_from(self.functions_sg, ec2.Port.tcp(5432), "treadle functions to RDS Proxy")
@@ -219,7 +281,7 @@ class TreadleRuntime(Construct):
         # -- code ---------------------------------------------------------------------------------
         config_yaml = validate_config(p.config_file) if p.config_file else starter_config()
         version = p.python_runtime.name.removeprefix("python")
-        compile_with = find_interpreter(version) if p.byte_compile else None
+        compile_with = require_interpreter(version) if p.byte_compile else None
         staged = stage_app_code(config_yaml, p.staging_dir or DEFAULT_STAGING_DIR, compile_with=compile_with)
         self.code = lambda_.Code.from_asset(str(staged))
         self.layer = lambda_.LayerVersion(
@@ -237,19 +299,23 @@ class TreadleRuntime(Construct):
             "TREADLE_DB_HOST": db_host,
             "TREADLE_DB_NAME": DB_NAME,
             "TREADLE_DB_SSLMODE": "require",
-            "TREADLE_DB_POOL_SIZE": "2",
+            "TREADLE_DB_POOL_SIZE": str(p.db_pool_size),
             "TREADLE_CONFIG": f"/var/task/{staged_config_name(staged)}",
             "TREADLE_HOME": "/tmp/treadle",
             "POWERTOOLS_SERVICE_NAME": "treadle",
             # no pydantic plugins are installed: skip the entry-point scan at the first model build
             "PYDANTIC_DISABLE_PLUGINS": "__all__",
         }
+        if p.rds_proxy:
+            common_env["TREADLE_DB_BEHIND_POOLER"] = "true"  # nothing that pins a proxy connection
 
         #: function name → what its trigger invokes (the `live` alias with SnapStart)
         self.entry: dict[str, lambda_.IFunction] = {}
 
         def function(name: str, description: str, *, timeout: Duration, memory_mb: int = 512,
-                     env: dict[str, str] | None = None) -> lambda_.Function:
+                     env: dict[str, str] | None = None, snap_start: bool = p.snap_start,
+                     handler: str | None = None, extra_layers: list[lambda_.ILayerVersion] | None = None,
+                     sends_steps: bool = True) -> lambda_.Function:
             title = name.capitalize()
             log_group = logs.LogGroup(
                 self, f"{title}Logs", retention=p.log_retention, removal_policy=RemovalPolicy.DESTROY
@@ -260,9 +326,9 @@ class TreadleRuntime(Construct):
                 description=description,
                 runtime=p.python_runtime,
                 architecture=p.architecture,
-                handler=f"functions.{name}.handler.handler",
+                handler=handler or f"functions.{name}.handler.handler",
                 code=self.code,
-                layers=[self.layer],
+                layers=[self.layer, *(extra_layers or [])],
                 memory_size=memory_mb,
                 timeout=timeout,
                 vpc=self.vpc,
@@ -273,17 +339,45 @@ class TreadleRuntime(Construct):
                 logging_format=lambda_.LoggingFormat.JSON,
                 application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
                 system_log_level_v2=lambda_.SystemLogLevel.WARN,
-                snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if p.snap_start else None,
+                snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if snap_start else None,
+                reserved_concurrent_executions=self.concurrency(name) if p.reserved_concurrency else None,
             )
             self.db_secret.grant_read(fn)
-            self.queue.grant_send_messages(fn)
+            if sends_steps:
+                self.queue.grant_send_messages(fn)
             # what triggers invoke: the SnapStart version's alias (a snapshot only serves
             # published versions), else the function itself
             self.entry[name] = (
                 lambda_.Alias(self, f"{title}Live", alias_name="live", version=fn.current_version)
-                if p.snap_start else fn
+                if snap_start else fn
             )
+            self.functions[name] = fn
             return fn
+
+        self.functions: dict[str, lambda_.Function] = {}
+
+        # -- deploy-time migrations ---------------------------------------------------------------
+        # CDK's Provider framework invokes the migrate function synchronously on every deploy
+        # that changes the migrations (and on the first): a FAIL (a migration error, no pgvector
+        # when required, an unreachable database) fails the deploy, which rolls back — before any
+        # function's new version is served (every alias below depends on it).
+        self.migrate_function = function(
+            "migrate", "treadle: migrations at deploy time; the operator's doctor ({\"action\": \"doctor\"})",
+            timeout=Duration.minutes(5), snap_start=False, sends_steps=False,
+            env={"TREADLE_REQUIRE_PGVECTOR": str(p.require_pgvector).lower()},
+        )
+        provider = cr.Provider(
+            self, "MigrationsProvider", on_event_handler=self.migrate_function,
+            log_group=logs.LogGroup(self, "MigrationsProviderLogs", retention=p.log_retention,
+                                    removal_policy=RemovalPolicy.DESTROY),
+        )
+        self.migrations = CustomResource(
+            self, "Migrations", service_token=provider.service_token, resource_type="Custom::TreadleMigrations",
+            properties={"Migrations": migrations_digest(), "RequirePgvector": str(p.require_pgvector).lower()},
+        )
+        self.migrations.node.add_dependency(self.database)
+        if self.proxy is not None:
+            self.migrations.node.add_dependency(self.proxy)
 
         http_env = {
             "TREADLE_API_TOKEN_SECRET_ARN": self.api_token.secret_arn,
@@ -341,11 +435,60 @@ class TreadleRuntime(Construct):
             )
         )
 
+        # -- the stream function -------------------------------------------------------------------
+        self.stream_function: lambda_.Function | None = None
+        self.stream_url: lambda_.FunctionUrl | None = None
+        if p.stream:
+            arch = "Arm64" if p.architecture.name == "arm64" else "X86"
+            adapter = lambda_.LayerVersion.from_layer_version_arn(
+                self, "WebAdapter",
+                f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{LWA_ACCOUNT}:layer:LambdaAdapterLayer{arch}:"
+                f"{p.lwa_layer_version}",
+            )
+            self.stream_function = function(
+                "stream", "treadle: a run's events as they commit (function URL, response streaming)",
+                timeout=p.stream_timeout, snap_start=False, handler="functions/stream/run.sh",
+                extra_layers=[adapter],
+                env={
+                    **http_env,
+                    # ends cleanly (the client resumes from its last id) before Lambda cuts it
+                    "TREADLE_SSE_BUDGET_SECONDS": str(int(p.stream_timeout.to_seconds()) - 30),
+                    "AWS_LAMBDA_EXEC_WRAPPER": "/opt/bootstrap",
+                    "AWS_LWA_INVOKE_MODE": "response_stream",
+                    "AWS_LWA_PORT": "8080",
+                    "AWS_LWA_READINESS_CHECK_PATH": "/healthz",
+                },
+            )
+            self.api_token.grant_read(self.stream_function)
+            # the API's bearer token is the auth (every /v1 route checks it), as behind the HTTP API
+            self.stream_url = self.stream_function.add_function_url(
+                auth_type=lambda_.FunctionUrlAuthType.NONE, invoke_mode=lambda_.InvokeMode.RESPONSE_STREAM,
+            )
+
+
         self.maintenance_function = function(
             "maintenance", "treadle: re-enqueue expired leases and due steps, reconcile schedules (every minute)",
             timeout=Duration.seconds(60),
             env=schedule_env,
         )
+
+        # no function's new version is served before the deploy's migrations succeeded
+        for name, target in self.entry.items():
+            if name != "migrate":
+                target.node.add_dependency(self.migrations)
+
+        # -- failed asynchronous invocations -----------------------------------------------------
+        # EventBridge Scheduler invokes maintenance and scheduler asynchronously: an invocation
+        # that fails (after Lambda's retries) lands here, with its error, instead of vanishing
+        self.failed_invocations = sqs.Queue(
+            self, "FailedInvocations", retention_period=Duration.days(14),
+            encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+        )
+        failure = destinations.SqsDestination(self.failed_invocations)
+        self.entry["maintenance"].configure_async_invoke(  # the next minute's run retries anyway
+            on_failure=failure, retry_attempts=0, max_event_age=Duration.minutes(2))
+        self.entry["scheduler"].configure_async_invoke(  # a fire is recorded once: retries are safe
+            on_failure=failure, retry_attempts=2, max_event_age=Duration.hours(1))
 
         # The API (ScheduleDef ops) and maintenance (reconciling retired / yaml schedules every minute)
         # manage the schedules of the group and pass them the role; nobody else does.
@@ -379,11 +522,29 @@ class TreadleRuntime(Construct):
                 input=scheduler.ScheduleTargetInput.from_object({"source": "treadle.maintenance"}),
                 retry_attempts=0,
                 max_event_age=Duration.minutes(1),
+                dead_letter_queue=self.failed_invocations,  # Scheduler could not invoke at all
             ),
         )
 
         # -- HTTP API -----------------------------------------------------------------------------
         self.http_api = apigw.HttpApi(self, "HttpApi", description="treadle HTTP API")
+        # access logs: one JSON line per request (who, what, status, latency, integration error)
+        self.access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=p.log_retention,
+                                         removal_policy=RemovalPolicy.DESTROY)
+        stage = self.http_api.default_stage
+        assert stage is not None
+        cfn_stage = stage.node.default_child
+        assert isinstance(cfn_stage, apigw.CfnStage)
+        cfn_stage.access_log_settings = apigw.CfnStage.AccessLogSettingsProperty(
+            destination_arn=self.access_logs.log_group_arn,
+            format=json.dumps({
+                "requestId": "$context.requestId", "ip": "$context.identity.sourceIp",
+                "time": "$context.requestTime", "method": "$context.httpMethod", "path": "$context.path",
+                "status": "$context.status", "bytes": "$context.responseLength",
+                "latencyMs": "$context.responseLatency", "integrationStatus": "$context.integrationStatus",
+                "integrationError": "$context.integrationErrorMessage",
+            }),
+        )
         routes = [
             ("/{proxy+}", self.entry["api"], "Api"),
             ("/v1/_webhooks/{proxy+}", self.entry["webhook"], "Webhook"),
@@ -424,8 +585,75 @@ class TreadleRuntime(Construct):
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
-        for alarm in (self.dlq_alarm, self.backlog_alarm):
+        self.alarms = [self.dlq_alarm, self.backlog_alarm, *self._more_alarms()]
+        for alarm in self.alarms:
             alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.alarm_topic))
+
+    def _more_alarms(self) -> list[cloudwatch.Alarm]:
+        def alarm(cid: str, description: str, metric: cloudwatch.IMetric, threshold: float, *,
+                  periods: int = 1, datapoints: int | None = None) -> cloudwatch.Alarm:
+            return cloudwatch.Alarm(
+                self, cid, alarm_description=f"treadle: {description}", metric=metric, threshold=threshold,
+                evaluation_periods=periods, datapoints_to_alarm=datapoints,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+
+        five = Duration.minutes(5)
+        out = [
+            # the recovery path (expired leases, lost messages, timers): two failed minutes of three
+            alarm("MaintenanceErrorsAlarm", "the maintenance function fails (expired leases are not re-enqueued)",
+                  self.maintenance_function.metric_errors(period=Duration.minutes(1), statistic="Sum"), 1,
+                  periods=3, datapoints=2),
+            alarm("WorkerErrorsAlarm", "worker invocations fail (5 or more in 5 minutes)",
+                  self.worker_function.metric_errors(period=five, statistic="Sum"), 5),
+            alarm("WorkerThrottlesAlarm", "worker invocations are throttled (reserved concurrency reached)",
+                  self.worker_function.metric_throttles(period=five, statistic="Sum"), 1),
+            alarm("Api5xxAlarm", "the HTTP API answers 5xx (5 or more in 5 minutes)",
+                  self.http_api.metric_server_error(period=five, statistic="Sum"), 5),
+            alarm("FailedInvocationsAlarm", "an asynchronous invocation (maintenance, a schedule) failed",
+                  self.failed_invocations.metric_approximate_number_of_messages_visible(
+                      period=Duration.minutes(1), statistic="Maximum"), 1),
+            # near the ceiling for 15 minutes: raise db_max_acu (and with it max_connections)
+            alarm("DatabaseCapacityAlarm", "Aurora runs at 90% or more of its maximum capacity",
+                  self.database.metric("ACUUtilization", period=five, statistic="Average"), 90, periods=3),
+            alarm("DatabaseConnectionsAlarm", "database connections reach 80% of the budget",
+                  self.database.metric_database_connections(period=five, statistic="Maximum"),
+                  int(0.8 * self.connection_budget())),
+        ]
+        if self.stream_function is not None:
+            out.append(alarm("StreamThrottlesAlarm", "stream watchers are throttled (reserved concurrency reached)",
+                             self.stream_function.metric_throttles(period=five, statistic="Sum"), 1))
+        return out
+
+    # -- connections -------------------------------------------------------------------------------
+
+    def concurrency(self, name: str) -> int:
+        if name == "worker":
+            return self.props.worker_max_concurrency
+        return self.props.concurrency[name]
+
+    def connection_budget(self) -> int:
+        """Connections treadle's functions may hold: 90% of the database's max_connections."""
+        p = self.props
+        return int(0.9 * (p.db_max_connections or aurora_max_connections(p.db_max_capacity)))
+
+    def connections_needed(self) -> int:
+        """Every function at its concurrency, each environment with a full pool."""
+        p = self.props
+        names = ["worker", *(n for n in p.concurrency if n != "stream" or p.stream)]
+        return p.db_pool_size * sum(self.concurrency(n) for n in names)
+
+    def check_connection_budget(self) -> None:
+        """Refuse (at synth) a configuration whose functions could open more connections than the
+        database accepts — with reserved concurrency that bound is real; without, it is the goal."""
+        needed, budget = self.connections_needed(), self.connection_budget()
+        if needed > budget:
+            raise ValueError(
+                f"treadle's functions could hold {needed} database connections (pool size "
+                f"{self.props.db_pool_size} x concurrency), over the budget of {budget} (90% of max_connections at "
+                f"{self.props.db_max_capacity} ACU): lower the concurrency, or raise db_max_capacity"
+            )
 
     def add_outputs(self, scope: Construct) -> None:
         outputs = {
@@ -437,6 +665,12 @@ class TreadleRuntime(Construct):
             "WebhookSecretsSecretArn": (self.webhook_secrets.secret_arn, "JSON object of webhook signing secrets"),
             "AlarmTopicArn": (self.alarm_topic.topic_arn, "subscribe to get treadle's alarms"),
             "ScheduleGroupName": (self.schedule_group.schedule_group_name, "EventBridge Scheduler group"),
+            "MigrateFunctionName": (self.migrate_function.function_name,
+                                    "migrations and the doctor: python -m treadle_cloud.doctor --stack NAME"),
+            "FailedInvocationsQueueUrl": (self.failed_invocations.queue_url, "failed asynchronous invocations"),
+            "AccessLogGroup": (self.access_logs.log_group_name, "the HTTP API's access logs"),
         }
+        if self.stream_url is not None:
+            outputs["StreamUrl"] = (self.stream_url.url, "GET {StreamUrl}v1/runs/{id}/stream: events as they commit")
         for name, (value, description) in outputs.items():
             CfnOutput(scope, name, value=value, description=description)

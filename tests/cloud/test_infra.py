@@ -24,7 +24,9 @@ agents:
     model: tool-caller
     tools: [Memory]
 """
-FUNCTIONS = ("api", "worker", "webhook", "mcp", "scheduler", "maintenance")
+FUNCTIONS = ("api", "worker", "webhook", "mcp", "scheduler", "maintenance", "migrate", "stream")
+#: what invokes a SnapStart version through its `live` alias (migrate and stream run unsnapshotted)
+SNAPPED = ("api", "worker", "webhook", "mcp", "scheduler", "maintenance")
 
 
 @pytest.fixture(scope="module")
@@ -43,19 +45,34 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     app = cdk.App(outdir=str(tmp / "cdk.out"), context=context)
     props = TreadleRuntimeProps(layer_dir=tmp / "layer", staging_dir=tmp / "app", config_file=tmp / "treadle.yaml",
-                                byte_compile=False)
+                                byte_compile=False, rds_proxy=True)
     stack = TreadleStack(app, "Treadle", props=props)
+    # a second stack beside the first, in the same app (account, region): staging next to prod,
+    # with the defaults (no RDS Proxy)
+    staging_props = TreadleRuntimeProps(layer_dir=tmp / "layer", staging_dir=tmp / "app-staging",
+                                        config_file=tmp / "treadle.yaml", byte_compile=False)
+    staging_stack = TreadleStack(app, "TreadleStaging", props=staging_props)
     template = Template.from_stack(stack)
-    return {"template": template, "json": template.to_json(), "tmp": tmp}
+    staging = Template.from_stack(staging_stack)
+    return {"template": template, "json": template.to_json(), "tmp": tmp, "staging": staging.to_json()}
 
 
 def resources(t: dict[str, Any], rtype: str) -> dict[str, dict[str, Any]]:
     return {k: r for k, r in t["Resources"].items() if r["Type"] == rtype}
 
 
+def handler_of(name: str) -> str:
+    return "functions/stream/run.sh" if name == "stream" else f"functions.{name}.handler.handler"
+
+
+def python_functions(t: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """treadle's functions (not CDK's custom-resource framework function)."""
+    return {k: r for k, r in resources(t, "AWS::Lambda::Function").items()
+            if r["Properties"].get("Runtime", "").startswith("python")}
+
+
 def function_id(t: dict[str, Any], name: str) -> str:
-    [fid] = [k for k, r in resources(t, "AWS::Lambda::Function").items()
-             if r["Properties"]["Handler"] == f"functions.{name}.handler.handler"]
+    [fid] = [k for k, r in python_functions(t).items() if r["Properties"]["Handler"] == handler_of(name)]
     return fid
 
 
@@ -88,22 +105,21 @@ def actions(stmts: list[dict[str, Any]]) -> set[str]:
 
 def test_functions_layer_and_code(synth: dict[str, Any]) -> None:
     t = synth["json"]
-    fns = resources(t, "AWS::Lambda::Function")
-    assert sorted(r["Properties"]["Handler"] for r in fns.values()) == sorted(
-        f"functions.{n}.handler.handler" for n in FUNCTIONS
-    )
+    fns = python_functions(t)
+    assert sorted(r["Properties"]["Handler"] for r in fns.values()) == sorted(handler_of(n) for n in FUNCTIONS)
     [layer_id] = resources(t, "AWS::Lambda::LayerVersion")
     for r in fns.values():
         p = r["Properties"]
-        assert p["Runtime"] == "python3.12" and p["Layers"] == [{"Ref": layer_id}]
+        assert p["Runtime"] == "python3.12" and p["Layers"][0] == {"Ref": layer_id}
         assert p["VpcConfig"]["SubnetIds"] and p["LoggingConfig"]["LogFormat"] == "JSON"
         env = p["Environment"]["Variables"]
         assert {"TREADLE_QUEUE_URL", "TREADLE_DB_SECRET_ARN", "TREADLE_DB_HOST", "TREADLE_CONFIG"} <= set(env)
     worker = fns[function_id(t, "worker")]["Properties"]
-    assert worker["Timeout"] == 300 and "TREADLE_PROVIDER_KEYS_SECRET_ARN" in worker["Environment"]["Variables"]
+    assert worker["Timeout"] == 900 and "TREADLE_PROVIDER_KEYS_SECRET_ARN" in worker["Environment"]["Variables"]
     assert fns[function_id(t, "api")]["Properties"]["Timeout"] == 30
-    groups = resources(t, "AWS::Logs::LogGroup")
-    assert len(groups) == len(FUNCTIONS) and {g["Properties"]["RetentionInDays"] for g in groups.values()} == {30}
+    groups = resources(t, "AWS::Logs::LogGroup")  # the functions', the provider framework's, the API's access logs
+    assert len(groups) == len(FUNCTIONS) + 2 and {g["Properties"]["RetentionInDays"] for g in groups.values()} == {30}
+    assert all(g["DeletionPolicy"] == "Delete" for g in groups.values())
 
     staged = synth["tmp"] / "app"
     assert (staged / "treadle.yaml").read_text() == CONFIG
@@ -114,9 +130,10 @@ def test_functions_layer_and_code(synth: dict[str, Any]) -> None:
     assert {r["Properties"]["Environment"]["Variables"]["TREADLE_CONFIG"] for r in fns.values()} == {
         "/var/task/treadle.json"}
     for rel in ("treadle/runtime.py", "treadle/store/migrations/0002_pgvector.sql", "treadle_cloud/worker.py",
-                *(f"functions/{n}/handler.py" for n in FUNCTIONS)):
+                *(f"functions/{n}/handler.py" for n in FUNCTIONS if n != "stream"), "functions/stream/run.sh"):
         assert (staged / rel).is_file(), rel
     assert not list(staged.rglob("__pycache__")) and not (staged / "treadle_sidecar").exists()
+    assert os.access(staged / "functions" / "stream" / "run.sh", os.X_OK)  # the adapter executes it
 
 
 def test_database_proxy_and_secrets(synth: dict[str, Any]) -> None:
@@ -141,15 +158,15 @@ def test_queue_dlq_and_event_source_mapping(synth: dict[str, Any]) -> None:
     tpl, t = synth["template"], synth["json"]
     queues = resources(t, "AWS::SQS::Queue")
     [(main_id, main)] = [(k, q) for k, q in queues.items() if "RedrivePolicy" in q["Properties"]]
-    [dlq_id] = [k for k in queues if k != main_id]
+    [dlq_id] = [k for k in queues if "DeadLetter" in k]
     assert main["Properties"]["RedrivePolicy"] == {
         "deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]}, "maxReceiveCount": 10}
-    assert main["Properties"]["VisibilityTimeout"] == 6 * 300
+    assert main["Properties"]["VisibilityTimeout"] == 6 * 900
     assert not main["Properties"].get("FifoQueue")
     tpl.has_resource_properties("AWS::Lambda::EventSourceMapping", {
         "EventSourceArn": {"Fn::GetAtt": [main_id, "Arn"]},
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
-        "BatchSize": 5,
+        "BatchSize": 1,
         "ScalingConfig": {"MaximumConcurrency": 20},
     })
     [mapping] = resources(t, "AWS::Lambda::EventSourceMapping").values()
@@ -179,8 +196,9 @@ def test_least_privilege_iam(synth: dict[str, Any]) -> None:
     readers = [fn for fn in FUNCTIONS
                if any({"Ref": hooks_id} in stmt_resources(s) for s in role_statements(t, function_id(t, fn)))]
     assert readers == ["webhook"]  # only the webhook function verifies signatures
-    for fn in ("scheduler", "worker", "webhook", "mcp"):
+    for fn in ("scheduler", "worker", "webhook", "mcp", "stream", "migrate"):
         assert not any("scheduler:" in a for a in actions(role_statements(t, function_id(t, fn))))
+    assert "sqs:SendMessage" not in actions(role_statements(t, function_id(t, "migrate")))
 
 
 def test_http_api_routes(synth: dict[str, Any]) -> None:
@@ -214,8 +232,8 @@ def test_snapstart_versions_and_aliases(synth: dict[str, Any]) -> None:
     fns = resources(t, "AWS::Lambda::Function")
     versions = resources(t, "AWS::Lambda::Version")
     aliases = resources(t, "AWS::Lambda::Alias")
-    assert len(versions) == len(aliases) == len(FUNCTIONS)
-    for name in FUNCTIONS:
+    assert len(versions) == len(aliases) == len(SNAPPED)
+    for name in SNAPPED:
         fid = function_id(t, name)
         assert fns[fid]["Properties"]["SnapStart"] == {"ApplyOn": "PublishedVersions"}
         [alias] = [a for k, a in aliases.items() if {"Ref": k} == entry_ref(t, name)]
@@ -237,18 +255,178 @@ def test_snapstart_versions_and_aliases(synth: dict[str, Any]) -> None:
 def test_alarms(synth: dict[str, Any]) -> None:
     t = synth["json"]
     alarms = resources(t, "AWS::CloudWatch::Alarm")
-    [dlq_alarm] = [a for a in alarms.values() if a["Properties"]["MetricName"] == "ApproximateNumberOfMessagesVisible"]
-    p = dlq_alarm["Properties"]
-    assert p["Threshold"] == 1 and p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
     [topic_id] = resources(t, "AWS::SNS::Topic")
-    assert p["AlarmActions"] == [{"Ref": topic_id}]
+    for a in alarms.values():
+        assert a["Properties"]["AlarmActions"] == [{"Ref": topic_id}], a
+
+    def find(metric: str, ref: str) -> dict[str, Any]:
+        [p] = [a["Properties"] for a in alarms.values()
+               if a["Properties"]["MetricName"] == metric and ref in json.dumps(a["Properties"].get("Dimensions"))]
+        return p
+
+    queues = resources(t, "AWS::SQS::Queue")
+    [dlq_id] = [k for k in queues if "DeadLetter" in k]
+    [failed_id] = [k for k in queues if "FailedInvocations" in k]
+    p = find("ApproximateNumberOfMessagesVisible", dlq_id)
+    assert p["Threshold"] == 1 and p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert find("ApproximateNumberOfMessagesVisible", failed_id)["Threshold"] == 1
+    [main_id] = [k for k in queues if "StepQueue" in k]
+    assert find("ApproximateAgeOfOldestMessage", main_id)["Threshold"] == 300
+    maintenance = find("Errors", function_id(t, "maintenance"))  # the recovery path
+    assert (maintenance["Period"], maintenance["EvaluationPeriods"], maintenance["DatapointsToAlarm"]) == (60, 3, 2)
+    assert find("Errors", function_id(t, "worker"))["Threshold"] == 5
+    assert find("Throttles", function_id(t, "worker"))["Threshold"] == 1
+    assert find("Throttles", function_id(t, "stream"))["Threshold"] == 1
+    [api_id] = resources(t, "AWS::ApiGatewayV2::Api")
+    assert find("5xx", api_id)["Namespace"] == "AWS/ApiGateway"
+    [cluster_id] = resources(t, "AWS::RDS::DBCluster")
+    assert find("ACUUtilization", cluster_id)["Threshold"] == 90
+    assert find("DatabaseConnections", cluster_id)["Threshold"] == int(0.8 * int(0.9 * 901))
+
+
+def test_api_access_logs_and_failure_destinations(synth: dict[str, Any]) -> None:
+    t = synth["json"]
+    [stage] = resources(t, "AWS::ApiGatewayV2::Stage").values()
+    settings = stage["Properties"]["AccessLogSettings"]
+    [logs_id] = [k for k in resources(t, "AWS::Logs::LogGroup") if "ApiAccessLogs" in k]
+    assert settings["DestinationArn"] == {"Fn::GetAtt": [logs_id, "Arn"]}
+    assert {"status", "integrationError", "latencyMs"} <= set(json.loads(settings["Format"]))
+    [failed_id] = [k for k in resources(t, "AWS::SQS::Queue") if "FailedInvocations" in k]
+    configs = {c["Properties"]["FunctionName"]["Ref"]: c["Properties"]
+               for c in resources(t, "AWS::Lambda::EventInvokeConfig").values()}
+    assert set(configs) == {function_id(t, "maintenance"), function_id(t, "scheduler")}  # invoked asynchronously
+    for c in configs.values():
+        assert c["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": [failed_id, "Arn"]}
+        assert entry_ref(t, "maintenance" if c is configs[function_id(t, "maintenance")] else "scheduler")[
+            "Ref"] in json.dumps(c["Qualifier"])
+    assert configs[function_id(t, "maintenance")]["MaximumRetryAttempts"] == 0
+    [schedule] = resources(t, "AWS::Scheduler::Schedule").values()
+    assert schedule["Properties"]["Target"]["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [failed_id, "Arn"]}}
+
+
+def test_migrations_custom_resource_gates_every_new_version(synth: dict[str, Any]) -> None:
+    t = synth["json"]
+    [(cr_id, cr)] = resources(t, "Custom::TreadleMigrations").items()
+    props = cr["Properties"]
+    assert props["RequirePgvector"] == "true" and len(props["Migrations"]) == 16
+    [framework_id] = [k for k, r in resources(t, "AWS::Lambda::Function").items()
+                      if k not in python_functions(t) and "MigrationsProvider" in k]
+    assert props["ServiceToken"] == {"Fn::GetAtt": [framework_id, "Arn"]}
+    framework = t["Resources"][framework_id]["Properties"]
+    assert function_id(t, "migrate") in json.dumps(framework["Environment"])  # the on-event handler
+    # after the database (and the proxy), before any function's new version
+    [cluster_id] = resources(t, "AWS::RDS::DBCluster")
+    [instance_id] = resources(t, "AWS::RDS::DBInstance")
+    [target_group] = resources(t, "AWS::RDS::DBProxyTargetGroup")
+    assert {cluster_id, instance_id, target_group} <= set(cr["DependsOn"])
+    for name in SNAPPED:
+        assert cr_id in t["Resources"][entry_ref(t, name)["Ref"]]["DependsOn"], name
+    assert cr_id in t["Resources"][function_id(t, "stream")]["DependsOn"]
+    migrate = t["Resources"][function_id(t, "migrate")]["Properties"]
+    assert migrate["Timeout"] == 300 and migrate["Environment"]["Variables"]["TREADLE_REQUIRE_PGVECTOR"] == "true"
+    assert "SnapStart" not in migrate
+    assert "MigrateFunctionName" in t["Outputs"]
+    from treadle_infra.runtime import migrations_digest
+
+    assert props["Migrations"] == migrations_digest()
+
+
+def test_stream_function_url_streams_behind_the_api_token(synth: dict[str, Any]) -> None:
+    t = synth["json"]
+    fid = function_id(t, "stream")
+    fn = t["Resources"][fid]["Properties"]
+    [url] = resources(t, "AWS::Lambda::Url").values()
+    assert url["Properties"] == {"AuthType": "NONE", "InvokeMode": "RESPONSE_STREAM",
+                                 "TargetFunctionArn": {"Fn::GetAtt": [fid, "Arn"]}}
+    env = fn["Environment"]["Variables"]
+    assert env["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap" and env["AWS_LWA_INVOKE_MODE"] == "response_stream"
+    assert env["AWS_LWA_READINESS_CHECK_PATH"] == "/healthz"
+    assert int(env["TREADLE_SSE_BUDGET_SECONDS"]) < fn["Timeout"] == 900
+    assert "LambdaAdapterLayerX86:25" in json.dumps(fn["Layers"][1])  # the adapter, pinned
+    assert "SnapStart" not in fn
+    # the API's token: the function reads it (auth type NONE only opens the URL to the app's check)
+    [token_id] = [k for k in resources(t, "AWS::SecretsManager::Secret") if "ApiToken" in k]
+    assert env["TREADLE_API_TOKEN_SECRET_ARN"] == {"Ref": token_id}
+    assert any({"Ref": token_id} in stmt_resources(s) for s in role_statements(t, fid))
+    assert "StreamUrl" in t["Outputs"]
+
+
+def test_reserved_concurrency_fits_the_connection_budget(synth: dict[str, Any]) -> None:
+    t = synth["json"]
+    reserved = {n: t["Resources"][function_id(t, n)]["Properties"]["ReservedConcurrentExecutions"]
+                for n in FUNCTIONS}
+    assert reserved == {"api": 20, "worker": 20, "webhook": 5, "mcp": 5, "stream": 20, "scheduler": 5,
+                        "maintenance": 2, "migrate": 1}
+    pool = {t["Resources"][function_id(t, n)]["Properties"]["Environment"]["Variables"]["TREADLE_DB_POOL_SIZE"]
+            for n in FUNCTIONS}
+    assert pool == {"2"}
+    # Aurora's max_connections at the 4-ACU maximum is 901; treadle may use 90% of it
+    assert 2 * sum(reserved.values()) <= int(0.9 * 901)
+    [mapping] = resources(t, "AWS::Lambda::EventSourceMapping").values()
+    assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] <= reserved["worker"]
+
+    import aws_cdk as cdk
+
+    from treadle_infra import TreadleRuntimeProps, TreadleStack
+
+    tmp = synth["tmp"]
+    too_many = TreadleRuntimeProps(layer_dir=tmp / "layer", staging_dir=tmp / "app-big", byte_compile=False,
+                                   worker_max_concurrency=500)
+    with pytest.raises(ValueError, match=r"could hold 1116 database connections .* over the budget of 810"):
+        TreadleStack(cdk.App(), "TooMany", props=too_many)
+
+
+def test_proxy_pinning_and_the_database_parameters(synth: dict[str, Any]) -> None:
+    """With the proxy the pools pin nothing (no server-side prepares, no startup options) and the
+    idle-in-transaction limit is the server's; without it (the default) there is no proxy at all."""
+    t, staging = synth["json"], synth["staging"]
+    for name in FUNCTIONS:
+        assert t["Resources"][function_id(t, name)]["Properties"]["Environment"]["Variables"][
+            "TREADLE_DB_BEHIND_POOLER"] == "true"
+        assert "TREADLE_DB_BEHIND_POOLER" not in staging["Resources"][function_id(staging, name)]["Properties"][
+            "Environment"]["Variables"]
+    assert not resources(staging, "AWS::RDS::DBProxy")
+    [cluster] = resources(staging, "AWS::RDS::DBCluster").values()
+    [params] = resources(staging, "AWS::RDS::DBClusterParameterGroup").values()
+    assert params["Properties"]["Parameters"] == {"idle_in_transaction_session_timeout": "60000"}
+    assert "Ref" in cluster["Properties"]["DBClusterParameterGroupName"]
+
+
+#: names that must be unique in an account and region (left out, CloudFormation generates them)
+UNIQUE_NAMES = {
+    "AWS::RDS::DBProxy": "DBProxyName", "AWS::Scheduler::ScheduleGroup": "Name",
+    "AWS::Lambda::Function": "FunctionName", "AWS::Logs::LogGroup": "LogGroupName", "AWS::SQS::Queue": "QueueName",
+    "AWS::SNS::Topic": "TopicName", "AWS::IAM::Role": "RoleName", "AWS::SecretsManager::Secret": "Name",
+    "AWS::RDS::DBCluster": "DBClusterIdentifier", "AWS::RDS::DBInstance": "DBInstanceIdentifier",
+    "AWS::RDS::DBClusterParameterGroup": "DBClusterParameterGroupName", "AWS::Scheduler::Schedule": "Name",
+    "AWS::EC2::SecurityGroup": "GroupName", "AWS::ApiGatewayV2::Api": "-",
+}
+
+
+def physical_names(t: dict[str, Any]) -> dict[str, str]:
+    """The literal account-unique names a template gives its resources."""
+    out = {}
+    for rid, r in t["Resources"].items():
+        value = r.get("Properties", {}).get(UNIQUE_NAMES.get(r["Type"], "-"))
+        if value is not None:
+            out[f"{r['Type']}={json.dumps(value)}"] = rid
+    return out
+
+
+def test_a_second_stack_beside_the_first_collides_on_no_name(synth: dict[str, Any]) -> None:
+    prod, staging = physical_names(synth["json"]), physical_names(synth["staging"])
+    assert 'AWS::RDS::DBProxy="Treadle-proxy"' in prod
+    assert not set(prod) & set(staging), set(prod) & set(staging)
+    assert any(k.startswith('AWS::Scheduler::ScheduleGroup="TreadleStaging-') for k in staging)
 
 
 def test_cfn_lint_finds_no_errors(synth: dict[str, Any]) -> None:
-    path = synth["tmp"] / "Treadle.template.json"
-    path.write_text(json.dumps(synth["json"]))
+    """Both stacks: with the proxy (Treadle) and with the defaults (TreadleStaging)."""
+    paths = [synth["tmp"] / "Treadle.template.json", synth["tmp"] / "TreadleStaging.template.json"]
+    paths[0].write_text(json.dumps(synth["json"]))
+    paths[1].write_text(json.dumps(synth["staging"]))
     cfn_lint = Path(sys.executable).with_name("cfn-lint")
-    proc = subprocess.run([str(cfn_lint), "--format", "json", str(path)],
+    proc = subprocess.run([str(cfn_lint), "--format", "json", *map(str, paths)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode in (0, 4, 8, 12), proc.stderr  # bit 2: errors; 4: warnings; 8: informational
     findings = json.loads(proc.stdout or "[]")

@@ -11,6 +11,7 @@ AGENTS: dict[str, Any] = {
     "calc": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 3}},
     "slow": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 2, "latency_ms": 700}},
     "echo": {"model": "echo"},
+    "glacial": {"model": "echo", "mock": {"latency_ms": 4000}},  # a model call longer than a short invocation
     "shopper": {"model": "script", "tools": [],
                 "mock": {"script": [{"tool": "lookup_order", "input": {"order_id": "A-17"}}, {"text": "found it"}]}},
 }

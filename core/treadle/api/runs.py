@@ -86,7 +86,7 @@ def _wants_sse(request: Request) -> bool:
 def _sse_response(rt: Runtime, tenant: str, run_id: str, from_seq: int) -> StreamingResponse:
     body = stream_run_events(
         rt.runs, rt.hub, tenant, run_id, from_seq, keepalive_s=rt.settings.sse_keepalive_seconds,
-        budget_s=rt.sse_budget_s,
+        budget_s=rt.sse_budget_s, linger_s=rt.sse_linger_s,
     )
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 

@@ -48,10 +48,14 @@ async def stream_run_events(
     keepalive_s: float = 15.0,
     poll_s: float = 0.25,
     budget_s: float | None = None,
+    linger_s: float | None = None,
 ) -> AsyncIterator[bytes]:
+    """`budget_s` bounds the response; with `linger_s` too it ends that long after its first
+    frame (a buffering proxy shows the client nothing before the end: better early and often)."""
     cursor = from_seq
     started = time.monotonic()
     last_sent = started
+    first_sent: float | None = None
     stored_iteration = 0  # the highest iteration whose assistant turn is stored (and sent)
     held: list[LiveFrame] = []  # live frames taken from the hub, not sent until the store is read
     with hub.subscribe(run_id) as live:
@@ -69,6 +73,7 @@ async def stream_run_events(
             now = time.monotonic()
             if events:
                 last_sent = now
+                first_sent = first_sent or now
                 if events[-1].type in TERMINAL_EVENTS:  # written by the run's final commit: nothing follows
                     return
                 if len(events) == 500:
@@ -79,13 +84,15 @@ async def stream_run_events(
                 if isinstance(it, int) and it <= stored_iteration:
                     continue
                 last_sent = time.monotonic()
+                first_sent = first_sent or last_sent
                 yield sse_frame(frame.event, frame.data)
             held.clear()
             if not events:
                 run = await runs.get(tenant_id, run_id)
                 if run is None or (run.terminal and run.last_seq <= cursor):
                     return
-            if budget_s is not None and now - started >= budget_s:
+            lingered = linger_s is not None and first_sent is not None and now - first_sent >= linger_s
+            if budget_s is not None and (now - started >= budget_s or lingered):
                 yield b": budget exhausted; resume with from_seq\n\n"
                 return
             if now - last_sent >= keepalive_s:

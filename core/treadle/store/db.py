@@ -182,14 +182,21 @@ async def _configure(conn: psycopg.AsyncConnection[DictRow]) -> None:
 
 
 async def open_pool(
-    url: str, size: int, *, name: str = "treadle", idle_in_transaction_s: float | None = None
+    url: str, size: int, *, name: str = "treadle", idle_in_transaction_s: float | None = None,
+    behind_pooler: bool = False,
 ) -> Pool:
     """With `idle_in_transaction_s` (the runtime passes its lease), Postgres ends a session that
     sits inside a transaction longer than that — a process frozen mid-transaction (SIGSTOP, a
     hung host) then releases its locks and is swept like a dead worker, instead of stalling every
-    other worker that needs the same rows. Set as a startup parameter: no statement per session."""
+    other worker that needs the same rows. Set as a startup parameter: no statement per session.
+    `behind_pooler`: nothing that pins a pooler's connection (see the comment below)."""
     kwargs: dict[str, Any] = {"row_factory": dict_row}
-    if idle_in_transaction_s is not None:
+    if behind_pooler:
+        # psycopg prepares a statement server-side after 5 runs on a connection, and a startup
+        # `options` is session state: RDS Proxy would pin each of these connections to one
+        # database connection for its whole life. The server's parameter group sets the timeout.
+        kwargs["prepare_threshold"] = None
+    elif idle_in_transaction_s is not None:
         kwargs["options"] = f"-c idle_in_transaction_session_timeout={max(1, int(idle_in_transaction_s * 1000))}"
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         url,

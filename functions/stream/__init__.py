@@ -1,0 +1,1 @@
+"""stream function (a web server behind the Lambda Web Adapter, see run.sh)."""

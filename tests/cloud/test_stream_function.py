@@ -1,0 +1,122 @@
+"""The stream function as the Lambda Web Adapter runs it: `python -m treadle_cloud.stream` (the
+command functions/stream/run.sh execs) as a real process serving HTTP on loopback, read by a real
+HTTP client while the worker commits a run's steps one by one."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue as queues
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from tests.support.lambda_sim import EventSourceMapping, LambdaEnv, http_event
+from tests.support.localcloud import API_TOKEN
+
+ROOT = Path(__file__).resolve().parents[2]
+AUTH = {"authorization": f"Bearer {API_TOKEN}"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def stream_url(cloud_env: dict[str, str]) -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, **cloud_env, "PORT": str(port), "TREADLE_SSE_BUDGET_SECONDS": "120"}
+    proc = subprocess.Popen([sys.executable, "-m", "treadle_cloud.stream"], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # what the adapter does before the first invocation: wait for the readiness path
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the stream server did not become ready"
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def read_frames(url: str, run_id: str, out: queues.Queue[tuple[float, dict[str, Any]]]) -> None:
+    """Parse the SSE response as it arrives; each frame with the moment it was read."""
+    with httpx.stream("GET", f"{url}/v1/runs/{run_id}/stream", headers={**AUTH, "accept": "text/event-stream"},
+                      timeout=httpx.Timeout(60.0)) as resp:
+        assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+        fields: dict[str, str] = {}
+        for line in resp.iter_lines():
+            if line == "":
+                if "event" in fields:
+                    out.put((time.monotonic(), {"id": fields.get("id"), "event": fields["event"],
+                                                "data": json.loads(fields["data"])}))
+                fields = {}
+            elif not line.startswith(":"):
+                key, _, value = line.partition(": ")
+                fields[key] = value
+    out.put((time.monotonic(), {"event": "<end>"}))
+
+
+def last_seq(db: str, run_id: str) -> int:
+    with psycopg.connect(db) as conn:
+        row = conn.execute("SELECT last_seq FROM runs WHERE id = %s", (run_id,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_events_reach_a_streaming_client_as_each_step_commits(
+    stream_url: str, sqs: Any, queue: dict[str, str], cloud_db: str
+) -> None:
+    # the API's auth: no token, no stream
+    assert httpx.get(f"{stream_url}/v1/runs/r_x/stream").status_code == 401
+    api, worker = LambdaEnv("api"), LambdaEnv("worker")
+    try:
+        resp = api.invoke(http_event("POST", "/v1/runs", headers=AUTH, body={"agent": "calc", "prompt": "hi"}))
+        run_id = json.loads(resp["body"])["run_id"]
+        frames: queues.Queue[tuple[float, dict[str, Any]]] = queues.Queue()
+        opened = time.monotonic()
+        reader = threading.Thread(target=read_frames, args=(stream_url, run_id, frames), daemon=True)
+        reader.start()
+        t_first, first = frames.get(timeout=30)
+        assert first["event"] == "user_input"
+        seen = [first]
+        lags: list[float] = []
+        esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [worker], batch_size=1)
+        for _ in range(4):  # calc: 3 tool calls, 4 steps, one message each
+            assert esm.poll_once(wait_s=1) == 1
+            committed_at, target = time.monotonic(), last_seq(cloud_db, run_id)
+            # every event this step committed reaches the client before the next step runs
+            while int(seen[-1].get("id") or 0) < target:
+                t, frame = frames.get(timeout=30)
+                assert frame["event"] != "<end>", seen
+                seen.append(frame)
+            lags.append(t - committed_at)
+        assert seen[-1]["event"] == "done"
+        assert frames.get(timeout=30)[1]["event"] == "<end>"  # the response ends with the run
+        assert [int(f["id"]) for f in seen] == list(range(1, len(seen) + 1))
+        print(f"\nstream function: first event {1000 * (t_first - opened):.0f} ms after the request;"
+              f" a step's last event read {', '.join(f'{1000 * lag:.0f}' for lag in lags)} ms after the"
+              " worker's invocation returned (negative: before)")
+    finally:
+        api.close()
+        worker.close()
