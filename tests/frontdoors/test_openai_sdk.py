@@ -98,7 +98,8 @@ async def test_an_agent_hands_application_tools_back_as_tool_calls(client: opena
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "It is sunny in Paris."
     events = (await served.http.get(f"/v1/runs/{run_id}/events")).json()["events"]
     results = [e for e in events if e["type"] == "tool_result"]
-    assert [(r["tool_use"]["name"], r["text"], r["is_error"]) for r in results] == [("get_weather", "22 C, sunny", False)]
+    got = [(r["tool_use"]["name"], r["text"], r["is_error"]) for r in results]
+    assert got == [("get_weather", "22 C, sunny", False)]
     assert events[-1]["type"] == "done"
 
 
@@ -124,9 +125,10 @@ async def test_vendor_tool_calls_round_trip_and_stream(client: openai.AsyncOpenA
     assert deltas[0].function.arguments == '{"city": "Oslo"}'
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     assert fake.calls[-1]["tools"][0]["function"]["name"] == "get_weather"
-    messages += [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": deltas[0].id, "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
-        {"role": "tool", "tool_call_id": deltas[0].id, "content": "-5 C"}]
+    call = {"id": deltas[0].id, "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": deltas[0].id, "content": "-5 C"}]
     resp = await client.chat.completions.create(model="openai-fake/gpt-4o-mini", messages=messages,
                                                 tools=[WEATHER_TOOL])
     assert resp.choices[0].message.content == "Cold in Oslo."
