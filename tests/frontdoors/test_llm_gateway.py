@@ -4,6 +4,7 @@ the SSE frame order of a stream, errors, tools through a fake vendor, and no run
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tests.support.frontdoors import Served, sse_events
@@ -100,3 +101,15 @@ async def test_refusals_use_treadles_error_shape(served: Served) -> None:
         assert (resp.status_code, resp.json()["code"]) == (status, code), (body, resp.text)
     unauth = await served.http.post("/v1/_llm/chat", json={"messages": x}, headers={"Authorization": "Bearer no"})
     assert unauth.status_code == 401
+
+
+async def test_a_rate_limit_is_retried_and_audited(served: Served, caplog: Any) -> None:
+    served.openai_fake.then(Fail("rate_limit", retry_after="0"), text("after a retry"))
+    with caplog.at_level(logging.INFO, logger="treadle.audit"):
+        doc = (await served.http.post("/v1/_llm/chat", json={"messages": [{"role": "user", "content": "x"}],
+                                                              "model": "gpt", "user_id": "bob"})).json()
+    assert doc["content"] == [{"type": "text", "text": "after a retry"}]
+    lines = [r.getMessage() for r in caplog.records if doc["request_id"] in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("llm_gateway: ")
+    assert "user_id=bob" in lines[0] and "provider=openai-fake" in lines[0] and "retries=1" in lines[0]
+    assert "status=ok" in lines[0]

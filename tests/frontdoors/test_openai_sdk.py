@@ -195,3 +195,13 @@ async def test_embeddings_float_and_base64(client: openai.AsyncOpenAI, served: S
     with pytest.raises(openai.BadRequestError) as dims:
         await client.embeddings.create(model="fake-embed-384", input="x", dimensions=12)
     assert dims.value.param == "dimensions"
+
+
+async def test_a_failed_agent_run_is_a_server_error(client: openai.AsyncOpenAI, served: Served) -> None:
+    served.openai_fake.then(Fail("auth"))
+    with pytest.raises(openai.InternalServerError) as exc:
+        await client.chat.completions.create(model="vendor-agent", messages=user("hi"))
+    assert exc.value.status_code == 502 and exc.value.code == "auth_failed"
+    served.openai_fake.then(text("Agent ", "via vendor."))
+    stream = await client.chat.completions.create(model="vendor-agent", messages=user("again"), stream=True)
+    assert "".join([c.choices[0].delta.content or "" async for c in stream]) == "Agent via vendor."

@@ -39,7 +39,7 @@ def config(openai_url: str, anthropic_url: str, embed_url: str, env: dict[str, s
     return {
         "providers": {
             "openai-fake": {"driver": "openai", "base_url": openai_url + "/v1", "api_key_env": env["openai"],
-                            "retries": 0},
+                            "retries": 1},
             "anthropic-fake": {"driver": "anthropic", "base_url": anthropic_url, "api_key_env": env["anthropic"],
                                "retries": 0},
         },
@@ -53,6 +53,7 @@ def config(openai_url: str, anthropic_url: str, embed_url: str, env: dict[str, s
             "helper": {"model": "echo"},
             "weather": {"model": "script", "mock": {"script": WEATHER_SCRIPT}},
             "counter": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 1}},
+            "vendor-agent": {"model": "gpt"},
         },
         "memory": {"embedder": {"driver": "openai", "model": "fake-embed-384", "base_url": embed_url,
                                 "api_key_env": env["embed"]}},
