@@ -1,0 +1,224 @@
+"""One model call without the agent loop — what the LLM gateway (`/v1/_llm/chat`) and the
+OpenAI-compatible chat route share: which candidates answer (a pinned provider + model, a
+`models:` alias, a `tiers:` entry), the engine's retries and tier fallback (engine/routing.py),
+and live text deltas reconciled with the assembled answer.
+
+No run row, no events table: the call is not durable (a crash loses it, the client retries).
+Each call writes one structured audit line to the `treadle.audit` logger (`llm_call: ...`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from treadle.config import ModelRef
+from treadle.domain.content import Message, TextBlock
+from treadle.domain.runs import NewEvent
+from treadle.engine.agents import Candidate, ModelRoute
+from treadle.engine.routing import Call, RetryPolicy, call_route
+from treadle.errors import BadRequest, NotFound, ProviderError
+from treadle.providers.base import DeltaSink, ModelResponse, ToolSpec
+from treadle.runtime import Runtime
+
+audit = logging.getLogger("treadle.audit")
+DEFAULT_MAX_TOKENS = 4096
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(8)
+
+
+def _candidate(rt: Runtime, path: str, ref: ModelRef) -> Candidate:
+    provider = rt.providers.get(ref.provider)
+    if provider is None:
+        raise BadRequest(f"{path}: unknown provider {ref.provider!r}; providers: {', '.join(sorted(rt.providers))}",
+                         code="unknown_provider")
+    pcfg = rt.config.providers.get(ref.provider)
+    options = {**(pcfg.options if pcfg else {}), **ref.options}
+    return Candidate(ref.provider, provider, ref.model, options, pcfg.retries if pcfg else None)
+
+
+def alias_route(rt: Runtime, alias: str) -> ModelRoute:
+    return ModelRoute((_candidate(rt, f"models.{alias}", rt.config.models[alias]),))
+
+
+def tier_route(rt: Runtime, tier: str) -> ModelRoute:
+    spec = rt.config.tiers.get(tier)
+    if spec is None:
+        raise NotFound(f"unknown tier {tier!r}; tiers: {', '.join(sorted(rt.config.tiers)) or '(none configured)'}",
+                       code="unknown_tier")
+    cands = tuple(
+        _candidate(rt, f"tiers.{tier}.candidates.{i}", rt.config.models[c] if isinstance(c, str) else c)
+        for i, c in enumerate(spec.candidates)
+    )
+    return ModelRoute(cands, spec.pin_after_success, tier)
+
+
+def pinned_route(rt: Runtime, provider: str, model: str) -> ModelRoute:
+    return ModelRoute((_candidate(rt, "provider", ModelRef(provider=provider, model=model)),))
+
+
+def gateway_route(rt: Runtime, *, provider: str | None, model: str | None, tier: str | None) -> ModelRoute:
+    """loomcycle's precedence: provider + model → that pin; provider only → the tier's candidates
+    on that provider; model only → the alias of that name, else the tier's candidates serving that
+    model (the tier given, else every tier and alias); neither → the tier (default `default`)."""
+    if provider and model:
+        return pinned_route(rt, provider, model)
+    if model and not tier and model in rt.config.models:
+        return alias_route(rt, model)
+    if model and not tier:
+        refs = [c for a in rt.config.models for c in alias_route(rt, a).candidates if c.model == model]
+        refs += [c for t in rt.config.tiers for c in tier_route(rt, t).candidates if c.model == model]
+        refs = [c for c in refs if provider is None or c.provider_id == provider]
+        if not refs:
+            raise NotFound(f"no alias or tier candidate serves model {model!r}; name the provider too "
+                           "(provider + model), or a models: alias", code="model_not_found")
+        return ModelRoute((refs[0],))
+    route = tier_route(rt, tier or "default")
+    keep = tuple(c for c in route.candidates
+                 if (provider is None or c.provider_id == provider) and (model is None or c.model == model))
+    if not keep:
+        raise NotFound(f"tier {route.tier!r} has no candidate with provider={provider!r} model={model!r}",
+                       code="model_not_found")
+    return ModelRoute(keep, route.pin_after_success, route.tier)
+
+
+@dataclass(slots=True)
+class ModelCall:
+    """A conversation for one model call (system text, normalized messages, tools)."""
+
+    system: str
+    messages: list[Message]
+    tools: list[ToolSpec] = field(default_factory=list)
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    options: dict[str, Any] = field(default_factory=dict)  # temperature, …
+    request_id: str = field(default_factory=new_request_id)
+
+    def routing_call(self) -> Call:
+        return Call(run_id=self.request_id, agent="llm_gateway", iteration=1, system=self.system,
+                    messages=self.messages,
+                    request={"tools": self.tools, "max_tokens": self.max_tokens, "options": self.options},
+                    history=[])
+
+
+def _policy(rt: Runtime) -> RetryPolicy:
+    s = rt.engine.settings
+    return RetryPolicy(retries=s.provider_retries, max_wait_s=s.max_retry_wait_s)
+
+
+def log_call(kind: str, mc: ModelCall, route: ModelRoute, *, who: str, user_id: str | None, started: float,
+             response: ModelResponse | None, error: ProviderError | None, events: list[NewEvent]) -> None:
+    audit.info(
+        "%s: request_id=%s tenant=%s user_id=%s tier=%s provider=%s model=%s input_tokens=%d output_tokens=%d "
+        "stop_reason=%s retries=%d fallbacks=%d latency_ms=%d status=%s error=%s",
+        kind, mc.request_id, who, user_id or "", route.tier or "",
+        response.provider if response else route.candidates[0].provider_id,
+        response.model if response else route.candidates[0].model,
+        response.usage.input_tokens if response else 0, response.usage.output_tokens if response else 0,
+        response.stop_reason if response else "error",
+        sum(e.type == "retry" for e in events), sum(e.type == "provider_fallback" for e in events),
+        int((time.monotonic() - started) * 1000), "error" if error else "ok", error.code if error else "",
+    )
+
+
+async def call_once(rt: Runtime, route: ModelRoute, mc: ModelCall, events: list[NewEvent]) -> ModelResponse:
+    """The answer through the route (retries, then the next candidate); ProviderError when all fail."""
+    return await call_route(route, mc.routing_call(), _policy(rt), events)
+
+
+class StreamRestarted(ProviderError):
+    code = "stream_restarted"
+
+
+class TextReconciler:
+    """Live deltas of one answer and the text finally assembled: a delta from a later attempt than
+    the first one streamed (the vendor failed mid-stream and was retried) is not forwarded; the
+    assembled text then either extends what was sent (the rest is sent) or it does not — then the
+    client holds text that is not the answer, and the stream ends with `stream_restarted`."""
+
+    def __init__(self) -> None:
+        self.sent = ""
+        self._attempt: int | None = None
+        self._frozen = False
+
+    def delta(self, attempt: int, text: str) -> str:
+        if self._attempt is None:
+            self._attempt = attempt
+        if self._frozen or attempt != self._attempt:
+            self._frozen = True
+            return ""
+        self.sent += text
+        return text
+
+    def rest(self, final: str) -> str:
+        if not final.startswith(self.sent):
+            raise StreamRestarted("the model's answer was restarted after part of it was streamed "
+                                  "(a retry or fallback mid-stream); discard the streamed text and retry")
+        rest, self.sent = final[len(self.sent):], final
+        return rest
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    provider: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+StreamItem = Chosen | TextDelta | ModelResponse
+
+
+async def stream_once(rt: Runtime, route: ModelRoute, mc: ModelCall, events: list[NewEvent]) -> AsyncIterator[
+        StreamItem]:
+    """`Chosen` (once, before any text), `TextDelta`s, then the `ModelResponse` (its text already
+    fully sent as deltas). Raises ProviderError when every candidate failed."""
+    queue: asyncio.Queue[tuple[Candidate | None, int, str] | ModelResponse | BaseException] = asyncio.Queue()
+
+    def sink(cand: Candidate, attempt: int) -> DeltaSink:
+        async def push(kind: str, delta: str) -> None:
+            if kind == "text" and delta:
+                queue.put_nowait((cand, attempt, delta))
+        return push
+
+    async def run() -> None:
+        try:
+            queue.put_nowait(await call_route(route, mc.routing_call(), _policy(rt), events, sink))
+        except BaseException as exc:  # handed to the reader, which re-raises it
+            queue.put_nowait(exc)
+
+    task = asyncio.ensure_future(run())
+    text = TextReconciler()
+    chosen = False
+    try:
+        while True:
+            item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, ModelResponse):
+                if not chosen:
+                    yield Chosen(item.provider, item.model)
+                rest = text.rest("".join(b.text for b in item.content if isinstance(b, TextBlock)))
+                if rest:
+                    yield TextDelta(rest)
+                yield item
+                return
+            cand, attempt, delta = item
+            if not chosen and cand is not None:
+                chosen = True
+                yield Chosen(cand.provider_id, cand.model)
+            forwarded = text.delta(attempt, delta)
+            if forwarded:
+                yield TextDelta(forwarded)
+    finally:
+        if not task.done():
+            task.cancel()

@@ -1,0 +1,197 @@
+"""POST /v1/chat/completions. `model` names, looked up in this order:
+
+1. a **treadle agent** (treadle.yaml, or the tenant's promoted AgentDef): the agent loop runs as a
+   durable run (agentrun.py);
+2. a **`models:` alias**, or 3. a **tier** (its candidates in order, with fallback): one model call
+   through the gateway (api/modelcall.py, no run row);
+4. **`<provider>/<model>`** with a configured provider id (`mock/echo`, `openai/gpt-4o-mini`): that pin;
+5. a vendor model name that one alias or tier candidate serves (`gpt-4o-mini`): that candidate.
+Anything else is `404 model_not_found`. GET /v1/models lists 1-3.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from treadle.api.deps import get_principal, get_runtime
+from treadle.api.modelcall import (
+    Chosen,
+    ModelCall,
+    TextDelta,
+    alias_route,
+    call_once,
+    gateway_route,
+    log_call,
+    pinned_route,
+    stream_once,
+    tier_route,
+)
+from treadle.api.openai_compat.agentrun import Ended, follow, open_turn
+from treadle.api.openai_compat.errors import OpenAIRoute, error_doc
+from treadle.api.openai_compat.wire import (
+    DONE_FRAME,
+    ChatRequest,
+    Completion,
+    data_frame,
+    finish_reason,
+    parse_request,
+    to_conversation,
+    tool_call_json,
+    usage_json,
+)
+from treadle.api.sse import SSE_HEADERS
+from treadle.domain.content import TextBlock, ToolUseBlock
+from treadle.domain.runs import NewEvent
+from treadle.engine.agents import ModelRoute
+from treadle.errors import BadRequest, NotFound, ProviderError, TreadleError
+from treadle.runtime import Runtime
+from treadle.security.principal import Principal
+
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
+Rt = Annotated[Runtime, Depends(get_runtime)]
+Who = Annotated[Principal, Depends(get_principal)]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    kind: str  # agent | alias | tier | pin
+    route: ModelRoute | None = None
+
+
+async def is_agent(rt: Runtime, tenant: str, name: str) -> bool:
+    return rt.catalogue.get(name) is not None or bool(await rt.substrate.pinning.promoted(tenant, {name}))
+
+
+async def resolve_target(rt: Runtime, tenant: str, model: str) -> Target:
+    if await is_agent(rt, tenant, model):
+        return Target("agent")
+    if model in rt.config.models:
+        return Target("alias", alias_route(rt, model))
+    if model in rt.config.tiers:
+        return Target("tier", tier_route(rt, model))
+    provider, slash, name = model.partition("/")
+    if slash and name and provider in rt.providers:
+        return Target("pin", pinned_route(rt, provider, name))
+    try:
+        return Target("pin", gateway_route(rt, provider=None, model=model, tier=None))
+    except NotFound:
+        raise NotFound(f"The model `{model}` does not exist: it is no agent, models: alias or tier of this server, "
+                       "nor <provider>/<model> (GET /v1/models lists them)", code="model_not_found") from None
+
+
+async def _body(request: Request) -> Any:
+    try:
+        return json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+@router.post("/chat/completions", response_model=None)
+async def chat_completions(request: Request, rt: Rt, who: Who) -> Response:
+    """OpenAI's Chat Completions (module docstring: what `model` names); errors in OpenAI's shape."""
+    req = parse_request(await _body(request))
+    target = await resolve_target(rt, who.tenant_id, req.model)
+    if target.kind == "agent":
+        return await _agent(rt, who, req)
+    assert target.route is not None
+    return await _direct(rt, who, req, target.route)
+
+
+def _sse(body: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> StreamingResponse:
+    return StreamingResponse(body, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})})
+
+
+def _error_frame(exc: TreadleError) -> bytes:
+    return data_frame(error_doc(exc.status, exc.message, exc.code))
+
+
+async def _direct(rt: Runtime, who: Principal, req: ChatRequest, route: ModelRoute) -> Response:
+    system, messages = to_conversation(req)
+    mc = ModelCall(system, messages, tools=[t.spec() for t in req.tools or ()], max_tokens=req.token_cap or 4096,
+                   options={} if req.temperature is None else {"temperature": req.temperature})
+    comp = Completion(req.model, {"request_id": mc.request_id})
+    started, events = time.monotonic(), list[NewEvent]()
+    if req.stream:
+        return _sse(_direct_stream(rt, who, req, route, mc, comp, started, events))
+    try:
+        resp = await call_once(rt, route, mc, events)
+    except ProviderError as exc:
+        log_call("chat_completions", mc, route, who=who.tenant_id, user_id=req.user, started=started, response=None,
+                 error=exc, events=events)
+        raise
+    log_call("chat_completions", mc, route, who=who.tenant_id, user_id=req.user, started=started, response=resp,
+             error=None, events=events)
+    comp.extension.update(provider=resp.provider, model=resp.model)
+    text = "".join(b.text for b in resp.content if isinstance(b, TextBlock))
+    calls = [tool_call_json(b.id, b.name, b.input) for b in resp.content if isinstance(b, ToolUseBlock)]
+    usage = usage_json(resp.usage.input_tokens, resp.usage.output_tokens)
+    return JSONResponse(comp.message(text, calls, finish_reason(resp.stop_reason), usage))
+
+
+async def _direct_stream(rt: Runtime, who: Principal, req: ChatRequest, route: ModelRoute, mc: ModelCall,
+                         comp: Completion, started: float, events: list[NewEvent]) -> AsyncIterator[bytes]:
+    yield data_frame(comp.chunk({"role": "assistant", "content": ""}))
+    try:
+        async for item in stream_once(rt, route, mc, events):
+            if isinstance(item, Chosen):
+                comp.extension.update(provider=item.provider, model=item.model)
+            elif isinstance(item, TextDelta):
+                yield data_frame(comp.chunk({"content": item.text}))
+            else:
+                uses = [b for b in item.content if isinstance(b, ToolUseBlock)]
+                for i, b in enumerate(uses):
+                    call = {"index": i, **tool_call_json(b.id, b.name, b.input)}
+                    yield data_frame(comp.chunk({"tool_calls": [call]}))
+                yield data_frame(comp.chunk({}, finish_reason(item.stop_reason)))
+                if req.include_usage:
+                    yield data_frame(comp.usage_chunk(usage_json(item.usage.input_tokens, item.usage.output_tokens)))
+                log_call("chat_completions", mc, route, who=who.tenant_id, user_id=req.user, started=started,
+                         response=item, error=None, events=events)
+    except ProviderError as exc:
+        log_call("chat_completions", mc, route, who=who.tenant_id, user_id=req.user, started=started, response=None,
+                 error=exc, events=events)
+        yield _error_frame(exc)
+        return
+    yield DONE_FRAME
+
+
+async def _agent(rt: Runtime, who: Principal, req: ChatRequest) -> Response:
+    run_id, start_seq = await open_turn(rt, who.tenant_id, req)
+    comp = Completion(req.model, {"run_id": run_id})
+    headers = {"x-treadle-run-id": run_id}
+    if req.stream:
+        return _sse(_agent_stream(rt, who, req, comp, run_id, start_seq), headers)
+    parts: list[str] = []
+    async for item in follow(rt, who.tenant_id, run_id, start_seq):
+        if isinstance(item, Ended):
+            usage = usage_json(*item.usage)
+            return JSONResponse(comp.message("".join(parts), item.tool_calls, item.finish_reason, usage),
+                                headers=headers)
+        parts.append(item.text)
+    raise ProviderError(f"run {run_id}: the answer ended early", code="run_answer_incomplete")
+
+
+async def _agent_stream(rt: Runtime, who: Principal, req: ChatRequest, comp: Completion, run_id: str,
+                        start_seq: int) -> AsyncIterator[bytes]:
+    yield data_frame(comp.chunk({"role": "assistant", "content": ""}))
+    try:
+        async for item in follow(rt, who.tenant_id, run_id, start_seq):
+            if isinstance(item, Ended):
+                for i, call in enumerate(item.tool_calls):
+                    yield data_frame(comp.chunk({"tool_calls": [{"index": i, **call}]}))
+                yield data_frame(comp.chunk({}, item.finish_reason))
+                if req.include_usage:
+                    yield data_frame(comp.usage_chunk(usage_json(*item.usage)))
+                break
+            yield data_frame(comp.chunk({"content": item.text}))
+    except TreadleError as exc:
+        yield _error_frame(exc)
+        return
+    yield DONE_FRAME
