@@ -20,7 +20,7 @@ from treadle.errors import TreadleError, UnknownAgent
 from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
 from treadle.store.steps import LeasedRun
-from treadle.substrate.agentdefs import agent_hash
+from treadle.substrate.agentdefs import agent_loomcycle_hash
 from treadle.substrate.skilldefs import KIND as SKILL
 
 log = logging.getLogger("treadle.substrate")
@@ -98,7 +98,7 @@ class AgentPinning:
 
     def static_hash(self, name: str) -> str:
         if name not in self._static_hashes:
-            self._static_hashes[name] = agent_hash(self.config.agents[name])
+            self._static_hashes[name] = agent_loomcycle_hash(name, self.config.agents[name])
         return self._static_hashes[name]
 
     async def resolve(self, leased: LeasedRun) -> ResolvedAgent | None:
