@@ -204,7 +204,8 @@ async def test_every_skilldef_op_through_tool_and_http(open_rt: Any) -> None:
         assert (await op({"op": "promote", "def_id": v2["def_id"]}))["active"]
         assert (await op({"op": "get", "name": "cite"}))["def_id"] == v2["def_id"]
         assert (await op({"op": "list", "name": "cite"}))["count"] == 2
-        assert (await op({"op": "verify", "name": "cite", "content_sha256": made["content_sha256"]}))["matches"]
+        assert (await op({"op": "verify", "name": "cite", "content_sha256": v2["content_sha256"]}))["matches"]
+        assert (await op({"op": "verify", "name": "cite", "content_sha256": made["treadle_sha256"]}))["matches"]
         assert (await op({"op": "retire", "def_id": v2["def_id"]}))["status"] == "retired"
         assert (await op({"op": "create", "name": "cite", "overlay": {"body": " "}}, 422))["code"] == "tool_refused"
         assert (await op({"op": "get", "name": "nothing"}, 404))["code"] == "not_found"
