@@ -324,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     h = sub.add_parser("hash", help="print the content_sha256 of a treadle.yaml agent or skill (drift checks)")
     h.add_argument("kind", choices=["agent", "skill"])
     h.add_argument("name")
-    h.add_argument("--treadle", action="store_true", help="treadle's earlier hash (treadle_sha256) instead of loomcycle's")
+    h.add_argument("--treadle", action="store_true",
+                   help="treadle's earlier hash (treadle_sha256) instead of loomcycle's")
     h.set_defaults(func=cmd_hash)
     return p
 

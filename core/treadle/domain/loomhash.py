@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from decimal import Decimal
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 #: AgentContent's keys in declaration order (= JSON emit order = the hash input)

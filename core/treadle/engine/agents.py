@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +110,11 @@ class AgentCatalogue:
 
     def get(self, name: str) -> ResolvedAgent | None:
         return self.static.get(name)
+
+    def retier(self, agent: ResolvedAgent, tier: str) -> ResolvedAgent:
+        """`agent` with its model route taken from tier `tier` (a run's loomcycle `user_tier`)."""
+        built = self.build(agent.name, agent.config.model_copy(update={"tier": tier}))
+        return dataclasses.replace(agent, provider=built.provider, route=built.route)
 
     def build(self, name: str, cfg: AgentConfig) -> ResolvedAgent:
         """A ResolvedAgent for a definition that is not in treadle.yaml (tools and model route)."""

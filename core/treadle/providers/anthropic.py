@@ -74,6 +74,11 @@ class AnthropicProvider(HttpDriver):
                 body["max_tokens"] = budget + req.max_tokens
         elif "temperature" in opts:
             body["temperature"] = opts["temperature"]
+        for opt in ("top_p", "top_k"):  # a run's loomcycle `sampling` (engine/step.py)
+            if opt in opts and "thinking" not in body:
+                body[opt] = opts[opt]
+        if opts.get("stop"):
+            body["stop_sequences"] = list(opts["stop"])
         return body
 
     async def call(self, req: ModelRequest, on_delta: DeltaSink | None = None) -> ModelResponse:

@@ -65,6 +65,10 @@ class GeminiProvider(HttpDriver):
         opts = req.options
         if "temperature" in opts:
             gen["temperature"] = opts["temperature"]
+        for opt, key in (("top_p", "topP"), ("top_k", "topK"), ("seed", "seed"), ("stop", "stopSequences"),
+                         ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty")):
+            if opt in opts:  # a run's loomcycle `sampling` (engine/step.py)
+                gen[key] = opts[opt]
         thinking: dict[str, Any] = {}
         if isinstance(opts.get("thinking_budget"), int):
             thinking["thinkingBudget"] = opts["thinking_budget"]

@@ -96,7 +96,8 @@ class OpenAIChatProvider(HttpDriver):
                 }
                 for t in req.tools
             ]
-        for opt in ("temperature", "reasoning_effort"):
+        for opt in ("temperature", "reasoning_effort", "top_p", "frequency_penalty", "presence_penalty", "seed",
+                    "stop"):
             if opt in req.options:
                 body[opt] = req.options[opt]
         return body

@@ -31,7 +31,7 @@ _LEASED_COLUMNS = (
     "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
     " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata,"
     " runs.interactive, runs.input_seq, runs.parent_wait_key, runs.def_id, runs.skill_def_ids,"
-    " runs.client_tools, runs.client_tool_timeout_s, runs.allowed_hosts"
+    " runs.client_tools, runs.client_tool_timeout_s, runs.allowed_hosts, runs.parent_context, runs.run_options"
 )
 _EVENTS_AGG = (
     "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
@@ -72,6 +72,9 @@ class LeasedRun:
     client_tool_timeout_s: float | None = None
     #: the caller's narrowing of reachable hosts (None: none)
     allowed_hosts: list[str] | None = None
+    #: loomcycle's parent_context (inherited by sub-agents) and per-run options (tools, sampling, user_tier)
+    parent_context: dict[str, Any] | None = None
+    run_options: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -139,6 +142,8 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
         client_tools=row.get("client_tools"),
         client_tool_timeout_s=row.get("client_tool_timeout_s"),
         allowed_hosts=row.get("allowed_hosts"),
+        parent_context=row.get("parent_context"),
+        run_options=row.get("run_options"),
     )
 
 

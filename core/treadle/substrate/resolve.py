@@ -102,7 +102,15 @@ class AgentPinning:
         return self._static_hashes[name]
 
     async def resolve(self, leased: LeasedRun) -> ResolvedAgent | None:
-        """The agent a step runs: exactly what the run was pinned to (None: it no longer resolves)."""
+        """The agent a step runs: exactly what the run was pinned to (None: it no longer resolves),
+        routed through the run's loomcycle `user_tier` when it names one of `tiers:`."""
+        agent = await self._pinned(leased)
+        tier = (leased.run_options or {}).get("user_tier")
+        if agent is not None and isinstance(tier, str) and tier in self.config.tiers:
+            return self.catalogue.retier(agent, tier)
+        return agent
+
+    async def _pinned(self, leased: LeasedRun) -> ResolvedAgent | None:
         pins = leased.skill_def_ids or {}
         if leased.def_id is None and not pins:
             return self.catalogue.get(leased.agent)
