@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.domain.ids import is_identifier
@@ -26,9 +27,6 @@ from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.runs import RunRecord, session_id_of
-
-if TYPE_CHECKING:
-    from treadle.api.runs import RunRequest
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -252,19 +250,14 @@ async def spawn_result(rt: Runtime, run: RunRecord) -> dict[str, Any]:
 
 
 async def run_batch(rt: Runtime, who: Principal, body: BatchRequest,
-                    start: Any) -> dict[str, Any]:
-    """Start every spawn (each validated as a POST /v1/runs body); a spawn that is refused gets
-    `{status: "failed", error}` at its index and does not stop the others."""
-    from pydantic import ValidationError
-
-    from treadle.api.runs import RunRequest
-
+                    start: Callable[[dict[str, Any]], Awaitable[RunRecord]]) -> dict[str, Any]:
+    """Start every spawn (`start` validates it as a POST /v1/runs body); a spawn that is refused
+    gets `{status: "failed", error, code}` at its index and does not stop the others."""
     results: list[dict[str, Any]] = []
     started: list[tuple[int, str]] = []
     for i, raw in enumerate(body.spawns):
         try:
-            req: RunRequest = RunRequest.model_validate(raw)
-            run = await start(req, None)
+            run = await start(raw)
         except ValidationError as exc:
             msg = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
             results.append({"status": "failed", "error": msg, "code": "validation_error"})

@@ -162,8 +162,8 @@ async def create_runs(body: BatchRequest, rt: Rt, who: Who) -> dict[str, Any]:
     parent_context}], spawned}`; with `timeout_ms` the answer waits (at most that long) for the runs
     to finish. A refused spawn fails at its index without stopping the others."""
 
-    async def start(req: RunRequest, key: str | None) -> RunRecord:
-        run, _ = await _start(rt, who, req, key)
+    async def start(raw: dict[str, Any]) -> RunRecord:
+        run, _ = await _start(rt, who, RunRequest.model_validate(raw), None)
         return run
 
     return await run_batch(rt, who, body, start)

@@ -97,7 +97,8 @@ class TreadleClient:
         return events
 
     async def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
-        payload = {"reason": reason} if reason else None
+        """Cancel the whole run (scope "run": without it an interactive run's turn is cancelled)."""
+        payload: dict[str, Any] = {"scope": "run", **({"reason": reason} if reason else {})}
         return self._check(await self.http.post(f"/v1/runs/{run_id}/cancel", json=payload))
 
     async def _sse(self, method: str, url: str, **kw: Any) -> AsyncIterator[SseEvent]:
