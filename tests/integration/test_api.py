@@ -143,7 +143,8 @@ def persisted(events: list[SseEvent]) -> list[SseEvent]:
     """The stored events of a stream (they carry an id); live deltas and loomcycle's first
     `session` / `agent` frames (no id) are checked apart."""
     live = [ev for ev in events if ev.id is None]
-    assert all(ev.event in ("text_delta", "thinking_delta", "session", "agent") for ev in live), [ev.event for ev in live]
+    allowed = ("text_delta", "thinking_delta", "session", "agent")
+    assert all(ev.event in allowed for ev in live), [ev.event for ev in live]
     return [ev for ev in events if ev.id is not None]
 
 

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from treadle.api.deps import get_principal, get_runtime
-from treadle.errors import NotFound
+from treadle.errors import NotFound, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.channels import ChannelDef, parse_deliver_at
@@ -27,8 +27,16 @@ class ChannelBody(BaseModel):
     scope: Literal["agent", "user", "global"] = "global"
     semantic: Literal["queue", "broadcast"] = "broadcast"
     default_ttl_seconds: int | None = Field(default=None, gt=0)
+    #: loomcycle's name of default_ttl_seconds (seconds; 0 = none)
+    default_ttl: int | None = Field(default=None, ge=0)
     max_messages: int | None = Field(default=None, gt=0)
     description: str = ""
+
+    def ttl_seconds(self) -> int | None:
+        if self.default_ttl is not None and self.default_ttl_seconds is not None \
+                and self.default_ttl != self.default_ttl_seconds:
+            raise ValidationFailed("default_ttl and default_ttl_seconds name the same TTL; give one")
+        return self.default_ttl_seconds or self.default_ttl or None
 
 
 class PublishBody(BaseModel):
@@ -56,9 +64,10 @@ async def list_channels(rt: Rt, who: Who) -> dict[str, Any]:
 
 @router.post("", status_code=201)
 async def create_channel(body: ChannelBody, rt: Rt, who: Who) -> dict[str, Any]:
-    d = ChannelDef(body.name, body.scope, body.semantic, body.default_ttl_seconds, body.max_messages,
+    d = ChannelDef(body.name, body.scope, body.semantic, body.ttl_seconds(), body.max_messages,
                    body.description)
-    return (await rt.channels.create_def(who.tenant_id, d)).to_api()
+    out = (await rt.channels.create_def(who.tenant_id, d)).to_api()
+    return {**out, "default_ttl": out.get("default_ttl_seconds") or 0}  # loomcycle's name too
 
 
 @router.delete("/{name}")

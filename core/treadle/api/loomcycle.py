@@ -269,12 +269,12 @@ async def run_batch(rt: Runtime, who: Principal, body: BatchRequest,
         started.append((i, run.id))
     deadline = time.monotonic() + body.timeout_ms / 1000
     for i, run_id in started:
-        run = await rt.runs.get(who.tenant_id, run_id)
-        while run is not None and not run.terminal and time.monotonic() < deadline:
+        now = await rt.runs.get(who.tenant_id, run_id)
+        while now is not None and not now.terminal and time.monotonic() < deadline:
             await _wait_a_little(rt, run_id)
-            run = await rt.runs.get(who.tenant_id, run_id)
-        if run is not None:
-            results[i] = await spawn_result(rt, run)
+            now = await rt.runs.get(who.tenant_id, run_id)
+        if now is not None:
+            results[i] = await spawn_result(rt, now)
     return {"results": results, "spawned": len(started)}
 
 
