@@ -28,6 +28,9 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
         from treadle.api import webhooks as webhook_routes
 
         routers.append(webhook_routes.router)
+    from treadle.api import loomcycle  # loomcycle's /v1/agents routes (issue 18)
+
+    routers.append(loomcycle.router)
     return [*routers, substrate.router, memory.router]
 
 
