@@ -108,9 +108,11 @@ def refuse_unsupported(body: LoomcycleRunFields, rt: Runtime, who: Principal) ->
     if body.tenant_id is not None and body.tenant_id != who.tenant_id:
         raise BadRequest(f"tenant_id: {body.tenant_id!r} is not the caller's tenant (the principal decides it)",
                          code="tenant_mismatch")
-    if body.user_tier is not None and body.user_tier not in rt.config.tiers:
-        known = ", ".join(rt.config.tiers) or "none defined"
-        raise BadRequest(f"user_tier: unknown tier {body.user_tier!r} (tiers: {known})", code="unknown_user_tier")
+    if body.user_tier is not None and not rt.config.knows_user_tier(body.user_tier):
+        known = ", ".join(rt.config.user_tiers or rt.config.tiers) or "none defined"
+        section = "user_tiers" if rt.config.user_tiers else "tiers"
+        raise BadRequest(f"user_tier: unknown user tier {body.user_tier!r} ({section}: {known})",
+                         code="unknown_user_tier")
 
 
 def run_options(body: LoomcycleRunFields) -> dict[str, Any] | None:

@@ -74,11 +74,12 @@ def resolve_agents(
     providers: dict[str, Provider],
     *,
     source: str = "treadle.yaml",
+    user_tier: str | None = None,
 ) -> dict[str, ResolvedAgent]:
     out: dict[str, ResolvedAgent] = {}
     for name, agent in config.agents.items():
         candidates: list[Candidate] = []
-        for path, ref in config.agent_candidates(name):
+        for path, ref in config.agent_candidates(name, user_tier):
             provider = providers.get(ref.provider)
             if provider is None:
                 key = path if path.endswith(".provider") else f"{path}.provider"
@@ -111,9 +112,11 @@ class AgentCatalogue:
     def get(self, name: str) -> ResolvedAgent | None:
         return self.static.get(name)
 
-    def retier(self, agent: ResolvedAgent, tier: str) -> ResolvedAgent:
-        """`agent` with its model route taken from tier `tier` (a run's loomcycle `user_tier`)."""
-        built = self.build(agent.name, agent.config.model_copy(update={"tier": tier}))
+    def retier(self, agent: ResolvedAgent, user_tier: str) -> ResolvedAgent:
+        """`agent` routed for a run's loomcycle `user_tier` (config.agent_candidates)."""
+        probe = self.config.model_copy(update={"agents": {agent.name: agent.config}})
+        built = resolve_agents(probe, self.registry, self.providers, source=f"user_tier {user_tier}",
+                               user_tier=user_tier)[agent.name]
         return dataclasses.replace(agent, provider=built.provider, route=built.route)
 
     def build(self, name: str, cfg: AgentConfig) -> ResolvedAgent:

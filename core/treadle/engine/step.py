@@ -423,8 +423,9 @@ class Engine:
             iteration=iteration,
             system=system,
             messages=transcript.messages,
-            request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens,
-                     "options": {"mock": cfg.mock, **((leased.run_options or {}).get("sampling") or {})}},
+            request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens, "options": {
+                "mock": cfg.mock, **(cfg.sampling.model_dump(exclude_none=True) if cfg.sampling else {}),
+                **((leased.run_options or {}).get("sampling") or {})}},  # loomcycle's sampling: the run's wins
             history=leased.events,
         )
         policy = RetryPolicy(retries=self.settings.provider_retries, max_wait_s=self.settings.max_retry_wait_s)

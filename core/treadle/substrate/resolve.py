@@ -106,7 +106,7 @@ class AgentPinning:
         routed through the run's loomcycle `user_tier` when it names one of `tiers:`."""
         agent = await self._pinned(leased)
         tier = (leased.run_options or {}).get("user_tier")
-        if agent is not None and isinstance(tier, str) and tier in self.config.tiers:
+        if agent is not None and isinstance(tier, str) and self.config.knows_user_tier(tier):
             return self.catalogue.retier(agent, tier)
         return agent
 
