@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from treadle_sidecar.server import BackgroundServer
+
 from tests.support.db import TEST_HOME
 from tests.support.vendors.base import text
 from tests.support.vendors.openai import FakeOpenAI
 from tests.support.waiting import asker, spawner
-from treadle_sidecar.server import BackgroundServer
-
 from treadle.client.http import SseEvent, parse_sse
 from treadle.config import Settings, parse_config
 

@@ -56,7 +56,8 @@ def test_unknown_provider() -> None:
     msg = config_error({"agents": {"demo": {"provider": "openia", "model": "gpt"}}})
     assert "treadle.yaml: agents.demo.provider: unknown provider 'openia'" in msg
     # loomcycle's provider ids need no declaration (tests/loomcycle/test_config_yaml.py)
-    assert parse_config({"agents": {"demo": {"provider": "openai", "model": "gpt"}}}).providers["openai"].driver == "openai"
+    builtin = parse_config({"agents": {"demo": {"provider": "openai", "model": "gpt"}}})
+    assert builtin.providers["openai"].driver == "openai"
 
 
 def test_unknown_mock_model() -> None:

@@ -7,9 +7,10 @@ listed is skipped), `user_tiers{name: {provider_priority, tiers, fallback_on_err
 max_fallback_attempts}}` (config.py UserTierConfig; a run's `user_tier`, else `default`),
 loomcycle's provider ids without a `providers:` entry (`anthropic`, `openai`, `gemini`,
 `deepseek`, `ollama` = hosted ollama.com, `ollama-local` = a local Ollama, `mock`) and agent
-names of the form `category/name`. An empty section (`memory_backends: {}`) means nothing and
-is accepted. The loomcycle keys of an agent that treadle honours are in AgentConfig
-(`sampling`, `unbounded_iterations`); any other is refused by the schema as not supported.
+names of the form `category/name`. An empty section (`memory_backends: {}`, `hooks:` with no
+`permit_host_widen` owners) says nothing treadle does not already do and is accepted. The
+loomcycle keys of an agent that treadle honours are in AgentConfig (`sampling`,
+`unbounded_iterations`); any other is refused by the schema as not supported.
 """
 
 from __future__ import annotations
@@ -49,11 +50,15 @@ UNSUPPORTED_TOP: dict[str, str] = {
 }
 
 
-def is_empty(value: Any) -> bool:
-    """Nothing said: None, {}, [] or a mapping whose values are all empty."""
+def is_empty(key: str, value: Any) -> bool:
+    """Nothing said: None, {}, []; `hooks` whose permit_host_widen owners are empty is
+    loomcycle's default (no hook may widen hosts), which is treadle's behaviour."""
     if value is None or value == {} or value == []:
         return True
-    return isinstance(value, dict) and all(is_empty(v) for v in value.values())
+    if key == "hooks" and isinstance(value, dict) and set(value) <= {"permit_host_widen"}:
+        widen = value.get("permit_host_widen") or {}
+        return isinstance(widen, dict) and set(widen) <= {"owners"} and not widen.get("owners")
+    return False
 
 
 def referenced_providers(data: dict[str, Any]) -> set[str]:
@@ -88,11 +93,11 @@ def adapt(data: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     for key, where in UNSUPPORTED_TOP.items():
         if key in out:
             value = out.pop(key)
-            if not is_empty(value):
+            if not is_empty(key, value):
                 problems.append((key, f"loomcycle key not supported by treadle ({where}); remove it"))
     if "memory" in out and isinstance(out["memory"], dict) and "consolidation" in out["memory"]:
         memory = dict(out["memory"])
-        if not is_empty(memory.pop("consolidation")):
+        if not is_empty("consolidation", memory.pop("consolidation")):
             problems.append(("memory.consolidation", "loomcycle key not supported by treadle (no memory "
                                                      "consolidation); remove it"))
         out["memory"] = memory
