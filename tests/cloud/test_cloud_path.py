@@ -103,7 +103,7 @@ def sse_frames(body: str) -> list[tuple[int, str, dict[str, Any]]]:
     frames = []
     for block in body.split("\n\n"):
         fields = dict(line.split(": ", 1) for line in block.splitlines() if line and not line.startswith(":"))
-        if "event" in fields:
+        if "event" in fields and "id" in fields:  # loomcycle's first `session`/`agent` frames carry no id
             frames.append((int(fields["id"]), fields["event"], json.loads(fields["data"])))
     return frames
 

@@ -210,7 +210,9 @@ async def cancel_agent(agent_id: str, rt: Rt, who: Who, body: AgentCancelRequest
                 " AND cancel_requested ORDER BY created_at", (who.tenant_id, run.root_run_id or run.id, run.id))
             cascaded = [r["a"] for r in await cur.fetchall()]
     out: dict[str, Any] = {"cancelled": was_live, "agent_id": agent_id, "run_id": run.id, "cascaded": cascaded,
-                           "status": after.status}
+                           "status": after.status,
+                           # what loomcycle's TypeScript client reads (CancelAgentResult.cancelledCount)
+                           "cancelled_count": (1 + len(cascaded)) if was_live else 0}
     if was_live:
         out["reason"] = reason
     return out
