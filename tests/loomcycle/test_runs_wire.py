@@ -296,3 +296,21 @@ async def test_batch_is_index_aligned(served: Served) -> None:
     assert third["final_text"] == "three" and third["parent_context"] == {"function_key": "k3"}
     too_many = await served.client.post("/v1/runs:batch", json={"spawns": [{"agent": "echo", "prompt": "x"}] * 33})
     assert too_many.status_code == 422
+
+
+async def test_channels_and_whoami_in_loomcycles_names(served: Served) -> None:
+    name = "lc-" + secrets.token_hex(4)
+    made = await served.post("/v1/_channels", {"name": name, "scope": "global", "semantic": "broadcast",
+                                               "default_ttl": 60}, 201)
+    assert made["default_ttl"] == 60 and made["default_ttl_seconds"] == 60
+    published = await served.post(f"/v1/_channels/{name}/publish", {"payload": {"n": 1}}, 202)
+    assert published["msg_id"] and published["channel"] == name and published["created_at"]
+    await served.post(f"/v1/_channels/{name}/publish", {"payload": {"n": 1}, "value": {"n": 2}}, 422)
+    waited = await served.post("/v1/_channels/_await", {"channels": [name], "scope": "global", "wait_ms": 10})
+    assert waited["satisfied"] is True
+    got = await served.post(f"/v1/_channels/{name}/subscribe", {"max_messages": 5})
+    assert [m["value"] for m in got["messages"]] == [{"n": 1}] and got["next_cursor"]
+    assert (await served.post(f"/v1/_channels/{name}/subscribe", {}))["messages"] == []  # the cursor moved
+    await served.post(f"/v1/_channels/{name}/ack", {"cursor": got["next_cursor"]})
+    me = await served.get("/v1/_me")
+    assert me["tenant_id"] == "default" and me["subject"] == "default" and me["is_admin"] is True

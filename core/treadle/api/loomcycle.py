@@ -285,3 +285,14 @@ async def run_batch(rt: Runtime, who: Principal, body: BatchRequest,
 async def _wait_a_little(rt: Runtime, run_id: str) -> None:
     with rt.hub.subscribe(run_id) as live:
         await live.wait(0.25)
+
+
+@router.get("/_me")
+async def whoami(who: Who) -> dict[str, Any]:
+    """loomcycle's whoami: the caller's tenant, subject and scopes."""
+    out: dict[str, Any] = {"tenant_id": who.tenant_id, "subject": who.subject, "scopes": list(who.scopes),
+                           "is_admin": "substrate:admin" in who.scopes, "legacy": False,
+                           "capabilities": {"mcp_allow_dynamic_stdio": False, "http_host_allowlist_configured": False}}
+    if who.open_mode:
+        out["open_mode"] = True
+    return out
