@@ -314,3 +314,18 @@ async def test_channels_and_whoami_in_loomcycles_names(served: Served) -> None:
     await served.post(f"/v1/_channels/{name}/ack", {"cursor": got["next_cursor"]})
     me = await served.get("/v1/_me")
     assert me["tenant_id"] == "default" and me["subject"] == "default" and me["is_admin"] is True
+
+
+async def test_session_transcript_and_memory_scopes(served: Served) -> None:
+    started = await served.start("echo")
+    await served.wait(started["run_id"])
+    out = await served.get(f"/v1/sessions/{started['session_id']}/transcript")
+    assert out["session"]["id"] == started["session_id"] and out["session"]["agent"] == "echo"
+    types = [e["type"] for e in out["events"]]
+    assert types[0] == "user_input" and types[-1] == "done"
+    first = out["events"][0]
+    assert first["run_id"] == started["run_id"] and isinstance(first["ts_ns"], int) and first["ts_ns"] > 0
+    assert first["payload"][0]["content"][0]["text"] == "hello"
+    await served.get("/v1/sessions/s_nope/transcript", 404)
+    scopes = await served.get("/v1/_memory/scopes")
+    assert [s["name"] for s in scopes["scopes"]] == ["agent", "user", "tenant"]

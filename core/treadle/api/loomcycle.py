@@ -296,3 +296,35 @@ async def whoami(who: Who) -> dict[str, Any]:
     if who.open_mode:
         out["open_mode"] = True
     return out
+
+
+def run_id_of_session(session_id: str) -> str:
+    """The run a session id names (a treadle session is one run: `s_<hex>` ↔ `r_<hex>`)."""
+    if not session_id.startswith("s_"):
+        raise NotFound(f"session {session_id!r} not found", code="session_not_found")
+    return "r_" + session_id.removeprefix("s_")
+
+
+@router.get("/sessions/{session_id}/transcript")
+async def transcript(session_id: str, rt: Rt, who: Who) -> dict[str, Any]:
+    """loomcycle's transcript of a session: `{session{id, user_id, agent, created_at}, events:
+    [{seq, run_id, ts_ns, type, event, payload?}]}`; `payload` holds a `user_input`'s segments."""
+    run = await rt.runs.get(who.tenant_id, run_id_of_session(session_id))
+    if run is None:
+        raise NotFound(f"session {session_id!r} not found", code="session_not_found")
+    events: list[dict[str, Any]] = []
+    from_seq = 0
+    while True:
+        page = await rt.runs.events(who.tenant_id, run.id, from_seq, 1000)
+        for e in page:
+            ts_ns = int(e.created_at.timestamp() * 1_000_000_000) if e.created_at else 0
+            item: dict[str, Any] = {"seq": e.seq, "run_id": run.id, "ts_ns": ts_ns, "type": e.type,
+                                    "event": e.to_api()}
+            if e.type == "user_input":
+                item["payload"] = e.payload.get("segments")
+            events.append(item)
+        if len(page) < 1000:
+            break
+        from_seq = page[-1].seq
+    return {"session": {"id": session_id, "user_id": run.user_id or "", "agent": run.agent,
+                        "created_at": run.created_at.isoformat()}, "events": events}

@@ -83,6 +83,16 @@ def _quota(rt: Runtime, scope: str, scope_id: str) -> int | None:
     return agent.memory_quota_bytes if agent is not None else None
 
 
+@router.get("/scopes")
+async def list_scopes(who: Who) -> dict[str, Any]:
+    """loomcycle's list of memory scope kinds."""
+    return {"scopes": [
+        {"name": "agent", "description": "shared by every run of one agent (scope_id: the agent name)"},
+        {"name": "user", "description": "one user's memory across agents (scope_id: the user id)"},
+        {"name": "tenant", "description": f"shared by the whole tenant (scope_id: {TENANT_SCOPE_ID!r})"},
+    ]}
+
+
 @router.get("/scopes/{scope}/{scope_id}/keys")
 async def list_keys(
     scope: Scope, scope_id: str, rt: Rt, who: Who,
