@@ -126,7 +126,10 @@ await check("setMemoryEntry/getMemoryEntry/listMemoryEntries/deleteMemoryEntry",
 });
 await check("memorySearch", async () => { const r = await c.memorySearch({ query: "x", scope: "user", scopeId: user, topK: 3 }); assert(Array.isArray(r.entries), JSON.stringify(r)); });
 await check("continueSession", async () => { await collect(c.continueSession({ sessionId: "s_x", segments: seg("x") })); });
-await check("getTranscript", async () => { await c.getTranscript("s_x"); });
+await check("getTranscript", async () => {
+  const a = await c.getAgent(agentId); const t = await c.getTranscript(a.session_id);
+  assert(t.session.id === a.session_id && t.events.at(-1).type === "done", JSON.stringify(t).slice(0, 200));
+});
 await check("compactRun", async () => { await c.compactRun(runId); });
 await check("whoami", async () => { await c.whoami(); });
 await check("listMemoryScopes", async () => { await c.listMemoryScopes(); });
