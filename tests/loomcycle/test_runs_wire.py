@@ -329,3 +329,17 @@ async def test_session_transcript_and_memory_scopes(served: Served) -> None:
     await served.get("/v1/sessions/s_nope/transcript", 404)
     scopes = await served.get("/v1/_memory/scopes")
     assert [s["name"] for s in scopes["scopes"]] == ["agent", "user", "tenant"]
+
+
+async def test_one_live_run_per_agent_id_even_when_racing(served: Served) -> None:
+    handle = "a_" + secrets.token_hex(8)
+    body = {"agent": "echo", "prompt": "x", "agent_id": handle, "interactive": True}
+    answers = await asyncio.gather(*(served.client.post("/v1/runs", json=body) for _ in range(4)))
+    codes = sorted(r.status_code for r in answers)
+    assert codes == [202, 409, 409, 409], [r.text for r in answers]
+    assert all(r.json()["code"] == "agent_id_in_use" for r in answers if r.status_code == 409)
+    await served.post(f"/v1/agents/{handle}/cancel")
+    run_id = next(r.json()["run_id"] for r in answers if r.status_code == 202)
+    await served.wait(run_id)
+    again = await served.start("echo", agent_id=handle)  # a finished run frees its handle
+    assert again["agent_id"] == handle

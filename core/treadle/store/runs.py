@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
 
 from treadle.domain.runs import RunStatus
+from treadle.errors import Conflict
 from treadle.store.db import Pool
 
 JOBS_CHANNEL = "treadle_jobs"
@@ -221,7 +223,13 @@ class RunStore:
             "jobs": self.jobs_in_db,
         }
         async with self.pool.connection() as conn:
-            cur = await conn.execute(sql, params)
+            try:
+                cur = await conn.execute(sql, params)
+            except UniqueViolation as exc:
+                if exc.diag.constraint_name == "runs_live_agent_id":  # migration 0018
+                    raise Conflict(f"agent_id {new.agent_id!r} belongs to a live run",
+                                   code="agent_id_in_use") from None
+                raise
             row = await cur.fetchone()
             if row is None and new.idempotency_key is not None:
                 cur = await conn.execute(

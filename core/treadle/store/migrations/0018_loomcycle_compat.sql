@@ -12,3 +12,6 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS agent_id text;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS parent_context jsonb;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS run_options jsonb;
 CREATE INDEX IF NOT EXISTS runs_agent_id ON runs (tenant_id, agent_id, created_at DESC) WHERE agent_id IS NOT NULL;
+-- one live run per agent_id (loomcycle: 409 agent_id_in_use); a finished run frees its handle
+CREATE UNIQUE INDEX IF NOT EXISTS runs_live_agent_id ON runs (tenant_id, agent_id)
+    WHERE agent_id IS NOT NULL AND status IN ('queued', 'running', 'waiting');
