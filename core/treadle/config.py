@@ -177,6 +177,9 @@ class AgentConfig(BaseModel):
     #: loomcycle's: sampling passed to the provider; no iteration cap but a backstop of 2^20
     sampling: SamplingConfig | None = None
     unbounded_iterations: bool = False
+    #: loomcycle's reasoning hint, mapped as loomcycle's drivers do: anthropic thinking budget
+    #: (medium 2048, high 8192; low and haiku: none), openai reasoning_effort, gemini thinkingBudget
+    effort: Literal["low", "medium", "high"] | None = None
 
     @model_validator(mode="after")
     def _provider_model(self) -> AgentConfig:

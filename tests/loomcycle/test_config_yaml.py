@@ -114,7 +114,7 @@ def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
         "mcp_servers": {"browser": {"transport": "stdio", "command": "x"}},
         "volumes": {"workspace": {"path": "/w"}},
     })
-    data["agents"]["doc/summarizer"] = {**data["agents"]["doc/summarizer"], "effort": "high",
+    data["agents"]["doc/summarizer"] = {**data["agents"]["doc/summarizer"], "sql_scopes": ["user"],
                                         "compaction": {"enabled": True}}
     data["interruption"] = {**data["interruption"], "backend": "cli"}
     with pytest.raises(ConfigError) as info:
@@ -122,7 +122,7 @@ def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
     lines = str(info.value).splitlines()[1:]
     keys = [line.strip().split(": ")[1] for line in lines]
     assert sorted(keys) == sorted(["concurrency", "storage", "search_providers", "mcp_servers", "volumes",
-                                   "interruption.backend", "agents.doc/summarizer.effort",
+                                   "interruption.backend", "agents.doc/summarizer.sql_scopes",
                                    "agents.doc/summarizer.compaction"]), lines
     assert all("treadle" in line for line in lines)
 

@@ -425,6 +425,7 @@ class Engine:
             messages=transcript.messages,
             request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens, "options": {
                 "mock": cfg.mock, **(cfg.sampling.model_dump(exclude_none=True) if cfg.sampling else {}),
+                **({"effort": cfg.effort} if cfg.effort else {}),
                 **((leased.run_options or {}).get("sampling") or {})}},  # loomcycle's sampling: the run's wins
             history=leased.events,
         )

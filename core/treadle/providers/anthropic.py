@@ -68,6 +68,8 @@ class AnthropicProvider(HttpDriver):
                 tools[-1]["cache_control"] = {"type": "ephemeral"}
             body["tools"] = tools
         budget = opts.get("thinking_budget_tokens")
+        if budget is None and opts.get("effort") and "haiku" not in req.model:  # loomcycle's effort mapping
+            budget = {"medium": 2048, "high": 8192}.get(str(opts["effort"]))
         if isinstance(budget, int) and budget > 0 and _thinking_allowed(req.messages):
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
             if budget >= req.max_tokens:  # the API wants max_tokens > budget_tokens

@@ -100,6 +100,8 @@ class OpenAIChatProvider(HttpDriver):
                     "stop"):
             if opt in req.options:
                 body[opt] = req.options[opt]
+        if self.endpoint.driver == "openai" and req.options.get("effort") and "reasoning_effort" not in body:
+            body["reasoning_effort"] = req.options["effort"]  # loomcycle's effort on OpenAI
         return body
 
     def _headers(self, key: str | None) -> dict[str, str]:
