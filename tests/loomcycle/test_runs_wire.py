@@ -343,3 +343,14 @@ async def test_one_live_run_per_agent_id_even_when_racing(served: Served) -> Non
     await served.wait(run_id)
     again = await served.start("echo", agent_id=handle)  # a finished run frees its handle
     assert again["agent_id"] == handle
+
+
+async def test_a_retry_with_its_idempotency_key_gets_its_run_back_despite_the_agent_id(served: Served) -> None:
+    handle = "a_" + secrets.token_hex(8)
+    body = {"agent": "echo", "prompt": "x", "agent_id": handle, "interactive": True}
+    key = {"Idempotency-Key": "k-" + secrets.token_hex(6)}
+    first = await served.client.post("/v1/runs", json=body, headers=key)
+    again = await served.client.post("/v1/runs", json=body, headers=key)
+    assert (first.status_code, again.status_code) == (202, 202), again.text
+    assert again.json()["run_id"] == first.json()["run_id"] and again.json()["created"] is False
+    await served.post(f"/v1/agents/{handle}/cancel")

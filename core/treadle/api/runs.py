@@ -114,7 +114,7 @@ def _sse_response(rt: Runtime, tenant: str, run: RunRecord, from_seq: int, *, fr
 
 async def _start(rt: Runtime, who: Principal, body: RunRequest, idempotency_key: str | None) -> tuple[RunRecord, bool]:
     refuse_unsupported(body, rt, who)
-    if body.agent_id is not None:
+    if body.agent_id is not None and idempotency_key is None:  # a retry gets its run back (store/runs.py)
         await check_agent_id(rt, who.tenant_id, body.agent_id)
     return await rt.start_run(
         NewRun(
