@@ -142,3 +142,12 @@ def test_treadle_hash_prints_loomcycles_hash_for_a_loomcycle_yaml(tmp_path: Path
     out = subprocess.run([sys.executable, "-m", "treadle.cli.main", "--config", str(path), "hash", "agent",
                           "researcher"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "sha256:e03953f0f2b43b6e9521b0c5e3f31cdddad6c3d3e907deb8172cd4c959de105e"
+
+
+def test_a_user_tier_that_leaves_an_agent_nothing_is_a_config_error() -> None:
+    data = {"tiers": {"t": [{"provider": "mock", "model": "echo"}]},
+            "user_tiers": {"default": {}, "cloud-only": {"provider_priority": ["anthropic"]}},
+            "agents": {"a": {"tier": "t"}}}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    assert "agents.a.tier: no candidate of tier 't' is allowed by user tier 'cloud-only'" in str(info.value)

@@ -89,6 +89,9 @@ def resolve_agents(
             candidates.append(
                 Candidate(ref.provider, provider, ref.model, options, pcfg.retries if pcfg else None)
             )
+        if not candidates:  # loomcycle's provider_priority / user_tiers left nothing to try
+            raise ConfigError(f"{source}: agents.{name}: no model candidate of tier {agent.tier!r} is allowed"
+                              + (f" for user tier {user_tier!r}" if user_tier else ""))
         tier = config.tiers.get(agent.tier) if agent.tier else None
         route = ModelRoute(tuple(candidates), bool(tier and tier.pin_after_success), agent.tier)
         tools = registry.for_agent(name, agent.tools, source=source)

@@ -107,7 +107,11 @@ class AgentPinning:
         agent = await self._pinned(leased)
         tier = (leased.run_options or {}).get("user_tier")
         if agent is not None and isinstance(tier, str) and self.config.knows_user_tier(tier):
-            return self.catalogue.retier(agent, tier)
+            try:
+                return self.catalogue.retier(agent, tier)
+            except TreadleError as exc:  # the user tier allows none of the agent's candidates
+                log.warning("run %s: agent %r under user tier %r: %s", leased.run_id, leased.agent, tier, exc)
+                return None
         return agent
 
     async def _pinned(self, leased: LeasedRun) -> ResolvedAgent | None:
