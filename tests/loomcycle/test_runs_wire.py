@@ -86,6 +86,7 @@ async def served(db_url: str) -> AsyncIterator[Served]:
                 "tools": {"model": "tool-caller", "tools": ["Memory", "Context"], "mock": {"tool_calls": 1}},
                 "asker": asker("ship it?"),
                 "parent": spawner([{"name": "echo", "prompt": "child"}]),
+                "boss": spawner([{"name": "asker", "prompt": "ask"}]),
                 "gpt": {"provider": "fake", "model": "gpt-4o-mini"},
                 "slow": {"model": "echo", "mock": {"latency_ms": 300}},
             },
@@ -354,3 +355,15 @@ async def test_a_retry_with_its_idempotency_key_gets_its_run_back_despite_the_ag
     assert (first.status_code, again.status_code) == (202, 202), again.text
     assert again.json()["run_id"] == first.json()["run_id"] and again.json()["created"] is False
     await served.post(f"/v1/agents/{handle}/cancel")
+
+
+async def test_cancel_agent_cascades_to_the_runs_sub_agents(served: Served) -> None:
+    boss = await served.start("boss")
+    await served.wait(boss["run_id"], lambda r: r["status"] == "waiting")
+    agents = (await served.get(f"/v1/users/{served.user}/agents"))["agents"]
+    [child] = [a for a in agents if a["parent_agent_id"] == boss["agent_id"]]
+    await served.wait(child["run_id"], lambda r: r["status"] == "waiting")
+    out = await served.post(f"/v1/agents/{boss['agent_id']}/cancel", {"reason": "stop all"})
+    assert out["cancelled"] is True and out["cascaded"] == [child["agent_id"]] and out["cancelled_count"] == 2
+    assert (await served.wait(child["run_id"]))["status"] == "cancelled"
+    assert (await served.wait(boss["run_id"]))["status"] == "cancelled"

@@ -205,9 +205,15 @@ async def cancel_agent(agent_id: str, rt: Rt, who: Who, body: AgentCancelRequest
     cascaded: list[str] = []
     if was_live:
         async with rt.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT coalesce(agent_id, id) AS a FROM runs WHERE tenant_id = %s AND root_run_id = %s AND id <> %s"
-                " AND cancel_requested ORDER BY created_at", (who.tenant_id, run.root_run_id or run.id, run.id))
+            cur = await conn.execute(  # the run's descendants that the cancel reached
+                """WITH RECURSIVE sub AS (
+                       SELECT id, agent_id, cancel_requested, created_at FROM runs
+                       WHERE tenant_id = %(t)s AND parent_run_id = %(r)s
+                       UNION ALL
+                       SELECT c.id, c.agent_id, c.cancel_requested, c.created_at FROM runs c
+                       JOIN sub ON c.parent_run_id = sub.id WHERE c.tenant_id = %(t)s)
+                   SELECT coalesce(agent_id, id) AS a FROM sub WHERE cancel_requested ORDER BY created_at""",
+                {"t": who.tenant_id, "r": run.id})
             cascaded = [r["a"] for r in await cur.fetchall()]
     out: dict[str, Any] = {"cancelled": was_live, "agent_id": agent_id, "run_id": run.id, "cascaded": cascaded,
                            "status": after.status,
