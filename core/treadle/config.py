@@ -8,6 +8,11 @@ max_concurrent, timeouts); ``models:`` names aliases (alias → provider + model
 ordered candidates (aliases or provider + model) tried in turn when one is unavailable. An agent
 names ``provider`` + ``model``, or ``model: <alias>``, or ``tier: <name>``. The ``mock`` provider
 needs no declaration. References are checked at start (``agents.a.tier: unknown tier 'x'``).
+
+A loomcycle yaml loads as it is, or fails with one message per key treadle does not support
+(specs/loomcycle.py): `defaults`, `provider_priority`, `user_tiers`, loomcycle's provider ids
+(`ollama` is hosted ollama.com there, `ollama-local` the local daemon) and `category/name` agent
+names are honoured.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
 from treadle.specs.fieldtypes import BaseUrl, EnvVarName
 from treadle.specs.hosts import HostPatternStr
+from treadle.specs.loomcycle import adapt as adapt_loomcycle
 from treadle.specs.memory import MemoryConfig
 from treadle.specs.schedule import DefScope, ScheduleSpec
 from treadle.specs.webhook import WebhookSpec
 
-MOCK_MODELS = ("echo", "tool-caller", "script")
+MOCK_MODELS = ("echo", "tool-caller", "script", "mock-generic")
 DEFAULT_MAX_ITERATIONS = 16
 MemoryScope = Literal["agent", "user", "tenant"]
 DEFAULT_MEMORY_SCOPES: tuple[MemoryScope, ...] = ("agent", "user")
@@ -139,6 +145,31 @@ class TierConfig(BaseModel):
         return {"candidates": v} if isinstance(v, list) else v
 
 
+class SamplingConfig(BaseModel):
+    """loomcycle's `sampling:` (an agent's; a run's merges over it per field), passed to the provider."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_k: int | None = Field(default=None, ge=1)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    seed: int | None = None
+    stop: list[str] | None = Field(default=None, max_length=8)
+
+
+class UserTierConfig(BaseModel):
+    """loomcycle's `user_tiers.<name>`: which providers (in order) and which tier candidates a
+    run of that user tier may use; `fallback_on_error: false` keeps it on the first candidate,
+    `max_fallback_attempts` bounds the switches."""
+
+    model_config = ConfigDict(extra="forbid")
+    provider_priority: list[str] | None = None
+    tiers: dict[str, list[str | ModelRef]] = Field(default_factory=dict)
+    fallback_on_error: bool = True
+    max_fallback_attempts: int | None = Field(default=None, ge=0, le=32)
+
+
 class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     provider: str = "mock"
@@ -168,6 +199,12 @@ class AgentConfig(BaseModel):
     # (None: the operator's list; []: none). It narrows, never widens (security/network.py).
     allowed_hosts: list[HostPatternStr] | None = Field(default=None, max_length=256)
     mock: MockSettings = Field(default_factory=MockSettings)
+    #: loomcycle's: sampling passed to the provider; no iteration cap but a backstop of 2^20
+    sampling: SamplingConfig | None = None
+    unbounded_iterations: bool = False
+    #: loomcycle's reasoning hint, mapped as loomcycle's drivers do: anthropic thinking budget
+    #: (medium 2048, high 8192; low and haiku: none), openai reasoning_effort, gemini thinkingBudget
+    effort: Literal["low", "medium", "high"] | None = None
 
     @model_validator(mode="after")
     def _provider_model(self) -> AgentConfig:
@@ -248,13 +285,17 @@ class TreadleConfig(BaseModel):
     http: HttpConfig = Field(default_factory=HttpConfig)
     search: SearchConfig | None = None
     principals: dict[str, PrincipalSpec] = Field(default_factory=dict)
+    #: loomcycle's provider walk order and per-user-class routing (specs/loomcycle.py)
+    provider_priority: list[str] = Field(default_factory=list)
+    user_tiers: dict[str, UserTierConfig] = Field(default_factory=dict)
 
     @field_validator("agents")
     @classmethod
     def _agent_names(cls, v: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
         for name in v:
-            if not is_identifier(name):
-                raise ValueError(f"agent name {name!r} must match [A-Za-z0-9_-]{{1,128}}")
+            if not is_agent_name(name):
+                raise ValueError(f"agent name {name!r} must match [A-Za-z0-9_-]{{1,128}} "
+                                 "(or loomcycle's category/name)")
         return v
 
     @field_validator("providers", "models", "tiers")
@@ -268,14 +309,35 @@ class TreadleConfig(BaseModel):
     def provider_ids(self) -> list[str]:
         return ["mock", *(p for p in self.providers if p != "mock")]
 
-    def agent_candidates(self, name: str) -> list[tuple[str, ModelRef]]:
-        """The agent's ordered (key path, provider + model) candidates; references must be valid."""
+    def knows_user_tier(self, name: str) -> bool:
+        """A run's `user_tier`: a `user_tiers:` entry, or (without that block) a `tiers:` one."""
+        return name in self.user_tiers if self.user_tiers else name in self.tiers
+
+    def agent_candidates(self, name: str, user_tier: str | None = None) -> list[tuple[str, ModelRef]]:
+        """The agent's ordered (key path, provider + model) candidates; references must be valid.
+        A tier agent's candidates follow loomcycle's user tier (the run's, else `default`) and
+        provider priority; without `user_tiers:` a run's user_tier names the tier to use."""
         agent = self.agents[name]
-        if agent.tier is not None:
-            return [
-                (f"tiers.{agent.tier}.candidates.{i}", self._deref(c))
-                for i, c in enumerate(self.tiers[agent.tier].candidates)
-            ]
+        tier = agent.tier
+        if user_tier is not None and not self.user_tiers and user_tier in self.tiers:
+            tier = user_tier  # treadle's reading: the run picks a `tiers:` entry
+        if tier is not None:
+            ut = self.user_tiers.get(user_tier or "default") if self.user_tiers else None
+            if ut is not None and tier in ut.tiers:
+                cands = [(f"user_tiers.{user_tier or 'default'}.tiers.{tier}.{i}", self._deref(c))
+                         for i, c in enumerate(ut.tiers[tier])]
+            else:
+                cands = [(f"tiers.{tier}.candidates.{i}", self._deref(c))
+                         for i, c in enumerate(self.tiers[tier].candidates)]
+            order = (ut.provider_priority if ut is not None and ut.provider_priority else None) \
+                or self.provider_priority
+            if order:
+                cands = sorted((c for c in cands if c[1].provider in order), key=lambda c: order.index(c[1].provider))
+            if ut is not None and not ut.fallback_on_error:
+                cands = cands[:1]
+            elif ut is not None and ut.max_fallback_attempts is not None:
+                cands = cands[:1 + ut.max_fallback_attempts]
+            return cands
         if "provider" not in agent.model_fields_set and agent.model in self.models:
             return [(f"agents.{name}.model", self.models[agent.model])]
         return [(f"agents.{name}.provider", ModelRef(provider=agent.provider, model=agent.model))]
@@ -306,10 +368,33 @@ class TreadleConfig(BaseModel):
                         errs.append((f"tiers.{tier}.candidates.{i}", msg))
                 else:
                     check_ref(f"tiers.{tier}.candidates.{i}", c)
+        for i, p in enumerate(self.provider_priority):
+            if p not in known:
+                errs.append((f"provider_priority.{i}", f"unknown provider {p!r} (configured: {', '.join(known)})"))
+        for ut_name, ut in self.user_tiers.items():
+            for i, p in enumerate(ut.provider_priority or []):
+                if p not in known:
+                    errs.append((f"user_tiers.{ut_name}.provider_priority.{i}",
+                                 f"unknown provider {p!r} (configured: {', '.join(known)})"))
+            for tier, cands in ut.tiers.items():
+                for i, c in enumerate(cands):
+                    if isinstance(c, str):
+                        if c not in self.models:
+                            errs.append((f"user_tiers.{ut_name}.tiers.{tier}.{i}",
+                                         f"unknown model alias {c!r}" + _listing(self.models)))
+                    else:
+                        check_ref(f"user_tiers.{ut_name}.tiers.{tier}.{i}", c)
         for name, agent in self.agents.items():
             if agent.tier is not None:
                 if agent.tier not in self.tiers:
                     errs.append((f"agents.{name}.tier", f"unknown tier {agent.tier!r}" + _listing(self.tiers)))
+                elif not errs:
+                    user_tiers: list[str | None] = [*self.user_tiers] or [None]
+                    for ut_key in user_tiers:
+                        if not self.agent_candidates(name, ut_key):
+                            where = f"user tier {ut_key!r}" if ut_key else "provider_priority"
+                            errs.append((f"agents.{name}.tier", f"no candidate of tier {agent.tier!r} is allowed "
+                                                                f"by {where}"))
                 continue
             explicit = "provider" in agent.model_fields_set
             if not explicit and agent.model in self.models:
@@ -426,16 +511,31 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc if p not in ("function-after", "function-before"))
 
 
+def is_agent_name(name: str) -> bool:
+    """An identifier, or loomcycle's `category/name` form (identifiers joined by `/`)."""
+    return len(name) <= 128 and all(is_identifier(part) for part in name.split("/"))
+
+
+def _message(e: Any) -> str:
+    if e["type"] == "extra_forbidden":
+        return "Extra inputs are not permitted (not a treadle key: a loomcycle key treadle does not support, or a typo)"
+    return str(e["msg"])
+
+
 def parse_config(data: object, source: str = "treadle.yaml") -> TreadleConfig:
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: top level must be a mapping, got {type(data).__name__}")
+    data, refused = adapt_loomcycle(data)
     try:
         config = TreadleConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{source}: {_key_path(e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()]
+        lines = [f"{source}: {p}: {m}" for p, m in refused]
+        lines += [f"{source}: {_key_path(e['loc']) or '(top)'}: {_message(e)}" for e in exc.errors()]
         raise ConfigError("invalid configuration\n  " + "\n  ".join(lines)) from None
+    if refused:
+        raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}: {m}" for p, m in refused))
     errs = config.reference_errors()
     if errs:
         raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}: {m}" for p, m in errs))

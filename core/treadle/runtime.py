@@ -224,6 +224,8 @@ class Runtime:
         else:
             dispatcher = dispatcher_factory(pool, url)
         rt = cls(settings, config, url, pool, dispatcher, catalogue, registry, built, network=network)
+        for family in (rt.substrate.agents, rt.substrate.skills):
+            await family.rehash_legacy()  # rows hashed before loomcycle's hash (migration 0018)
         if isinstance(rt.cancels, NotifyCancels):
             await rt.cancels.start()  # listening before the first step is leased
         return rt

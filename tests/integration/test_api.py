@@ -140,9 +140,11 @@ async def parse_lines(lines: list[str]) -> list[SseEvent]:
 
 
 def persisted(events: list[SseEvent]) -> list[SseEvent]:
-    """The stored events of a stream (they carry an id); live deltas (no id) are checked apart."""
+    """The stored events of a stream (they carry an id); live deltas and loomcycle's first
+    `session` / `agent` frames (no id) are checked apart."""
     live = [ev for ev in events if ev.id is None]
-    assert all(ev.event in ("text_delta", "thinking_delta") for ev in live), [ev.event for ev in live]
+    allowed = ("text_delta", "thinking_delta", "session", "agent")
+    assert all(ev.event in allowed for ev in live), [ev.event for ev in live]
     return [ev for ev in events if ev.id is not None]
 
 
@@ -211,6 +213,7 @@ async def test_start_run_returns_202_then_completes(api: Api) -> None:
         "run_id", "agent", "user_id", "status", "stop_reason", "error", "iterations", "usage", "metadata",
         "interactive", "last_seq", "created_at", "updated_at", "completed_at",
         "parent_run_id", "root_run_id", "depth", "def_id", "def_content_sha256", "skill_def_ids",
+        "agent_id", "session_id", "parent_context",  # loomcycle's (issue 18)
     }
     assert run["run_id"] == run_id and run["agent"] == "echo" and run["user_id"] == "user_1"
     assert (run["status"], run["stop_reason"], run["error"], run["iterations"]) == ("completed", "end_turn", None, 1)
@@ -309,15 +312,17 @@ async def test_sse_resume_with_last_event_id_and_from_seq(api: Api) -> None:
     run = await api.wait(run_id)
     url = f"/v1/runs/{run_id}/stream"
     _, from_header = await read_stream(api.client, "GET", url, headers={"Last-Event-ID": "3"})
+    assert from_header[0].event == "agent" and from_header[0].data["run_id"] == run_id  # loomcycle's first frame
+    from_header = from_header[1:]
     assert all(ev.id is not None for ev in from_header)  # a replay has no live deltas
     assert [ev.id for ev in from_header] == list(range(4, run["last_seq"] + 1))
     _, from_query = await read_stream(api.client, "GET", url, params={"from_seq": 5})
-    assert [ev.id for ev in from_query] == list(range(6, run["last_seq"] + 1))
+    assert [ev.id for ev in from_query[1:]] == list(range(6, run["last_seq"] + 1))
     # the later of the two wins
     _, both = await read_stream(api.client, "GET", url, params={"from_seq": 2}, headers={"Last-Event-ID": "7"})
-    assert [ev.id for ev in both] == list(range(8, run["last_seq"] + 1))
+    assert [ev.id for ev in both[1:]] == list(range(8, run["last_seq"] + 1))
     _, nothing = await read_stream(api.client, "GET", url, headers={"Last-Event-ID": str(run["last_seq"])})
-    assert nothing == []
+    assert [ev.event for ev in nothing] == ["agent"]
     for bad in ("abc", "-1", "1.5", b"\xb2"):  # b"\xb2" is "²" in latin-1, and "²".isdigit() is True
         resp = await api.client.get(url, headers={"Last-Event-ID": bad, "Accept": "text/event-stream"})
         assert_error(resp, 422, "validation_error", "Last-Event-ID")
@@ -442,7 +447,8 @@ async def test_interactive_runs_park_for_input(api: Api) -> None:
     run_id = await api.start("echo", "x", interactive=True)
     run = await api.wait(run_id, lambda r: r["status"] == "waiting")
     assert run["interactive"] is True and run["stop_reason"] is None
-    resp = await api.client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "test"})
+    # an interactive run: no scope means loomcycle's turn cancel; the whole run is scope "run"
+    resp = await api.client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "test", "scope": "run"})
     assert resp.status_code == 200, resp.text
     assert (await api.wait(run_id))["status"] == "cancelled"
 

@@ -68,6 +68,7 @@ async def test_run_to_api_fields(runs: RunStore) -> None:
         "run_id", "agent", "user_id", "status", "stop_reason", "error", "iterations", "usage", "metadata",
         "interactive", "last_seq", "created_at", "updated_at", "completed_at",
         "parent_run_id", "root_run_id", "depth", "def_id", "def_content_sha256", "skill_def_ids",
+        "agent_id", "session_id", "parent_context",  # loomcycle's (issue 18)
     }
     assert api["run_id"] == run.id and api["status"] == "queued" and api["completed_at"] is None
     assert api["metadata"] == {} and api["user_id"] is None

@@ -6,7 +6,7 @@ from typing import Any
 
 from tests.support.substrate import TENANT, client_for, run_agent
 from treadle.config import AgentConfig
-from treadle.substrate.agentdefs import agent_hash
+from treadle.substrate.agentdefs import agent_hash, agent_loomcycle_hash
 
 YAML_AGENT = {"system_prompt": "You are the yaml writer.", "tools": ["Memory"], "max_iterations": 4}
 CONFIG: dict[str, Any] = {"agents": {"writer": YAML_AGENT, "echo": {"model": "echo"}}}
@@ -26,7 +26,9 @@ async def test_create_get_list_verify_retire(open_rt: Any) -> None:
                                                  "description": "summarizes"})
         assert created["version"] == 1 and created["active"] and created["source"] == "runtime"
         assert created["def_id"].startswith("def_") and created["parent_def_id"] is None
-        assert created["content_sha256"] == agent_hash(AgentConfig.model_validate(OVERLAY))
+        # content_sha256 is loomcycle's hash (name included); treadle's earlier one is treadle_sha256
+        assert created["content_sha256"] == agent_loomcycle_hash("summarizer", AgentConfig.model_validate(OVERLAY))
+        assert created["treadle_sha256"] == agent_hash(AgentConfig.model_validate(OVERLAY))
         assert created["body"]["system_prompt"] == "Summarize.\n"  # line endings normalized
 
         again = await op(c, "/v1/_agentdef", {"op": "create", "name": "summarizer", "overlay": OVERLAY})
@@ -104,7 +106,7 @@ async def test_yaml_agent_is_the_base_fork_overrides_it_for_new_runs_only(open_r
         assert refused["code"] == "tool_refused" and "treadle.yaml" in refused["error"]
         static = await op(c, "/v1/_agentdef", {"op": "get", "name": "writer"})
         assert static["source"] == "yaml" and static["def_id"] is None
-        assert static["content_sha256"] == agent_hash(AgentConfig.model_validate(YAML_AGENT))
+        assert static["content_sha256"] == agent_loomcycle_hash("writer", AgentConfig.model_validate(YAML_AGENT))
 
         same = await op(c, "/v1/_agentdef", {"op": "fork", "name": "writer", "overlay": {}})
         assert same["version"] == 1 and same["description"] == "from treadle.yaml"

@@ -19,7 +19,7 @@ from treadle.config import AgentConfig
 from treadle.providers.base import ModelRequest, ModelResponse
 from treadle.providers.mock import MockProvider
 from treadle.store.runs import NewRun
-from treadle.substrate.agentdefs import agent_hash
+from treadle.substrate.agentdefs import agent_hash, agent_loomcycle_hash
 
 SHARED = {"system_prompt": "Same everywhere.", "tools": ["Memory"], "max_iterations": 7, "model": "echo"}
 PEER = {"system_prompt": "Peer v1", "model": "echo"}
@@ -106,15 +106,22 @@ async def test_same_def_hashes_alike_from_yaml_tool_and_http(open_rt: Any) -> No
     maker = scripted(("AgentDef", {"op": "create", "name": "via-tool", "overlay": SHARED}),
                      agent_def_scopes=["any"], tools=["AgentDef", "Memory"])
     rt, disp = await open_rt({"agents": {"from-yaml": SHARED, "maker": maker}})
-    tool = (await ok_results(rt, (await run_agent(rt, disp, "maker")).id))[0]["content_sha256"]
+    # treadle's name-independent hash (treadle_sha256) is alike on every path; content_sha256 is
+    # loomcycle's, which includes the name
+    tool_view = (await ok_results(rt, (await run_agent(rt, disp, "maker")).id))[0]
     async with client_for(rt) as c:
         http = (await c.post("/v1/_agentdef", json={"op": "create", "name": "via-http",
                                                     "overlay": {**SHARED, "system_prompt": "Same everywhere.\r\n",
-                                                                "max_tokens": 4096}})).json()["content_sha256"]
+                                                                "max_tokens": 4096}})).json()
         yaml_view = (await c.post("/v1/_agentdef", json={"op": "get", "name": "from-yaml"})).json()
     yaml_run = await run_agent(rt, disp, "from-yaml")
-    assert tool == http == yaml_view["content_sha256"] == yaml_run.def_content_sha256
+    tool = tool_view["treadle_sha256"]
+    assert tool == http["treadle_sha256"] == yaml_view["treadle_sha256"]
     assert tool == agent_hash(AgentConfig.model_validate(SHARED))
+    cfg = AgentConfig.model_validate(SHARED)
+    assert tool_view["content_sha256"] == agent_loomcycle_hash("via-tool", cfg)
+    assert http["content_sha256"] == agent_loomcycle_hash("via-http", cfg)
+    assert yaml_view["content_sha256"] == yaml_run.def_content_sha256 == agent_loomcycle_hash("from-yaml", cfg)
 
 
 async def test_skills_from_yaml_and_skilldef_reach_the_system_prompt(open_rt: Any) -> None:
@@ -192,11 +199,13 @@ async def test_every_skilldef_op_through_tool_and_http(open_rt: Any) -> None:
         made = await op({"op": "create", "name": "cite", "overlay": {"body": "Cite.\r\n", "tools": ["Memory"]}})
         assert made["body"]["body"] == "Cite.\n"
         v2 = await op({"op": "fork", "def_id": made["def_id"], "overlay": {"description": "citations"}})
-        assert v2["content_sha256"] == made["content_sha256"]  # the description is not hashed
+        # loomcycle's hash covers the description; treadle's earlier one (treadle_sha256) does not
+        assert v2["treadle_sha256"] == made["treadle_sha256"] and v2["content_sha256"] != made["content_sha256"]
         assert (await op({"op": "promote", "def_id": v2["def_id"]}))["active"]
         assert (await op({"op": "get", "name": "cite"}))["def_id"] == v2["def_id"]
         assert (await op({"op": "list", "name": "cite"}))["count"] == 2
-        assert (await op({"op": "verify", "name": "cite", "content_sha256": made["content_sha256"]}))["matches"]
+        assert (await op({"op": "verify", "name": "cite", "content_sha256": v2["content_sha256"]}))["matches"]
+        assert (await op({"op": "verify", "name": "cite", "content_sha256": made["treadle_sha256"]}))["matches"]
         assert (await op({"op": "retire", "def_id": v2["def_id"]}))["status"] == "retired"
         assert (await op({"op": "create", "name": "cite", "overlay": {"body": " "}}, 422))["code"] == "tool_refused"
         assert (await op({"op": "get", "name": "nothing"}, 404))["code"] == "not_found"

@@ -50,13 +50,15 @@ def test_skill_hash_covers_body_and_tools_only() -> None:
 
 
 def test_cli_prints_the_yaml_agent_hash(tmp_path: Path) -> None:
+    # `treadle hash` prints loomcycle's hash (tests/loomcycle/test_hashes.py); `--treadle` this one
     cfg = tmp_path / "treadle.yaml"
     cfg.write_text(yaml.safe_dump({"agents": {"rev": DEF}, "skills": {"style": {"body": "Be terse."}}}))
     expected = agent_hash(parse_config(yaml.safe_load(cfg.read_text())).agents["rev"])
-    out = subprocess.run([sys.executable, "-m", "treadle.cli.main", "--config", str(cfg), "hash", "agent", "rev"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "treadle.cli.main", "--config", str(cfg), "hash", "agent", "rev",
+                          "--treadle"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == expected
-    skill = subprocess.run([sys.executable, "-m", "treadle.cli.main", "--config", str(cfg), "hash", "skill", "style"],
+    skill = subprocess.run([sys.executable, "-m", "treadle.cli.main", "--config", str(cfg), "hash", "skill", "style",
+                            "--treadle"],
                            capture_output=True, text=True, check=True)
     assert skill.stdout.strip() == skill_content_sha256(skill_body(SkillSpec(body="Be terse.")))
     missing = subprocess.run([sys.executable, "-m", "treadle.cli.main", "--config", str(cfg), "hash", "agent", "x"],

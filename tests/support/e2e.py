@@ -202,7 +202,8 @@ async def read_stream(
     params = {"from_seq": from_seq} if from_seq is not None else None
     headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else None
     lines = await sse_lines(base_url, f"/v1/runs/{run_id}/stream", params=params, headers=headers, timeout=timeout)
-    return await parse_lines(lines)
+    # the stored events only: loomcycle's id-less first `agent` frame is checked in tests/loomcycle
+    return [ev for ev in await parse_lines(lines) if not (ev.id is None and ev.event == "agent")]
 
 
 def frame_blocks(lines: list[str]) -> list[list[str]]:

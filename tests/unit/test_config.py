@@ -53,8 +53,11 @@ def test_non_integer_max_iterations() -> None:
 
 
 def test_unknown_provider() -> None:
-    msg = config_error({"agents": {"demo": {"provider": "openai", "model": "gpt"}}})
-    assert "treadle.yaml: agents.demo.provider: unknown provider 'openai'" in msg
+    msg = config_error({"agents": {"demo": {"provider": "openia", "model": "gpt"}}})
+    assert "treadle.yaml: agents.demo.provider: unknown provider 'openia'" in msg
+    # loomcycle's provider ids need no declaration (tests/loomcycle/test_config_yaml.py)
+    builtin = parse_config({"agents": {"demo": {"provider": "openai", "model": "gpt"}}})
+    assert builtin.providers["openai"].driver == "openai"
 
 
 def test_unknown_mock_model() -> None:

@@ -89,7 +89,8 @@ async def test_interactive_run_over_http(http: Http) -> None:
     assert evs[-3]["text"] == "how are you?"
     assert (await http.run(run_id))["status"] == "waiting"
 
-    resp = await http.post(f"/v1/runs/{run_id}/cancel", {"reason": "done"})
+    # no scope on an interactive run is loomcycle's turn cancel: the whole run is scope "run"
+    resp = await http.post(f"/v1/runs/{run_id}/cancel", {"reason": "done", "scope": "run"})
     assert resp.status_code == 200 and (await http.run(run_id))["status"] == "cancelled"
     error(await http.post(f"/v1/runs/{run_id}/input", {"text": "late"}), 409, "run_finished")
     error(await http.post(f"/v1/runs/{run_id}/cancel", {"scope": "turn"}), 409, "run_finished")

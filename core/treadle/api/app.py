@@ -28,8 +28,9 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
         from treadle.api import webhooks as webhook_routes
 
         routers.append(webhook_routes.router)
-    from treadle.api import llm_gateway, openai_compat
+    from treadle.api import llm_gateway, loomcycle, openai_compat  # loomcycle: its /v1/agents routes (issue 18)
 
+    routers.append(loomcycle.router)
     return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers()]
 
 

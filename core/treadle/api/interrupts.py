@@ -36,7 +36,7 @@ class ResolveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     answer: str | None = Field(default=None, max_length=64_000)
     disposition: Literal["answer", "declined"] = "answer"
-    resolved_by: Literal["webui", "mcp", "cli", "api"] = "api"
+    resolved_by: Literal["webui", "mcp", "cli", "api", "client"] = "api"  # "client": loomcycle's clients
     kind: str | None = Field(default=None, max_length=64)
 
 

@@ -42,11 +42,19 @@ class MemoryPut(BaseModel):
 
 
 class MemorySearch(BaseModel):
+    """loomcycle's MemorySearchRequest (`top_k`; scope_id may be omitted for the tenant scope)
+    with treadle's knobs; `k` is treadle's earlier name of `top_k`."""
+
     model_config = ConfigDict(extra="forbid")
     scope: Scope
-    scope_id: str
+    scope_id: str = ""
     query: str = Field(min_length=1)
+    top_k: int | None = Field(default=None, ge=1, le=50)
     k: int | None = Field(default=None, ge=1)
+    #: loomcycle's ranking, dedup and source filters: treadle has none of them (refused when given)
+    rank: dict[str, Any] | None = None
+    dedup: dict[str, Any] | None = None
+    sources: list[str] | None = None
     min_score: float | None = None
     recency_weight: float = Field(default=0.0, ge=0, le=1)
     recency_half_life_hours: float | None = Field(default=None, gt=0)
@@ -73,6 +81,16 @@ def _key(key: str) -> str:
 def _quota(rt: Runtime, scope: str, scope_id: str) -> int | None:
     agent = rt.config.agents.get(scope_id) if scope == "agent" else None
     return agent.memory_quota_bytes if agent is not None else None
+
+
+@router.get("/scopes")
+async def list_scopes(who: Who) -> dict[str, Any]:
+    """loomcycle's list of memory scope kinds."""
+    return {"scopes": [
+        {"name": "agent", "description": "shared by every run of one agent (scope_id: the agent name)"},
+        {"name": "user", "description": "one user's memory across agents (scope_id: the user id)"},
+        {"name": "tenant", "description": f"shared by the whole tenant (scope_id: {TENANT_SCOPE_ID!r})"},
+    ]}
 
 
 @router.get("/scopes/{scope}/{scope_id}/keys")
@@ -113,10 +131,21 @@ async def delete_key(scope: Scope, scope_id: str, key: str, rt: Rt, who: Who) ->
 
 @router.post("/search")
 async def search(body: MemorySearch, rt: Rt, who: Who) -> dict[str, Any]:
-    sid = _scope_id(body.scope, body.scope_id)
+    for name in ("rank", "dedup", "sources"):
+        if getattr(body, name) is not None:
+            raise ValidationFailed(f"{name}: not supported by treadle's memory search; omit it",
+                                   code="unsupported_field")
+    if body.top_k is not None and body.k is not None and body.top_k != body.k:
+        raise ValidationFailed("top_k and k name the same limit; give one")
+    scope_id = body.scope_id or (TENANT_SCOPE_ID if body.scope == "tenant" else "")
+    sid = _scope_id(body.scope, scope_id)
     out = await rt.substrate.memory.search(
-        who.tenant_id, body.scope, sid, body.query, k=body.k, min_score=body.min_score,
+        who.tenant_id, body.scope, sid, body.query, k=body.top_k or body.k, min_score=body.min_score,
         recency_weight=body.recency_weight, half_life_hours=body.recency_half_life_hours, prefix=body.prefix,
         include_values=body.include_values,
     )
-    return {**out, "scope_id": body.scope_id}
+    # loomcycle's names (additive): `entries` (= results), the query's embedding size, `truncated`
+    hits = out.get("results") or []
+    dim = getattr(rt.substrate.memory.embedder, "dimension", None) if rt.substrate.memory.embedder else None
+    return {**out, "scope_id": scope_id, "entries": hits, "truncated": False,
+            "query_embedding_dim": dim if isinstance(dim, int) else 0}

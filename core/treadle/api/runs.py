@@ -1,4 +1,5 @@
-"""/v1/runs: start, read, stream and cancel runs."""
+"""/v1/runs: start, read, stream and cancel runs, in loomcycle's shapes (api/loomcycle.py has its
+extra run fields, the /v1/agents routes and batch runs); treadle's own fields are additive."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from treadle.api.clienttools import ClientTools, ClientToolTimeout, client_tool_specs
 from treadle.api.deps import get_principal, get_runtime
-from treadle.api.sse import SSE_HEADERS, stream_run_events
+from treadle.api.loomcycle import (
+    BatchRequest,
+    LoomcycleRunFields,
+    check_agent_id,
+    new_agent_id,
+    refuse_unsupported,
+    run_batch,
+    run_options,
+)
+from treadle.api.sse import SSE_HEADERS, sse_frame, stream_run_events
 from treadle.api.steering import cancel_turn, decode_cursor, encode_cursor, waits_of
 from treadle.domain.ids import is_identifier
 from treadle.domain.runs import RunStatus
@@ -19,14 +29,15 @@ from treadle.errors import RunNotFound, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.specs.hosts import parse_host_patterns
-from treadle.store.runs import NewRun
+from treadle.store.runs import NewRun, RunRecord, session_id_of
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 
 
 
-class RunRequest(BaseModel):
-    """Body of POST /v1/runs (loomcycle's shape; the fields treadle does not have yet are refused)."""
+class RunRequest(LoomcycleRunFields):
+    """Body of POST /v1/runs (loomcycle's shape; the fields treadle does not have are refused with
+    400 `unsupported_field`, unknown ones with 422)."""
 
     model_config = ConfigDict(extra="forbid")
     agent: str = Field(min_length=1, max_length=128)
@@ -71,8 +82,10 @@ class RunRequest(BaseModel):
 class CancelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str | None = Field(default=None, max_length=1024)
-    #: run: end the run (and its sub-agents); turn: stop the current turn of an interactive run and park it
-    scope: Literal["run", "turn"] = "run"
+    #: run: end the run (and its sub-agents); turn: stop the current turn of an interactive run and
+    #: park it. Omitted: loomcycle's meaning — the turn of an interactive run, the whole of another
+    #: (loomcycle answers 409 there; the whole run is cancelled with POST /v1/agents/{id}/cancel)
+    scope: Literal["run", "turn"] | None = None
 
 
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -83,12 +96,43 @@ def _wants_sse(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-def _sse_response(rt: Runtime, tenant: str, run_id: str, from_seq: int) -> StreamingResponse:
+def _sse_response(rt: Runtime, tenant: str, run: RunRecord, from_seq: int, *, fresh: bool = False) -> StreamingResponse:
+    """loomcycle's first frames (`session`, `agent`; no ids) and then the run's events."""
+    session_id = session_id_of(run.id)
+    agent: dict[str, Any] = {"agent_id": run.agent_id or run.id, "run_id": run.id, "session_id": session_id}
+    preamble = []
+    if fresh:
+        preamble.append(sse_frame("session", {"type": "session", "text": session_id, "session_id": session_id}))
+        agent.update(parent_agent_id=None, parent_context=run.parent_context)
+    preamble.append(sse_frame("agent", agent))
     body = stream_run_events(
-        rt.runs, rt.hub, tenant, run_id, from_seq, keepalive_s=rt.settings.sse_keepalive_seconds,
-        budget_s=rt.sse_budget_s, linger_s=rt.sse_linger_s,
+        rt.runs, rt.hub, tenant, run.id, from_seq, keepalive_s=rt.settings.sse_keepalive_seconds,
+        budget_s=rt.sse_budget_s, linger_s=rt.sse_linger_s, preamble=preamble,
     )
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def _start(rt: Runtime, who: Principal, body: RunRequest, idempotency_key: str | None) -> tuple[RunRecord, bool]:
+    refuse_unsupported(body, rt, who)
+    if body.agent_id is not None and idempotency_key is None:  # a retry gets its run back (store/runs.py)
+        await check_agent_id(rt, who.tenant_id, body.agent_id)
+    return await rt.start_run(
+        NewRun(
+            tenant_id=who.tenant_id,
+            agent=body.agent,
+            segments=body.to_segments(),
+            user_id=body.user_id,
+            metadata=body.metadata,
+            interactive=body.interactive,
+            idempotency_key=idempotency_key,
+            client_tools=client_tool_specs(rt, body.client_tools, body.client_tool_timeout_seconds),
+            client_tool_timeout_s=body.client_tool_timeout_seconds,
+            allowed_hosts=body.allowed_hosts,
+            agent_id=body.agent_id or new_agent_id(),
+            parent_context=body.parent_context.stored() if body.parent_context else None,
+            run_options=run_options(body),
+        )
+    )
 
 
 @router.post("/runs", status_code=202, response_model=None)
@@ -101,24 +145,28 @@ async def create_run(
 ) -> JSONResponse | StreamingResponse:
     """Start a run. With `Accept: text/event-stream` the response streams the run's events until
     it ends; otherwise `202 {"run_id", "status"}`. An `Idempotency-Key` header makes retries safe:
-    the same key returns the run it started the first time."""
-    run, created = await rt.start_run(
-        NewRun(
-            tenant_id=who.tenant_id,
-            agent=body.agent,
-            segments=body.to_segments(),
-            user_id=body.user_id,
-            metadata=body.metadata,
-            interactive=body.interactive,
-            idempotency_key=idempotency_key,
-            client_tools=client_tool_specs(rt, body.client_tools, body.client_tool_timeout_seconds),
-            client_tool_timeout_s=body.client_tool_timeout_seconds,
-            allowed_hosts=body.allowed_hosts,
-        )
-    )
+    the same key returns the run it started the first time. The stream opens with loomcycle's
+    `session` and `agent` frames."""
+    run, created = await _start(rt, who, body, idempotency_key)
     if _wants_sse(request):
-        return _sse_response(rt, who.tenant_id, run.id, 0)
-    return JSONResponse({"run_id": run.id, "status": run.status, "created": created}, status_code=202)
+        return _sse_response(rt, who.tenant_id, run, 0, fresh=True)
+    return JSONResponse({"run_id": run.id, "status": run.status, "created": created,
+                         "agent_id": run.agent_id or run.id, "session_id": session_id_of(run.id),
+                         "parent_context": run.parent_context}, status_code=202)
+
+
+@router.post("/runs:batch")
+async def create_runs(body: BatchRequest, rt: Rt, who: Who) -> dict[str, Any]:
+    """loomcycle's batch: ≤ 32 spawns (each a POST /v1/runs body), answered index-aligned as
+    `{results: [{agent_id, run_id, session_id, status, stop_reason, final_text, usage, error,
+    parent_context}], spawned}`; with `timeout_ms` the answer waits (at most that long) for the runs
+    to finish. A refused spawn fails at its index without stopping the others."""
+
+    async def start(raw: dict[str, Any]) -> RunRecord:
+        run, _ = await _start(rt, who, RunRequest.model_validate(raw), None)
+        return run
+
+    return await run_batch(rt, who, body, start)
 
 
 @router.get("/runs")
@@ -136,7 +184,7 @@ async def list_runs(
     [{kind, key, deadline, tool_use_id}]."""
     runs = await rt.runs.list_runs(who.tenant_id, status.value if status else None, limit, decode_cursor(cursor),
                                    user_id=user_id, agent=agent)
-    out = [r.to_api() for r in runs]
+    out = [run_view(r) for r in runs]
     waits = await waits_of(rt, who.tenant_id, [r.id for r in runs if r.status == RunStatus.WAITING.value])
     for item in out:
         if item["run_id"] in waits:
@@ -150,7 +198,7 @@ async def get_run(run_id: str, rt: Rt, who: Who) -> dict[str, Any]:
     run = await rt.runs.get(who.tenant_id, run_id)
     if run is None:
         raise RunNotFound(f"run {run_id!r} not found")
-    return run.to_api()
+    return run_view(run)
 
 
 @router.get("/runs/{run_id}/events")
@@ -184,18 +232,38 @@ async def stream(
     run = await rt.runs.get(who.tenant_id, run_id)
     if run is None:
         raise RunNotFound(f"run {run_id!r} not found")
-    return _sse_response(rt, who.tenant_id, run_id, from_seq)
+    return _sse_response(rt, who.tenant_id, run, from_seq)
 
 
 @router.post("/runs/{run_id}/cancel")
 async def cancel_run(run_id: str, rt: Rt, who: Who, body: CancelRequest | None = None) -> dict[str, Any]:
-    """Cancel the run at its next safe point (never between a tool_use and its tool_result), with
-    its unfinished sub-agent runs. Cancelling a finished run is a no-op that reports its status.
-    `{"scope": "turn"}` cancels only the current turn of an interactive run (api/steering.py)."""
-    if body is not None and body.scope == "turn":
-        return await cancel_turn(rt, who.tenant_id, run_id, body.reason)
+    """`{"scope": "run"}`: cancel the run at its next safe point (never between a tool_use and its
+    tool_result), with its unfinished sub-agent runs; cancelling a finished run is a no-op that
+    reports its status. `{"scope": "turn"}`: cancel only the current turn of an interactive run
+    (api/steering.py). No scope: loomcycle's turn cancel for an interactive run, the whole run
+    otherwise (loomcycle would answer 409 `not_interactive`)."""
+    scope = body.scope if body is not None else None
+    if scope is None:
+        run = await rt.runs.get(who.tenant_id, run_id)
+        if run is None:
+            raise RunNotFound(f"run {run_id!r} not found")
+        scope = "turn" if run.interactive and not run.terminal else "run"
+    if scope == "turn":
+        return await cancel_turn(rt, who.tenant_id, run_id, body.reason if body else None)
     reason = (body.reason if body else None) or "cancelled by api"
     run = await rt.cancel_run(who.tenant_id, run_id, reason)
     if run is None:
         raise RunNotFound(f"run {run_id!r} not found")
     return {"run_id": run.id, "status": run.status, "cancel_requested": not run.terminal or run.status == "cancelled"}
+
+
+def run_view(run: RunRecord) -> dict[str, Any]:
+    """A run's state: loomcycle's `error` (the message) and `stop_reason` (none for a failed run),
+    treadle's error object as `error_detail`."""
+    out = run.to_api()
+    if run.error is not None:
+        out["error"] = run.error.get("error")
+        out["error_detail"] = run.error
+    if run.status == "failed":
+        out["stop_reason"] = None
+    return out

@@ -11,7 +11,12 @@ Order: a delta of iteration N is published by the step that calls the model, whi
 after every event before that turn (iteration N-1's tool results, …) was committed. So live frames
 are taken from the hub first, held, and sent only after a read of the store that has caught up —
 that read sees every event committed before the frames were published, and those go out first.
-A live delta therefore never overtakes a committed event that precedes its turn."""
+A live delta therefore never overtakes a committed event that precedes its turn.
+
+loomcycle's shapes (additive; the flat fields stay): `interruption_pending` also carries
+`interruption{…}`, `awaiting_input` `awaiting_input{since_turn}`, `turn_cancelled`
+`turn_cancelled{reason, since_turn}`; a steering input is sent as `event: steer` with
+`user_input{text, source, seen_at}` (its stored type stays `user_input`, see GET …/events)."""
 
 from __future__ import annotations
 
@@ -36,6 +41,23 @@ def sse_frame(event: str, data: dict[str, Any], event_id: int | None = None) -> 
 
 
 TERMINAL_EVENTS = frozenset({"done", "error"})
+_INTERRUPTION_KEYS = ("interrupt_id", "kind", "question", "options", "context", "priority", "expires_at")
+
+
+def wire_event(etype: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A stored event as loomcycle's SSE frame (event name, data): the nested payloads added."""
+    if etype == "interruption_pending":
+        return etype, {**data, "interruption": {k: data.get(k) for k in _INTERRUPTION_KEYS}}
+    if etype == "awaiting_input":
+        return etype, {**data, "awaiting_input": {"since_turn": data.get("since_turn")}}
+    if etype == "turn_cancelled":
+        return etype, {**data, "turn_cancelled": {"reason": data.get("reason"), "since_turn": data.get("since_turn")}}
+    if etype == "user_input" and data.get("source") == "steer":
+        text = "\n\n".join(str(b.get("text", "")) for seg in data.get("segments") or []
+                            for b in seg.get("content") or [] if isinstance(b, dict))
+        return "steer", {**data, "type": "steer",
+                         "user_input": {"text": text, "source": "steer", "seen_at": data.get("ts")}}
+    return etype, data
 
 
 async def stream_run_events(
@@ -49,9 +71,12 @@ async def stream_run_events(
     poll_s: float = 0.25,
     budget_s: float | None = None,
     linger_s: float | None = None,
+    preamble: list[bytes] | None = None,
 ) -> AsyncIterator[bytes]:
     """`budget_s` bounds the response; with `linger_s` too it ends that long after its first
     frame (a buffering proxy shows the client nothing before the end: better early and often)."""
+    for frame_bytes in preamble or []:  # loomcycle's `session` / `agent` frames (api/runs.py)
+        yield frame_bytes
     cursor = from_seq
     started = time.monotonic()
     last_sent = started
@@ -69,7 +94,7 @@ async def stream_run_events(
                 it = ev.payload.get("iteration") if ev.type == "usage" else None
                 if isinstance(it, int):
                     stored_iteration = max(stored_iteration, it)
-                yield sse_frame(ev.type, ev.to_api(), ev.seq)
+                yield sse_frame(*wire_event(ev.type, ev.to_api()), ev.seq)
             now = time.monotonic()
             if events:
                 last_sent = now

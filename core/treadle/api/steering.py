@@ -72,7 +72,7 @@ async def cancel_turn(rt: Runtime, tenant_id: str, run_id: str, reason: str | No
     _check(run_id, queued.status, queued.input_id, queued.queue_full)
     # wake it wherever it is parked (a spurious wake of another run on a shared key is harmless)
     await rt.poke(tenant_id, sorted({*keys, input_key(run_id)}))
-    return {"run_id": run_id, "scope": "turn", "stopped": True, "status": queued.status}
+    return {"run_id": run_id, "scope": "turn", "stopped": True, "parked": True, "status": queued.status}
 
 
 def _check(run_id: str, status: str | None, input_id: int | None, full: bool) -> None:

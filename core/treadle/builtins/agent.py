@@ -139,6 +139,7 @@ async def _start_child(
             parent_wait_key=key,
             def_id=spawn.get("def_id"),
             allowed_hosts=ctx.allowed_hosts,  # a child never reaches further than its parent
+            parent_context=ctx.parent_context,  # loomcycle: inherited by sub-agents
         )
     )
     return Child(index, run.id, run.agent, run.status, run.stop_reason, run.error)

@@ -268,10 +268,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_hash(args: argparse.Namespace) -> int:
     """The content hash of a treadle.yaml agent or skill, as AgentDef/SkillDef compute it (drift checks:
-    compare with `{"op": "verify", "name": ..., "content_sha256": ...}`)."""
+    compare with `{"op": "verify", "name": ..., "content_sha256": ...}`): loomcycle's hash, the one
+    `loomcycle hash` prints for the same definition; `--treadle` prints treadle's earlier one."""
     from treadle.config import load_config
-    from treadle.substrate.agentdefs import agent_hash
-    from treadle.substrate.skilldefs import skill_body, skill_content_sha256
+    from treadle.substrate.agentdefs import agent_hash, agent_loomcycle_hash
+    from treadle.substrate.skilldefs import skill_body, skill_content_sha256, skill_loomcycle_sha256
 
     config = load_config(_settings(args).config)
     if args.kind == "agent":
@@ -279,13 +280,15 @@ def cmd_hash(args: argparse.Namespace) -> int:
             print(f"error: no agent {args.name!r} in the config (agents: {', '.join(config.agents) or '-'})",
                   file=sys.stderr)
             return 1
-        print(agent_hash(config.agents[args.name]))
+        cfg = config.agents[args.name]
+        print(agent_hash(cfg) if args.treadle else agent_loomcycle_hash(args.name, cfg))
         return 0
     if args.name not in config.skills:
         print(f"error: no skill {args.name!r} in the config (skills: {', '.join(config.skills) or '-'})",
               file=sys.stderr)
         return 1
-    print(skill_content_sha256(skill_body(config.skills[args.name])))
+    body = skill_body(config.skills[args.name])
+    print(skill_content_sha256(body) if args.treadle else skill_loomcycle_sha256(args.name, body))
     return 0
 
 
@@ -322,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     h = sub.add_parser("hash", help="print the content_sha256 of a treadle.yaml agent or skill (drift checks)")
     h.add_argument("kind", choices=["agent", "skill"])
     h.add_argument("name")
+    h.add_argument("--treadle", action="store_true",
+                   help="treadle's earlier hash (treadle_sha256) instead of loomcycle's")
     h.set_defaults(func=cmd_hash)
 
     from treadle.cli.tokens import add_token_parser

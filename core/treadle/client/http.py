@@ -97,7 +97,8 @@ class TreadleClient:
         return events
 
     async def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
-        payload = {"reason": reason} if reason else None
+        """Cancel the whole run (scope "run": without it an interactive run's turn is cancelled)."""
+        payload: dict[str, Any] = {"scope": "run", **({"reason": reason} if reason else {})}
         return self._check(await self.http.post(f"/v1/runs/{run_id}/cancel", json=payload))
 
     async def _sse(self, method: str, url: str, **kw: Any) -> AsyncIterator[SseEvent]:
@@ -122,11 +123,16 @@ class TreadleClient:
         self, first: AsyncIterator[SseEvent], run_id: str | None, from_seq: int
     ) -> AsyncIterator[SseEvent]:
         """Events of one run across responses: a response that ends before the run does (the
-        cloud shape ends each one after a time budget) is resumed after the last seq seen."""
-        last, source = from_seq, first
+        cloud shape ends each one after a time budget) is resumed after the last seq seen.
+        loomcycle's id-less first frames (`session`, `agent`) come from the first response only."""
+        last, source, resumed = from_seq, first, False
         while True:
             seen = False
             async for ev in source:
+                if ev.id is None and ev.event in ("session", "agent"):
+                    if not resumed:
+                        yield ev
+                    continue
                 seen = True
                 last = ev.id if ev.id is not None else last
                 if run_id is None and ev.event == "started":
@@ -138,4 +144,4 @@ class TreadleClient:
                 return
             if not seen and (await self.get_run(run_id))["status"] in ("completed", "failed", "cancelled"):
                 return
-            source = self._sse("GET", f"/v1/runs/{run_id}/stream", params={"from_seq": last})
+            source, resumed = self._sse("GET", f"/v1/runs/{run_id}/stream", params={"from_seq": last}), True

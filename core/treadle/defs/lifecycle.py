@@ -102,6 +102,23 @@ class DefLifecycle(ABC):
     def content_hash(self, body: dict[str, Any]) -> str:
         """`sha256:<hex>` over what makes the def behave as it does (treadle.domain.defs)."""
 
+    def named_content_hash(self, name: str, body: dict[str, Any]) -> str:
+        """The `content_sha256` stored for `name` with `body`: by default `content_hash(body)`;
+        AgentDef and SkillDef hash as loomcycle does (the name is part of it)."""
+        return self.content_hash(body)
+
+    def treadle_hash(self, body: dict[str, Any]) -> str | None:
+        """treadle's earlier hash where it differs from content_sha256 (agents, skills), else None."""
+        return None
+
+    async def rehash_legacy(self) -> int:
+        """Give rows written before loomcycle's hash (migration 0018) their loomcycle hash; the
+        earlier one stays readable as `treadle_sha256`. Returns how many rows changed."""
+        rows = await self.defs.legacy_hashed(self.kind) if self.treadle_hash({}) is not None else []
+        for r in rows:
+            await self.defs.rehash(r.def_id, self.named_content_hash(r.name, r.body))
+        return len(rows)
+
     def gate_subject(self, name: str, body: Mapping[str, Any] | None) -> str | None:
         """What a caller's scopes are checked against: by default the def's name. `body` is None
         when there is no def (verify of a name with nothing deployed)."""
@@ -279,8 +296,10 @@ class DefLifecycle(ABC):
         if current is None:
             return {"name": name, "matches": False, "deployed": False, "current_sha256": None,
                     "current_def_id": None, "version": None, "source": None}
-        return {"name": name, "matches": current.content_sha256 == local, "deployed": True,
+        earlier = self.treadle_hash(current.body)
+        return {"name": name, "matches": local in (current.content_sha256, earlier), "deployed": True,
                 "current_sha256": current.content_sha256, "current_def_id": current.def_id or None,
+                **({"treadle_sha256": earlier} if earlier else {}),
                 "version": current.version,
                 "source": "runtime" if current.def_id else "yaml"}
 
@@ -293,8 +312,9 @@ class DefLifecycle(ABC):
         """Record `body` (already normalized) as the next version of `name`; with `promote` it
         becomes the active one."""
         record = await self.defs.create(
-            tenant, self.kind, name, body, self.content_hash(body), parent_def_id=parent_def_id,
+            tenant, self.kind, name, body, self.named_content_hash(name, body), parent_def_id=parent_def_id,
             description=description, promote=promote, created_by_run_id=run_id,
+            treadle_sha256=self.treadle_hash(body),
         )
         if promote:
             await self.on_activate(tenant, record)
@@ -363,15 +383,18 @@ class DefLifecycle(ABC):
         if body is None:
             raise NotFound(f"{self.label} {name!r} is not declared in treadle.yaml")
         return DefRecord(def_id="", tenant_id=tenant, kind=self.kind, name=name, version=0,
-                         content_sha256=self.content_hash(body), body=body, parent_def_id=None, status="active",
-                         description=STATIC_DESCRIPTION, created_by_run_id=None,
-                         created_at=datetime.fromtimestamp(0, UTC), retired_at=None, active=True)
+                         content_sha256=self.named_content_hash(name, body), body=body, parent_def_id=None,
+                         status="active", description=STATIC_DESCRIPTION, created_by_run_id=None,
+                         created_at=datetime.fromtimestamp(0, UTC), retired_at=None, active=True,
+                         treadle_sha256=self.treadle_hash(body))
 
     def record_view(self, record: DefRecord) -> dict[str, Any]:
         """The base answer for a def: its row, and `source` runtime | yaml."""
         if not record.def_id:
             return {"def_id": None, "kind": record.kind, "name": record.name, "version": None,
-                    "content_sha256": record.content_sha256, "body": record.body, "parent_def_id": None,
+                    "content_sha256": record.content_sha256,
+                    **({"treadle_sha256": record.treadle_sha256} if record.treadle_sha256 else {}),
+                    "body": record.body, "parent_def_id": None,
                     "status": "active", "active": record.active, "description": record.description,
                     "source": "yaml"}
         return {**record.to_api(), "source": "runtime"}

@@ -43,6 +43,8 @@ class DefRecord:
     created_at: datetime
     retired_at: datetime | None
     active: bool = False
+    #: treadle's earlier hash of the body (before loomcycle's became content_sha256; agents, skills)
+    treadle_sha256: str | None = None
 
     def to_api(self) -> dict[str, Any]:
         return {
@@ -51,6 +53,7 @@ class DefRecord:
             "name": self.name,
             "version": self.version,
             "content_sha256": self.content_sha256,
+            **({"treadle_sha256": self.treadle_sha256} if self.treadle_sha256 else {}),
             "body": self.body,
             "parent_def_id": self.parent_def_id,
             "status": self.status,

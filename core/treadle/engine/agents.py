@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,11 +74,12 @@ def resolve_agents(
     providers: dict[str, Provider],
     *,
     source: str = "treadle.yaml",
+    user_tier: str | None = None,
 ) -> dict[str, ResolvedAgent]:
     out: dict[str, ResolvedAgent] = {}
     for name, agent in config.agents.items():
         candidates: list[Candidate] = []
-        for path, ref in config.agent_candidates(name):
+        for path, ref in config.agent_candidates(name, user_tier):
             provider = providers.get(ref.provider)
             if provider is None:
                 key = path if path.endswith(".provider") else f"{path}.provider"
@@ -87,6 +89,9 @@ def resolve_agents(
             candidates.append(
                 Candidate(ref.provider, provider, ref.model, options, pcfg.retries if pcfg else None)
             )
+        if not candidates:  # loomcycle's provider_priority / user_tiers left nothing to try
+            raise ConfigError(f"{source}: agents.{name}: no model candidate of tier {agent.tier!r} is allowed"
+                              + (f" for user tier {user_tier!r}" if user_tier else ""))
         tier = config.tiers.get(agent.tier) if agent.tier else None
         route = ModelRoute(tuple(candidates), bool(tier and tier.pin_after_success), agent.tier)
         tools = registry.for_agent(name, agent.tools, source=source)
@@ -109,6 +114,13 @@ class AgentCatalogue:
 
     def get(self, name: str) -> ResolvedAgent | None:
         return self.static.get(name)
+
+    def retier(self, agent: ResolvedAgent, user_tier: str) -> ResolvedAgent:
+        """`agent` routed for a run's loomcycle `user_tier` (config.agent_candidates)."""
+        probe = self.config.model_copy(update={"agents": {agent.name: agent.config}})
+        built = resolve_agents(probe, self.registry, self.providers, source=f"user_tier {user_tier}",
+                               user_tier=user_tier)[agent.name]
+        return dataclasses.replace(agent, provider=built.provider, route=built.route)
 
     def build(self, name: str, cfg: AgentConfig) -> ResolvedAgent:
         """A ResolvedAgent for a definition that is not in treadle.yaml (tools and model route)."""

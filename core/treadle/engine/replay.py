@@ -17,13 +17,14 @@ from typing import Any
 
 from treadle.domain.content import (
     Block,
+    ImageBlock,
     Message,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
-from treadle.domain.segments import split_segments
+from treadle.domain.segments import split_segments, user_images
 
 ORPHAN_RESULT_TEXT = "error: this tool call was never answered (treadle replay)"
 
@@ -83,8 +84,10 @@ def replay(events: list[tuple[int, str, dict[str, Any]]]) -> Transcript:
             sys_text, user_text = split_segments(segs if isinstance(segs, list) else [])
             if sys_text:
                 system_parts.append(sys_text)
-            if user_text:
-                t.messages.append(Message("user", [TextBlock(user_text)]))
+            images: list[Block] = [ImageBlock(mt, data) for mt, data in
+                                   user_images(segs if isinstance(segs, list) else [])]
+            if user_text or images:
+                t.messages.append(Message("user", [*([TextBlock(user_text)] if user_text else []), *images]))
         elif etype in ("text", "thinking", "tool_call"):
             iteration = payload.get("iteration")
             if assistant is None or results or iteration != assistant_iter:

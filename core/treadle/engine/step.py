@@ -210,6 +210,9 @@ class Engine:
         """The agent a step runs: through the runtime's resolver (the AgentDef and skills the run
         was pinned to at start, see substrate/resolve.py), else the treadle.yaml agent."""
         agent = await self.resolve_agent(leased) if self.resolve_agent is not None else self.agents.get(leased.agent)
+        narrowed = (leased.run_options or {}).get("tools")
+        if agent is not None and isinstance(narrowed, list):  # the caller's `tools`: ∩ the agent's
+            agent = dataclasses.replace(agent, tools=[t for t in agent.tools if t.name in narrowed])
         if agent is not None and leased.client_tools and self.client_tools is not None:
             agent = dataclasses.replace(agent, tools=[*agent.tools, *self.client_tools(leased)])
         return agent
@@ -220,6 +223,9 @@ class Engine:
 
         if leased.cancel_requested:
             return await self._finish_cancelled(leased, owner, transcript)
+        deadline = (leased.run_options or {}).get("deadline_unix")  # loomcycle's run_timeout_seconds
+        if isinstance(deadline, (int, float)) and time.time() >= deadline:
+            return await self._finish_failed(leased, owner, [], "run_timeout", "run timeout exceeded")
         if agent is None:
             return await self._finish_failed(
                 leased, owner, [], "unknown_agent", f"agent {leased.agent!r} is not configured"
@@ -434,7 +440,10 @@ class Engine:
             iteration=iteration,
             system=SECRETS.scrub_text(system),
             messages=scrub_messages(transcript.messages),
-            request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens, "options": {"mock": cfg.mock}},
+            request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens, "options": {
+                "mock": cfg.mock, **(cfg.sampling.model_dump(exclude_none=True) if cfg.sampling else {}),
+                **({"effort": cfg.effort} if cfg.effort else {}),
+                **((leased.run_options or {}).get("sampling") or {})}},  # loomcycle's sampling: the run's wins
             history=leased.events,
         )
         policy = RetryPolicy(retries=self.settings.provider_retries, max_wait_s=self.settings.max_retry_wait_s)

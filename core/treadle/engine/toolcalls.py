@@ -172,6 +172,7 @@ class ToolRunner:
             def_id=leased.def_id,
             turn_usage=calls.turn_usage,
             allowed_hosts=leased.allowed_hosts,
+            parent_context=leased.parent_context,
         )
 
     async def _invoke(

@@ -58,7 +58,7 @@ def consumed_input_id(events: list[tuple[int, str, dict[str, Any]]]) -> int:
 def iteration_cap(agent: ResolvedAgent, leased: LeasedRun) -> int:
     """An interactive run without an explicit `max_iterations` only has a hard backstop."""
     cfg = agent.config
-    if leased.interactive and "max_iterations" not in cfg.model_fields_set:
+    if cfg.unbounded_iterations or (leased.interactive and "max_iterations" not in cfg.model_fields_set):
         return INTERACTIVE_ITERATION_BACKSTOP
     return cfg.max_iterations
 

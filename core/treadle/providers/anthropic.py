@@ -68,12 +68,19 @@ class AnthropicProvider(HttpDriver):
                 tools[-1]["cache_control"] = {"type": "ephemeral"}
             body["tools"] = tools
         budget = opts.get("thinking_budget_tokens")
+        if budget is None and opts.get("effort") and "haiku" not in req.model:  # loomcycle's effort mapping
+            budget = {"medium": 2048, "high": 8192}.get(str(opts["effort"]))
         if isinstance(budget, int) and budget > 0 and _thinking_allowed(req.messages):
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
             if budget >= req.max_tokens:  # the API wants max_tokens > budget_tokens
                 body["max_tokens"] = budget + req.max_tokens
         elif "temperature" in opts:
             body["temperature"] = opts["temperature"]
+        for opt in ("top_p", "top_k"):  # a run's loomcycle `sampling` (engine/step.py)
+            if opt in opts and "thinking" not in body:
+                body[opt] = opts[opt]
+        if opts.get("stop"):
+            body["stop_sequences"] = list(opts["stop"])
         return body
 
     async def call(self, req: ModelRequest, on_delta: DeltaSink | None = None) -> ModelResponse:

@@ -65,9 +65,15 @@ class GeminiProvider(HttpDriver):
         opts = req.options
         if "temperature" in opts:
             gen["temperature"] = opts["temperature"]
+        for opt, key in (("top_p", "topP"), ("top_k", "topK"), ("seed", "seed"), ("stop", "stopSequences"),
+                         ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty")):
+            if opt in opts:  # a run's loomcycle `sampling` (engine/step.py)
+                gen[key] = opts[opt]
         thinking: dict[str, Any] = {}
         if isinstance(opts.get("thinking_budget"), int):
             thinking["thinkingBudget"] = opts["thinking_budget"]
+        elif opts.get("effort") in ("low", "medium", "high"):  # loomcycle's effort mapping
+            thinking["thinkingBudget"] = gemini_effort_budget(str(opts["effort"]), req.max_tokens)
         if opts.get("include_thoughts"):
             thinking["includeThoughts"] = True
         if thinking:
@@ -249,3 +255,15 @@ def _call_id(run_id: str, run: Any, index: int) -> str:
     it = run.iteration if run else 0
     att = run.attempt if run else 0
     return "gfc_" + hashlib.blake2b(f"{run_id}|{it}|{att}|{index}".encode(), digest_size=10).hexdigest()
+
+
+def gemini_effort_budget(effort: str, max_tokens: int) -> int:
+    """loomcycle's geminiEffortBudget: low 0, medium 2048, high 8192, each kept under max_tokens."""
+    if effort == "low":
+        return 0
+    budget, margin, floor = (2048, 256, 1) if effort == "medium" else (8192, 1024, 1024)
+    if max_tokens > 0 and budget >= max_tokens:
+        budget = max_tokens - margin
+        if budget < floor:
+            return 0
+    return budget

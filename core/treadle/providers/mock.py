@@ -81,6 +81,8 @@ class MockProvider:
         content: list[Block]
         if req.model == "echo":
             content = [TextBlock(last_user_text(req.messages))]
+        elif req.model == "mock-generic":  # loomcycle's mock: a no-op text answer
+            content = [TextBlock("ok")]
         elif req.model == "tool-caller":
             calls_so_far = sum(1 for m in req.messages if m.role == "assistant" and m.tool_uses())
             if req.tools and calls_so_far < settings.tool_calls:

@@ -96,9 +96,12 @@ class OpenAIChatProvider(HttpDriver):
                 }
                 for t in req.tools
             ]
-        for opt in ("temperature", "reasoning_effort"):
+        for opt in ("temperature", "reasoning_effort", "top_p", "frequency_penalty", "presence_penalty", "seed",
+                    "stop"):
             if opt in req.options:
                 body[opt] = req.options[opt]
+        if self.endpoint.driver == "openai" and req.options.get("effort") and "reasoning_effort" not in body:
+            body["reasoning_effort"] = req.options["effort"]  # loomcycle's effort on OpenAI
         return body
 
     def _headers(self, key: str | None) -> dict[str, str]:

@@ -22,7 +22,7 @@ from treadle.store.db import Pool
 _COLUMNS = (
     "d.def_id, d.tenant_id, d.kind, d.name, d.version, d.content_sha256, d.body, d.parent_def_id,"
     " d.status, d.description, d.created_by_run_id, d.created_at, d.retired_at,"
-    " (a.def_id IS NOT NULL) AS active"
+    " (a.def_id IS NOT NULL) AS active, d.treadle_sha256"
 )
 _FROM = "defs d LEFT JOIN def_active a ON a.def_id = d.def_id"
 
@@ -51,6 +51,7 @@ class DefStore:
         description: str = "",
         promote: bool = True,
         created_by_run_id: str | None = None,
+        treadle_sha256: str | None = None,
     ) -> DefRecord:
         """Insert the next version of (tenant, kind, name); with `promote` it becomes active."""
         async with self.pool.connection() as conn, conn.transaction():
@@ -67,12 +68,12 @@ class DefStore:
             def_id = new_def_id()
             await conn.execute(
                 """INSERT INTO defs (def_id, tenant_id, kind, name, version, content_sha256, body,
-                                     parent_def_id, description, created_by_run_id)
-                   SELECT %s, %s, %s, %s, coalesce(max(version), 0) + 1, %s, %s, %s, %s, %s
+                                     parent_def_id, description, created_by_run_id, treadle_sha256)
+                   SELECT %s, %s, %s, %s, coalesce(max(version), 0) + 1, %s, %s, %s, %s, %s, %s
                    FROM defs WHERE tenant_id = %s AND kind = %s AND name = %s""",
                 (
                     def_id, tenant_id, kind, name, content_sha256, Jsonb(body), parent_def_id, description,
-                    created_by_run_id, tenant_id, kind, name,
+                    created_by_run_id, treadle_sha256, tenant_id, kind, name,
                 ),
             )
             if promote:
@@ -168,6 +169,19 @@ class DefStore:
         record = await self.get(tenant_id, kind, def_id=def_id)
         assert record is not None
         return record
+
+    async def legacy_hashed(self, kind: str) -> builtins.list[DefRecord]:
+        """Rows of `kind` (every tenant) still carrying treadle's earlier hash as content_sha256
+        (written before migration 0018); `rehash` gives them loomcycle's."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_COLUMNS} FROM {_FROM} WHERE d.kind = %s AND d.content_sha256 = d.treadle_sha256", (kind,)
+            )
+            return [_record(r) for r in await cur.fetchall()]
+
+    async def rehash(self, def_id: str, content_sha256: str) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute("UPDATE defs SET content_sha256 = %s WHERE def_id = %s", (content_sha256, def_id))
 
     @staticmethod
     async def _point(conn: Any, tenant_id: str, kind: str, name: str, def_id: str) -> None:

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
 
 from treadle.domain.runs import RunStatus
+from treadle.errors import Conflict
 from treadle.store.db import Pool
 from treadle.telemetry import tracing
 
@@ -50,6 +52,10 @@ class RunRecord:
     def_id: str | None = None
     def_content_sha256: str | None = None
     skill_def_ids: dict[str, str] | None = None
+    #: loomcycle's caller handle, parent_context and the per-run options (migration 0018)
+    agent_id: str | None = None
+    parent_context: dict[str, Any] | None = None
+    run_options: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -85,6 +91,10 @@ class RunRecord:
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
             "completed_at": self.completed_at.isoformat() if self.completed_at else None,
+            # loomcycle's names (additive): the caller's handle, a session per run, the context
+            "agent_id": self.agent_id or self.id,
+            "session_id": session_id_of(self.id),
+            "parent_context": self.parent_context,
         }
 
 
@@ -92,8 +102,13 @@ _RUN_COLUMNS = (
     "id, tenant_id, user_id, agent, status, stop_reason, error, step_no, last_seq, iterations, interactive,"
     " metadata, input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, cancel_requested,"
     " created_at, updated_at, completed_at, lease_owner, lease_until, parent_run_id, root_run_id, depth,"
-    " def_id, def_content_sha256, skill_def_ids"
+    " def_id, def_content_sha256, skill_def_ids, agent_id, parent_context, run_options"
 )
+
+
+def session_id_of(run_id: str) -> str:
+    """loomcycle's session id of a run: treadle has one session per run, named after it."""
+    return "s_" + run_id.removeprefix("r_")
 
 
 @dataclass(slots=True)
@@ -122,6 +137,11 @@ class NewRun:
     client_tool_timeout_s: float | None = None
     #: the caller's narrowing of the hosts the run's tools may reach (None: none); children inherit it
     allowed_hosts: list[str] | None = None
+    #: loomcycle's caller handle (None: the run id), parent_context (inherited by sub-agents) and
+    #: per-run options ({tools, sampling, user_tier, run_timeout_seconds}; api/loomcycle.py)
+    agent_id: str | None = None
+    parent_context: dict[str, Any] | None = None
+    run_options: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -161,11 +181,11 @@ class RunStore:
                               idempotency_key, root_run_id, last_seq, lease_until,
                               parent_run_id, depth, parent_wait_key, def_id, def_content_sha256,
                               skill_def_ids, client_tools, client_tool_timeout_s, allowed_hosts,
-                              trace_context)
+                              trace_context, agent_id, parent_context, run_options)
             VALUES (%(id)s, %(tenant)s, %(user)s, %(agent)s, 'queued', %(meta)s, %(interactive)s,
                     %(idem)s, coalesce(%(root)s, %(id)s), 2, now() + make_interval(secs => %(requeue)s),
                     %(parent)s, %(depth)s, %(pwk)s, %(def_id)s, %(def_sha)s, %(skills)s, %(ctools)s,
-                    %(ctimeout)s, %(hosts)s, %(trace)s)
+                    %(ctimeout)s, %(hosts)s, %(trace)s, %(agent_id)s, %(pctx)s, %(ropts)s)
             ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {_RUN_COLUMNS}
         ), ev AS (
@@ -195,6 +215,9 @@ class RunStore:
             "ctools": Jsonb(new.client_tools) if new.client_tools else None,
             "ctimeout": new.client_tool_timeout_s,
             "hosts": Jsonb(new.allowed_hosts) if new.allowed_hosts is not None else None,
+            "agent_id": new.agent_id,
+            "pctx": Jsonb(new.parent_context) if new.parent_context else None,
+            "ropts": Jsonb(new.run_options) if new.run_options else None,
             "requeue": self.requeue_after_s,
             "trace": _trace_context(new, run_id),
             "ui": Jsonb(user_input),
@@ -202,7 +225,13 @@ class RunStore:
             "jobs": self.jobs_in_db,
         }
         async with self.pool.connection() as conn:
-            cur = await conn.execute(sql, params)
+            try:
+                cur = await conn.execute(sql, params)
+            except UniqueViolation as exc:
+                if exc.diag.constraint_name == "runs_live_agent_id":  # migration 0018
+                    raise Conflict(f"agent_id {new.agent_id!r} belongs to a live run",
+                                   code="agent_id_in_use") from None
+                raise
             row = await cur.fetchone()
             if row is None and new.idempotency_key is not None:
                 cur = await conn.execute(

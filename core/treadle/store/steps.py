@@ -32,7 +32,8 @@ _LEASED_COLUMNS = (
     "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
     " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata,"
     " runs.interactive, runs.input_seq, runs.parent_wait_key, runs.def_id, runs.skill_def_ids,"
-    " runs.client_tools, runs.client_tool_timeout_s, runs.allowed_hosts, runs.trace_context, runs.created_at"
+    " runs.client_tools, runs.client_tool_timeout_s, runs.allowed_hosts, runs.trace_context, runs.created_at,"
+    " runs.parent_context, runs.run_options"
 )
 _EVENTS_AGG = (
     "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
@@ -77,6 +78,9 @@ class LeasedRun:
     trace_context: dict[str, str] | None = None
     #: when the run was created (the run-duration metric)
     created_at: datetime | None = None
+    #: loomcycle's parent_context (inherited by sub-agents) and per-run options (tools, sampling, user_tier)
+    parent_context: dict[str, Any] | None = None
+    run_options: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -146,6 +150,8 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
         allowed_hosts=row.get("allowed_hosts"),
         trace_context=row.get("trace_context"),
         created_at=row.get("created_at"),
+        parent_context=row.get("parent_context"),
+        run_options=row.get("run_options"),
     )
 
 

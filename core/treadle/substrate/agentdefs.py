@@ -5,7 +5,9 @@ dropped (so `max_iterations: 16` and no `max_iterations` are the same def) and l
 LF. Its `content_sha256` is `"sha256:" + hex(SHA-256(canonical JSON))` over the body minus the
 fields that are not the agent's behaviour — `description` and the `*_def_scopes` — with the
 system prompt's trailing whitespace trimmed and empty values dropped. A yaml agent, the tool and
-POST /v1/_agentdef therefore give one definition one hash; `treadle hash agent NAME` prints it.
+POST /v1/_agentdef therefore give one definition one hash. That hash is kept as `treadle_sha256`;
+`content_sha256` is loomcycle's (domain/loomhash.py: name and description included, the same
+bytes as loomcycle's agents.Sign), which `treadle hash agent NAME` prints.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from treadle.config import AgentConfig
 from treadle.defs.args import parse_spec
 from treadle.defs.lifecycle import DefLifecycle
+from treadle.domain import loomhash
 from treadle.domain.defs import content_sha256, normalize_text
 from treadle.engine.agents import AgentCatalogue
 from treadle.errors import DefRefused
@@ -48,7 +51,17 @@ def agent_content_sha256(body: dict[str, Any]) -> str:
 
 
 def agent_hash(cfg: AgentConfig) -> str:
+    """treadle's earlier hash (`treadle_sha256`)."""
     return agent_content_sha256(agent_body(cfg))
+
+
+def agent_loomcycle_sha256(name: str, body: dict[str, Any]) -> str:
+    """loomcycle's content_sha256 of agent `name` with this normalized body."""
+    return loomhash.agent_sha256(name, body)
+
+
+def agent_loomcycle_hash(name: str, cfg: AgentConfig) -> str:
+    return agent_loomcycle_sha256(name, agent_body(cfg))
 
 
 class AgentDefFamily(DefLifecycle):
@@ -79,6 +92,12 @@ class AgentDefFamily(DefLifecycle):
         return agent_body(cfg)
 
     def content_hash(self, body: dict[str, Any]) -> str:
+        return agent_content_sha256(body)
+
+    def named_content_hash(self, name: str, body: dict[str, Any]) -> str:
+        return agent_loomcycle_sha256(name, body)
+
+    def treadle_hash(self, body: dict[str, Any]) -> str | None:
         return agent_content_sha256(body)
 
     def static_body(self, name: str) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from treadle.errors import TreadleError, UnknownAgent
 from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
 from treadle.store.steps import LeasedRun
-from treadle.substrate.agentdefs import agent_hash
+from treadle.substrate.agentdefs import agent_loomcycle_hash
 from treadle.substrate.skilldefs import KIND as SKILL
 
 log = logging.getLogger("treadle.substrate")
@@ -98,11 +98,23 @@ class AgentPinning:
 
     def static_hash(self, name: str) -> str:
         if name not in self._static_hashes:
-            self._static_hashes[name] = agent_hash(self.config.agents[name])
+            self._static_hashes[name] = agent_loomcycle_hash(name, self.config.agents[name])
         return self._static_hashes[name]
 
     async def resolve(self, leased: LeasedRun) -> ResolvedAgent | None:
-        """The agent a step runs: exactly what the run was pinned to (None: it no longer resolves)."""
+        """The agent a step runs: exactly what the run was pinned to (None: it no longer resolves),
+        routed through the run's loomcycle `user_tier` when it names one of `tiers:`."""
+        agent = await self._pinned(leased)
+        tier = (leased.run_options or {}).get("user_tier")
+        if agent is not None and isinstance(tier, str) and self.config.knows_user_tier(tier):
+            try:
+                return self.catalogue.retier(agent, tier)
+            except TreadleError as exc:  # the user tier allows none of the agent's candidates
+                log.warning("run %s: agent %r under user tier %r: %s", leased.run_id, leased.agent, tier, exc)
+                return None
+        return agent
+
+    async def _pinned(self, leased: LeasedRun) -> ResolvedAgent | None:
         pins = leased.skill_def_ids or {}
         if leased.def_id is None and not pins:
             return self.catalogue.get(leased.agent)

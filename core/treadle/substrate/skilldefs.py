@@ -13,6 +13,7 @@ from typing import Any
 
 from treadle.defs.args import parse_spec
 from treadle.defs.lifecycle import DefLifecycle
+from treadle.domain import loomhash
 from treadle.domain.defs import content_sha256, normalize_text
 from treadle.domain.substrate import SkillSpec
 from treadle.store.defs import DefStore
@@ -28,6 +29,12 @@ def skill_body(spec: SkillSpec) -> dict[str, Any]:
 
 def skill_content_sha256(body: dict[str, Any]) -> str:
     return content_sha256({"body": normalize_text(str(body.get("body", ""))), "tools": body.get("tools") or []})
+
+
+def skill_loomcycle_sha256(name: str, body: dict[str, Any]) -> str:
+    """loomcycle's content_sha256 of skill `name` with this body."""
+    return loomhash.skill_sha256(name, str(body.get("body", "")), str(body.get("description") or ""),
+                                 list(body.get("tools") or []))
 
 
 class SkillDefFamily(DefLifecycle):
@@ -47,6 +54,12 @@ class SkillDefFamily(DefLifecycle):
         return skill_body(parse_spec(self.label, SkillSpec, body))
 
     def content_hash(self, body: dict[str, Any]) -> str:
+        return skill_content_sha256(body)
+
+    def named_content_hash(self, name: str, body: dict[str, Any]) -> str:
+        return skill_loomcycle_sha256(name, body)
+
+    def treadle_hash(self, body: dict[str, Any]) -> str | None:
         return skill_content_sha256(body)
 
     def static_body(self, name: str) -> dict[str, Any] | None:

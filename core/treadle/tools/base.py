@@ -79,6 +79,8 @@ class ToolContext:
     turn_usage: dict[str, Any] | None = None
     #: the caller's narrowing of the hosts this run's tools may reach (None: no narrowing)
     allowed_hosts: list[str] | None = None
+    #: loomcycle's parent_context of the run (sub-agent runs inherit it)
+    parent_context: dict[str, Any] | None = None
 
     @property
     def tenant_id(self) -> str:

@@ -255,7 +255,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     }
   });
   $("cancel").addEventListener("click", () => {
-    if (selected) json(`/v1/runs/${selected}/cancel`, { method: "POST" }).then(() => showRun(selected)).catch((err) => notice(err.message));
+    if (selected) json(`/v1/runs/${selected}/cancel`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ scope: "run" }) }).then(() => showRun(selected)).catch((err) => notice(err.message));
   });
   $("steer").addEventListener("submit", (e) => {
     e.preventDefault();

@@ -1,0 +1,336 @@
+"""loomcycle's run fields, its agent routes and batch runs.
+
+- The run fields treadle honours (POST /v1/runs, /v1/runs:batch): `tools` (narrows the agent's
+  tools), `agent_id` (the caller's handle; `a_` + 16 hex when omitted; 409 `agent_id_in_use`
+  while a run with it is live), `user_tier` (the run's model route comes from that `tiers:`
+  entry), `parent_context` (stored, echoed on run state and the `agent` frame, inherited by
+  sub-agents), `sampling` (passed to the provider), `run_timeout_seconds` (the run fails with
+  `run_timeout` at its next step after the deadline), `tenant_id` (must be the caller's).
+- Those it does not have are refused with 400 `unsupported_field` naming the field.
+- `GET /v1/agents/{agent_id}`, `POST /v1/agents/{agent_id}/cancel` (the whole run and its
+  sub-agents), `GET /v1/users/{user_id}/agents`, `POST /v1/runs:batch` (≤ 32, index-aligned).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from treadle.api.deps import get_principal, get_runtime
+from treadle.domain.ids import is_identifier
+from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
+from treadle.runtime import Runtime
+from treadle.security.principal import Principal
+from treadle.store.runs import RunRecord, session_id_of
+
+router = APIRouter(prefix="/v1", tags=["runs"])
+Rt = Annotated[Runtime, Depends(get_runtime)]
+Who = Annotated[Principal, Depends(get_principal)]
+
+MAX_BATCH = 32
+#: loomcycle fields treadle does not have: refused (never accepted and ignored)
+UNSUPPORTED = {
+    "session_id": "treadle has no sessions to attach a run to (every run is its own session); omit session_id",
+    "user_bearer": "treadle does not substitute a per-run bearer into MCP headers; omit user_bearer",
+    "compaction": "treadle does not compact a run's context; omit compaction",
+    "web_search_filter": "treadle's WebSearch does not filter results by allowed_hosts; omit web_search_filter",
+}
+AGENT_ID_ALPHABET = "0123456789abcdef"
+
+
+class ParentContext(BaseModel):
+    """loomcycle's parent_context (internal/store/store.go ParentContext)."""
+
+    model_config = ConfigDict(extra="forbid")
+    root_agent_run_id: str | None = Field(default=None, max_length=256)
+    function_key: str | None = Field(default=None, max_length=256)
+    tier_at_run: str | None = Field(default=None, max_length=256)
+    board_scope: str | None = Field(default=None, max_length=256)
+    board_chunk_id: str | None = Field(default=None, max_length=256)
+    board_document_id: str | None = Field(default=None, max_length=256)
+
+    def stored(self) -> dict[str, Any] | None:
+        """All-empty is null, as in loomcycle."""
+        d = {k: v for k, v in self.model_dump().items() if v}
+        return d or None
+
+
+class Sampling(BaseModel):
+    """loomcycle's sampling block; merged per field over the provider's options."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_k: int | None = Field(default=None, ge=1)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    seed: int | None = None
+    stop: list[str] | None = Field(default=None, max_length=8)
+
+
+class LoomcycleRunFields(BaseModel):
+    """The loomcycle fields of a run request (a mixin of api/runs.py RunRequest)."""
+
+    tools: list[str] | None = Field(default=None, max_length=256)
+    agent_id: str | None = None
+    user_tier: str | None = Field(default=None, min_length=1, max_length=128)
+    parent_context: ParentContext | None = None
+    sampling: Sampling | None = None
+    run_timeout_seconds: int | None = Field(default=None, ge=1, le=30 * 86_400)
+    tenant_id: str | None = Field(default=None, max_length=128)
+    # loomcycle fields treadle refuses (UNSUPPORTED); declared so the refusal names them
+    session_id: Any = None
+    user_bearer: Any = None
+    compaction: Any = None
+    web_search_filter: Any = None
+
+    @field_validator("agent_id")
+    @classmethod
+    def _agent_id(cls, v: str | None) -> str | None:
+        if v is not None and not is_identifier(v):
+            raise ValueError("must match [A-Za-z0-9_-]{1,128}")
+        return v
+
+
+def new_agent_id() -> str:
+    return "a_" + secrets.token_hex(8)
+
+
+def refuse_unsupported(body: LoomcycleRunFields, rt: Runtime, who: Principal) -> None:
+    for name, why in UNSUPPORTED.items():
+        if getattr(body, name) is not None:
+            raise BadRequest(f"{name}: {why}", code="unsupported_field")
+    if body.tenant_id is not None and body.tenant_id != who.tenant_id:
+        raise BadRequest(f"tenant_id: {body.tenant_id!r} is not the caller's tenant (the principal decides it)",
+                         code="tenant_mismatch")
+    if body.user_tier is not None and not rt.config.knows_user_tier(body.user_tier):
+        known = ", ".join(rt.config.user_tiers or rt.config.tiers) or "none defined"
+        section = "user_tiers" if rt.config.user_tiers else "tiers"
+        raise BadRequest(f"user_tier: unknown user tier {body.user_tier!r} ({section}: {known})",
+                         code="unknown_user_tier")
+
+
+def run_options(body: LoomcycleRunFields) -> dict[str, Any] | None:
+    opts: dict[str, Any] = {}
+    if body.tools is not None:
+        opts["tools"] = body.tools
+    if body.sampling is not None:
+        sampling = body.sampling.model_dump(exclude_none=True)
+        if sampling:
+            opts["sampling"] = sampling
+    if body.user_tier is not None:
+        opts["user_tier"] = body.user_tier
+    if body.run_timeout_seconds is not None:
+        opts["run_timeout_seconds"] = body.run_timeout_seconds
+        opts["deadline_unix"] = time.time() + body.run_timeout_seconds
+    return opts or None
+
+
+async def check_agent_id(rt: Runtime, tenant_id: str, agent_id: str) -> None:
+    run = await latest_by_agent_id(rt, tenant_id, agent_id)
+    if run is not None and not run.terminal:
+        raise Conflict(f"agent_id {agent_id!r} belongs to live run {run.id}", code="agent_id_in_use")
+
+
+async def latest_by_agent_id(rt: Runtime, tenant_id: str, agent_id: str) -> RunRecord | None:
+    """The newest run with this agent_id; a run started without one answers to its run id."""
+    async with rt.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT id FROM runs WHERE tenant_id = %s AND (agent_id = %s OR (id = %s AND agent_id IS NULL))"
+            " ORDER BY created_at DESC LIMIT 1",
+            (tenant_id, agent_id, agent_id),
+        )
+        row = await cur.fetchone()
+    return await rt.runs.get(tenant_id, row["id"]) if row else None
+
+
+async def agent_state(rt: Runtime, run: RunRecord) -> dict[str, Any]:
+    """loomcycle's GET /v1/agents/{id} shape, plus treadle's run fields (additive)."""
+    parent_agent_id = None
+    if run.parent_run_id:
+        parent = await rt.runs.get(run.tenant_id, run.parent_run_id)
+        parent_agent_id = (parent.agent_id or parent.id) if parent else None
+    err = run.error or {}
+    return {
+        **run.to_api(),
+        "agent_id": run.agent_id or run.id,
+        "session_id": session_id_of(run.id),
+        "parent_agent_id": parent_agent_id,
+        "started_at": run.created_at.isoformat(),
+        "live": not run.terminal,
+        "error": err.get("error") if run.error else None,
+        "error_detail": run.error,
+        "stop_reason": loomcycle_stop_reason(run),
+        "last_heartbeat_at": run.updated_at.isoformat(),
+    }
+
+
+def loomcycle_stop_reason(run: RunRecord) -> str | None:
+    """loomcycle: a failed run has no stop_reason (the reason is in `error`); a cancelled one has
+    the cancel reason."""
+    if run.status == "failed":
+        return None
+    return run.stop_reason
+
+
+@router.get("/agents/{agent_id}")
+async def get_agent(agent_id: str, rt: Rt, who: Who) -> dict[str, Any]:
+    run = await latest_by_agent_id(rt, who.tenant_id, agent_id)
+    if run is None:
+        raise NotFound(f"agent {agent_id!r} not found", code="agent_not_found")
+    return await agent_state(rt, run)
+
+
+class AgentCancelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(default=None, max_length=1024)
+
+
+@router.post("/agents/{agent_id}/cancel")
+async def cancel_agent(agent_id: str, rt: Rt, who: Who, body: AgentCancelRequest | None = None) -> dict[str, Any]:
+    """Cancel the whole run (and its unfinished sub-agent runs); idempotent: a finished run
+    answers with its status."""
+    run = await latest_by_agent_id(rt, who.tenant_id, agent_id)
+    if run is None:
+        raise NotFound(f"agent {agent_id!r} not found", code="agent_not_found")
+    reason = (body.reason if body else None) or "cancelled by api"
+    was_live = not run.terminal
+    after = await rt.cancel_run(who.tenant_id, run.id, reason)
+    assert after is not None
+    cascaded: list[str] = []
+    if was_live:
+        async with rt.pool.connection() as conn:
+            cur = await conn.execute(  # the run's descendants that the cancel reached
+                """WITH RECURSIVE sub AS (
+                       SELECT id, agent_id, cancel_requested, created_at FROM runs
+                       WHERE tenant_id = %(t)s AND parent_run_id = %(r)s
+                       UNION ALL
+                       SELECT c.id, c.agent_id, c.cancel_requested, c.created_at FROM runs c
+                       JOIN sub ON c.parent_run_id = sub.id WHERE c.tenant_id = %(t)s)
+                   SELECT coalesce(agent_id, id) AS a FROM sub WHERE cancel_requested ORDER BY created_at""",
+                {"t": who.tenant_id, "r": run.id})
+            cascaded = [r["a"] for r in await cur.fetchall()]
+    out: dict[str, Any] = {"cancelled": was_live, "agent_id": agent_id, "run_id": run.id, "cascaded": cascaded,
+                           "status": after.status,
+                           # what loomcycle's TypeScript client reads (CancelAgentResult.cancelledCount)
+                           "cancelled_count": (1 + len(cascaded)) if was_live else 0}
+    if was_live:
+        out["reason"] = reason
+    return out
+
+
+@router.get("/users/{user_id}/agents")
+async def user_agents(
+    user_id: str, rt: Rt, who: Who,
+    status: Annotated[str | None, Query(max_length=256)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> dict[str, Any]:
+    """The user's runs as loomcycle's agent states, newest first; `status=a,b` filters."""
+    wanted = {s for s in status.split(",") if s} if status else None
+    runs = await rt.runs.list_runs(who.tenant_id, None, limit if wanted is None else 500, user_id=user_id)
+    if wanted is not None:
+        runs = [r for r in runs if r.status in wanted][:limit]
+    return {"user_id": user_id, "agents": [await agent_state(rt, r) for r in runs]}
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    spawns: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_BATCH)
+    #: loomcycle's only mode: the answer lists every spawn, index-aligned
+    mode: Literal["join"] = "join"
+    #: how long to wait for the runs to finish (0: answer once they are started)
+    timeout_ms: int = Field(default=0, ge=0, le=600_000)
+
+
+async def spawn_result(rt: Runtime, run: RunRecord) -> dict[str, Any]:
+    final_text = None
+    if run.status == "completed":
+        events = await rt.runs.events(run.tenant_id, run.id, 0, 5000)
+        texts = [str(e.payload.get("text", "")) for e in events if e.type == "text"]
+        final_text = texts[-1] if texts else ""
+    return {"agent_id": run.agent_id or run.id, "run_id": run.id, "session_id": session_id_of(run.id),
+            "status": run.status, "stop_reason": loomcycle_stop_reason(run), "final_text": final_text,
+            "usage": run.usage(), "error": (run.error or {}).get("error") if run.error else None,
+            "parent_context": run.parent_context}
+
+
+async def run_batch(rt: Runtime, who: Principal, body: BatchRequest,
+                    start: Callable[[dict[str, Any]], Awaitable[RunRecord]]) -> dict[str, Any]:
+    """Start every spawn (`start` validates it as a POST /v1/runs body); a spawn that is refused
+    gets `{status: "failed", error, code}` at its index and does not stop the others."""
+    results: list[dict[str, Any]] = []
+    started: list[tuple[int, str]] = []
+    for i, raw in enumerate(body.spawns):
+        try:
+            run = await start(raw)
+        except ValidationError as exc:
+            msg = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+            results.append({"status": "failed", "error": msg, "code": "validation_error"})
+            continue
+        except TreadleError as exc:
+            results.append({"status": "failed", "error": exc.message, "code": exc.code})
+            continue
+        results.append(await spawn_result(rt, run))
+        started.append((i, run.id))
+    deadline = time.monotonic() + body.timeout_ms / 1000
+    for i, run_id in started:
+        now = await rt.runs.get(who.tenant_id, run_id)
+        while now is not None and not now.terminal and time.monotonic() < deadline:
+            await _wait_a_little(rt, run_id)
+            now = await rt.runs.get(who.tenant_id, run_id)
+        if now is not None:
+            results[i] = await spawn_result(rt, now)
+    return {"results": results, "spawned": len(started)}
+
+
+async def _wait_a_little(rt: Runtime, run_id: str) -> None:
+    with rt.hub.subscribe(run_id) as live:
+        await live.wait(0.25)
+
+
+@router.get("/_me")
+async def whoami(who: Who) -> dict[str, Any]:
+    """loomcycle's whoami: the caller's tenant, subject and scopes."""
+    out: dict[str, Any] = {"tenant_id": who.tenant_id, "subject": who.subject, "scopes": list(who.scopes),
+                           "is_admin": "substrate:admin" in who.scopes, "legacy": False,
+                           "capabilities": {"mcp_allow_dynamic_stdio": False, "http_host_allowlist_configured": False}}
+    if who.open_mode:
+        out["open_mode"] = True
+    return out
+
+
+def run_id_of_session(session_id: str) -> str:
+    """The run a session id names (a treadle session is one run: `s_<hex>` ↔ `r_<hex>`)."""
+    if not session_id.startswith("s_"):
+        raise NotFound(f"session {session_id!r} not found", code="session_not_found")
+    return "r_" + session_id.removeprefix("s_")
+
+
+@router.get("/sessions/{session_id}/transcript")
+async def transcript(session_id: str, rt: Rt, who: Who) -> dict[str, Any]:
+    """loomcycle's transcript of a session: `{session{id, user_id, agent, created_at}, events:
+    [{seq, run_id, ts_ns, type, event, payload?}]}`; `payload` holds a `user_input`'s segments."""
+    run = await rt.runs.get(who.tenant_id, run_id_of_session(session_id))
+    if run is None:
+        raise NotFound(f"session {session_id!r} not found", code="session_not_found")
+    events: list[dict[str, Any]] = []
+    from_seq = 0
+    while True:
+        page = await rt.runs.events(who.tenant_id, run.id, from_seq, 1000)
+        for e in page:
+            ts_ns = int(e.created_at.timestamp() * 1_000_000_000) if e.created_at else 0
+            item: dict[str, Any] = {"seq": e.seq, "run_id": run.id, "ts_ns": ts_ns, "type": e.type,
+                                    "event": e.to_api()}
+            if e.type == "user_input":
+                item["payload"] = e.payload.get("segments")
+            events.append(item)
+        if len(page) < 1000:
+            break
+        from_seq = page[-1].seq
+    return {"session": {"id": session_id, "user_id": run.user_id or "", "agent": run.agent,
+                        "created_at": run.created_at.isoformat()}, "events": events}

@@ -1,0 +1,127 @@
+"""A loomcycle yaml read as treadle.yaml: the keys treadle honours are translated, every other
+one is refused with one message naming it (never accepted and ignored).
+
+Honoured: `defaults{provider, model}` (agents that name neither a model nor a tier get them),
+`provider_priority` (the order tier candidates are tried in; a candidate whose provider is not
+listed is skipped), `user_tiers{name: {provider_priority, tiers, fallback_on_error,
+max_fallback_attempts}}` (config.py UserTierConfig; a run's `user_tier`, else `default`),
+loomcycle's provider ids without a `providers:` entry (`anthropic`, `openai`, `gemini`,
+`deepseek`, `ollama` = hosted ollama.com, `ollama-local` = a local Ollama, `mock`) and agent
+names of the form `category/name`. An empty section (`memory_backends: {}`, `hooks:` with no
+`permit_host_widen` owners) says nothing treadle does not already do and is accepted. The
+loomcycle keys of an agent that treadle honours are in AgentConfig (`sampling`,
+`unbounded_iterations`); any other is refused by the schema as not supported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: loomcycle's provider ids as treadle provider declarations (providers.default.yaml)
+BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
+    "anthropic": {"driver": "anthropic"},
+    "openai": {"driver": "openai"},
+    "gemini": {"driver": "gemini"},
+    "deepseek": {"driver": "deepseek"},
+    "ollama": {"driver": "ollama_cloud"},  # loomcycle: hosted ollama.com (OLLAMA_API_KEY)
+    "ollama-local": {"driver": "ollama"},  # loomcycle: the local daemon
+}
+
+#: loomcycle top-level keys treadle has no equivalent for, with where treadle configures it
+UNSUPPORTED_TOP: dict[str, str] = {
+    "concurrency": "treadle sizes its workers with TREADLE_WORKERS and queues durably without a depth cap",
+    "storage": "treadle stores in PostgreSQL (DATABASE_URL)",
+    "cache": "treadle has no response cache",
+    "context_plugins": "treadle has no context plugins",
+    "local_api": "treadle listens on TREADLE_LISTEN",
+    "mcp_servers": "treadle does not mount MCP servers from yaml",
+    "search_providers": "treadle's WebSearch takes one `search:` provider",
+    "search_priority": "treadle's WebSearch takes one `search:` provider",
+    "a2a_server_cards": "treadle has no A2A",
+    "a2a_agents": "treadle has no A2A",
+    "memory_backends": "treadle has one memory store",
+    "change_subscriptions": "treadle has no change subscriptions",
+    "document_sources": "treadle has no document sources",
+    "volumes": "treadle has no volumes",
+    "hooks": "treadle registers tool hooks with POST /v1/hooks",
+    "pricing": "treadle does not price usage",
+    "principals": "treadle authenticates with TREADLE_AUTH_TOKEN",
+    "env_allowlist": "treadle reads no secrets from yaml",
+}
+
+
+def is_empty(key: str, value: Any) -> bool:
+    """Nothing said: None, {}, []; `hooks` whose permit_host_widen owners are empty is
+    loomcycle's default (no hook may widen hosts), which is treadle's behaviour."""
+    if value is None or value == {} or value == []:
+        return True
+    if key == "hooks" and isinstance(value, dict) and set(value) <= {"permit_host_widen"}:
+        widen = value.get("permit_host_widen") or {}
+        return isinstance(widen, dict) and set(widen) <= {"owners"} and not widen.get("owners")
+    return False
+
+
+def referenced_providers(data: dict[str, Any]) -> set[str]:
+    refs: set[str] = set()
+
+    def cand(c: Any) -> None:
+        if isinstance(c, dict) and isinstance(c.get("provider"), str):
+            refs.add(c["provider"])
+
+    for ref in (data.get("models") or {}).values():
+        cand(ref)
+    for spec in (data.get("tiers") or {}).values():
+        for c in spec if isinstance(spec, list) else (spec or {}).get("candidates") or []:
+            cand(c)
+    for ut in (data.get("user_tiers") or {}).values():
+        if isinstance(ut, dict):
+            refs.update(p for p in ut.get("provider_priority") or [] if isinstance(p, str))
+            for cands in (ut.get("tiers") or {}).values():
+                for c in cands or []:
+                    cand(c)
+    for agent in (data.get("agents") or {}).values():
+        cand(agent)
+    cand(data.get("defaults"))
+    refs.update(p for p in data.get("provider_priority") or [] if isinstance(p, str))
+    return refs
+
+
+def adapt(data: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """(treadle.yaml mapping, problems): loomcycle's keys translated or refused (module doc)."""
+    out = dict(data)
+    problems: list[tuple[str, str]] = []
+    for key, where in UNSUPPORTED_TOP.items():
+        if key in out:
+            value = out.pop(key)
+            if not is_empty(key, value):
+                problems.append((key, f"loomcycle key not supported by treadle ({where}); remove it"))
+    if "memory" in out and isinstance(out["memory"], dict) and "consolidation" in out["memory"]:
+        memory = dict(out["memory"])
+        if not is_empty("consolidation", memory.pop("consolidation")):
+            problems.append(("memory.consolidation", "loomcycle key not supported by treadle (no memory "
+                                                     "consolidation); remove it"))
+        out["memory"] = memory
+    if isinstance(out.get("interruption"), dict):
+        interruption = dict(out["interruption"])
+        backend = interruption.pop("backend", None)
+        if backend not in (None, "webui"):
+            problems.append(("interruption.backend", f"treadle answers interruptions over its API (loomcycle's "
+                                                     f"'webui' backend), not {backend!r}"))
+        interruption.pop("heartbeat_interval_ms", None)  # a parked treadle run needs no heartbeat
+        out["interruption"] = interruption
+    defaults = out.pop("defaults", None)
+    if isinstance(defaults, dict) and defaults:
+        agents = {}
+        for name, agent in (out.get("agents") or {}).items():
+            if isinstance(agent, dict) and not ({"provider", "model", "tier"} & set(agent)):
+                agent = {**{k: v for k, v in defaults.items() if k in ("provider", "model")}, **agent}
+            agents[name] = agent
+        if agents:
+            out["agents"] = agents
+    declared = out.get("providers") or {}
+    if isinstance(declared, dict):
+        missing = {p: dict(BUILTIN_PROVIDERS[p]) for p in referenced_providers(out)
+                   if p in BUILTIN_PROVIDERS and p not in declared}
+        if missing:
+            out["providers"] = {**declared, **missing}
+    return out, problems

@@ -1,0 +1,153 @@
+"""A yaml written in loomcycle's format (keys from loomcycle's internal/config/config.go and
+docs/CONFIGURATION.md) loads unchanged; loomcycle keys treadle does not have fail with one
+message each; the routing keys treadle honours (provider_priority, user_tiers, defaults,
+loomcycle's provider ids) route as loomcycle's resolver does (CONFIGURATION.md §2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from treadle.config import load_config, parse_config
+from treadle.errors import ConfigError
+
+LOOMCYCLE_YAML = """
+provider_priority: [ollama-local, deepseek, anthropic, ollama]
+models:
+  haiku:  { provider: anthropic, model: claude-haiku-4-5 }
+  sonnet: { provider: anthropic, model: claude-sonnet-4-6 }
+  cloud-kimi: { provider: ollama, model: kimi-k2.6 }
+  local-small: { provider: ollama-local, model: gemma4:9b }
+tiers:
+  low:
+    - { provider: openai, model: gpt-5.4-mini }      # openai is not on provider_priority: skipped
+    - haiku
+    - local-small
+  middle:
+    - sonnet
+    - { provider: deepseek, model: deepseek-v4-pro }
+user_tiers:
+  default:
+    provider_priority: [ollama-local, deepseek, anthropic, ollama]
+    fallback_on_error: true
+    max_fallback_attempts: 3
+  free:
+    provider_priority: [ollama-local]
+    tiers:
+      low: [local-small]
+      middle: [local-small]
+    fallback_on_error: false
+defaults:
+  provider: mock
+  model: mock-generic
+channels:
+  findings:
+    scope: agent
+    default_ttl: 86400
+    max_messages: 10000
+    semantic: queue
+interruption:
+  backend: webui
+  default_timeout_ms: 3600000
+  max_timeout_ms: 86400000
+  max_pending_per_run: 10
+  heartbeat_interval_ms: 30000
+hooks:
+  permit_host_widen:
+    owners: []
+memory_backends: {}
+change_subscriptions: {}
+document_sources: {}
+agents:
+  greeter:
+    system_prompt: "Say hello."
+  doc/summarizer:
+    tier: middle
+    unbounded_iterations: true
+    sampling: { temperature: 0.2, top_p: 0.9, stop: ["END"] }
+    tools: [Memory]
+    memory_scopes: [user]
+  triage:
+    tier: low
+    system_prompt: "Classify."
+"""
+
+
+def test_a_loomcycle_yaml_loads_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "loomcycle.yaml"
+    path.write_text(LOOMCYCLE_YAML)
+    config = load_config(path)
+    # loomcycle's provider ids need no `providers:` entry; `ollama` is hosted, `ollama-local` local
+    assert {p: config.providers[p].driver for p in ("anthropic", "deepseek", "ollama", "ollama-local")} == {
+        "anthropic": "anthropic", "deepseek": "deepseek", "ollama": "ollama_cloud", "ollama-local": "ollama"}
+    assert config.agents["greeter"].provider == "mock" and config.agents["greeter"].model == "mock-generic"
+    assert config.channels["findings"].default_ttl == 86400
+    summarizer = config.agents["doc/summarizer"]
+    assert summarizer.unbounded_iterations and summarizer.sampling is not None
+    assert summarizer.sampling.model_dump(exclude_none=True) == {"temperature": 0.2, "top_p": 0.9, "stop": ["END"]}
+
+
+def test_provider_priority_and_user_tiers_route_like_loomcycle() -> None:
+    config = parse_config(yaml.safe_load(LOOMCYCLE_YAML))
+
+    def route(agent: str, user_tier: str | None = None) -> list[tuple[str, str]]:
+        return [(r.provider, r.model) for _, r in config.agent_candidates(agent, user_tier)]
+
+    # `default` user tier: its provider order walks the tier's candidates; openai is not allowed
+    assert route("triage") == [("ollama-local", "gemma4:9b"), ("anthropic", "claude-haiku-4-5")]
+    assert route("doc/summarizer") == [("deepseek", "deepseek-v4-pro"), ("anthropic", "claude-sonnet-4-6")]
+    # `free`: its own tier lists, ollama-local only, no fallback
+    assert route("doc/summarizer", "free") == [("ollama-local", "gemma4:9b")]
+    assert config.knows_user_tier("free") and not config.knows_user_tier("low")  # user_tiers, not tiers
+
+
+def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
+    data = yaml.safe_load(LOOMCYCLE_YAML)
+    data.update({
+        "concurrency": {"max_concurrent_runs": 4, "max_queue_depth": 8},
+        "storage": {"backend": "sqlite"},
+        "search_providers": {"brave": {}},
+        "mcp_servers": {"browser": {"transport": "stdio", "command": "x"}},
+        "volumes": {"workspace": {"path": "/w"}},
+    })
+    data["agents"]["doc/summarizer"] = {**data["agents"]["doc/summarizer"], "sql_scopes": ["user"],
+                                        "compaction": {"enabled": True}}
+    data["interruption"] = {**data["interruption"], "backend": "cli"}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "loomcycle.yaml")
+    lines = str(info.value).splitlines()[1:]
+    keys = [line.strip().split(": ")[1] for line in lines]
+    assert sorted(keys) == sorted(["concurrency", "storage", "search_providers", "mcp_servers", "volumes",
+                                   "interruption.backend", "agents.doc/summarizer.sql_scopes",
+                                   "agents.doc/summarizer.compaction"]), lines
+    assert all("treadle" in line for line in lines)
+
+
+def test_agent_names_take_loomcycles_category_form_but_stay_checked() -> None:
+    assert "a/b/c" in parse_config({"agents": {"a/b/c": {}}}).agents
+    for bad in ("/lead", "trail/", "a//b", "sp ace/x"):
+        with pytest.raises(ConfigError, match="agent name"):
+            parse_config({"agents": {bad: {}}})
+
+
+def test_treadle_hash_prints_loomcycles_hash_for_a_loomcycle_yaml(tmp_path: Path) -> None:
+    # loomcycle's pinned vector (internal/agents/sign_test.go TestSign_KnownVector)
+    path = tmp_path / "loomcycle.yaml"
+    path.write_text(yaml.safe_dump({"agents": {"researcher": {
+        "system_prompt": "be thorough", "tools": ["WebFetch", "Read"], "max_tokens": 8192}}}))
+    out = subprocess.run([sys.executable, "-m", "treadle.cli.main", "--config", str(path), "hash", "agent",
+                          "researcher"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "sha256:e03953f0f2b43b6e9521b0c5e3f31cdddad6c3d3e907deb8172cd4c959de105e"
+
+
+def test_a_user_tier_that_leaves_an_agent_nothing_is_a_config_error() -> None:
+    data = {"tiers": {"t": [{"provider": "mock", "model": "echo"}]},
+            "user_tiers": {"default": {}, "cloud-only": {"provider_priority": ["anthropic"]}},
+            "agents": {"a": {"tier": "t"}}}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    assert "agents.a.tier: no candidate of tier 't' is allowed by user tier 'cloud-only'" in str(info.value)
