@@ -28,7 +28,9 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
         from treadle.api import webhooks as webhook_routes
 
         routers.append(webhook_routes.router)
-    return [*routers, substrate.router, memory.router]
+    from treadle.api import mcp
+
+    return [*routers, substrate.router, memory.router, mcp.router]
 
 
 def create_app(
