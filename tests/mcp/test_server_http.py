@@ -3,12 +3,8 @@ and driven by the official `mcp` SDK client over Streamable HTTP."""
 
 from __future__ import annotations
 
-import json
-import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
 
 import httpx
 import httpx2
@@ -16,34 +12,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult
-from treadle_sidecar.server import BackgroundServer
 
-from tests.support.db import TEST_HOME
-from treadle.config import Settings, TreadleConfig, parse_config
-
-TOKEN = "mcp-" + secrets.token_hex(8)
-
-CONFIG: TreadleConfig = parse_config(
-    {
-        "agents": {
-            "echo": {"model": "echo"},
-            "forever": {
-                "model": "tool-caller", "tools": ["Context"], "max_iterations": 10000,
-                "mock": {"tool_calls": 10000, "latency_ms": 30},
-            },
-        }
-    }
-)
-
-
-@pytest.fixture(scope="module")
-async def base_url(db_url: str) -> AsyncIterator[str]:
-    settings = Settings(database_url=db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
-                        auth_token=TOKEN, sweep_interval_seconds=30.0)
-    server = BackgroundServer(settings, CONFIG)
-    yield await server.start()
-    await server.stop()
+from tests.support.mcp import TOKEN, payload
 
 
 def mcp_client(base_url: str, http: httpx2.AsyncClient) -> Client:
@@ -57,13 +27,6 @@ async def connect(base_url: str) -> AsyncIterator[Client]:
     async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http,
                 mcp_client(base_url, http) as c):
         yield c
-
-
-def payload(result: CallToolResult) -> dict[str, Any]:
-    assert result.content and result.content[0].type == "text"
-    doc: dict[str, Any] = json.loads(result.content[0].text)
-    assert result.structured_content == doc
-    return doc
 
 
 async def test_lists_loomcycle_meta_tools(base_url: str) -> None:

@@ -322,6 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("kind", choices=["agent", "skill"])
     h.add_argument("name")
     h.set_defaults(func=cmd_hash)
+
+    from treadle.cli import mcp as mcp_cli
+
+    mcp_cli.add_parser(sub)
     return p
 
 

@@ -1,0 +1,33 @@
+"""Shared by tests/mcp: the treadle.yaml of the served sidecar and its bearer token."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from mcp_types import CallToolResult
+
+from treadle.config import TreadleConfig, parse_config
+
+TOKEN = "mcp-" + secrets.token_hex(8)
+
+CONFIG: TreadleConfig = parse_config(
+    {
+        "agents": {
+            "echo": {"model": "echo"},
+            "forever": {
+                "model": "tool-caller", "tools": ["Context"], "max_iterations": 10000,
+                "mock": {"tool_calls": 10000, "latency_ms": 30},
+            },
+        }
+    }
+)
+
+
+def payload(result: CallToolResult) -> dict[str, Any]:
+    """A meta-tool's JSON answer (its text content, which the structured content repeats)."""
+    assert result.content and result.content[0].type == "text"
+    doc: dict[str, Any] = json.loads(result.content[0].text)
+    assert result.structured_content == doc
+    return doc
