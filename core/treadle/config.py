@@ -25,6 +25,7 @@ from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
 from treadle.specs.fieldtypes import BaseUrl, EnvVarName
 from treadle.specs.hosts import HostPatternStr
+from treadle.specs.mcp import McpServerSpec, check_server_names
 from treadle.specs.memory import MemoryConfig
 from treadle.specs.schedule import DefScope, ScheduleSpec
 from treadle.specs.webhook import WebhookSpec
@@ -222,6 +223,14 @@ class TreadleConfig(BaseModel):
     interruption: InterruptionConfig = Field(default_factory=InterruptionConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     search: SearchConfig | None = None
+    #: MCP servers whose tools agents may call as mcp__<server>__<tool> (specs/mcp.py)
+    mcp_servers: dict[str, McpServerSpec] = Field(default_factory=dict)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_server_names(cls, v: dict[str, McpServerSpec]) -> dict[str, McpServerSpec]:
+        check_server_names(list(v))
+        return v
 
     @field_validator("agents")
     @classmethod

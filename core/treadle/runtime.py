@@ -49,6 +49,9 @@ from treadle.tools.base import Principal, ToolContext, ToolServices
 from treadle.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from treadle.mcp.tools import McpToolSource
+    from treadle.store.steps import LeasedRun
+    from treadle.tools.base import Tool
     from treadle.triggers.service import Triggers
 
 log = logging.getLogger("treadle")
@@ -173,6 +176,7 @@ class Runtime:
             client_tools=lambda leased: [
                 ClientTool.from_spec(spec, leased.client_tool_timeout_s) for spec in leased.client_tools or ()
             ],
+            mcp_tools=self._mcp_tools,
             settings=EngineSettings(
                 tool_parallelism=settings.tool_parallelism,
                 provider_retries=settings.provider_retries,
@@ -242,7 +246,21 @@ class Runtime:
         return Triggers(self.pool, self.config, self, self.substrate.agents, self.memory,
                         ScopedPublisher(self.channels, self))
 
+    @cached_property
+    def mcp(self) -> McpToolSource:
+        """MCP servers as agent tools (treadle/mcp): built on the first step that needs one."""
+        from treadle.mcp.connections import McpConnections
+        from treadle.mcp.tools import McpToolSource, stdio_allowed
+
+        return McpToolSource(self.config, McpConnections(pooled=stdio_allowed()), self.network, pool=self.pool)
+
+    async def _mcp_tools(self, leased: LeasedRun, agent: ResolvedAgent) -> list[Tool]:
+        return await self.mcp.tools_for(leased.tenant_id, leased.run_id, agent.config.tools,
+                                        getattr(agent.config, "allowed_hosts", None), leased.allowed_hosts)
+
     async def close(self) -> None:
+        if "mcp" in self.__dict__:
+            await self.mcp.connections.close()
         for provider in self.providers.values():
             aclose = getattr(provider, "aclose", None)
             if aclose is not None:

@@ -16,6 +16,7 @@ from treadle.domain.ids import is_identifier
 from treadle.domain.runs import RunStatus
 from treadle.domain.segments import Segment
 from treadle.errors import RunNotFound, ValidationFailed
+from treadle.mcp.credentials import UserCredentials, seal_credentials
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.specs.hosts import parse_host_patterns
@@ -41,6 +42,9 @@ class RunRequest(BaseModel):
     #: narrows the hosts the run's tools (HTTP, WebFetch, …) may reach: ∩ the operator's and the
     #: agent's lists, never wider; sub-agent runs inherit it
     allowed_hosts: list[str] | None = Field(default=None, max_length=256)
+    #: per-run credentials (name → value) for MCP server headers `${run.credentials.NAME}`; sealed
+    #: at rest, never in events, logs or the model's view (treadle/mcp/credentials.py)
+    user_credentials: UserCredentials | None = None
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -114,6 +118,7 @@ async def create_run(
             client_tools=client_tool_specs(rt, body.client_tools, body.client_tool_timeout_seconds),
             client_tool_timeout_s=body.client_tool_timeout_seconds,
             allowed_hosts=body.allowed_hosts,
+            sealed_credentials=seal_credentials(who.tenant_id, body.user_credentials),
         )
     )
     if _wants_sse(request):

@@ -63,6 +63,8 @@ class EngineSettings:
 AgentResolver = Callable[[LeasedRun], Awaitable[ResolvedAgent | None]]
 #: the application tools a run's caller declared (builtins/client.py), as tools
 ClientTools = Callable[[LeasedRun], list[Tool]]
+#: the MCP servers' tools the agent's `tools:` select for this step (treadle/mcp/tools.py)
+McpTools = Callable[[LeasedRun, ResolvedAgent], Awaitable[list[Tool]]]
 
 
 class Engine:
@@ -80,6 +82,7 @@ class Engine:
         cancels: CancelWatch | None = None,
         client_tools: ClientTools | None = None,
         hooks: ToolHooks | None = None,
+        mcp_tools: McpTools | None = None,
     ) -> None:
         self.tools = tools
         self.steps = steps
@@ -92,6 +95,7 @@ class Engine:
         self.runner = ToolRunner(tools, steps, self.settings.tool_parallelism, hooks)
         self.cancels = cancels
         self.client_tools = client_tools
+        self.mcp_tools = mcp_tools
         self._signals: dict[str, asyncio.Event] = {}
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._owner_seq = itertools.count(1)
@@ -195,6 +199,8 @@ class Engine:
         agent = await self.resolve_agent(leased) if self.resolve_agent is not None else self.agents.get(leased.agent)
         if agent is not None and leased.client_tools and self.client_tools is not None:
             agent = dataclasses.replace(agent, tools=[*agent.tools, *self.client_tools(leased)])
+        if agent is not None and self.mcp_tools is not None and any(t.startswith("mcp__") for t in agent.config.tools):
+            agent = dataclasses.replace(agent, tools=[*agent.tools, *await self.mcp_tools(leased, agent)])
         return agent
 
     async def _step(self, leased: LeasedRun, owner: str) -> StepResult:

@@ -121,6 +121,9 @@ class NewRun:
     client_tool_timeout_s: float | None = None
     #: the caller's narrowing of the hosts the run's tools may reach (None: none); children inherit it
     allowed_hosts: list[str] | None = None
+    #: the caller's `user_credentials`, sealed (treadle/mcp/credentials.py); stored in
+    #: run_credentials with the run, never in the runs row
+    sealed_credentials: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -172,6 +175,9 @@ class RunStore:
               (VALUES (1, 'user_input', %(ui)s::jsonb), (2, 'started', %(st)s::jsonb)) AS v(seq, type, payload)
         ), jb AS (
             INSERT INTO jobs (tenant_id, run_id, step_no) SELECT r.tenant_id, r.id, 0 FROM r WHERE %(jobs)s
+        ), cr AS (
+            INSERT INTO run_credentials (run_id, tenant_id, sealed)
+            SELECT r.id, r.tenant_id, %(creds)s::bytea FROM r WHERE %(creds)s::bytea IS NOT NULL
         )
         SELECT r.*, CASE WHEN %(jobs)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM r
         """
@@ -197,6 +203,7 @@ class RunStore:
             "ui": Jsonb(user_input),
             "st": Jsonb(started),
             "jobs": self.jobs_in_db,
+            "creds": new.sealed_credentials,
         }
         async with self.pool.connection() as conn:
             cur = await conn.execute(sql, params)

@@ -25,6 +25,7 @@ from treadle.api.mcp.join import outcome, settle
 from treadle.api.runs import CancelRequest, RunRequest
 from treadle.domain.runs import RunStatus
 from treadle.errors import TreadleError, ValidationFailed
+from treadle.mcp.credentials import seal_credentials
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.channels import parse_deliver_at
@@ -93,6 +94,7 @@ def _new_run(rt: Runtime, who: Principal, body: RunRequest, idempotency_key: str
         metadata=body.metadata, interactive=body.interactive, idempotency_key=idempotency_key,
         client_tools=client_tool_specs(rt, body.client_tools, body.client_tool_timeout_seconds),
         client_tool_timeout_s=body.client_tool_timeout_seconds, allowed_hosts=body.allowed_hosts,
+        sealed_credentials=seal_credentials(who.tenant_id, body.user_credentials),
     )
 
 
