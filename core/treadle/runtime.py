@@ -49,6 +49,7 @@ from treadle.tools.base import Principal, ToolContext, ToolServices
 from treadle.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from treadle.mcp.defs import McpServerDefs
     from treadle.mcp.tools import McpToolSource
     from treadle.store.steps import LeasedRun
     from treadle.tools.base import Tool
@@ -252,7 +253,15 @@ class Runtime:
         from treadle.mcp.connections import McpConnections
         from treadle.mcp.tools import McpToolSource, stdio_allowed
 
-        return McpToolSource(self.config, McpConnections(pooled=stdio_allowed()), self.network, pool=self.pool)
+        return McpToolSource(self.config, McpConnections(pooled=stdio_allowed()), self.network, pool=self.pool,
+                             lookup=lambda tenant, name: self.mcp_defs.server(tenant, name))
+
+    @cached_property
+    def mcp_defs(self) -> McpServerDefs:
+        """MCPServerDef: MCP servers created at runtime (treadle/mcp/defs.py)."""
+        from treadle.mcp.defs import McpServerDefs
+
+        return McpServerDefs(DefStore(self.pool), self.mcp.discover_for_def, list(self.config.mcp_servers))
 
     async def _mcp_tools(self, leased: LeasedRun, agent: ResolvedAgent) -> list[Tool]:
         return await self.mcp.tools_for(leased.tenant_id, leased.run_id, agent.config.tools,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,11 +23,11 @@ from psycopg import sql
 from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
+from tests.support.mcp import CREDENTIAL, finished, tool_results
 from tests.support.mcp_servers import serve_http, vault
 from treadle.config import Settings, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
-CREDENTIAL = "cred-" + secrets.token_hex(12)
 
 
 def treadle_yaml(vault_url: str) -> dict[str, Any]:
@@ -63,18 +62,6 @@ async def sidecar(db_url: str, vault_url: str) -> AsyncIterator[httpx.AsyncClien
             yield client
     finally:
         await server.stop()
-
-
-async def finished(client: httpx.AsyncClient, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    resp = await client.get(f"/v1/runs/{run_id}/stream")  # ends once the run is terminal
-    assert resp.status_code == 200
-    run = (await client.get(f"/v1/runs/{run_id}")).json()
-    events = (await client.get(f"/v1/runs/{run_id}/events")).json()["events"]
-    return run, events
-
-
-def tool_results(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == "tool_result"]
 
 
 def rows_containing(db_url: str, needles: list[str]) -> list[str]:

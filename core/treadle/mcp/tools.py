@@ -114,6 +114,12 @@ class McpToolSource:
         self._discovered[key] = (time.monotonic(), tools)
         return tools
 
+    async def discover_for_def(self, name: str, spec: McpServerSpec) -> list[dict[str, Any]]:
+        """An MCPServerDef's tools (create, rediscover): through the operator's floor, headers that
+        need a run credential left out, never from the cache."""
+        endpoint, _ = await self.endpoint("", None, name, spec, self.guard(None, None), listing=True)
+        return stored_tools(await self.discover(endpoint, refresh=True))
+
     # -- the engine's hook -------------------------------------------------------------------------
 
     async def tools_for(self, tenant: str, run_id: str, names: Sequence[str], agent_hosts: Sequence[str] | None,

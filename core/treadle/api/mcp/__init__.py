@@ -18,6 +18,7 @@ from fastapi import APIRouter
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from treadle.api.defroutes import add_def_routes
 from treadle.errors import StoreError
 from treadle.security.principal import BearerAuthenticator
 
@@ -42,5 +43,7 @@ class McpEndpoint:
 
 router = APIRouter(tags=["mcp"])
 router.routes.append(Route(PATH, McpEndpoint(), methods=["GET", "POST", "DELETE"], include_in_schema=False))
+#: MCPServerDef ops over HTTP (as /v1/_agentdef): POST /v1/_mcpserverdef, GET /v1/_mcpserverdef/names
+add_def_routes(router, "/v1/_mcpserverdef", lambda rt: rt.mcp_defs)
 
 __all__ = ["PATH", "router"]

@@ -320,6 +320,12 @@ def _def_handler(service: str) -> Handler:
     return handler
 
 
+@tool("mcpserverdef", "The MCPServerDef ops (as POST /v1/_mcpserverdef): create (discovers the server's "
+      "tools unless discover is false), fork, get, list, retire, promote, verify, rediscover.", None)
+async def mcpserverdef(rt: Runtime, who: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    return await rt.mcp_defs.dispatch(who.tenant_id, args)
+
+
 for _name, _service in DEF_TOOLS.items():
     tool(_name, f"The {_service} ops (as POST /v1/_{_name}): the input is the {_service} tool's "
          "{op, ...}.", None)(_def_handler(_service))
@@ -331,7 +337,7 @@ for _name, _service in DEF_TOOLS.items():
 def _schema(rt: Runtime, meta: MetaTool) -> dict[str, Any]:
     if meta.args is not None:
         return meta.args.model_json_schema()
-    builtin = rt.registry.get(DEF_TOOLS[meta.name])
+    builtin = rt.registry.get(DEF_TOOLS[meta.name]) if meta.name in DEF_TOOLS else None
     if builtin is not None:
         return dict(builtin.input_schema)
     return {"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]}
