@@ -245,7 +245,8 @@ class Runtime:
         from treadle.triggers.service import Triggers
 
         return Triggers(self.pool, self.config, self, self.substrate.agents, self.memory,
-                        ScopedPublisher(self.channels, self))
+                        ScopedPublisher(self.channels, self),
+                        mcp=lambda tenant, server, tool, args: self.mcp.call_hook(tenant, server, tool, args))
 
     @cached_property
     def mcp(self) -> McpToolSource:

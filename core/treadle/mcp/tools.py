@@ -120,6 +120,18 @@ class McpToolSource:
         endpoint, _ = await self.endpoint("", None, name, spec, self.guard(None, None), listing=True)
         return stored_tools(await self.discover(endpoint, refresh=True))
 
+    async def call_hook(self, tenant: str, server: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """An `mcp.call` on_complete hook (triggers/hooks.py): no run, so no run credentials;
+        through the operator's floor."""
+        found = await self.server(tenant, server)
+        if found is None:
+            raise McpRefused(f"no MCP server {server!r} (treadle.yaml mcp_servers or an MCPServerDef)")
+        spec = found[0]
+        guard = None if spec.is_stdio else self.guard(None, None)
+        endpoint, _ = await self.endpoint(tenant, None, server, spec, guard)
+        result = await self.connections.call(endpoint, tool, args)
+        return {"is_error": result.is_error, "text": render(result)}
+
     # -- the engine's hook -------------------------------------------------------------------------
 
     async def tools_for(self, tenant: str, run_id: str, names: Sequence[str], agent_hosts: Sequence[str] | None,
