@@ -323,9 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("name")
     h.set_defaults(func=cmd_hash)
 
+    from treadle.cli import importer
     from treadle.cli import mcp as mcp_cli
 
     mcp_cli.add_parser(sub)
+    importer.add_parser(sub)
     return p
 
 
