@@ -108,6 +108,13 @@ async def test_bearer_is_required(base_url: str) -> None:
         resp = await http.post(f"{base_url}/v1/_mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                                headers={"Accept": "application/json, text/event-stream"})
     assert resp.status_code == 401 and resp.json()["code"] == "unauthorized"
+    auth = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(headers=auth) as http:
+        get = await http.get(f"{base_url}/v1/_mcp")  # stateless: no stream to open
+        assert (get.status_code, get.json()["code"], get.headers["allow"]) == (405, "method_not_allowed", "POST")
+        bad = await http.post(f"{base_url}/v1/_mcp", content=b"{not json", headers={"content-type": "application/json"})
+        assert bad.status_code == 400 and bad.json()["code"] == "bad_request"  # treadle's shape …
+        assert bad.json()["details"]["jsonrpc"]["code"] == -32700  # … with the JSON-RPC error inside
     async with httpx2.AsyncClient(headers={"Authorization": "Bearer wrong"}) as http:
         with pytest.raises(BaseExceptionGroup) as refused:
             async with mcp_client(base_url, http) as c:
