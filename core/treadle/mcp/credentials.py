@@ -22,8 +22,6 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Annotated
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import Field, StringConstraints
 
 from treadle.errors import ConfigError, ToolError
@@ -53,6 +51,8 @@ class CredentialSealer:
     """Seals a run's credentials for the database and opens them for a step."""
 
     def __init__(self, key: bytes, *, ephemeral: bool = False) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # on first use: not in cold starts
+
         if len(key) != 32:
             raise ConfigError(f"{KEY_ENV} must be 32 bytes, base64-encoded")
         self._aead = AESGCM(key)
@@ -80,6 +80,8 @@ class CredentialSealer:
             raise CredentialUnavailable(
                 "this run's credentials were sealed with a key this process does not hold "
                 f"(set the same {KEY_ENV} on every treadle process)")
+        from cryptography.exceptions import InvalidTag
+
         try:
             plain = self._aead.decrypt(sealed[5:17], sealed[17:], _aad(tenant_id))
         except InvalidTag:
