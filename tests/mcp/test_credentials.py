@@ -69,7 +69,7 @@ def test_the_request_field_is_bounded() -> None:
 
 async def test_a_sub_agent_run_reads_its_root_runs_credentials(migrated_db_url: str) -> None:
     segs = [{"role": "user", "content": [{"type": "trusted-text", "text": "x"}]}]
-    async with open_test_runtime({"echo": {"model": "echo"}}, database_url=migrated_db_url) as (rt, _):
+    async with open_test_runtime({"echo": {"model": "echo"}}, database_url=migrated_db_url) as (rt, disp):
         root, _ = await rt.start_run(NewRun(tenant_id="default", agent="echo", segments=segs,
                                             sealed_credentials=seal_credentials("default", {"k": "root-secret"})))
         child, _ = await rt.start_run(NewRun(tenant_id="default", agent="echo", segments=segs,
@@ -78,3 +78,11 @@ async def test_a_sub_agent_run_reads_its_root_runs_credentials(migrated_db_url: 
         assert await load_credentials(rt.pool, "default", child.id) == {"k": "root-secret"}
         assert await load_credentials(rt.pool, "default", plain.id) == {}
         assert await load_credentials(rt.pool, "other-tenant", root.id) == {}
+        async with rt.pool.connection() as conn:
+            cur = await conn.execute("SELECT sealed FROM run_credentials WHERE run_id = %s", (root.id,))
+            row = await cur.fetchone()
+            assert row is not None and b"root-secret" not in bytes(row["sealed"])  # sealed at rest
+        await rt.cancel_run("default", root.id, "done")
+        await disp.drain()
+        assert (await rt.runs.get("default", root.id)).status == "cancelled"  # type: ignore[union-attr]
+        assert await load_credentials(rt.pool, "default", root.id) == {}  # gone with the run's end

@@ -6,7 +6,8 @@ the database never holds, so a dump, a replica or a stolen backup reveals nothin
 authenticated data: a sealed blob cannot be opened under another tenant. Any worker of the
 deployment holding the key opens them for the step that needs them, substitutes them into the MCP
 request headers at the transport boundary, and forgets them; they never enter an event, a log
-line, a span or the model's view (a result that echoes one gets it masked). Without the variable
+line, a span or the model's view (a result that echoes one gets it masked); the statement that
+ends the run deletes them (a trigger, migration 0016). Without the variable
 each process uses a random key of its own: credentials then work only where the run was created
 (the sidecar runs its own workers; a cloud deployment must set the key, else a worker answers
 `credential_unavailable`)."""
