@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
 import mcp_types as types
@@ -334,9 +335,14 @@ for _name, _service in DEF_TOOLS.items():
 # -- the MCP surface -------------------------------------------------------------------------------
 
 
+@cache
+def _args_schema(model: type[BaseModel]) -> dict[str, Any]:
+    return model.model_json_schema()
+
+
 def _schema(rt: Runtime, meta: MetaTool) -> dict[str, Any]:
     if meta.args is not None:
-        return meta.args.model_json_schema()
+        return _args_schema(meta.args)
     builtin = rt.registry.get(DEF_TOOLS[meta.name]) if meta.name in DEF_TOOLS else None
     if builtin is not None:
         return dict(builtin.input_schema)
