@@ -17,13 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import psycopg
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from psycopg import sql
 from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
-from tests.support.mcp import CREDENTIAL, finished, tool_results
+from tests.support.mcp import CREDENTIAL, finished, payload, tool_results
 from tests.support.mcp_servers import serve_http, vault
 from treadle.config import Settings, parse_config
 
@@ -136,3 +139,15 @@ async def test_the_network_guard_refuses_mcp_over_http_to_a_private_address(migr
         first = tool_results(events)[0]
         # no floor, loopback not exempted: the call is refused before any connection is made
         assert first.get("is_error") and "is not allowed" in first["text"], first
+
+
+async def test_spawn_run_over_mcp_carries_user_credentials(migrated_db_url: str, network_allows_loopback: None) -> None:
+    async with serve_http(vault(CREDENTIAL)) as vault_url, sidecar(migrated_db_url, vault_url) as client:
+        mcp_url = str(client.base_url).rstrip("/") + "/v1/_mcp"
+        async with httpx2.AsyncClient(timeout=60) as http, \
+                Client(streamable_http_client(mcp_url, http_client=http)) as mcp:
+            out = payload(await mcp.call_tool("spawn_run", {
+                "agent": "vaulter", "prompt": "open", "user_credentials": {"vault": CREDENTIAL}}))
+            assert out["status"] == "completed" and out["final_text"] == "all done", out
+            transcript = payload(await mcp.call_tool("get_transcript", {"run_id": out["run_id"]}))
+        assert "vault item gold: open sesame" in json.dumps(transcript) and CREDENTIAL not in json.dumps(transcript)
