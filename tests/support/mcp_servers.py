@@ -41,11 +41,11 @@ def vault(expected_bearer: str) -> MCPServer:
 
 
 @asynccontextmanager
-async def serve_http(server: MCPServer) -> AsyncIterator[str]:
-    """Serve `server` at http://127.0.0.1:<port>/mcp (stateless, JSON responses)."""
+async def serve_http(server: MCPServer, port: int = 0) -> AsyncIterator[str]:
+    """Serve `server` at http://127.0.0.1:<port>/mcp (stateless, JSON responses; port 0: any)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
