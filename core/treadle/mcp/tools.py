@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -32,6 +33,8 @@ from treadle.tools.base import Tool, ToolContext, ToolEffects, ToolResult
 log = logging.getLogger("treadle.mcp")
 
 DISCOVERY_TTL_S = 300.0
+#: the tool names model APIs accept (Anthropic, OpenAI): mcp__<server>__<tool> must fit
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_RESULT_CHARS = 256 * 1024
 
 #: (tenant, server name) → the server's spec and, for an MCPServerDef, the tools it discovered
@@ -161,8 +164,13 @@ class McpToolSource:
                     log.warning("MCP server %r: cannot list its tools for this step: %s", server, exc.message)
                     remote = [types.Tool(name=t, input_schema={"type": "object"}) for t in sorted(selected - {"*"})]
             for t in sorted(remote, key=lambda t: t.name):
-                if "*" in selected or t.name in selected:
-                    out.append(McpTool(self, server, spec, t, agent_hosts, caller_hosts))
+                if "*" not in selected and t.name not in selected:
+                    continue
+                if not TOOL_NAME.match(tool_name(server, t.name)):  # what model APIs accept as a name
+                    log.warning("MCP server %r: tool %r skipped: %s is not a valid tool name", server, t.name,
+                                tool_name(server, t.name))
+                    continue
+                out.append(McpTool(self, server, spec, t, agent_hosts, caller_hosts))
         return out
 
 
