@@ -32,6 +32,7 @@ from treadle.errors import ConfigError
 from treadle.specs.fieldtypes import BaseUrl, EnvVarName
 from treadle.specs.hosts import HostPatternStr
 from treadle.specs.loomcycle import adapt as adapt_loomcycle
+from treadle.specs.mcp import McpServerSpec, check_server_names
 from treadle.specs.memory import MemoryConfig
 from treadle.specs.schedule import DefScope, ScheduleSpec
 from treadle.specs.webhook import WebhookSpec
@@ -288,6 +289,14 @@ class TreadleConfig(BaseModel):
     #: loomcycle's provider walk order and per-user-class routing (specs/loomcycle.py)
     provider_priority: list[str] = Field(default_factory=list)
     user_tiers: dict[str, UserTierConfig] = Field(default_factory=dict)
+    #: MCP servers whose tools agents may call as mcp__<server>__<tool> (specs/mcp.py)
+    mcp_servers: dict[str, McpServerSpec] = Field(default_factory=dict)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_server_names(cls, v: dict[str, McpServerSpec]) -> dict[str, McpServerSpec]:
+        check_server_names(list(v))
+        return v
 
     @field_validator("agents")
     @classmethod

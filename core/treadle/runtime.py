@@ -50,8 +50,12 @@ from treadle.tools.base import Principal, ToolContext, ToolServices
 from treadle.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from treadle.mcp.defs import McpServerDefs
+    from treadle.mcp.tools import McpToolSource
+    from treadle.store.steps import LeasedRun
     from treadle.store.tokens import AuthTokenStore
     from treadle.substrate.tokens import OperatorTokens
+    from treadle.tools.base import Tool
     from treadle.triggers.service import Triggers
 
 log = logging.getLogger("treadle")
@@ -181,6 +185,7 @@ class Runtime:
             client_tools=lambda leased: [
                 ClientTool.from_spec(spec, leased.client_tool_timeout_s) for spec in leased.client_tools or ()
             ],
+            mcp_tools=self._mcp_tools,
             settings=EngineSettings(
                 tool_parallelism=settings.tool_parallelism,
                 provider_retries=settings.provider_retries,
@@ -273,9 +278,32 @@ class Runtime:
         from treadle.triggers.service import Triggers
 
         return Triggers(self.pool, self.config, self, self.substrate.agents, self.memory,
-                        ScopedPublisher(self.channels, self))
+                        ScopedPublisher(self.channels, self),
+                        mcp=lambda tenant, server, tool, args: self.mcp.call_hook(tenant, server, tool, args))
+
+    @cached_property
+    def mcp(self) -> McpToolSource:
+        """MCP servers as agent tools (treadle/mcp): built on the first step that needs one."""
+        from treadle.mcp.connections import McpConnections
+        from treadle.mcp.tools import McpToolSource, stdio_allowed
+
+        return McpToolSource(self.config, McpConnections(pooled=stdio_allowed()), self.network, pool=self.pool,
+                             lookup=lambda tenant, name: self.mcp_defs.server(tenant, name))
+
+    @cached_property
+    def mcp_defs(self) -> McpServerDefs:
+        """MCPServerDef: MCP servers created at runtime (treadle/mcp/defs.py)."""
+        from treadle.mcp.defs import McpServerDefs
+
+        return McpServerDefs(DefStore(self.pool), self.mcp.discover_for_def, list(self.config.mcp_servers))
+
+    async def _mcp_tools(self, leased: LeasedRun, agent: ResolvedAgent) -> list[Tool]:
+        return await self.mcp.tools_for(leased.tenant_id, leased.run_id, agent.config.tools,
+                                        getattr(agent.config, "allowed_hosts", None), leased.allowed_hosts)
 
     async def close(self) -> None:
+        if "mcp" in self.__dict__:
+            await self.mcp.connections.close()
         for provider in self.providers.values():
             aclose = getattr(provider, "aclose", None)
             if aclose is not None:

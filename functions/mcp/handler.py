@@ -1,4 +1,4 @@
-"""MCP function: /v1/_mcp (the MCP server itself comes with its own issue)."""
+"""MCP function: /v1/_mcp, treadle's MCP server (stateless Streamable HTTP; treadle/api/mcp)."""
 
 from treadle.api import mcp
 from treadle_cloud.http import HttpFunction

@@ -294,9 +294,9 @@ def test_http_functions_answer_errors_not_500(envs: dict[str, LambdaEnv]) -> Non
     status, body, _ = call(webhook, "POST", "/v1/_webhooks/acme/github", {"x": 1}, route_key=route)
     assert (status, body["code"]) == (404, "unknown_webhook")
 
-    status, body, _ = call(mcp, "POST", "/v1/_mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize"},
-                           route_key="ANY /v1/_mcp")
-    assert (status, body["code"]) == (501, "not_implemented")
+    status, body, _ = call(mcp, "POST", "/v1/_mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                           route_key="ANY /v1/_mcp", headers={"authorization": "Bearer wrong"})
+    assert (status, body["code"]) == (401, "unauthorized")  # the MCP server itself: tests/cloud/test_mcp_function.py
     status, body, _ = call(mcp, "GET", "/v1/_mcp/unknown", route_key="ANY /v1/_mcp")
     assert (status, body["code"]) == (404, "not_found")
 

@@ -28,10 +28,10 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
         from treadle.api import webhooks as webhook_routes
 
         routers.append(webhook_routes.router)
-    from treadle.api import llm_gateway, loomcycle, openai_compat  # loomcycle: its /v1/agents routes (issue 18)
+    from treadle.api import llm_gateway, loomcycle, mcp, openai_compat  # loomcycle: its /v1/agents routes
 
     routers.append(loomcycle.router)
-    return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers()]
+    return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers(), mcp.router]
 
 
 def create_app(

@@ -26,6 +26,7 @@ from treadle.domain.ids import is_identifier
 from treadle.domain.runs import RunStatus
 from treadle.domain.segments import Segment
 from treadle.errors import RunNotFound, ValidationFailed
+from treadle.mcp.credentials import UserCredentials, seal_credentials
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.specs.hosts import parse_host_patterns
@@ -52,6 +53,9 @@ class RunRequest(LoomcycleRunFields):
     #: narrows the hosts the run's tools (HTTP, WebFetch, …) may reach: ∩ the operator's and the
     #: agent's lists, never wider; sub-agent runs inherit it
     allowed_hosts: list[str] | None = Field(default=None, max_length=256)
+    #: per-run credentials (name → value) for MCP server headers `${run.credentials.NAME}`; sealed
+    #: at rest, never in events, logs or the model's view (treadle/mcp/credentials.py)
+    user_credentials: UserCredentials | None = None
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -131,6 +135,7 @@ async def _start(rt: Runtime, who: Principal, body: RunRequest, idempotency_key:
             agent_id=body.agent_id or new_agent_id(),
             parent_context=body.parent_context.stored() if body.parent_context else None,
             run_options=run_options(body),
+            sealed_credentials=seal_credentials(who.tenant_id, body.user_credentials),
         )
     )
 

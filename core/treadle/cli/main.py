@@ -329,9 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="treadle's earlier hash (treadle_sha256) instead of loomcycle's")
     h.set_defaults(func=cmd_hash)
 
+    from treadle.cli import importer
+    from treadle.cli import mcp as mcp_cli
     from treadle.cli.tokens import add_token_parser
 
     add_token_parser(sub)
+    mcp_cli.add_parser(sub)
+    importer.add_parser(sub)
     return p
 
 

@@ -68,6 +68,8 @@ class EngineSettings:
 AgentResolver = Callable[[LeasedRun], Awaitable[ResolvedAgent | None]]
 #: the application tools a run's caller declared (builtins/client.py), as tools
 ClientTools = Callable[[LeasedRun], list[Tool]]
+#: the MCP servers' tools the agent's `tools:` select for this step (treadle/mcp/tools.py)
+McpTools = Callable[[LeasedRun, ResolvedAgent], Awaitable[list[Tool]]]
 
 
 class Engine:
@@ -85,6 +87,7 @@ class Engine:
         cancels: CancelWatch | None = None,
         client_tools: ClientTools | None = None,
         hooks: ToolHooks | None = None,
+        mcp_tools: McpTools | None = None,
     ) -> None:
         self.tools = tools
         self.steps = steps
@@ -97,6 +100,7 @@ class Engine:
         self.runner = ToolRunner(tools, steps, self.settings.tool_parallelism, hooks)
         self.cancels = cancels
         self.client_tools = client_tools
+        self.mcp_tools = mcp_tools
         self._signals: dict[str, asyncio.Event] = {}
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._owner_seq = itertools.count(1)
@@ -215,6 +219,8 @@ class Engine:
             agent = dataclasses.replace(agent, tools=[t for t in agent.tools if t.name in narrowed])
         if agent is not None and leased.client_tools and self.client_tools is not None:
             agent = dataclasses.replace(agent, tools=[*agent.tools, *self.client_tools(leased)])
+        if agent is not None and self.mcp_tools is not None and any(t.startswith("mcp__") for t in agent.config.tools):
+            agent = dataclasses.replace(agent, tools=[*agent.tools, *await self.mcp_tools(leased, agent)])
         return agent
 
     async def _step(self, leased: LeasedRun, owner: str) -> StepResult:

@@ -40,7 +40,18 @@ class ChannelPublishHook(BaseModel):
     payload: Any = None
 
 
-Hook = Annotated[MemorySetHook | ChannelPublishHook, Field(discriminator="kind")]
+class McpCallHook(BaseModel):
+    """After a completed run: call `tool` of the MCP server `server` (treadle.yaml's mcp_servers or
+    an MCPServerDef) with `args` (loomcycle's fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["mcp.call"]
+    server: str = Field(pattern=r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$", max_length=64)
+    tool: str = Field(min_length=1, max_length=128)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+Hook = Annotated[MemorySetHook | ChannelPublishHook | McpCallHook, Field(discriminator="kind")]
 
 
 def _ident(v: str | None, what: str) -> str | None:

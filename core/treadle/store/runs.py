@@ -142,6 +142,9 @@ class NewRun:
     agent_id: str | None = None
     parent_context: dict[str, Any] | None = None
     run_options: dict[str, Any] | None = None
+    #: the caller's `user_credentials`, sealed (treadle/mcp/credentials.py); stored in
+    #: run_credentials with the run, never in the runs row
+    sealed_credentials: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -194,6 +197,9 @@ class RunStore:
               (VALUES (1, 'user_input', %(ui)s::jsonb), (2, 'started', %(st)s::jsonb)) AS v(seq, type, payload)
         ), jb AS (
             INSERT INTO jobs (tenant_id, run_id, step_no) SELECT r.tenant_id, r.id, 0 FROM r WHERE %(jobs)s
+        ), cr AS (
+            INSERT INTO run_credentials (run_id, tenant_id, sealed)
+            SELECT r.id, r.tenant_id, %(creds)s::bytea FROM r WHERE %(creds)s::bytea IS NOT NULL
         )
         SELECT r.*, CASE WHEN %(jobs)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM r
         """
@@ -223,6 +229,7 @@ class RunStore:
             "ui": Jsonb(user_input),
             "st": Jsonb(started),
             "jobs": self.jobs_in_db,
+            "creds": new.sealed_credentials,
         }
         async with self.pool.connection() as conn:
             try:

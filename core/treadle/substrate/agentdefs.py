@@ -22,6 +22,7 @@ from treadle.domain import loomhash
 from treadle.domain.defs import content_sha256, normalize_text
 from treadle.engine.agents import AgentCatalogue
 from treadle.errors import DefRefused
+from treadle.specs.mcp import is_mcp_tool_name
 from treadle.store.defs import DefStore
 
 KIND = "agent"
@@ -84,7 +85,7 @@ class AgentDefFamily(DefLifecycle):
         errs = [f"{path.removeprefix(f'agents.{name}.')}: {msg}" for path, msg in probe.reference_errors()
                 if path.startswith(f"agents.{name}.")]
         registry = self.catalogue.registry
-        unknown = [t for t in cfg.tools if registry.get(t) is None]
+        unknown = [t for t in cfg.tools if registry.get(t) is None and not is_mcp_tool_name(t)]
         if unknown:
             errs.append(f"tools: unknown tool(s) {', '.join(unknown)} (known: {', '.join(registry.names())})")
         if errs:

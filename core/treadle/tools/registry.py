@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from treadle.errors import ConfigError
+from treadle.specs.mcp import is_mcp_tool_name
 from treadle.tools.base import Tool
 
 
@@ -29,6 +30,8 @@ class ToolRegistry:
         """The agent's tools, in the order its `tools:` list gives; unknown names are a config error."""
         out: list[Tool] = []
         for i, name in enumerate(names):
+            if is_mcp_tool_name(name):  # an MCP server's tool: offered per step (treadle/mcp)
+                continue
             tool = self._tools.get(name)
             if tool is None:
                 raise ConfigError(

@@ -12,6 +12,7 @@ raised.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from treadle.errors import ChannelPublishFailed, ChannelsUnavailable, NotFound, TreadleError
@@ -64,10 +65,16 @@ def require_publisher(publisher: ScopedPublisher | None) -> ScopedPublisher:
     return publisher
 
 
+#: (tenant, server, tool, args) → `{"is_error", "text"}`: an MCP tool call (treadle/mcp/tools.py)
+McpCaller = Callable[[str, str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
 class HookRunner:
-    def __init__(self, pool: Pool, memory: MemoryStore, publisher: ScopedPublisher | None) -> None:
+    def __init__(self, pool: Pool, memory: MemoryStore, publisher: ScopedPublisher | None,
+                 mcp: McpCaller | None = None) -> None:
         self.memory = memory
         self.publisher = publisher
+        self.mcp = mcp
         self.schedules = ScheduleStore(pool)
         self.webhooks = WebhookStore(pool)
 
@@ -132,4 +139,13 @@ class HookRunner:
                 tenant, str(hook.get("channel")), value, agent=row["agent"], user_id=row["user_id"]
             )
             return {"channel": hook.get("channel"), "message_id": out.get("message_id"), "woken": out.get("woken")}
+        if hook.get("kind") == "mcp.call":
+            if self.mcp is None:
+                raise TreadleError("MCP is not available in this runtime", code="mcp_unavailable")
+            server, tool = str(hook.get("server")), str(hook.get("tool"))
+            args = hook.get("args")
+            result = await self.mcp(tenant, server, tool, dict(args) if isinstance(args, dict) else {})
+            if result.get("is_error"):
+                raise TreadleError(f"{server}/{tool}: {str(result.get('text'))[:1000]}", code="mcp_tool_error")
+            return {"server": server, "tool": tool, "text": str(result.get("text"))[:MAX_FINAL_TEXT]}
         raise TreadleError(f"unknown hook kind {hook.get('kind')!r}", code="unknown_hook")

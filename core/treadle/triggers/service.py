@@ -31,7 +31,7 @@ from treadle.security.principal import DEFAULT_TENANT
 from treadle.store.db import Pool
 from treadle.store.locks import STATIC_TRIGGERS_LOCK_KEY, xact_lock
 from treadle.store.memory import MemoryStore
-from treadle.triggers.hooks import HookRunner, ScopedPublisher
+from treadle.triggers.hooks import HookRunner, McpCaller, ScopedPublisher
 from treadle.triggers.scheduler import Scheduler
 from treadle.triggers.schedules import ScheduleService
 from treadle.triggers.settings import TriggerSettings
@@ -44,14 +44,14 @@ log = logging.getLogger("treadle.triggers")
 class Triggers:
     def __init__(
         self, pool: Pool, config: TreadleConfig, starter: RunStarter, agents: AgentDirectory, memory: MemoryStore,
-        publisher: ScopedPublisher | None, settings: TriggerSettings | None = None,
+        publisher: ScopedPublisher | None, settings: TriggerSettings | None = None, mcp: McpCaller | None = None,
     ) -> None:
         self.pool = pool
         self.config = config
         self.settings = settings or TriggerSettings()
         self.schedules = ScheduleService(pool, starter, agents, settings=self.settings)
         self.webhooks = WebhookService(pool, starter, agents, publisher, self.settings)
-        self.hooks = HookRunner(pool, memory, publisher)
+        self.hooks = HookRunner(pool, memory, publisher, mcp)
 
     def sweeper(self, *, interval_s: float | None = None, singleton: bool = True) -> ScheduleSweeper:
         return ScheduleSweeper(self.pool, self.schedules, self.hooks, interval_s=interval_s, singleton=singleton)

@@ -1,0 +1,217 @@
+"""`treadle import claude-code --from .claude [--write]`: Claude Code subagents and skills as
+treadle defs.
+
+    .claude/agents/<name>.md         frontmatter (name, description, tools, model, skills) + the
+                                     system prompt → an AgentDef
+    .claude/skills/<name>/SKILL.md   frontmatter (name, description, allowed-tools) + the body → a SkillDef
+
+Without `--write` it is a dry run: it prints what it would create and everything that does not
+carry over (the lossy list). With `--write` it creates the defs on a running treadle (`--url`,
+bearer from TREADLE_AUTH_TOKEN): skills first, then agents; a name that exists with another body
+gets a new promoted version (a fork); an identical one is left as it is.
+
+Claude Code grants every tool when `tools:` is absent; treadle is default-deny, so such an agent
+gets none (listed as lossy). Tools without a treadle equivalent (file system, shell, todo lists)
+are dropped; `mcp__<server>__<tool>` names carry over as they are (the server must be configured
+in treadle). `model: sonnet | opus | haiku` becomes a model alias of that name (declare it under
+treadle.yaml `models:`); `inherit` or none becomes `--default-model`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: Claude Code tool → treadle tool (None: no equivalent)
+TOOL_MAP: dict[str, str | None] = {
+    "WebFetch": "WebFetch", "WebSearch": "WebSearch", "Task": "Agent", "Agent": "Agent",
+    "Read": None, "Write": None, "Edit": None, "MultiEdit": None, "Glob": None, "Grep": None, "LS": None,
+    "Bash": None, "BashOutput": None, "KillShell": None, "KillBash": None, "NotebookEdit": None,
+    "NotebookRead": None, "TodoWrite": None, "SlashCommand": None, "Skill": None, "ExitPlanMode": None,
+}
+AGENT_KEYS = {"name", "description", "tools", "model", "skills"}
+SKILL_KEYS = {"name", "description", "allowed-tools"}
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+@dataclass
+class Planned:
+    kind: str  # "agent" | "skill"
+    name: str
+    source: str
+    overlay: dict[str, Any]
+    lossy: list[str] = field(default_factory=list)
+
+
+def split_frontmatter(text: str) -> tuple[dict[str, Any], str]:
+    """(frontmatter, body) of a Markdown file with a `---` YAML header (none: {}, the text)."""
+    m = re.match(r"^---\s*\n(.*?)\n---\s*(?:\n|$)", text, re.S)
+    if not m:
+        return {}, text
+    meta = yaml.safe_load(m.group(1)) or {}
+    if not isinstance(meta, dict):
+        raise ValueError("the frontmatter is not a YAML mapping")
+    return meta, text[m.end():]
+
+
+def tool_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [str(t).strip() for t in items if str(t).strip()]
+
+
+def map_tools(names: list[str], lossy: list[str]) -> list[str]:
+    out: list[str] = []
+    for name in names:
+        if name.startswith("mcp__"):
+            out.append(name)
+            lossy.append(f"tool {name}: kept; the MCP server must be configured in treadle (mcp_servers or an "
+                         "MCPServerDef)")
+            continue
+        mapped = TOOL_MAP.get(name)
+        if mapped is None:
+            lossy.append(f"tool {name}: no treadle equivalent, dropped")
+        elif mapped not in out:
+            out.append(mapped)
+    return out
+
+
+def plan_agent(path: Path, default_model: str) -> Planned:
+    meta, body = split_frontmatter(path.read_text())
+    name = str(meta.get("name") or path.stem)
+    lossy: list[str] = []
+    if not NAME.match(name):
+        raise ValueError(f"{path}: name {name!r} is not a treadle name ([A-Za-z0-9_-]{{1,128}})")
+    overlay: dict[str, Any] = {"system_prompt": body.strip()}
+    if meta.get("description"):
+        overlay["description"] = str(meta["description"])[:4096]
+    model = str(meta.get("model") or "inherit")
+    if model == "inherit":
+        overlay["model"] = default_model
+        lossy.append(f"model {model}: uses --default-model {default_model!r}")
+    else:
+        overlay["model"] = model
+        lossy.append(f"model {model}: a treadle model alias of that name must be declared under models:")
+    if "tools" in meta:
+        overlay["tools"] = map_tools(tool_list(meta.get("tools")), lossy)
+    else:
+        overlay["tools"] = []
+        lossy.append("tools: absent (Claude Code grants every tool); treadle is default-deny: none granted")
+    skills = tool_list(meta.get("skills"))
+    if skills:
+        overlay["skills"] = skills
+    for key in sorted(set(meta) - AGENT_KEYS):
+        lossy.append(f"frontmatter {key}: not imported")
+    return Planned("agent", name, str(path), overlay, lossy)
+
+
+def plan_skill(path: Path) -> Planned:
+    meta, body = split_frontmatter(path.read_text())
+    name = str(meta.get("name") or path.parent.name)
+    lossy: list[str] = []
+    if not NAME.match(name):
+        raise ValueError(f"{path}: name {name!r} is not a treadle name ([A-Za-z0-9_-]{{1,128}})")
+    overlay: dict[str, Any] = {"body": body.strip()}
+    if meta.get("description"):
+        overlay["description"] = str(meta["description"])[:4096]
+    if "allowed-tools" in meta:
+        overlay["tools"] = map_tools(tool_list(meta.get("allowed-tools")), lossy)
+    others = sorted(str(p.relative_to(path.parent)) for p in path.parent.rglob("*") if p.is_file() and p != path)
+    if others:
+        lossy.append(f"{len(others)} other file(s) of the skill not imported: {', '.join(others[:10])}"
+                     + (" …" if len(others) > 10 else ""))
+    for key in sorted(set(meta) - SKILL_KEYS):
+        lossy.append(f"frontmatter {key}: not imported")
+    return Planned("skill", name, str(path), overlay, lossy)
+
+
+def plan(root: Path, default_model: str) -> list[Planned]:
+    """Skills first (agents may list them), each kind in name order."""
+    if not root.is_dir():
+        raise ValueError(f"{root}: not a directory (the .claude folder of a project, or ~/.claude)")
+    skills = [plan_skill(p) for p in sorted((root / "skills").glob("*/SKILL.md"))]
+    agents = [plan_agent(p, default_model) for p in sorted((root / "agents").glob("*.md"))]
+    return skills + agents
+
+
+def print_plan(items: list[Planned], out: Any = sys.stdout) -> None:
+    for item in items:
+        label = "AgentDef" if item.kind == "agent" else "SkillDef"
+        print(f"{item.kind} {item.source} → {label} {item.name}", file=out)
+        if item.kind == "agent":
+            print(f"  tools: {', '.join(item.overlay['tools']) or '(none)'}; model: {item.overlay['model']}", file=out)
+        for note in item.lossy:
+            print(f"  lossy: {note}", file=out)
+    if not items:
+        print("nothing to import (no agents/*.md, no skills/*/SKILL.md)", file=out)
+
+
+def write(items: list[Planned], url: str, token: str | None) -> list[dict[str, Any]]:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    results: list[dict[str, Any]] = []
+    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60) as client:
+        for item in items:
+            path = "/v1/_agentdef" if item.kind == "agent" else "/v1/_skilldef"
+            resp = client.post(path, json={"op": "create", "name": item.name, "overlay": item.overlay})
+            action = "created"
+            if resp.status_code == 409:  # exists with another body: a new, promoted version
+                resp = client.post(path, json={"op": "fork", "name": item.name, "overlay": item.overlay,
+                                               "promote": True})
+                action = "forked"
+            body = resp.json()
+            if resp.status_code >= 400:
+                results.append({"kind": item.kind, "name": item.name, "ok": False, **body})
+                continue
+            if body.get("deduplicated"):
+                action = "unchanged"
+            results.append({"kind": item.kind, "name": item.name, "ok": True, "action": action,
+                            "def_id": body.get("def_id"), "version": body.get("version")})
+    return results
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    try:
+        items = plan(Path(args.source), args.default_model)
+    except (ValueError, OSError, yaml.YAMLError) as exc:
+        print(f"import: {exc}", file=sys.stderr)
+        return 2
+    if args.json and not args.write:
+        print(json.dumps([item.__dict__ for item in items], indent=2))
+        return 0
+    print_plan(items, sys.stderr if args.json else sys.stdout)
+    if not args.write:
+        print("dry run: nothing written (pass --write to create these defs on a running treadle)")
+        return 0
+    url = args.url or os.environ.get("TREADLE_URL") or "http://127.0.0.1:8787"
+    results = write(items, url, os.environ.get("TREADLE_AUTH_TOKEN"))
+    for r in results:
+        if r["ok"]:
+            print(f"{r['action']} {r['kind']} {r['name']} (def {r['def_id']}, version {r['version']})")
+        else:
+            print(f"FAILED {r['kind']} {r['name']}: {r.get('code')}: {r.get('error')}")
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("import", help="import definitions from another tool (claude-code)")
+    p.add_argument("tool", choices=["claude-code"])
+    p.add_argument("--from", dest="source", default=".claude", help="the .claude folder (default: ./.claude)")
+    p.add_argument("--write", action="store_true", help="create the defs on a running treadle (default: dry run)")
+    p.add_argument("--url", help="the treadle to write to (default: $TREADLE_URL, else http://127.0.0.1:8787)")
+    p.add_argument("--default-model", default="sonnet",
+                   help="the model (alias) for agents with model inherit or none (default: sonnet)")
+    p.add_argument("--json", action="store_true", help="print the plan (or the results) as JSON")
+    p.set_defaults(func=cmd_import)
