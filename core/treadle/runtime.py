@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from treadle.builtins.client import ClientTool
 from treadle.builtins.registry import default_registry
@@ -43,12 +43,17 @@ from treadle.store.migrate import migrate
 from treadle.store.runs import NewRun, RunRecord, RunStore
 from treadle.store.steps import StepStore
 from treadle.store.subruns import SubRunStore
+from treadle.store.volumes import VolumeStore
 from treadle.store.waits import WaitStore
 from treadle.substrate import Substrate
 from treadle.tools.base import Principal, ToolContext, ToolServices
 from treadle.tools.registry import ToolRegistry
+from treadle.volumes.base import VolumeStorage
+from treadle.volumes.host import HostDirStorage
+from treadle.volumes.service import VolumeService
 
 if TYPE_CHECKING:
+    from treadle.substrate.volumedefs import VolumeDefFamily
     from treadle.triggers.service import Triggers
 
 log = logging.getLogger("treadle")
@@ -65,7 +70,7 @@ class _OpServices(Mapping[str, OpService]):
     """The op services the *Def and Evaluation tools reach, by tool name; the trigger families are
     built on first use (a worker that never runs a ScheduleDef call never imports them)."""
 
-    NAMES = ("AgentDef", "SkillDef", "Evaluation", "ScheduleDef", "WebhookDef")
+    NAMES = ("AgentDef", "SkillDef", "Evaluation", "ScheduleDef", "WebhookDef", "VolumeDef")
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
@@ -82,6 +87,8 @@ class _OpServices(Mapping[str, OpService]):
             return rt.triggers.schedules.family
         if name == "WebhookDef":
             return rt.triggers.webhooks.family
+        if name == "VolumeDef":
+            return rt.volumedefs
         raise KeyError(name)
 
     def __iter__(self) -> Iterator[str]:
@@ -120,6 +127,9 @@ class Runtime:
     sse_budget_s: float | None = None
     #: how outbound calls the runtime makes itself (tool-use hooks) resolve and connect (tests inject it)
     network: NetworkSetup | None = None
+    #: where volumes keep their files (volumes/); "host": a directory under TREADLE_VOLUMES_ROOT
+    #: (default TREADLE_HOME/volumes); None: no volumes (the file tools refuse)
+    volume_storage: VolumeStorage | Literal["host"] | None = "host"
 
     def __post_init__(self) -> None:
         settings, config, pool = self.settings, self.config, self.pool
@@ -148,6 +158,10 @@ class Runtime:
         self.waker = RunWaker(self.waits, self.subruns, self.sender, self.hub)
         interrupts = InterruptStore(pool)
         self.substrate = Substrate(pool, self.catalogue, self.runs, self.memory, build_embedder(config.memory.embedder))
+        storage = self.volume_storage
+        if storage == "host":
+            storage = self.volume_storage = HostDirStorage(settings.volumes_root or settings.home / "volumes")
+        self.volumes = VolumeService(storage, config, VolumeStore(pool), DefStore(pool), self.subruns)
         tools = ToolServices(
             config=config, runs=self.runs, memory=self.memory, waits=self.waits, channels=self.channels,
             interrupts=interrupts, subruns=self.subruns, defs=DefStore(pool), client_results=ClientToolStore(pool),
@@ -156,6 +170,7 @@ class Runtime:
             ops=_OpServices(self),
             catalogue={t.name: (t.description, t.input_schema) for t in map(self.registry.get, self.registry.names())
                        if t is not None},
+            volumes=self.volumes,
         )
         self.engine = Engine(
             steps=self.steps,
@@ -179,6 +194,7 @@ class Runtime:
                 chain_steps=settings.chain_steps,
                 chain_budget_s=settings.chain_budget_seconds,
             ),
+            on_run_end=self.volumes.purge_run,
         )
 
     @classmethod
@@ -192,6 +208,7 @@ class Runtime:
         providers: dict[str, Provider] | None = None,
         config_source: str = "treadle.yaml",
         network: NetworkSetup | None = None,
+        volume_storage: VolumeStorage | Literal["host"] | None = "host",
     ) -> Runtime:
         """Resolve agents (config errors first), connect, migrate, and wire the engine.
 
@@ -209,7 +226,8 @@ class Runtime:
             dispatcher: Dispatcher = PostgresQueue(pool, url)
         else:
             dispatcher = dispatcher_factory(pool, url)
-        rt = cls(settings, config, url, pool, dispatcher, catalogue, registry, built, network=network)
+        rt = cls(settings, config, url, pool, dispatcher, catalogue, registry, built, network=network,
+                 volume_storage=volume_storage)
         if isinstance(rt.cancels, NotifyCancels):
             await rt.cancels.start()  # listening before the first step is leased
         return rt
@@ -232,6 +250,13 @@ class Runtime:
             principal=Principal(tenant_id, user_id), run_id=run_id, tool_use_id=tool_use_id, iteration=iteration,
             agent=agent, agent_config=agent_config, services=self.engine.tools, resume=resume,
         )
+
+    @cached_property
+    def volumedefs(self) -> VolumeDefFamily:
+        """Runtime volumes on the def lifecycle (VolumeDef tool, /v1/_volumedef)."""
+        from treadle.substrate.volumedefs import VolumeDefFamily
+
+        return VolumeDefFamily(DefStore(self.pool), self.volumes)
 
     @cached_property
     def triggers(self) -> Triggers:
