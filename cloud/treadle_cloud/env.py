@@ -40,6 +40,9 @@ class CloudSettings(EnvSettings):
     step_safety_seconds: float = Field(default=5.0, ge=0)
     #: a record is not started with less time than this left; it goes back to the queue
     min_step_seconds: float = Field(default=10.0, gt=0)
+    #: the S3 bucket (and key prefix) holding the agents' volumes; unset: no volumes in the cloud
+    volumes_bucket: str = ""
+    volumes_prefix: str = "volumes"
 
 
 @cache

@@ -265,7 +265,7 @@ class Runtime:
         from treadle.triggers.service import Triggers
 
         return Triggers(self.pool, self.config, self, self.substrate.agents, self.memory,
-                        ScopedPublisher(self.channels, self))
+                        ScopedPublisher(self.channels, self), purge_volumes=self.volumes.purge_ended)
 
     async def close(self) -> None:
         for provider in self.providers.values():

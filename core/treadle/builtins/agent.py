@@ -141,6 +141,8 @@ async def _start_child(
             allowed_hosts=ctx.allowed_hosts,  # a child never reaches further than its parent
         )
     )
+    if ctx.services.volumes is not None:  # nor reaches more volumes, or with a wider mode
+        await ctx.services.volumes.grant_child(ctx.tenant_id, ctx.run_id, ctx.agent_config, run.id)
     return Child(index, run.id, run.agent, run.status, run.stop_reason, run.error)
 
 
