@@ -66,7 +66,8 @@ async def test_bash_timeout_kills_the_group_and_output_is_capped(open_runtime: A
 async def _dead(pid: int) -> bool:
     """Gone, or a zombie waiting for init to reap it."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        with open(f"/proc/{pid}/stat") as f:  # noqa: ASYNC230 - procfs, never blocks
+            stat = f.read()
     except FileNotFoundError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
