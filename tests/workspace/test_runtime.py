@@ -170,3 +170,16 @@ async def test_volumedef_on_the_def_lifecycle(open_runtime: Any, tmp_path: Path)
 def test_yaml_volumes_are_checked(config: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_config(config)
+
+
+async def test_an_agentdef_written_through_the_tool_cannot_widen_volume_def_scopes(open_runtime: Any) -> None:
+    from tests.support.workspace import AGENTS
+
+    rt, _d = await open_runtime(AGENTS, config=CONFIG)
+    author = AgentConfig(tools=["AgentDef"], agent_def_scopes=["any"])
+    ctx = rt.tool_context(new_id("t"), new_id("run"), "author", agent_config=author)
+    tool = rt.registry.get("AgentDef")
+    assert tool is not None
+    with pytest.raises(ToolError, match="volume_def_scopes"):
+        await tool.invoke(ctx, {"op": "create", "name": "sub", "overlay": {"model": "echo",
+                                                                          "volume_def_scopes": ["any"]}})

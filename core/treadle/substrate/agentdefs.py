@@ -23,10 +23,10 @@ from treadle.store.defs import DefStore
 
 KIND = "agent"
 HASH_EXCLUDED = frozenset({"description", "agent_def_scopes", "skill_def_scopes", "schedule_def_scopes",
-                           "webhook_def_scopes"})
+                           "webhook_def_scopes", "volume_def_scopes", "volumes"})
 #: list fields a def written through a tool may carry only as far as the caller (or the parent) does
 GRANT_FIELDS = ("tools", "memory_scopes", "agent_def_scopes", "skill_def_scopes", "schedule_def_scopes",
-                "webhook_def_scopes", "evaluation_scopes", "allowed_hosts")
+                "webhook_def_scopes", "evaluation_scopes", "allowed_hosts", "volume_def_scopes")
 
 
 def agent_body(cfg: AgentConfig) -> dict[str, Any]:
