@@ -183,3 +183,20 @@ async def test_an_agentdef_written_through_the_tool_cannot_widen_volume_def_scop
     with pytest.raises(ToolError, match="volume_def_scopes"):
         await tool.invoke(ctx, {"op": "create", "name": "sub", "overlay": {"model": "echo",
                                                                           "volume_def_scopes": ["any"]}})
+
+
+async def test_an_agentdef_written_through_the_tool_cannot_widen_its_authors_volumes(open_runtime: Any) -> None:
+    from tests.support.workspace import AGENTS
+
+    rt, _d = await open_runtime(AGENTS, config=CONFIG)
+    author = AgentConfig(tools=["AgentDef"], agent_def_scopes=["any"],
+                         volumes=[{"name": "work"}, {"name": "shared", "mode": "ro"}])  # type: ignore[list-item]
+    ctx = rt.tool_context(new_id("t"), new_id("run"), "author", agent_config=author)
+    tool = rt.registry.get("AgentDef")
+    assert tool is not None
+    for widened in ([{"name": "refs"}], ["shared"], [{"name": "shared", "mode": "rw"}]):
+        with pytest.raises(ToolError, match="volumes"):
+            await tool.invoke(ctx, {"op": "create", "name": "sub", "overlay": {"model": "echo", "volumes": widened}})
+    ok = await tool.invoke(ctx, {"op": "create", "name": "sub", "overlay": {
+        "model": "echo", "volumes": ["work", {"name": "shared", "mode": "ro"}]}})
+    assert not getattr(ok, "is_error", True)

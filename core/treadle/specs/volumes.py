@@ -59,6 +59,18 @@ class VolumeBinding(BaseModel):
         return {"name": v} if isinstance(v, str) else v
 
 
+def binding_grants(bindings: list[VolumeBinding] | list[dict[str, Any]]) -> list[str]:
+    """Bindings as comparable grants, `name:mode` (rw implies ro; a binding without a mode counts
+    as rw, the widest it can be): a def may carry only the grants its author holds."""
+    out: list[str] = []
+    for b in bindings:
+        binding = b if isinstance(b, VolumeBinding) else VolumeBinding.model_validate(b)
+        out.append(f"{binding.name}:ro")
+        if binding.mode != "ro":
+            out.append(f"{binding.name}:rw")
+    return out
+
+
 class BashConfig(BaseModel):
     """The restricted Bash tool (sidecar only). It is NOT a sandbox: see docs/workspace.md."""
 
