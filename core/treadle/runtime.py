@@ -194,7 +194,7 @@ class Runtime:
                 chain_steps=settings.chain_steps,
                 chain_budget_s=settings.chain_budget_seconds,
             ),
-            on_run_end=self.volumes.purge_run,
+            on_run_end=self.volumes.run_ended,
         )
 
     @classmethod

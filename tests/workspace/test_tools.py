@@ -193,3 +193,13 @@ async def test_context_self_reports_volumes(ws: Runtime) -> None:
     assert "relative to the volume root" in vols["paths"]
     r = await Caller(ws, "nobody")("Context", {"op": "self"})
     assert json.loads(r.content)["volumes"]["filesystem"] == "none — no volume bound"
+
+
+async def test_the_journal_of_an_ended_run_is_dropped(ws: Runtime) -> None:
+    call = Caller(ws)
+    await call("Write", {"path": "j.txt", "content": "x"}, tool_use_id="toolu_j")
+    loc = (await ws.volumes.open(call.tenant, call.run_id, ws.catalogue.static["coder"].config, None,
+                                 write=False)).location
+    assert await ws.volumes.store.effect(call.run_id, "toolu_j", loc, "j.txt") is not None
+    await ws.volumes.run_ended(call.run_id)  # what the engine calls after the run's last commit
+    assert await ws.volumes.store.effect(call.run_id, "toolu_j", loc, "j.txt") is None

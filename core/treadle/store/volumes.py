@@ -118,3 +118,19 @@ class VolumeStore:
                 (run_id, tool_use_id, location, path, tenant_id, effect.before_sha256, effect.after_sha256,
                  effect.result),
             )
+
+    async def forget_effects(self, run_id: str) -> None:
+        """A finished run never runs a step again: its journal is no longer needed."""
+        async with self.pool.connection() as conn:
+            await conn.execute("DELETE FROM volume_effects WHERE run_id = %s", (run_id,))
+
+    async def forget_ended_effects(self, limit: int = 1000) -> int:
+        """The sweeper's pass over journals of ended runs (a crash skipped `forget_effects`)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """DELETE FROM volume_effects WHERE ctid IN (
+                       SELECT e.ctid FROM volume_effects e LEFT JOIN runs r ON r.id = e.run_id
+                       WHERE r.id IS NULL OR r.status = ANY(%s) LIMIT %s)""",
+                (list(TERMINAL), limit),
+            )
+            return cur.rowcount

@@ -169,6 +169,12 @@ class VolumeService:
 
     # -- ephemeral purge -----------------------------------------------------------------------------
 
+    async def run_ended(self, run_id: str) -> int:
+        """After a run's last commit: drop its effect journal, and purge its ephemeral volumes when
+        it is a top-level run; returns the files deleted."""
+        await self.store.forget_effects(run_id)
+        return await self.purge_run(run_id)
+
     async def purge_run(self, root_run_id: str) -> int:
         """Purge the ephemeral volumes of a top-level run that has ended; returns files deleted."""
         instances = await self.store.instances(root_run_id)
@@ -177,7 +183,9 @@ class VolumeService:
         return await self._purge(instances)
 
     async def purge_ended(self, limit: int = 100) -> int:
-        """The sweeper's pass: purge instances whose top-level run ended (a crash skipped them)."""
+        """The sweeper's pass: purge instances whose top-level run ended, and the effect journals
+        of ended runs (a crash skipped `run_ended`); returns the files deleted."""
+        await self.store.forget_ended_effects()
         return await self._purge(await self.store.ended_instances(limit))
 
     async def _purge(self, instances: list[Instance]) -> int:
