@@ -203,3 +203,14 @@ async def test_the_journal_of_an_ended_run_is_dropped(ws: Runtime) -> None:
     assert await ws.volumes.store.effect(call.run_id, "toolu_j", loc, "j.txt") is not None
     await ws.volumes.run_ended(call.run_id)  # what the engine calls after the run's last commit
     assert await ws.volumes.store.effect(call.run_id, "toolu_j", loc, "j.txt") is None
+
+
+async def test_two_edits_of_one_file_in_one_turn_both_land(ws: Runtime) -> None:
+    import asyncio
+
+    call = Caller(ws)
+    await call("Write", {"path": "t.txt", "content": "a\nb\nc\nd\n"})
+    results = await asyncio.gather(*(call("Edit", {"path": "t.txt", "old_string": f"{x}\n", "new_string": f"{x}!\n"})
+                                     for x in "abcd"))  # a turn's external calls run concurrently
+    assert all(not r.is_error for r in results)
+    assert (await call("Read", {"path": "t.txt"})).content.replace(" ", "") == "1\ta!\n2\tb!\n3\tc!\n4\td!"

@@ -14,7 +14,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -78,6 +81,25 @@ class VolumeService:
         self.store = store
         self.defs = defs
         self.subruns = subruns
+        self._locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def file_lock(self, location: str, path: str) -> AsyncIterator[None]:
+        """One read-modify-write of a file at a time in this process: a turn's external calls run
+        concurrently (and all in one process), so two Edits of one file in one turn must not
+        both start from the same content."""
+        key = (location, path)
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
     # -- resolving ---------------------------------------------------------------------------------
 

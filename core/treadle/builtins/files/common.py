@@ -19,7 +19,7 @@ from typing import Any
 
 from treadle.errors import ToolError
 from treadle.specs.volumes import WorkspaceConfig
-from treadle.store.volumes import Effect
+from treadle.store.volumes import Effect, VolumeStore
 from treadle.tools.base import ToolContext
 from treadle.volumes.base import TooLarge
 from treadle.volumes.paths import clean_path
@@ -108,7 +108,14 @@ async def journaled_write(
     be replaced without being read."""
     service = ctx.services.volumes
     assert service is not None
-    journal = service.store
+    async with service.file_lock(vol.location, path):
+        return await _journaled_write(ctx, service.store, vol, path, max_bytes, tool, change, replaces)
+
+
+async def _journaled_write(
+    ctx: ToolContext, journal: VolumeStore, vol: OpenVolume, path: str, max_bytes: int, tool: str, change: Change,
+    replaces: bool,
+) -> str:
     entry = await vol.storage.stat(vol.location, path)
     if replaces and entry is not None and entry.size > max_bytes:
         current: bytes | None = b""  # too large to be what this call wrote: never equal to its hash
