@@ -200,3 +200,19 @@ async def test_an_agentdef_written_through_the_tool_cannot_widen_its_authors_vol
     ok = await tool.invoke(ctx, {"op": "create", "name": "sub", "overlay": {
         "model": "echo", "volumes": ["work", {"name": "shared", "mode": "ro"}]}})
     assert not getattr(ok, "is_error", True)
+
+
+async def test_volumedef_over_http(open_runtime: Any, tmp_path: Path) -> None:
+    from tests.support.substrate import client_for
+    from tests.support.workspace import AGENTS
+
+    rt, _d = await open_runtime(AGENTS, config=CONFIG)
+    rt.volumes.storage = HostDirStorage(tmp_path / "volumes")
+    async with client_for(rt) as c:
+        resp = await c.post("/v1/_volumedef", json={"op": "create", "name": "shared-docs", "mode": "ro"})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["body"] == {"mode": "ro", "ephemeral": False}
+        names = (await c.get("/v1/_volumedef/names")).json()["names"]
+        assert "shared-docs" in names and "work" in names
+        bad = await c.post("/v1/_volumedef", json={"op": "create", "name": "../etc", "mode": "rw"})
+        assert bad.status_code == 422 and bad.json()["code"] == "tool_refused"
