@@ -27,6 +27,8 @@ GLOB_MAX_RESULTS = 100
 GREP_MATCH_SECONDS = 10.0
 #: a single file larger than this is skipped by Grep
 GREP_MAX_FILE_BYTES = 8 << 20
+#: files Grep reads at once (S3: concurrent ranged GETs)
+GREP_READ_BATCH = 16
 
 
 def _subpath(args: dict[str, Any]) -> str:
@@ -100,23 +102,27 @@ class GrepTool:
         budget = ws.scan_max_bytes
         hits: list[_FileHits] = []
         skipped: list[str] = []
+        wanted: list[str] = []
         for entry in listing.entries:
             if glob and not fnmatch.fnmatchcase(entry.path.rsplit("/", 1)[-1], glob):
                 continue
             if entry.size > min(budget, GREP_MAX_FILE_BYTES):
                 skipped.append(entry.path)
                 continue
-            data, _size = await vol.storage.read(vol.location, entry.path, entry.size)
-            budget -= len(data)
-            if b"\x00" in data[:8192]:
-                continue
-            found = await asyncio.to_thread(_match, rx, data.decode("utf-8", errors="replace"), entry.path,
-                                            multiline, mode == "content", before, after, deadline)
+            budget -= entry.size
+            wanted.append(entry.path)
+        sizes = {e.path: e.size for e in listing.entries}
+        for i in range(0, len(wanted), GREP_READ_BATCH):  # reads overlap (S3 round trips); matching is in order
+            batch = wanted[i:i + GREP_READ_BATCH]
+            datas = await asyncio.gather(*(vol.storage.read(vol.location, p, sizes[p]) for p in batch))
+            texts = [(p, d.decode("utf-8", errors="replace")) for p, (d, _n) in zip(batch, datas, strict=True)
+                     if b"\x00" not in d[:8192]]
+            found = await asyncio.to_thread(_match_all, rx, texts, multiline, mode == "content", before, after,
+                                            deadline)
             if found is None:
                 raise ToolError(f"Grep: the pattern took longer than {GREP_MATCH_SECONDS:.0f} s to match; "
                                 "simplify it", code="grep_timeout")
-            if found.lines:
-                hits.append(found)
+            hits += found
         out = _render(hits, mode, head, ws.grep_max_output_bytes)
         notes = []
         if listing.truncated:
@@ -124,6 +130,20 @@ class GrepTool:
         if skipped:
             notes.append(f"[skipped {len(skipped)} file(s) over the size budget, e.g. {skipped[0]}]")
         return ToolResult((out or "no matches") + ("\n" + "\n".join(notes) if notes else ""))
+
+
+def _match_all(
+    rx: Any, texts: list[tuple[str, str]], multiline: bool, content: bool, before: int, after: int, deadline: float
+) -> list[_FileHits] | None:
+    """The files' matches (files without any left out); None when the time limit ran out."""
+    out: list[_FileHits] = []
+    for path, text in texts:
+        found = _match(rx, text, path, multiline, content, before, after, deadline)
+        if found is None:
+            return None
+        if found.lines:
+            out.append(found)
+    return out
 
 
 def _match(
