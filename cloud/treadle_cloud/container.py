@@ -94,7 +94,7 @@ def cloud_volume_storage(cloud: CloudSettings) -> S3VolumeStorage | None:
     """Volumes as S3 prefixes (TREADLE_VOLUMES_BUCKET); None: the file tools refuse."""
     if not cloud.volumes_bucket:
         return None
-    return S3VolumeStorage(aws_client("s3"), cloud.volumes_bucket, cloud.volumes_prefix)
+    return S3VolumeStorage(lambda: aws_client("s3"), cloud.volumes_bucket, cloud.volumes_prefix)
 
 
 async def open_cloud_runtime(cloud: CloudSettings, *, sync_triggers: bool = True) -> Runtime:

@@ -28,9 +28,17 @@ class S3VolumeStorage:
     supports_exec = False
 
     def __init__(self, client: Any, bucket: str, prefix: str = "volumes") -> None:
-        self.client = client
+        """`client`: a boto3 S3 client, or a function making one on first use (boto3's import
+        stays out of a cold start that never touches a file)."""
+        self._client = client
         self.bucket = bucket
         self.prefix = prefix.strip("/")
+
+    @property
+    def client(self) -> Any:
+        if not hasattr(self._client, "put_object"):  # the factory: make the client now
+            self._client = self._client()
+        return self._client
 
     def _key(self, location: str, path: str = "") -> str:
         base = f"{self.prefix}/{location}" if self.prefix else location

@@ -5,6 +5,7 @@ the S3 adapter from TREADLE_VOLUMES_BUCKET."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -55,5 +56,8 @@ def test_the_cloud_shape_keeps_volumes_in_s3(s3_client: Any, monkeypatch: pytest
         storage = cloud_volume_storage(CloudSettings(volumes_bucket="cloud-vols", volumes_prefix="p"))
         assert isinstance(storage, S3VolumeStorage) and (storage.bucket, storage.prefix) == ("cloud-vols", "p")
         assert not storage.supports_exec
+        s3_client.create_bucket(Bucket="cloud-vols")
+        asyncio.run(storage.write("t/x/v/w", "a.txt", b"lazily"))  # the client is made on first use
+        assert s3_client.get_object(Bucket="cloud-vols", Key="p/t/x/v/w/a.txt")["Body"].read() == b"lazily"
     finally:
         aws_client.cache_clear()

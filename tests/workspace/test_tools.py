@@ -214,3 +214,8 @@ async def test_two_edits_of_one_file_in_one_turn_both_land(ws: Runtime) -> None:
                                      for x in "abcd"))  # a turn's external calls run concurrently
     assert all(not r.is_error for r in results)
     assert (await call("Read", {"path": "t.txt"})).content.replace(" ", "") == "1\ta!\n2\tb!\n3\tc!\n4\td!"
+
+
+async def test_text_that_is_not_unicode_is_refused(ws: Runtime) -> None:
+    with pytest.raises(ToolError, match="not valid Unicode"):
+        await Caller(ws)("Write", {"path": "s.txt", "content": "bad \ud800 surrogate"})

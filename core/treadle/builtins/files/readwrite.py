@@ -69,6 +69,13 @@ class ReadTool:
         return ToolResult(body + ("\n" + "\n".join(notes) if notes else ""))
 
 
+def utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError(f"{what} is not valid Unicode text (a lone surrogate?)") from None
+
+
 def _cut(line: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " [line truncated]"
 
@@ -91,7 +98,7 @@ class WriteTool:
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         path = file_path(args)
         content = req_str(args, "content", self.name, allow_empty=True)
-        data = content.encode("utf-8")
+        data = utf8(content, "content")
         cap = workspace(ctx).write_max_bytes
         if len(data) > cap:
             raise ToolError(f"Write: content exceeds {cap} bytes (got {len(data)})", code="file_too_large")
@@ -145,6 +152,6 @@ class EditTool:
                                 "replace_all=true", code="edit_ambiguous")
             replaced = text.replace(old, new) if replace_all else text.replace(old, new, 1)
             n = count if replace_all else 1
-            return replaced.encode("utf-8"), f"edited {path} ({n} replacement{'s' if n != 1 else ''})"
+            return utf8(replaced, "new_string"), f"edited {path} ({n} replacement{'s' if n != 1 else ''})"
 
         return ToolResult(await journaled_write(ctx, vol, path, workspace(ctx).write_max_bytes, self.name, change))
