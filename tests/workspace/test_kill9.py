@@ -1,9 +1,10 @@
 """A scripted agent edits a file in three steps through a real `treadle serve`, which is SIGKILLed
 three times and restarted: once between two steps (a model call in flight), once the moment the
-second edit shows in the file (its tool_result most likely not committed yet, so the restarted
-process runs that call again), and once before the final answer. The file must end exactly as
-the three edits leave it — the second edit (a replace_all whose new text contains its old text)
-would show twice if a re-run applied it again — and every call must have one successful result."""
+second edit shows in the file (a trigger makes recording a tool_result slow, so its result is not
+committed yet and the restarted process runs that call again), and once before the final answer.
+The file must end exactly as the three edits leave it — the second edit (a replace_all whose new
+text contains its old text) would show twice if a re-run applied it again — and every call must
+have one successful result."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from tests.support.chaos import Replica, write_config
 from tests.support.db import clone_database, drop_database
-from tests.support.e2e import check_paired, query, wait_until
+from tests.support.e2e import check_paired, execute, query, wait_until
 from treadle.client import TreadleClient
 
 pytestmark = pytest.mark.e2e
@@ -41,6 +42,19 @@ CONFIG = {
 }
 
 
+#: a tool_result takes 0.3 s to record, so the kill "as the second edit lands" falls between the
+#: edit's write and the commit of its result — every time, not by luck
+SLOW_RESULTS = """
+CREATE FUNCTION ws_slow_results() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_sleep(0.3);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER ws_slow_results BEFORE INSERT ON events FOR EACH ROW WHEN (NEW.type = 'tool_result')
+    EXECUTE FUNCTION ws_slow_results();
+"""
+
+
 @pytest.fixture
 def db(server_url: str, migrated_template: str) -> Iterator[str]:
     url = clone_database(server_url, migrated_template, "kill9")
@@ -54,6 +68,7 @@ async def _results(url: str, run_id: str) -> list[dict[str, Any]]:
 
 
 async def test_edits_survive_kill9_between_and_inside_steps(db: str, tmp_path: Path) -> None:
+    await execute(db, SLOW_RESULTS)
     config = write_config(tmp_path / "treadle.yaml", CONFIG)
     srv = Replica(name="ws", database_url=db, config_path=config, workdir=tmp_path,
                   env={"TREADLE_LEASE_SECONDS": "1.5", "TREADLE_SWEEP_INTERVAL_SECONDS": "0.3"})
@@ -91,6 +106,8 @@ async def test_edits_survive_kill9_between_and_inside_steps(db: str, tmp_path: P
         await wait_until(ended, timeout=60, interval=0.1, what="the run to end")
     finally:
         srv.stop()
+    # the second kill hit the window a crash can open: the edit was on disk, its result was not
+    assert kills[1] == ("as the second edit lands", 2), kills
     run = (await query(db, "SELECT status, stop_reason, error FROM runs WHERE id = %s", (run_id,)))[0]
     assert (run["status"], run["stop_reason"]) == ("completed", "end_turn"), (run, kills, srv.log_tail())
     path = doc()
