@@ -219,3 +219,13 @@ async def test_two_edits_of_one_file_in_one_turn_both_land(ws: Runtime) -> None:
 async def test_text_that_is_not_unicode_is_refused(ws: Runtime) -> None:
     with pytest.raises(ToolError, match="not valid Unicode"):
         await Caller(ws)("Write", {"path": "s.txt", "content": "bad \ud800 surrogate"})
+
+
+async def test_a_path_through_a_file_is_not_found(ws: Runtime) -> None:
+    call = Caller(ws)
+    await call("Write", {"path": "plain.txt", "content": "x"})
+    with pytest.raises(ToolError, match="not found"):
+        await call("Read", {"path": "plain.txt/inner"})
+    if ws.volumes.storage is not None and ws.volumes.storage.kind == "host":  # S3 keys may nest under a file's
+        with pytest.raises(ToolError, match="is a file"):
+            await call("Write", {"path": "plain.txt/inner", "content": "y"})

@@ -69,7 +69,7 @@ class HostDirStorage:
         real = self._inside(vol, path)
         try:
             st = real.stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         if not real.is_file():
             return None
