@@ -20,6 +20,7 @@ from treadle.errors import ConfigError
 from treadle.runtime import Runtime
 from treadle_cloud.deadline import InvocationClock, with_deadline
 from treadle_cloud.env import CloudSettings, aws_client, export_secrets
+from treadle_cloud.s3volumes import S3VolumeStorage
 from treadle_cloud.snapstart import prepare_snapshot
 
 log = logging.getLogger("treadle.cloud")
@@ -92,6 +93,13 @@ class LazySqsClient:
         return aws_client("sqs").send_message(**kwargs)
 
 
+def cloud_volume_storage(cloud: CloudSettings) -> S3VolumeStorage | None:
+    """Volumes as S3 prefixes (TREADLE_VOLUMES_BUCKET); None: the file tools refuse."""
+    if not cloud.volumes_bucket:
+        return None
+    return S3VolumeStorage(lambda: aws_client("s3"), cloud.volumes_bucket, cloud.volumes_prefix)
+
+
 async def open_cloud_runtime(
     cloud: CloudSettings, *, sync_triggers: bool = True, clock: InvocationClock | None = None
 ) -> Runtime:
@@ -121,6 +129,7 @@ async def open_cloud_runtime(
         providers=providers,
         dispatcher_factory=lambda _pool, _url: SqsDispatcher(sqs, cloud.queue_url),
         config_source=str(settings.config),
+        volume_storage=cloud_volume_storage(cloud),
     )
     if sync_triggers:
         # yaml schedules/webhooks into the database; the API function (which has the EventBridge

@@ -46,6 +46,9 @@ class CloudSettings(EnvSettings):
     #: a worker chains a run's next step only while at least this much time is left (a model
     #: call started later would likely be handed back at the deadline, wasted)
     chain_reserve_seconds: float = Field(default=120.0, ge=0)
+    #: the S3 bucket (and key prefix) holding the agents' volumes; unset: no volumes in the cloud
+    volumes_bucket: str = ""
+    volumes_prefix: str = "volumes"
 
 
 @cache

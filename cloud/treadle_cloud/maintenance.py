@@ -36,6 +36,8 @@ class MaintenanceFunction:
             if n == 0 or remaining_s(context) < MARGIN_S:
                 break
         hooks = self.container.run(rt.triggers.hooks.run_once())  # on_complete hooks of finished triggered runs
+        purged = self.container.run(rt.volumes.purge_ended())  # ephemeral volumes a crash left behind
         if rt.triggers.schedules.scheduler is not None:  # only where the stack grants scheduler:* (the API today)
             self.container.run(rt.triggers.schedules.reconcile())
-        return {"requeued": total, **({"hooks": hooks} if hooks else {})}
+        return {"requeued": total, **({"hooks": hooks} if hooks else {}),
+                **({"volume_files_purged": purged} if purged else {})}

@@ -35,6 +35,7 @@ from treadle.specs.loomcycle import adapt as adapt_loomcycle
 from treadle.specs.mcp import McpServerSpec, check_server_names
 from treadle.specs.memory import MemoryConfig
 from treadle.specs.schedule import DefScope, ScheduleSpec
+from treadle.specs.volumes import VolumeBinding, VolumeSpec, WorkspaceConfig
 from treadle.specs.webhook import WebhookSpec
 
 MOCK_MODELS = ("echo", "tool-caller", "script", "mock-generic")
@@ -199,6 +200,10 @@ class AgentConfig(BaseModel):
     # HTTP / WebFetch: the hosts this agent may reach, within the operator's `http.allowed_hosts`
     # (None: the operator's list; []: none). It narrows, never widens (security/network.py).
     allowed_hosts: list[HostPatternStr] | None = Field(default=None, max_length=256)
+    # the volumes its file tools (Read, Write, Edit, Grep, Glob, NotebookEdit, Bash) reach (none: no files)
+    volumes: list[VolumeBinding] = Field(default_factory=list, max_length=32)
+    # which VolumeDefs its tools may author: named:<volume> | any (empty = deny)
+    volume_def_scopes: list[DefScope] = Field(default_factory=list)
     mock: MockSettings = Field(default_factory=MockSettings)
     #: loomcycle's: sampling passed to the provider; no iteration cap but a backstop of 2^20
     sampling: SamplingConfig | None = None
@@ -297,6 +302,8 @@ class TreadleConfig(BaseModel):
     def _mcp_server_names(cls, v: dict[str, McpServerSpec]) -> dict[str, McpServerSpec]:
         check_server_names(list(v))
         return v
+    volumes: dict[str, VolumeSpec] = Field(default_factory=dict)
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
 
     @field_validator("agents")
     @classmethod
@@ -427,6 +434,7 @@ class TreadleConfig(BaseModel):
                         errs.append((f"agents.{name}.mock.script", f"model 'script' (from {path}) needs mock.script"))
         errs += _trigger_errors(self)
         errs += _substrate_errors(self)
+        errs += _volume_errors(self)
         return errs
 
     def _driver(self, provider_id: str) -> str:
@@ -458,6 +466,28 @@ def _substrate_errors(config: TreadleConfig) -> list[tuple[str, str]]:
                 errs.append((f"agents.{agent_name}.skills.{i}", "a skill name must match [A-Za-z0-9_-]{1,128}"))
         if len(set(agent.skills)) != len(agent.skills):
             errs.append((f"agents.{agent_name}.skills", "names a skill twice"))
+    return errs
+
+
+def _volume_errors(config: TreadleConfig) -> list[tuple[str, str]]:
+    """`volumes:` names, one default at most; agents' `volumes:` name declared volumes, once each."""
+    errs: list[tuple[str, str]] = []
+    for name in config.volumes:
+        if not is_identifier(name):
+            errs.append((f"volumes.{name}", "name must match [A-Za-z0-9_-]{1,128}"))
+    defaults = [n for n, v in config.volumes.items() if v.default]
+    if len(defaults) > 1:
+        errs.append(("volumes", f"at most one volume may be default: true (got {', '.join(defaults)})"))
+    for agent_name, agent in config.agents.items():
+        names = [b.name for b in agent.volumes]
+        for i, b in enumerate(agent.volumes):
+            if b.name not in config.volumes:
+                errs.append((f"agents.{agent_name}.volumes.{i}",
+                             f"unknown volume {b.name!r}" + _listing(config.volumes)))
+        if len(set(names)) != len(names):
+            errs.append((f"agents.{agent_name}.volumes", "binds a volume twice"))
+        if sum(1 for b in agent.volumes if b.default) > 1:
+            errs.append((f"agents.{agent_name}.volumes", "at most one binding may be default: true"))
     return errs
 
 
@@ -508,6 +538,8 @@ class Settings(EnvSettings):
 
     def redact_env_names(self) -> list[str]:
         return [n.strip() for n in self.redact_env.split(",") if n.strip()]
+    #: where the host-directory volumes live (default: TREADLE_HOME/volumes)
+    volumes_root: Path | None = None
 
     def listen_host_port(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")

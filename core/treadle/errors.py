@@ -33,7 +33,9 @@
     ├── ChannelPublishFailed           (503 channel_publish_failed)  a schedule/webhook publish failed
     ├── SecretUnresolvable             (503 secret_unresolvable)  a webhook's secret variable is unset
     ├── ToolError                      (tool failure; becomes a tool_result with is_error=true)
-    │   └── ToolNotPermitted           (the agent's tools: list does not name the tool)
+    │   ├── ToolNotPermitted           (the agent's tools: list does not name the tool)
+    │   └── (volumes/, builtins/files/) path_refused, volume_refused, volumes_unavailable, file_not_found,
+    │         file_too_large, volume_error, bash_unavailable; codes edit_no_match, edit_ambiguous, grep_timeout
     ├── ProviderError                  (502 provider_error)    a model call failed for good
     │   ├── ProviderAuthError          (502 auth_failed | missing_api_key)  401/403, or the key variable is unset
     │   ├── ContextLengthExceeded      (502 context_length_exceeded)  the prompt does not fit the model

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from treadle.builtins.client import ClientTool
 from treadle.builtins.registry import default_registry
@@ -44,10 +44,14 @@ from treadle.store.migrate import migrate
 from treadle.store.runs import NewRun, RunRecord, RunStore
 from treadle.store.steps import StepStore
 from treadle.store.subruns import SubRunStore
+from treadle.store.volumes import VolumeStore
 from treadle.store.waits import WaitStore
 from treadle.substrate import Substrate
 from treadle.tools.base import Principal, ToolContext, ToolServices
 from treadle.tools.registry import ToolRegistry
+from treadle.volumes.base import VolumeStorage
+from treadle.volumes.host import HostDirStorage
+from treadle.volumes.service import VolumeService
 
 if TYPE_CHECKING:
     from treadle.mcp.defs import McpServerDefs
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
     from treadle.store.steps import LeasedRun
     from treadle.store.tokens import AuthTokenStore
     from treadle.substrate.tokens import OperatorTokens
+    from treadle.substrate.volumedefs import VolumeDefFamily
     from treadle.tools.base import Tool
     from treadle.triggers.service import Triggers
 
@@ -72,7 +77,7 @@ class _OpServices(Mapping[str, OpService]):
     """The op services the *Def and Evaluation tools reach, by tool name; the trigger families are
     built on first use (a worker that never runs a ScheduleDef call never imports them)."""
 
-    NAMES = ("AgentDef", "SkillDef", "Evaluation", "ScheduleDef", "WebhookDef")
+    NAMES = ("AgentDef", "SkillDef", "Evaluation", "ScheduleDef", "WebhookDef", "VolumeDef")
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
@@ -89,6 +94,8 @@ class _OpServices(Mapping[str, OpService]):
             return rt.triggers.schedules.family
         if name == "WebhookDef":
             return rt.triggers.webhooks.family
+        if name == "VolumeDef":
+            return rt.volumedefs
         raise KeyError(name)
 
     def __iter__(self) -> Iterator[str]:
@@ -132,6 +139,9 @@ class Runtime:
     network: NetworkSetup | None = None
     #: bumped whenever a token is created, rotated or retired in this process (auth caches flush)
     auth_generation: int = 0
+    #: where volumes keep their files (volumes/); "host": a directory under TREADLE_VOLUMES_ROOT
+    #: (default TREADLE_HOME/volumes); None: no volumes (the file tools refuse)
+    volume_storage: VolumeStorage | Literal["host"] | None = "host"
 
     def __post_init__(self) -> None:
         settings, config, pool = self.settings, self.config, self.pool
@@ -160,6 +170,10 @@ class Runtime:
         self.waker = RunWaker(self.waits, self.subruns, self.sender, self.hub)
         interrupts = InterruptStore(pool)
         self.substrate = Substrate(pool, self.catalogue, self.runs, self.memory, build_embedder(config.memory.embedder))
+        storage = self.volume_storage
+        if storage == "host":
+            storage = self.volume_storage = HostDirStorage(settings.volumes_root or settings.home / "volumes")
+        self.volumes = VolumeService(storage, config, VolumeStore(pool), DefStore(pool), self.subruns)
         tools = ToolServices(
             config=config, runs=self.runs, memory=self.memory, waits=self.waits, channels=self.channels,
             interrupts=interrupts, subruns=self.subruns, defs=DefStore(pool), client_results=ClientToolStore(pool),
@@ -168,6 +182,7 @@ class Runtime:
             ops=_OpServices(self),
             catalogue={t.name: (t.description, t.input_schema) for t in map(self.registry.get, self.registry.names())
                        if t is not None},
+            volumes=self.volumes,
         )
         self.engine = Engine(
             steps=self.steps,
@@ -192,6 +207,7 @@ class Runtime:
                 chain_steps=settings.chain_steps,
                 chain_budget_s=settings.chain_budget_seconds,
             ),
+            on_run_end=self.volumes.run_ended,
         )
 
     @classmethod
@@ -205,6 +221,7 @@ class Runtime:
         providers: dict[str, Provider] | None = None,
         config_source: str = "treadle.yaml",
         network: NetworkSetup | None = None,
+        volume_storage: VolumeStorage | Literal["host"] | None = "host",
     ) -> Runtime:
         """Resolve agents (config errors first), connect, migrate, and wire the engine.
 
@@ -228,7 +245,8 @@ class Runtime:
             dispatcher: Dispatcher = PostgresQueue(pool, url)
         else:
             dispatcher = dispatcher_factory(pool, url)
-        rt = cls(settings, config, url, pool, dispatcher, catalogue, registry, built, network=network)
+        rt = cls(settings, config, url, pool, dispatcher, catalogue, registry, built, network=network,
+                 volume_storage=volume_storage)
         for family in (rt.substrate.agents, rt.substrate.skills):
             await family.rehash_legacy()  # rows hashed before loomcycle's hash (migration 0018)
         if isinstance(rt.cancels, NotifyCancels):
@@ -272,13 +290,20 @@ class Runtime:
         return OperatorTokens(DefStore(self.pool), self.auth_tokens, self.settings.token_pepper, changed)
 
     @cached_property
+    def volumedefs(self) -> VolumeDefFamily:
+        """Runtime volumes on the def lifecycle (VolumeDef tool, /v1/_volumedef)."""
+        from treadle.substrate.volumedefs import VolumeDefFamily
+
+        return VolumeDefFamily(DefStore(self.pool), self.volumes)
+
+    @cached_property
     def triggers(self) -> Triggers:
         """Schedules, webhooks and their hooks (built on first use: the worker never needs them)."""
         from treadle.triggers.hooks import ScopedPublisher
         from treadle.triggers.service import Triggers
 
         return Triggers(self.pool, self.config, self, self.substrate.agents, self.memory,
-                        ScopedPublisher(self.channels, self),
+                        ScopedPublisher(self.channels, self), purge_volumes=self.volumes.purge_ended,
                         mcp=lambda tenant, server, tool, args: self.mcp.call_hook(tenant, server, tool, args))
 
     @cached_property

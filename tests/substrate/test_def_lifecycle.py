@@ -15,6 +15,7 @@ import pytest
 from treadle.builtins.agentdef import AgentDefTool
 from treadle.builtins.scheduledef import ScheduleDefTool
 from treadle.builtins.skilldef import SkillDefTool
+from treadle.builtins.volumedef import VolumeDefTool
 from treadle.builtins.webhookdef import WebhookDefTool
 from treadle.defs import MAX_DESCRIPTION, AgentGate, DefLifecycle, Gate, NameGate
 from treadle.errors import Conflict, DefRefused, NotFound, ToolError
@@ -52,9 +53,12 @@ KINDS = [
     Kind("WebhookDef", "inbox", {"agent": "echo", "auth": {"kind": "bearer", "bearer_token_env": "TREADLE_TEST_TOKEN"}},
          {"metadata": {"v": 2}}, lambda rt: rt.triggers.webhooks.family, WebhookDefTool, "webhook_def_scopes",
          lambda scopes: AgentGate(scopes=scopes, field="webhook_def_scopes", self_agent="author")),
+    Kind("VolumeDef", "scratchpad", {"mode": "rw"}, {"mode": "ro"}, lambda rt: rt.volumedefs, VolumeDefTool,
+         "volume_def_scopes", lambda scopes: NameGate(scopes=scopes, field="volume_def_scopes")),
 ]
 #: the scope that allows each kind's test def: its name (AgentDef, SkillDef) or its agent (triggers)
-ALLOW = {"AgentDef": "named:peer", "SkillDef": "named:brief", "ScheduleDef": "named:echo", "WebhookDef": "named:echo"}
+ALLOW = {"AgentDef": "named:peer", "SkillDef": "named:brief", "ScheduleDef": "named:echo", "WebhookDef": "named:echo",
+         "VolumeDef": "named:scratchpad"}
 CONFIG: dict[str, Any] = {"agents": {"echo": {"model": "echo"}}}
 
 

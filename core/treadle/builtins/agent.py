@@ -142,6 +142,8 @@ async def _start_child(
             parent_context=ctx.parent_context,  # loomcycle: inherited by sub-agents
         )
     )
+    if ctx.services.volumes is not None:  # nor reaches more volumes, or with a wider mode
+        await ctx.services.volumes.grant_child(ctx.tenant_id, ctx.run_id, ctx.agent_config, run.id)
     return Child(index, run.id, run.agent, run.status, run.stop_reason, run.error)
 
 

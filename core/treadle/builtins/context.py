@@ -1,6 +1,6 @@
 """Built-in `Context`: facts an agent may ask about itself and the runtime (read-only).
 
-ops: self (agent, def_id, model, iteration, context-window use) | tools (its tools with their
+ops: self (agent, def_id, model, iteration, context-window use, volumes) | tools (its tools with their
 input schemas) | agents (what is runnable in the tenant) | time | help (bundled topics written
 for agents; no topic → the list) | capabilities (embedder, vector search, def families, scopes).
 """
@@ -37,8 +37,9 @@ class ContextTool:
     effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Read-only facts about yourself and the runtime. op: self (your agent, def_id, model, iteration, context "
-        "use) | tools (your tools and their input schemas) | agents (agents runnable here) | time (UTC now) | "
-        "help (topic: getting-started, memory, defs, skills, evaluation, context; none → list) | capabilities."
+        "use, your volumes and their modes) | tools (your tools and their input schemas) | agents (agents "
+        "runnable here) | time (UTC now) | "
+        "help (topic: getting-started, memory, defs, skills, evaluation, context, volumes; none → list) | capabilities."
     )
     input_schema: dict[str, Any] = {
         "type": "object",
@@ -81,6 +82,7 @@ async def _self(ctx: ToolContext) -> dict[str, Any]:
     if run is not None:
         out["content_sha256"] = run.def_content_sha256
         out["skill_def_ids"] = run.skill_def_ids
+    out["volumes"] = await _volumes(ctx)
     usage: dict[str, Any] | None = ctx.turn_usage  # this turn's, when it commits with this call
     if usage is None:
         for event in reversed(await runs.events(ctx.tenant_id, ctx.run_id, 0, 5000)):
@@ -95,6 +97,27 @@ async def _self(ctx: ToolContext) -> dict[str, Any]:
             "last_turn_input_tokens": used, "last_turn_output_tokens": int(usage.get("output_tokens") or 0),
             "max_context_tokens": window, "used_fraction": round(used / window, 4) if window else None,
         }
+    return out
+
+
+async def _volumes(ctx: ToolContext) -> dict[str, Any]:
+    """The agent's volumes with their effective modes, and how paths work."""
+    service = ctx.services.volumes
+    bound = await service.bindings(ctx.tenant_id, ctx.run_id, ctx.agent_config) if service is not None else []
+    default = next((b.name for b in bound if b.default), bound[0].name if len(bound) == 1 else None)
+    out: dict[str, Any] = {
+        "bindings": [{"name": b.name, "mode": b.mode, "ephemeral": b.ephemeral, "default": b.name == default,
+                      "source": b.source, **({"description": b.description} if b.description else {})}
+                     for b in bound],
+        "storage": service.storage.kind if service is not None and service.storage is not None else None,
+        "paths": "relative to the volume root (e.g. src/main.py); absolute paths, ~ and .. that leave the "
+                 "volume are refused; omit `volume` to use the default",
+    }
+    if not bound:
+        out["filesystem"] = "none — no volume bound"
+    missing = sorted({b.name for b in ctx.agent_config.volumes} - {b.name for b in bound})
+    if missing:
+        out["unavailable"] = missing  # not defined in this tenant, or not granted by the parent run
     return out
 
 

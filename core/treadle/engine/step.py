@@ -88,7 +88,10 @@ class Engine:
         client_tools: ClientTools | None = None,
         hooks: ToolHooks | None = None,
         mcp_tools: McpTools | None = None,
+        on_run_end: Callable[[str], Awaitable[object]] | None = None,
     ) -> None:
+        #: called (best effort) with a run's id after the step that ended it committed
+        self.on_run_end = on_run_end
         self.tools = tools
         self.steps = steps
         self.agents = agents
@@ -137,6 +140,11 @@ class Engine:
             result = await self._run_one(leased, owner)
             if result is StepResult.FINISHED and leased.parent_wait_key:
                 await self.steering.wake_parent(leased)  # a sub-agent ended: wake the parent's Agent call
+            if result is StepResult.FINISHED and self.on_run_end is not None:
+                try:  # e.g. purge its ephemeral volumes; the sweeper repeats what fails here
+                    await self.on_run_end(leased.run_id)
+                except Exception:
+                    log.exception("after the end of run %s", leased.run_id)
             elif result is StepResult.PARKED:
                 await self.steering.cancel_if_requested(leased)  # a cancel that landed mid-step
             if result is not StepResult.CHAINED or leased.chain_owner is None:

@@ -23,14 +23,15 @@ from treadle.domain.defs import content_sha256, normalize_text
 from treadle.engine.agents import AgentCatalogue
 from treadle.errors import DefRefused
 from treadle.specs.mcp import is_mcp_tool_name
+from treadle.specs.volumes import binding_grants
 from treadle.store.defs import DefStore
 
 KIND = "agent"
 HASH_EXCLUDED = frozenset({"description", "agent_def_scopes", "skill_def_scopes", "schedule_def_scopes",
-                           "webhook_def_scopes"})
+                           "webhook_def_scopes", "volume_def_scopes", "volumes"})
 #: list fields a def written through a tool may carry only as far as the caller (or the parent) does
 GRANT_FIELDS = ("tools", "memory_scopes", "agent_def_scopes", "skill_def_scopes", "schedule_def_scopes",
-                "webhook_def_scopes", "evaluation_scopes", "allowed_hosts")
+                "webhook_def_scopes", "evaluation_scopes", "allowed_hosts", "volume_def_scopes", "volumes")
 
 
 def agent_body(cfg: AgentConfig) -> dict[str, Any]:
@@ -111,4 +112,5 @@ class AgentDefFamily(DefLifecycle):
     def granted(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         granted: dict[str, Any] = AgentConfig.model_validate(dict(body)).model_dump(mode="json",
                                                                                    include=set(GRANT_FIELDS))
+        granted["volumes"] = binding_grants(granted.get("volumes") or [])  # name:mode, comparable
         return granted

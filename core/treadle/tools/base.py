@@ -19,6 +19,7 @@ from treadle.store.memory import MemoryStore
 from treadle.store.runs import RunStore
 from treadle.store.subruns import SubRunStore
 from treadle.store.waits import WaitStore
+from treadle.volumes.service import VolumeService
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,8 @@ class ToolServices:
     ops: Mapping[str, OpService]
     #: every registered tool's name → (description, input schema), for the Context tool
     catalogue: Mapping[str, tuple[str, dict[str, Any]]]
+    #: the agent's workspace (volumes/): None where the runtime has no volume storage wired
+    volumes: VolumeService | None = None
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ the API) do not hold: an unchanged entry brings the schedule back at the next st
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -45,7 +46,10 @@ class Triggers:
     def __init__(
         self, pool: Pool, config: TreadleConfig, starter: RunStarter, agents: AgentDirectory, memory: MemoryStore,
         publisher: ScopedPublisher | None, settings: TriggerSettings | None = None, mcp: McpCaller | None = None,
+        purge_volumes: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
+        #: the sweeper's pass over ephemeral volumes whose top-level run ended (volumes/service.py)
+        self.purge_volumes = purge_volumes
         self.pool = pool
         self.config = config
         self.settings = settings or TriggerSettings()
@@ -54,7 +58,8 @@ class Triggers:
         self.hooks = HookRunner(pool, memory, publisher, mcp)
 
     def sweeper(self, *, interval_s: float | None = None, singleton: bool = True) -> ScheduleSweeper:
-        return ScheduleSweeper(self.pool, self.schedules, self.hooks, interval_s=interval_s, singleton=singleton)
+        return ScheduleSweeper(self.pool, self.schedules, self.hooks, interval_s=interval_s, singleton=singleton,
+                               purge_volumes=self.purge_volumes)
 
     async def sync_static(self, tenant_id: str = DEFAULT_TENANT) -> dict[str, int]:
         """treadle.yaml's triggers into the database; returns how many defs were created and retired."""

@@ -1,11 +1,13 @@
 """The sidecar's in-process schedule sweeper: every tick, fire what is due, then run the
-on_complete hooks of finished runs. One sweeper per database acts at a time (a transaction-level
-advisory lock held for the tick); the fire rows' uniqueness makes even unlocked sweepers safe.
+on_complete hooks of finished runs, then purge the ephemeral volumes of ended runs. One sweeper
+per database acts at a time (a transaction-level advisory lock held for the tick); the fire rows'
+uniqueness makes even unlocked sweepers safe.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from treadle.engine.workers import PeriodicTask
@@ -24,8 +26,9 @@ class ScheduleSweeper(PeriodicTask):
 
     def __init__(
         self, pool: Pool, service: ScheduleService, hooks: HookRunner, *, interval_s: float | None = None,
-        singleton: bool = True,
+        singleton: bool = True, purge_volumes: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
+        self.purge_volumes = purge_volumes
         self.pool = pool
         self.service = service
         self.hooks = hooks
@@ -48,6 +51,10 @@ class ScheduleSweeper(PeriodicTask):
     async def _tick(self, now: datetime | None) -> TickResult:
         result = await self.service.firing.tick(now)
         handled = await self.hooks.run_once()
+        if self.purge_volumes is not None:  # ephemeral volumes a crash kept from their run-end purge
+            purged = await self.purge_volumes()
+            if purged:
+                log.info("volumes: purged %d file(s) of ended runs' ephemeral volumes", purged)
         self.ticks += 1
         if result.fired or result.failed or result.skipped or handled:
             log.info("schedules: fired %d, failed %d, skipped %d missed; hooks run for %d",

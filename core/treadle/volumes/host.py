@@ -1,0 +1,158 @@
+"""The host-directory adapter (the sidecar): each volume is a directory under one root.
+
+Every access resolves the real path (following symlinks) and refuses it unless it stays inside
+the volume's own directory, so a symlink planted in a volume (by Bash, or by the operator) never
+leads out of it. Writes go to a temporary file beside the target, are flushed to disk, and are
+renamed into place (atomic on one filesystem). This bounds what the file tools can reach; it is
+not a defence against a process racing them on the same directory (see docs/workspace.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from treadle.volumes.base import Entry, FileMissing, Listing, VolumeError
+from treadle.volumes.paths import PathRefused
+
+
+class HostDirStorage:
+    kind = "host"
+    supports_exec = True
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    # -- the port ----------------------------------------------------------------------------------
+
+    async def stat(self, location: str, path: str) -> Entry | None:
+        return await asyncio.to_thread(self._stat, location, path)
+
+    async def read(self, location: str, path: str, max_bytes: int) -> tuple[bytes, int]:
+        return await asyncio.to_thread(self._read, location, path, max_bytes)
+
+    async def write(self, location: str, path: str, data: bytes) -> None:
+        await asyncio.to_thread(self._write, location, path, data)
+
+    async def walk(self, location: str, prefix: str, limit: int) -> Listing:
+        return await asyncio.to_thread(self._walk, location, prefix, limit)
+
+    async def purge(self, location: str) -> int:
+        return await asyncio.to_thread(self._purge, location)
+
+    def exec_dir(self, location: str) -> Path:
+        return self._volume_root(location, create=True)
+
+    # -- the work --------------------------------------------------------------------------------
+
+    def _volume_root(self, location: str, *, create: bool) -> Path:
+        vol = self.root / location
+        if create:
+            vol.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return vol.resolve()
+
+    def _inside(self, vol: Path, path: str) -> Path:
+        """The real path of `path` in the volume, refused when it resolves outside it."""
+        real = (vol / path).resolve() if path else vol
+        if real != vol and vol not in real.parents:
+            raise PathRefused(f"path {path!r} resolves outside the volume (a symlink that leaves it)")
+        return real
+
+    def _stat(self, location: str, path: str) -> Entry | None:
+        vol = self._volume_root(location, create=False)
+        if not vol.is_dir():
+            return None
+        real = self._inside(vol, path)
+        try:
+            st = real.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not real.is_file():
+            return None
+        return Entry(path, st.st_size, st.st_mtime)
+
+    def _read(self, location: str, path: str, max_bytes: int) -> tuple[bytes, int]:
+        vol = self._volume_root(location, create=False)
+        real = self._inside(vol, path) if vol.is_dir() else None
+        if real is None or not real.is_file():
+            raise FileMissing(f"file {path!r} not found" + (" (it is a directory)" if real and real.is_dir() else ""))
+        with open(real, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            return f.read(max_bytes), size
+
+    def _write(self, location: str, path: str, data: bytes) -> None:
+        vol = self._volume_root(location, create=True)
+        target = vol / path
+        # every existing ancestor must resolve inside the volume before anything is created
+        for ancestor in reversed(target.parents):
+            if ancestor == vol or vol not in ancestor.parents:
+                continue
+            if ancestor.exists() or ancestor.is_symlink():
+                self._inside(vol, str(ancestor.relative_to(vol)))
+                if not ancestor.is_dir():
+                    raise VolumeError(f"cannot write {path!r}: {ancestor.relative_to(vol)} is a file")
+        parent = target.parent
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        parent = self._inside(vol, str(parent.relative_to(vol)) if parent != vol else "")
+        if target.is_symlink():
+            self._inside(vol, path)  # replaced by the rename below, never followed; refused if it leaves
+        if target.is_dir():
+            raise VolumeError(f"cannot write {path!r}: it is a directory")
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".treadle-write-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, parent / target.name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself survives a power loss
+        finally:
+            os.close(dir_fd)
+
+    def _walk(self, location: str, prefix: str, limit: int) -> Listing:
+        vol = self._volume_root(location, create=False)
+        if not vol.is_dir():
+            return Listing([], False)
+        start = self._inside(vol, prefix)
+        if start.is_file():
+            st = start.stat()
+            return Listing([Entry(prefix, st.st_size, st.st_mtime)], False)
+        out: list[Entry] = []
+        for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
+            dirnames.sort()
+            for name in sorted(filenames):
+                full = Path(dirpath) / name
+                try:
+                    real = full.resolve()
+                    if real != vol and vol not in real.parents:
+                        continue  # a symlink out of the volume: never listed, never opened
+                    st = real.stat()
+                except OSError:
+                    continue
+                if not real.is_file() or name.startswith(".treadle-write-"):
+                    continue
+                if len(out) >= limit:
+                    return Listing(sorted(out, key=lambda e: e.path), True)
+                out.append(Entry(full.relative_to(vol).as_posix(), st.st_size, st.st_mtime))
+        return Listing(sorted(out, key=lambda e: e.path), False)
+
+    def _purge(self, location: str) -> int:
+        vol = self.root / location
+        if not vol.exists():
+            return 0
+        if vol.is_symlink() or self.root.resolve() not in vol.resolve().parents:
+            raise VolumeError(f"refusing to purge {location!r}: not a directory under the volumes root")
+        count = sum(len(files) for _d, _s, files in os.walk(vol))
+        shutil.rmtree(vol)
+        return count
+
