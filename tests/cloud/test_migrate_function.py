@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.db import create_database, drop_database
+from tests.support.db import create_database, drop_database, server_without_pgvector
 from tests.support.lambda_sim import LambdaEnv
 from treadle.store.migrate import available_migrations
 from treadle_cloud.migrate import MigrationFailed
@@ -33,9 +33,13 @@ def cfn_event(request: str, **props: str) -> dict[str, object]:
 
 @pytest.fixture
 def empty_db(server_url: str) -> Iterator[str]:
-    url = create_database(server_url, "mig")
+    """An empty database on a server without pgvector (what these tests are about)."""
+    server = server_without_pgvector(server_url)
+    if server is None:
+        pytest.skip("no PostgreSQL server without pgvector on this machine")
+    url = create_database(server, "mig")
     yield url
-    drop_database(server_url, url)
+    drop_database(server, url)
 
 
 @pytest.fixture

@@ -73,3 +73,25 @@ def drop_template(server_url: str, name: str) -> None:
 def clone_database(server_url: str, template: str, prefix: str = "m") -> str:
     """A migrated database: a copy of the template (see `create_template`); returns its URL."""
     return create_database(server_url, prefix, template=template)
+
+
+#: the machine's own PostgreSQL (CI machines run one beside the embedded server; it has no pgvector)
+LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres?connect_timeout=3"
+
+
+def has_pgvector(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+    return bool(row and row[0])
+
+
+def server_without_pgvector(server_url: str) -> str | None:
+    """An admin URL of a server without pgvector (the test server, else the machine's local
+    PostgreSQL), for the tests of what treadle does there; None when there is none."""
+    for url in (server_url, LOCAL_SERVER):
+        try:
+            if not has_pgvector(url):
+                return url
+        except psycopg.OperationalError:
+            continue
+    return None

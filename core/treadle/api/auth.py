@@ -78,14 +78,57 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/_operatortokendef"): sc.ADMIN,
     ("GET", "/v1/_operatortokendef/names"): sc.ADMIN,
     ("GET", "/v1/_whoami"): R,
+    ("GET", "/v1/_me"): R,
+    # loomcycle's routes (api/loomcycle.py)
+    ("POST", "/v1/runs:batch"): W,
+    ("GET", "/v1/agents/{agent_id}"): R,
+    ("POST", "/v1/agents/{agent_id}/cancel"): W,
+    ("GET", "/v1/users/{user_id}/agents"): R,
+    ("GET", "/v1/sessions/{session_id}/transcript"): R,
+    ("POST", "/v1/_channels/{name}/subscribe"): sc.CHANNEL_READ,
+    ("POST", "/v1/_channels/{name}/ack"): sc.CHANNEL_READ,
+    ("GET", "/v1/_memory/scopes"): sc.TENANT,
+    # the workspace and MCP servers
+    ("POST", "/v1/_volumedef"): sc.TENANT,
+    ("GET", "/v1/_volumedef/names"): sc.TENANT,
+    ("POST", "/v1/_mcpserverdef"): sc.TENANT,
+    ("GET", "/v1/_mcpserverdef/names"): sc.TENANT,
+    ("POST", "/v1/_mcp"): R,  # the endpoint; each meta-tool needs its own scope (TOOL_SCOPES)
+    # the OpenAI-compatible front door and the LLM gateway: a chat may start an agent run
+    ("POST", "/v1/chat/completions"): W,
+    ("POST", "/v1/embeddings"): W,
+    ("GET", "/v1/models"): R,
+    ("GET", "/v1/models/{model_id}"): R,
+    ("POST", "/v1/_llm/chat"): W,
+    # operations: the metrics span every tenant
+    ("GET", "/metrics"): sc.ADMIN,
     ("GET", "/openapi.json"): R,
     ("GET", "/docs"): R,
     ("GET", "/redoc"): R,
 }
 
 
+#: MCP meta-tool (api/mcp/tools.py) → the scope it needs; tools/list shows only those the caller holds
+TOOL_SCOPES: dict[str, str] = {
+    "spawn_run": W, "spawn_runs": W, "cancel_run": W, "resolve_interrupt": W, "interruption_resolve": W,
+    "steer_run": W, "send_input": W,
+    "get_run": R, "list_runs": R, "get_transcript": R, "list_interrupts": R, "whoami": R,
+    "memory": sc.TENANT, "publish_channel": sc.CHANNEL_PUBLISH, "peek_channel": sc.CHANNEL_READ,
+    "list_channels": sc.CHANNEL_READ, "agentdef": sc.TENANT, "skilldef": sc.TENANT, "scheduledef": sc.TENANT,
+    "evaluation": sc.TENANT, "mcpserverdef": sc.TENANT, "webhookdef": sc.WEBHOOKS_ADMIN,
+}
+
+
 def required_scope(method: str, path: str) -> str:
     return ROUTE_SCOPES.get((method, path), sc.ADMIN)
+
+
+def tool_scope(name: str) -> str:
+    return TOOL_SCOPES.get(name, sc.ADMIN)
+
+
+def may_call_tool(principal: Principal, name: str) -> bool:
+    return principal.open_mode or sc.satisfies(principal.scopes, tool_scope(name))
 
 
 @dataclass

@@ -22,10 +22,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from treadle.api.auth import TENANT_HEADER, Authenticator, authorize
 from treadle.api.defroutes import add_def_routes
 from treadle.api.errors import _STATUS_CODES, error_body
 from treadle.errors import StoreError
-from treadle.security.principal import BearerAuthenticator
 
 PATH = "/v1/_mcp"
 #: the codes of the HTTP errors the SDK's transport answers itself (a wrong Accept, a refused Host)
@@ -41,15 +41,17 @@ class McpEndpoint:
             raise StarletteHTTPException(405, "the MCP endpoint is stateless: POST JSON-RPC messages",
                                          headers={"Allow": "POST"})
         app = scope["app"]
-        auth: BearerAuthenticator = app.state.authenticator
+        auth: Authenticator = app.state.authenticator
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        who = auth.authenticate(headers.get("authorization"))  # 401 through the API's error handlers
         rt = getattr(app.state, "runtime", None)
         if rt is None:
             raise StoreError("treadle is starting; the runtime is not ready yet")
+        # 401/403 through the API's error handlers; each meta-tool checks its own scope (auth.TOOL_SCOPES)
+        who = await auth.authenticate(headers.get("authorization"), rt)
+        who = authorize(who, "POST", PATH, headers.get(TENANT_HEADER))
         from treadle.api.mcp.server import serve
 
-        await serve(rt, who, scope, receive, TreadleErrorShape(send), loopback_only=auth.open_mode)
+        await serve(rt, who, scope, receive, TreadleErrorShape(send), loopback_only=who.open_mode)
 
 
 class TreadleErrorShape:

@@ -21,6 +21,7 @@ import psycopg
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from treadle.api import channels, interrupts, memory, runs, steering
+from treadle.api.auth import may_call_tool, tool_scope
 from treadle.api.clienttools import client_tool_specs
 from treadle.api.mcp.join import outcome, settle
 from treadle.api.runs import CancelRequest, RunRequest
@@ -349,8 +350,10 @@ def _schema(rt: Runtime, meta: MetaTool) -> dict[str, Any]:
     return {"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]}
 
 
-def list_tools(rt: Runtime, _who: Principal) -> list[types.Tool]:
-    return [types.Tool(name=m.name, description=m.description, input_schema=_schema(rt, m)) for m in TOOLS.values()]
+def list_tools(rt: Runtime, who: Principal) -> list[types.Tool]:
+    """The meta-tools the caller's scopes allow (api/auth.py TOOL_SCOPES)."""
+    return [types.Tool(name=m.name, description=m.description, input_schema=_schema(rt, m)) for m in TOOLS.values()
+            if may_call_tool(who, m.name)]
 
 
 def tool_error(code: str, message: str) -> types.CallToolResult:
@@ -370,6 +373,8 @@ async def call_tool(rt: Runtime, who: Principal, name: str, arguments: dict[str,
     meta = TOOLS.get(name)
     if meta is None:
         return tool_error("unknown_tool", f"no tool named {name!r}; tools/list names them")
+    if not may_call_tool(who, name):
+        return tool_error("insufficient_scope", f"this token lacks the scope {tool_scope(name)} ({name})")
     try:
         args: Any = meta.args.model_validate(arguments) if meta.args is not None else dict(arguments)
         result = await meta.handler(rt, who, args)
