@@ -67,7 +67,7 @@ def read_frames(url: str, run_id: str, out: queues.Queue[tuple[float, dict[str, 
         fields: dict[str, str] = {}
         for line in resp.iter_lines():
             if line == "":
-                if "event" in fields:
+                if "event" in fields and "id" in fields:  # stored events (not loomcycle's `agent` preamble)
                     out.put((time.monotonic(), {"id": fields.get("id"), "event": fields["event"],
                                                 "data": json.loads(fields["data"])}))
                 fields = {}

@@ -111,9 +111,7 @@ def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
         "concurrency": {"max_concurrent_runs": 4, "max_queue_depth": 8},
         "storage": {"backend": "sqlite"},
         "search_providers": {"brave": {}},
-        "mcp_servers": {"browser": {"transport": "stdio", "command": "x"}},
-        "volumes": {"workspace": {"path": "/w"}},
-    })
+    })  # (mcp_servers and volumes are treadle keys too now: tests/mcp, tests/workspace)
     data["agents"]["doc/summarizer"] = {**data["agents"]["doc/summarizer"], "sql_scopes": ["user"],
                                         "compaction": {"enabled": True}}
     data["interruption"] = {**data["interruption"], "backend": "cli"}
@@ -121,7 +119,7 @@ def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
         parse_config(data, "loomcycle.yaml")
     lines = str(info.value).splitlines()[1:]
     keys = [line.strip().split(": ")[1] for line in lines]
-    assert sorted(keys) == sorted(["concurrency", "storage", "search_providers", "mcp_servers", "volumes",
+    assert sorted(keys) == sorted(["concurrency", "storage", "search_providers",
                                    "interruption.backend", "agents.doc/summarizer.sql_scopes",
                                    "agents.doc/summarizer.compaction"]), lines
     assert all("treadle" in line for line in lines)
