@@ -28,6 +28,7 @@ from treadle_sidecar.server import BackgroundServer
 from tests.support.db import TEST_HOME
 from tests.support.mcp import CREDENTIAL, finished, payload, tool_results
 from tests.support.mcp_servers import serve_http, vault
+from tests.support.spans import leaked, recording_spans
 from treadle.config import Settings, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +93,15 @@ async def test_mcp_tools_in_a_run_with_a_per_run_credential_that_is_stored_nowhe
     migrated_db_url: str, network_allows_loopback: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    with recording_spans() as exporter:
+        await _run_the_vault(migrated_db_url, caplog)
+    calls = [s for s in exporter.get_finished_spans() if s.name == "mcp.call"]
+    assert [(s.attributes or {}).get("mcp.tool") for s in calls] == ["secret_lookup", "leak"], calls
+    assert all((s.attributes or {}).get("mcp.server") == "vault" for s in calls)
+    assert leaked(exporter.get_finished_spans(), [CREDENTIAL]) == []  # no credential in any span
+
+
+async def _run_the_vault(migrated_db_url: str, caplog: pytest.LogCaptureFixture) -> None:
     async with serve_http(vault(CREDENTIAL)) as vault_url, sidecar(migrated_db_url, vault_url) as client:
         resp = await client.post("/v1/runs", json={"agent": "vaulter", "prompt": "open the vault",
                                                    "user_credentials": {"vault": CREDENTIAL}})

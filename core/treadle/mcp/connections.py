@@ -25,11 +25,13 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
+from opentelemetry.trace import SpanKind
 
 from treadle.errors import ToolError
 from treadle.mcp.transport import guarded_client
 from treadle.security.network import NetworkGuard
 from treadle.specs.mcp import McpServerSpec
+from treadle.telemetry import tracing
 
 log = logging.getLogger("treadle.mcp")
 
@@ -203,8 +205,15 @@ class McpConnections:
     async def call(self, endpoint: Endpoint, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
         timeout = endpoint.spec.timeout_seconds
         try:
-            async with asyncio.timeout(timeout), self.session(endpoint) as client:
-                return await client.call_tool(tool, arguments)
+            # one client span per MCP call: server, tool, transport, outcome — never the arguments,
+            # the result or a header (they may carry credentials)
+            with tracing.span("mcp.call", {"mcp.server": endpoint.server, "mcp.tool": tool,
+                                           "mcp.transport": endpoint.spec.transport},
+                              kind=SpanKind.CLIENT) as sp:
+                async with asyncio.timeout(timeout), self.session(endpoint) as client:
+                    result = await client.call_tool(tool, arguments)
+                tracing.set_outcome(sp, "error" if result.is_error else "ok")
+                return result
         except TimeoutError:
             raise McpTimeout(f"MCP server {endpoint.server!r}: {tool} took longer than {timeout:g}s") from None
         except ToolError:
