@@ -32,6 +32,7 @@ from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as scheduler_targets
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -174,6 +175,14 @@ class TreadleRuntime(Construct):
             ],
         )
         app_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        # the agents' volumes (docs/workspace.md): S3 prefixes per tenant and volume, reached through
+        # a gateway endpoint (no NAT traffic); kept on `cdk destroy` (it holds the agents' files)
+        self.vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
+        self.volumes_bucket = s3.Bucket(
+            self, "Volumes", encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL, enforce_ssl=True, versioned=False,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
         self.functions_sg = ec2.SecurityGroup(
             self, "FunctionsSecurityGroup", vpc=self.vpc, description="treadle functions", allow_all_outbound=True
         )
@@ -302,6 +311,7 @@ class TreadleRuntime(Construct):
             "TREADLE_DB_POOL_SIZE": str(p.db_pool_size),
             "TREADLE_CONFIG": f"/var/task/{staged_config_name(staged)}",
             "TREADLE_HOME": "/tmp/treadle",
+            "TREADLE_VOLUMES_BUCKET": self.volumes_bucket.bucket_name,
             "POWERTOOLS_SERVICE_NAME": "treadle",
             # no pydantic plugins are installed: skip the entry-point scan at the first model build
             "PYDANTIC_DISABLE_PLUGINS": "__all__",
@@ -426,6 +436,7 @@ class TreadleRuntime(Construct):
             env={"TREADLE_PROVIDER_KEYS_SECRET_ARN": self.provider_keys.secret_arn},
         )
         self.provider_keys.grant_read(self.worker_function)
+        self.volumes_bucket.grant_read_write(self.worker_function)  # the file tools
         self.entry["worker"].add_event_source(
             event_sources.SqsEventSource(
                 self.queue,
@@ -471,6 +482,9 @@ class TreadleRuntime(Construct):
             timeout=Duration.seconds(60),
             env=schedule_env,
         )
+        # VolumeDef purge (api) and the purge of ephemeral volumes a crashed run left (maintenance)
+        for fn in (self.api_function, self.maintenance_function):
+            self.volumes_bucket.grant_read_write(fn)
 
         # no function's new version is served before the deploy's migrations succeeded
         for name, target in self.entry.items():

@@ -201,6 +201,24 @@ def test_least_privilege_iam(synth: dict[str, Any]) -> None:
     assert "sqs:SendMessage" not in actions(role_statements(t, function_id(t, "migrate")))
 
 
+def test_the_volumes_bucket(synth: dict[str, Any]) -> None:
+    t = synth["json"]
+    [(bucket_id, bucket)] = [(k, r) for k, r in resources(t, "AWS::S3::Bucket").items() if "Volumes" in k]
+    props = bucket["Properties"]
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "AES256"}
+    assert bucket["DeletionPolicy"] == "Retain"  # the agents' files outlive `cdk destroy`
+    writers = [fn for fn in FUNCTIONS if "s3:PutObject" in actions(role_statements(t, function_id(t, fn)))]
+    assert sorted(writers) == ["api", "maintenance", "worker"]
+    for fn in FUNCTIONS:
+        env = resources(t, "AWS::Lambda::Function")[function_id(t, fn)]["Properties"]["Environment"]["Variables"]
+        assert env["TREADLE_VOLUMES_BUCKET"] == {"Ref": bucket_id}
+    assert any(r["Properties"].get("VpcEndpointType") == "Gateway" and "s3" in json.dumps(r["Properties"])
+               for r in resources(t, "AWS::EC2::VPCEndpoint").values())
+
+
 def test_http_api_routes(synth: dict[str, Any]) -> None:
     tpl, t = synth["template"], synth["json"]
     routes = {r["Properties"]["RouteKey"] for r in resources(t, "AWS::ApiGatewayV2::Route").values()}
