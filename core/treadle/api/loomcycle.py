@@ -22,6 +22,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from treadle.api.deps import get_principal, get_runtime
+from treadle.config import SamplingConfig as Sampling  # a run's sampling: the same block as an agent's
 from treadle.domain.ids import is_identifier
 from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
 from treadle.runtime import Runtime
@@ -58,19 +59,6 @@ class ParentContext(BaseModel):
         """All-empty is null, as in loomcycle."""
         d = {k: v for k, v in self.model_dump().items() if v}
         return d or None
-
-
-class Sampling(BaseModel):
-    """loomcycle's sampling block; merged per field over the provider's options."""
-
-    model_config = ConfigDict(extra="forbid")
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    top_k: int | None = Field(default=None, ge=1)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    seed: int | None = None
-    stop: list[str] | None = Field(default=None, max_length=8)
 
 
 class LoomcycleRunFields(BaseModel):
