@@ -20,10 +20,21 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     """The routers of the authenticated API (/v1/...), in mount order. `webhooks=False` leaves
     out /v1/_webhooks/* (the cloud shape routes it to the webhook function)."""
-    from treadle.api import channels, clienttools, hooks, interrupts, memory, steering, substrate, tokens, triggers
+    from treadle.api import (
+        admin,
+        channels,
+        clienttools,
+        hooks,
+        interrupts,
+        memory,
+        steering,
+        substrate,
+        tokens,
+        triggers,
+    )
 
     routers = [runs.router, clienttools.router, steering.router, interrupts.router, channels.router,
-               triggers.router, hooks.router, tokens.router]
+               triggers.router, hooks.router, tokens.router, admin.router]
     if webhooks:
         from treadle.api import webhooks as webhook_routes
 

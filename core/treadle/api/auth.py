@@ -100,8 +100,10 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/models"): R,
     ("GET", "/v1/models/{model_id}"): R,
     ("POST", "/v1/_llm/chat"): W,
-    # operations: the metrics span every tenant
+    # operations: the metrics and the operator's cross-tenant view and kill switch
     ("GET", "/metrics"): sc.ADMIN,
+    ("GET", "/v1/_admin/runs"): sc.ADMIN,
+    ("POST", "/v1/_admin/tenants/{tenant_id}/cancel"): sc.ADMIN,
     ("GET", "/openapi.json"): R,
     ("GET", "/docs"): R,
     ("GET", "/redoc"): R,

@@ -290,6 +290,17 @@ class RunStore:
                 row = await cur.fetchone()
         return _record(row) if row else None
 
+    async def list_unfinished(self, tenant_id: str | None, limit: int) -> list[RunRecord]:
+        """Runs not yet finished (queued, running, waiting), oldest first: of one tenant, or — for
+        the operator's cross-tenant view — of every tenant."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled')"
+                " AND (%s::text IS NULL OR tenant_id = %s) ORDER BY created_at, id LIMIT %s",
+                (tenant_id, tenant_id, limit),
+            )
+            return [_record(r) for r in await cur.fetchall()]
+
     async def list_runs(
         self, tenant_id: str, status: str | None, limit: int, before: tuple[datetime, str] | None = None,
         *, user_id: str | None = None, agent: str | None = None,
