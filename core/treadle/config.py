@@ -508,6 +508,10 @@ class Settings(EnvSettings):
     token_pepper: str | None = None
     #: how long a resolved bearer is remembered per process (0 = look up every request)
     auth_cache_seconds: float = Field(default=10.0, ge=0, le=300)
+    #: fairness on the Postgres queue (0 = no cap): at most this many runs of one tenant (of one
+    #: user) hold a worker at once; the rest stay queued, never refused
+    tenant_max_running: int = Field(default=0, ge=0, le=100_000)
+    user_max_running: int = Field(default=0, ge=0, le=100_000)
     #: serve /docs, /redoc and /openapi.json without a token even when auth is on
     public_docs: bool = False
     #: redact known secret values before anything is stored or logged (treadle.security.redact)

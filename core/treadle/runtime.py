@@ -151,6 +151,7 @@ class Runtime:
         self.steps = StepStore(
             pool, jobs_in_db=jobs_in_db, lease_s=settings.lease_seconds, requeue_after_s=requeue,
             sync_mid_step=settings.sync_mid_step_writes,
+            tenant_max_running=settings.tenant_max_running, user_max_running=settings.user_max_running,
         )
         self.memory = MemoryStore(pool, max_value_bytes=config.memory.max_value_bytes,
                                   max_scope_bytes=config.memory.max_scope_bytes)

@@ -21,6 +21,9 @@ async def test_the_operator_lists_and_cancels_a_tenants_runs(tenancy_rt: Any) ->
             started.setdefault(name, []).append(r.json()["run_id"])
         await disp.drain()  # every run is parked on its question now
 
+        conc = (await c.get("/v1/_concurrency", headers=acme)).json()
+        assert (conc["tenant_id"], conc["waiting"], conc["running"], conc["queued"]) == ("acme", 2, 0, 0), conc
+        assert conc["caps"] == {"tenant_max_running": 0, "user_max_running": 0}
         listed = (await c.get("/v1/_admin/runs", headers=operator)).json()
         assert {(r["tenant_id"], r["run_id"]) for r in listed["runs"]} == {
             (t, rid) for t, ids in started.items() for rid in ids}

@@ -17,6 +17,7 @@ from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 
 router = APIRouter(prefix="/v1/_admin", tags=["admin"])
+tenant_router = APIRouter(prefix="/v1", tags=["runs"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 #: how many runs one kill-switch call cancels at most (call again for the rest)
@@ -62,3 +63,13 @@ async def cancel_tenant(tenant_id: str, rt: Rt, who: Who, body: CancelTenant | N
         await rt.cancel_run(tenant, run.id, reason)
     return {"tenant_id": tenant, "cancel_requested": len(runs), "run_ids": [r.id for r in runs],
             "more": len(runs) == MAX_CANCEL}
+
+
+@tenant_router.get("/_concurrency")
+async def concurrency(rt: Rt, who: Who) -> dict[str, Any]:
+    """The caller's tenant: runs holding a worker, queued for one (a fairness cap keeps them there),
+    parked; per user; and the caps (0 = none)."""
+    counts = await rt.runs.concurrency(who.tenant_id)
+    return {"tenant_id": who.tenant_id, **counts,
+            "caps": {"tenant_max_running": rt.settings.tenant_max_running,
+                     "user_max_running": rt.settings.user_max_running}}

@@ -34,7 +34,8 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     )
 
     routers = [runs.router, clienttools.router, steering.router, interrupts.router, channels.router,
-               triggers.router, hooks.router, tokens.router, admin.router]
+               triggers.router, hooks.router, tokens.router, admin.router,
+               admin.tenant_router]
     if webhooks:
         from treadle.api import webhooks as webhook_routes
 

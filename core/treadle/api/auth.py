@@ -103,6 +103,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     # operations: the metrics and the operator's cross-tenant view and kill switch
     ("GET", "/metrics"): sc.ADMIN,
     ("GET", "/v1/_admin/runs"): sc.ADMIN,
+    ("GET", "/v1/_concurrency"): R,
     ("POST", "/v1/_admin/tenants/{tenant_id}/cancel"): sc.ADMIN,
     ("GET", "/openapi.json"): R,
     ("GET", "/docs"): R,

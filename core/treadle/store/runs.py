@@ -290,6 +290,24 @@ class RunStore:
                 row = await cur.fetchone()
         return _record(row) if row else None
 
+    async def concurrency(self, tenant_id: str) -> dict[str, Any]:
+        """The tenant's runs holding a worker (a live lease), queued for one, and parked; per user."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT user_id,"
+                " count(*) FILTER (WHERE lease_owner IS NOT NULL AND lease_until > now()) AS running,"
+                " count(*) FILTER (WHERE status IN ('queued','running')"
+                "   AND NOT (lease_owner IS NOT NULL AND lease_until > now())) AS queued,"
+                " count(*) FILTER (WHERE status = 'waiting') AS waiting"
+                " FROM runs WHERE tenant_id = %s AND status IN ('queued','running','waiting') GROUP BY user_id",
+                (tenant_id,),
+            )
+            rows = await cur.fetchall()
+        total = {k: sum(int(r[k]) for r in rows) for k in ("running", "queued", "waiting")}
+        users = [{"user_id": r["user_id"], "running": int(r["running"]), "queued": int(r["queued"]),
+                  "waiting": int(r["waiting"])} for r in rows if r["user_id"] is not None]
+        return {**total, "users": users}
+
     async def list_unfinished(self, tenant_id: str | None, limit: int) -> list[RunRecord]:
         """Runs not yet finished (queued, running, waiting), oldest first: of one tenant, or — for
         the operator's cross-tenant view — of every tenant."""

@@ -169,12 +169,18 @@ class StepStore:
         lease_s: float,
         requeue_after_s: float,
         sync_mid_step: bool = False,
+        tenant_max_running: int = 0,
+        user_max_running: int = 0,
     ) -> None:
         self.pool = pool
         self.mid_step_commit = "on" if sync_mid_step else "off"
         self.jobs_in_db = jobs_in_db
         self.lease_s = lease_s
         self.requeue_after_s = requeue_after_s
+        #: fairness (0 = no cap): a job is not claimed while its tenant (its user) already has this
+        #: many runs under a live lease; it stays queued and is claimed when one finishes its step
+        self.tenant_max_running = tenant_max_running
+        self.user_max_running = user_max_running
 
     # -- taking a lease ------------------------------------------------------------------------
 
@@ -219,8 +225,7 @@ class StepStore:
         sql = f"""
         WITH s AS (SELECT set_config('synchronous_commit', %(commit_mode)s, true) AS v),
         j AS (
-            DELETE FROM jobs WHERE id = (
-                SELECT id FROM jobs WHERE run_at <= now() ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+            DELETE FROM jobs WHERE id = ({self._next_job()})
             RETURNING run_id, step_no
         ), l AS (
             UPDATE runs SET {self._LEASE_SET} FROM j
@@ -230,9 +235,10 @@ class StepStore:
         SELECT l.*, j.run_id AS job_run_id FROM s, j LEFT JOIN l ON l.id = j.run_id
         """
         async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                sql, {"owner": owner, "lease": self.lease_s, "commit_mode": self.mid_step_commit}
-            )
+            cur = await conn.execute(sql, {
+                "owner": owner, "lease": self.lease_s, "commit_mode": self.mid_step_commit,
+                "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running,
+            })
             row = await cur.fetchone()
             if row is None:
                 return False, None
@@ -241,6 +247,23 @@ class StepStore:
             leased = _leased(row)
             await self._ensure_complete(conn, leased)
         return True, leased
+
+    def _next_job(self) -> str:
+        """The due job to claim: the oldest — skipping, under a fairness cap, jobs whose tenant (or
+        user) already has that many runs under a live lease. Without caps, the plain queue order."""
+        if not (self.tenant_max_running or self.user_max_running):
+            return "SELECT id FROM jobs WHERE run_at <= now() ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+        running = ("(SELECT count(*) FROM runs x WHERE x.status IN ('queued','running') AND x.lease_owner IS NOT NULL"
+                   " AND x.lease_until > now()"
+                   " AND x.id <> r.id AND {match})")
+        caps = []
+        if self.tenant_max_running:
+            caps.append(running.format(match="x.tenant_id = r.tenant_id") + " < %(tenant_cap)s")
+        if self.user_max_running:
+            caps.append("(r.user_id IS NULL OR " + running.format(
+                match="x.tenant_id = r.tenant_id AND x.user_id = r.user_id") + " < %(user_cap)s)")
+        return ("SELECT j2.id FROM jobs j2 JOIN runs r ON r.id = j2.run_id WHERE j2.run_at <= now() AND "
+                + " AND ".join(caps) + " ORDER BY j2.run_at, j2.id LIMIT 1 FOR UPDATE OF j2 SKIP LOCKED")
 
     async def _ensure_complete(self, conn: Any, leased: LeasedRun) -> None:
         """The events were read in the lease statement's snapshot; if a commit raced in just

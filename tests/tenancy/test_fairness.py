@@ -1,0 +1,54 @@
+"""Fairness on the Postgres queue: with TREADLE_TENANT_MAX_RUNNING, tenant A's backlog of runs
+cannot starve tenant B's one run — B's run is claimed while A's are still queued (kept, never
+refused). Without the cap the queue is first come, first served and B waits behind A's backlog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.e2e import wait_until
+from treadle.engine.workers import WorkerPool
+from treadle.store.runs import NewRun
+
+SLOW = {"model": "script", "mock": {"script": [{"text": "ok"}], "latency_ms": 30}}
+BACKLOG = 24
+
+
+def prompt(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
+
+
+@pytest.mark.parametrize("cap", [0, 2])
+async def test_a_tenants_backlog_cannot_starve_another_tenant(
+        open_runtime: Any, migrated_db_url: str, cap: int) -> None:
+    rt, queue = await open_runtime({"slow": SLOW}, inline=False, url=migrated_db_url, tenant_max_running=cap)
+    a_ids = [(await rt.start_run(NewRun(tenant_id="acme", agent="slow", segments=prompt(f"a{i}"))))[0].id
+             for i in range(BACKLOG)]
+    b_id = (await rt.start_run(NewRun(tenant_id="globex", agent="slow", segments=prompt("b"))))[0].id
+    workers = WorkerPool(rt.engine, queue, 4, idle_poll_s=0.2)
+    workers.start()
+    try:
+        async def b_done() -> bool:
+            run = await rt.runs.get("globex", b_id)
+            return run is not None and run.terminal
+
+        await wait_until(b_done, timeout=60, interval=0.02, what="tenant B's run")
+        seen = await rt.runs.concurrency("acme")
+        a_finished = sum([(await rt.runs.get("acme", rid)).terminal for rid in a_ids])  # type: ignore[union-attr]
+
+        async def all_done() -> bool:
+            return all([(await rt.runs.get("acme", rid)).terminal for rid in a_ids])  # type: ignore[union-attr]
+
+        # the capped backlog is served in the end: queued, not refused
+        await wait_until(all_done, timeout=60, what="tenant A's backlog")
+    finally:
+        await workers.stop()
+    print(f"\ncap {cap}: tenant B's run ended when {a_finished} of tenant A's {BACKLOG} had ended")
+    if cap:
+        assert a_finished <= BACKLOG // 2, a_finished
+        assert seen["running"] <= cap and seen["queued"] + seen["running"] > 0, seen
+    else:
+        assert a_finished >= BACKLOG // 2, a_finished  # first come, first served: B waited
+    assert (await rt.runs.get("globex", b_id)).status == "completed"  # type: ignore[union-attr]
