@@ -236,6 +236,26 @@ class ChannelConfig(BaseModel):
 INTERRUPTION_TIMEOUT_CAP_MS = 30 * 86_400_000
 
 
+class RetentionConfig(BaseModel):
+    """How long finished runs (their transcripts, questions, inputs) are kept: `days` for every
+    tenant, `tenants.<id>` overrides it (null = keep forever). Enforced by the sweeper (sidecar)
+    and the maintenance function (cloud) in bounded batches."""
+
+    model_config = ConfigDict(extra="forbid")
+    days: int | None = Field(default=None, ge=1, le=36_500)
+    tenants: dict[str, int | None] = Field(default_factory=dict)
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_days(cls, v: dict[str, int | None]) -> dict[str, int | None]:
+        for tenant, days in v.items():
+            if not is_identifier(tenant):
+                raise ValueError(f"tenant {tenant!r} must match [A-Za-z0-9_-]{{1,128}}")
+            if days is not None and not 1 <= days <= 36_500:
+                raise ValueError(f"tenants.{tenant}: days must be in 1..36500 (or null: keep forever)")
+        return v
+
+
 class InterruptionConfig(BaseModel):
     """`interruption:` — the operator's bounds on Interruption.ask (loomcycle's keys)."""
 
@@ -291,6 +311,7 @@ class TreadleConfig(BaseModel):
     http: HttpConfig = Field(default_factory=HttpConfig)
     search: SearchConfig | None = None
     principals: dict[str, PrincipalSpec] = Field(default_factory=dict)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     #: loomcycle's provider walk order and per-user-class routing (specs/loomcycle.py)
     provider_priority: list[str] = Field(default_factory=list)
     user_tiers: dict[str, UserTierConfig] = Field(default_factory=dict)

@@ -7,6 +7,7 @@ in tests) and whatever serves the API.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -139,6 +140,8 @@ class Runtime:
     network: NetworkSetup | None = None
     #: bumped whenever a token is created, rotated or retired in this process (auth caches flush)
     auth_generation: int = 0
+    #: when retention last ran (time.monotonic; enforce_retention runs at most once a minute)
+    _retention_at: float = float("-inf")
     #: where volumes keep their files (volumes/); "host": a directory under TREADLE_VOLUMES_ROOT
     #: (default TREADLE_HOME/volumes); None: no volumes (the file tools refuse)
     volume_storage: VolumeStorage | Literal["host"] | None = "host"
@@ -305,6 +308,7 @@ class Runtime:
 
         return Triggers(self.pool, self.config, self, self.substrate.agents, self.memory,
                         ScopedPublisher(self.channels, self), purge_volumes=self.volumes.purge_ended,
+                        retention=self.enforce_retention,
                         mcp=lambda tenant, server, tool, args: self.mcp.call_hook(tenant, server, tool, args))
 
     @cached_property
@@ -372,6 +376,24 @@ class Runtime:
     async def wake_due(self) -> int:
         """Wake runs whose wait deadline passed, and repair lost wake-ups (sweeper / maintenance)."""
         return await self.waker.wake_due()
+
+    async def enforce_retention(self, *, force: bool = False) -> int:
+        """Delete one bounded batch of finished runs past their tenant's retention (config
+        `retention:`); at most once a minute unless `force` (the sweeper calls it every tick)."""
+        rules = self.config.retention
+        if rules.days is None and not any(d is not None for d in rules.tenants.values()):
+            return 0
+        now = time.monotonic()
+        if not force and now - self._retention_at < 60.0:
+            return 0
+        self._retention_at = now
+        deleted = 0
+        if rules.days is not None:
+            deleted += await self.runs.purge_finished(rules.days, exclude=list(rules.tenants))
+        for tenant, days in rules.tenants.items():
+            if days is not None:
+                deleted += await self.runs.purge_finished(days, tenant_id=tenant)
+        return deleted
 
     async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None:
         """Flag the run and its unfinished sub-agent runs (one statement, the whole subtree); each

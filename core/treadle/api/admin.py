@@ -5,9 +5,11 @@ Only the operator (an admin of the default tenant) may call them."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from treadle.api.deps import get_principal, get_runtime
@@ -15,6 +17,7 @@ from treadle.domain.ids import is_identifier
 from treadle.errors import Forbidden, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
+from treadle.store.tenants import TenantData
 
 router = APIRouter(prefix="/v1/_admin", tags=["admin"])
 tenant_router = APIRouter(prefix="/v1", tags=["runs"])
@@ -73,3 +76,33 @@ async def concurrency(rt: Rt, who: Who) -> dict[str, Any]:
     return {"tenant_id": who.tenant_id, **counts,
             "caps": {"tenant_max_running": rt.settings.tenant_max_running,
                      "user_max_running": rt.settings.user_max_running}}
+
+
+@router.get("/tenants/{tenant_id}/export")
+async def export_tenant(tenant_id: str, rt: Rt, who: Who) -> StreamingResponse:
+    """Every row of the tenant, as JSON lines `{"table", "row"}` (one consistent snapshot; token
+    hashes and sealed credentials are left out)."""
+    _operator(who)
+    data = TenantData(rt.pool)
+    tenant = _tenant(tenant_id)
+
+    async def lines() -> Any:
+        async for item in data.export(tenant):
+            yield json.dumps(item, default=str) + "\n"
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+@router.delete("/tenants/{tenant_id}")
+async def erase_tenant(tenant_id: str, rt: Rt, who: Who, confirm: str | None = None) -> dict[str, Any]:
+    """Erase every row of the tenant (runs and their transcripts, memory, channels, defs, triggers,
+    tokens …) in one transaction. `?confirm=<tenant_id>` is required."""
+    _operator(who)
+    tenant = _tenant(tenant_id)
+    if confirm != tenant:
+        raise ValidationFailed(f"erasing a tenant cannot be undone: repeat its id as ?confirm={tenant}")
+    for run in await rt.runs.list_unfinished(tenant, MAX_CANCEL):  # nothing of it keeps running
+        await rt.cancel_run(tenant, run.id, "tenant erased")
+    deleted = await TenantData(rt.pool).erase(tenant)
+    rt.auth_generation += 1  # its tokens are gone: no cached principal may outlive them here
+    return {"tenant_id": tenant, "deleted": deleted}

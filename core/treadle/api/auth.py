@@ -105,6 +105,8 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/_admin/runs"): sc.ADMIN,
     ("GET", "/v1/_concurrency"): R,
     ("POST", "/v1/_admin/tenants/{tenant_id}/cancel"): sc.ADMIN,
+    ("GET", "/v1/_admin/tenants/{tenant_id}/export"): sc.ADMIN,
+    ("DELETE", "/v1/_admin/tenants/{tenant_id}"): sc.ADMIN,
     ("GET", "/openapi.json"): R,
     ("GET", "/docs"): R,
     ("GET", "/redoc"): R,

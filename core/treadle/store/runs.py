@@ -290,6 +290,29 @@ class RunStore:
                 row = await cur.fetchone()
         return _record(row) if row else None
 
+    async def purge_finished(
+        self, days: int, *, tenant_id: str | None = None, exclude: list[str] | None = None, limit: int = 500
+    ) -> int:
+        """Delete up to `limit` finished run trees (a finished top-level run ended more than `days`
+        ago, with its finished sub-agent runs) of `tenant_id`, or of every tenant not in `exclude`;
+        their events, questions, inputs and waits go with them (ON DELETE CASCADE). Returns the
+        runs deleted."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "WITH roots AS (SELECT id FROM runs WHERE parent_run_id IS NULL"
+                "   AND status IN ('completed','failed','cancelled')"
+                "   AND completed_at < now() - make_interval(days => %(days)s)"
+                "   AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)"
+                "   AND NOT (tenant_id = ANY(%(exclude)s))"
+                "   ORDER BY completed_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED),"
+                " gone AS (DELETE FROM runs r USING roots WHERE r.root_run_id = roots.id"
+                "   AND r.status IN ('completed','failed','cancelled') RETURNING r.id)"
+                " SELECT count(*) AS n FROM gone",
+                {"days": days, "tenant": tenant_id, "exclude": exclude or [], "limit": limit},
+            )
+            row = await cur.fetchone()
+        return int(row["n"]) if row else 0
+
     async def concurrency(self, tenant_id: str) -> dict[str, Any]:
         """The tenant's runs holding a worker (a live lease), queued for one, and parked; per user."""
         async with self.pool.connection() as conn:

@@ -47,9 +47,11 @@ class Triggers:
         self, pool: Pool, config: TreadleConfig, starter: RunStarter, agents: AgentDirectory, memory: MemoryStore,
         publisher: ScopedPublisher | None, settings: TriggerSettings | None = None, mcp: McpCaller | None = None,
         purge_volumes: Callable[[], Awaitable[int]] | None = None,
+        retention: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         #: the sweeper's pass over ephemeral volumes whose top-level run ended (volumes/service.py)
         self.purge_volumes = purge_volumes
+        self.retention = retention
         self.pool = pool
         self.config = config
         self.settings = settings or TriggerSettings()
@@ -59,7 +61,7 @@ class Triggers:
 
     def sweeper(self, *, interval_s: float | None = None, singleton: bool = True) -> ScheduleSweeper:
         return ScheduleSweeper(self.pool, self.schedules, self.hooks, interval_s=interval_s, singleton=singleton,
-                               purge_volumes=self.purge_volumes)
+                               purge_volumes=self.purge_volumes, retention=self.retention)
 
     async def sync_static(self, tenant_id: str = DEFAULT_TENANT) -> dict[str, int]:
         """treadle.yaml's triggers into the database; returns how many defs were created and retired."""

@@ -1,5 +1,6 @@
 """The sidecar's in-process schedule sweeper: every tick, fire what is due, then run the
-on_complete hooks of finished runs, then purge the ephemeral volumes of ended runs. One sweeper
+on_complete hooks of finished runs, then purge the ephemeral volumes of ended runs and the finished
+runs past their retention. One sweeper
 per database acts at a time (a transaction-level advisory lock held for the tick); the fire rows'
 uniqueness makes even unlocked sweepers safe.
 """
@@ -27,8 +28,10 @@ class ScheduleSweeper(PeriodicTask):
     def __init__(
         self, pool: Pool, service: ScheduleService, hooks: HookRunner, *, interval_s: float | None = None,
         singleton: bool = True, purge_volumes: Callable[[], Awaitable[int]] | None = None,
+        retention: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self.purge_volumes = purge_volumes
+        self.retention = retention
         self.pool = pool
         self.service = service
         self.hooks = hooks
@@ -55,6 +58,10 @@ class ScheduleSweeper(PeriodicTask):
             purged = await self.purge_volumes()
             if purged:
                 log.info("volumes: purged %d file(s) of ended runs' ephemeral volumes", purged)
+        if self.retention is not None:  # finished runs past their tenant's retention (runtime.py)
+            deleted = await self.retention()
+            if deleted:
+                log.info("retention: deleted %d finished run(s)", deleted)
         self.ticks += 1
         if result.fired or result.failed or result.skipped or handled:
             log.info("schedules: fired %d, failed %d, skipped %d missed; hooks run for %d",

@@ -1,0 +1,76 @@
+"""Retention (finished runs older than their tenant's days are deleted, with their events, in
+bounded batches) and a tenant's export and erase."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.support.e2e import query
+from tests.support.tenancy import api, bearer, mint
+from treadle.config import RetentionConfig
+
+
+async def _finished_run(c: Any, who: dict[str, str], disp: Any, prompt: str) -> str:
+    r = await c.post("/v1/runs", json={"agent": "echo", "prompt": prompt}, headers=who)
+    assert r.status_code == 202, r.text
+    await disp.drain()
+    return str(r.json()["run_id"])
+
+
+async def test_finished_runs_past_their_tenants_retention_are_deleted(tenancy_rt: Any) -> None:
+    rt, disp = tenancy_rt
+    rt.config.retention = RetentionConfig(days=30, tenants={"keepers": None, "short": 1})
+    async with api(rt) as c:
+        operator = bearer(await mint(c, {}, "operator"))
+        tenants = {t: bearer(await mint(c, operator, t, tenant=t, scopes=["substrate:tenant"]))
+                   for t in ("acme", "keepers", "short")}
+        old = {t: await _finished_run(c, who, disp, f"old {t}") for t, who in tenants.items()}
+        recent = {t: await _finished_run(c, who, disp, f"recent {t}") for t, who in tenants.items()}
+        # age the "old" runs instead of waiting: 40 days for acme and keepers, 2 days for short
+        for t, days in (("acme", 40), ("keepers", 40), ("short", 2)):
+            await query(rt.database_url, "UPDATE runs SET completed_at = now() - make_interval(days => %s)"
+                        " WHERE id = %s", (days, old[t]))
+        assert rt.triggers.sweeper().retention == rt.enforce_retention  # every sweeper tick (cloud: maintenance)
+        assert await rt.enforce_retention() == 2  # acme (30 days) and short (1 day); keepers: forever
+        assert await rt.enforce_retention() == 0  # at most once a minute …
+        assert await rt.enforce_retention(force=True) == 0  # … and nothing left to delete
+        for t, who in tenants.items():
+            gone = (await c.get(f"/v1/runs/{old[t]}", headers=who)).status_code
+            assert gone == (200 if t == "keepers" else 404), t
+            assert (await c.get(f"/v1/runs/{recent[t]}", headers=who)).status_code == 200
+        left = await query(rt.database_url, "SELECT count(*) AS n FROM events WHERE run_id = ANY(%s)",
+                           ([old["acme"], old["short"]],))
+        assert left[0]["n"] == 0  # the transcripts went with the runs
+
+
+async def test_a_tenants_export_and_erase(tenancy_rt: Any) -> None:
+    rt, disp = tenancy_rt
+    async with api(rt) as c:
+        operator = bearer(await mint(c, {}, "operator"))
+        acme = bearer(await mint(c, operator, "acme", tenant="acme", scopes=["substrate:tenant"]))
+        other = bearer(await mint(c, operator, "other", tenant="other", scopes=["substrate:tenant"]))
+        mine = await _finished_run(c, acme, disp, "acme's words")
+        theirs = await _finished_run(c, other, disp, "other's words")
+        assert (await c.put("/v1/_memory/scopes/agent/echo/keys/k", json={"value": "acme-memory"},
+                            headers=acme)).status_code < 300
+
+        r = await c.get("/v1/_admin/tenants/acme/export", headers=operator)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+        items = [json.loads(line) for line in r.text.splitlines()]
+        tables = {i["table"] for i in items}
+        assert {"runs", "events", "memory", "defs"} <= tables and "auth_tokens" not in tables
+        assert all(i["row"]["tenant_id"] == "acme" for i in items)
+        assert "acme's words" in r.text and "acme-memory" in r.text and "other's words" not in r.text
+        assert (await c.get("/v1/_admin/tenants/acme/export", headers=acme)).status_code == 403
+
+        refused = await c.delete("/v1/_admin/tenants/acme", headers=operator)
+        assert refused.status_code == 422 and "confirm=acme" in refused.json()["error"]
+        r = await c.delete("/v1/_admin/tenants/acme", params={"confirm": "acme"}, headers=operator)
+        assert r.status_code == 200, r.text
+        assert {"runs", "memory", "auth_tokens"} <= set(r.json()["deleted"])
+        assert (await c.get(f"/v1/runs/{mine}", headers=acme)).status_code == 401  # its token went too
+        assert (await c.get(f"/v1/runs/{theirs}", headers=other)).status_code == 200
+        gone = await query(rt.database_url, "SELECT (SELECT count(*) FROM runs WHERE tenant_id = 'acme')"
+                           " + (SELECT count(*) FROM events WHERE tenant_id = 'acme') AS n")
+        assert gone[0]["n"] == 0
