@@ -89,6 +89,11 @@ async def test_agentdef_and_skilldef_rows_carry_loomcycles_hash(migrated_db_url:
             "system_prompt": "Plan.", "sampling": {"temperature": 0.5}, "max_iterations": 3}})).json()
         assert created["content_sha256"] == go_bytes_hash(
             '{"max_iterations":3,"name":"planner","sampling":{"temperature":0.5},"system_prompt":"Plan."}')
+        # a field written out with its default value is hashed, as loomcycle (omitempty only drops zeros)
+        explicit = (await c.post("/v1/_agentdef", json={"op": "create", "name": "explicit", "overlay": {
+            "system_prompt": "Plan.", "max_tokens": 4096}})).json()
+        assert explicit["content_sha256"] == go_bytes_hash(
+            '{"max_tokens":4096,"name":"explicit","system_prompt":"Plan."}')
         verified = (await c.post("/v1/_agentdef", json={"op": "verify", "name": "planner",
                                                         "content_sha256": created["content_sha256"]})).json()
         assert verified["matches"] is True

@@ -120,7 +120,10 @@ async def test_same_def_hashes_alike_from_yaml_tool_and_http(open_rt: Any) -> No
     assert tool == agent_hash(AgentConfig.model_validate(SHARED))
     cfg = AgentConfig.model_validate(SHARED)
     assert tool_view["content_sha256"] == agent_loomcycle_hash("via-tool", cfg)
-    assert http["content_sha256"] == agent_loomcycle_hash("via-http", cfg)
+    # loomcycle hashes what is written: the explicit max_tokens (a default) counts there
+    assert http["content_sha256"] == agent_loomcycle_hash("via-http", AgentConfig.model_validate(
+        {**SHARED, "max_tokens": 4096}))
+    assert http["content_sha256"] != agent_loomcycle_hash("via-http", cfg)
     assert yaml_view["content_sha256"] == yaml_run.def_content_sha256 == agent_loomcycle_hash("from-yaml", cfg)
 
 

@@ -96,6 +96,11 @@ def go_json(value: Any) -> str:
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
+def is_go_zero(v: Any) -> bool:
+    """What Go's omitempty leaves out (see `_empty`)."""
+    return _empty(v)
+
+
 def _empty(v: Any) -> bool:
     """Go's omitempty: false, 0, "", nil, empty slice or map."""
     if v is None or v is False:

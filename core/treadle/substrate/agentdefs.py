@@ -40,13 +40,29 @@ def agent_body(cfg: AgentConfig) -> dict[str, Any]:
     for explicit in ("provider", "model"):  # an explicit provider changes how `model` is read (alias or not)
         if explicit in cfg.model_fields_set and cfg.tier is None:
             body[explicit] = getattr(cfg, explicit)
+    # a top-level field written out with its default value stays in the body (loomcycle hashes what
+    # is written: Go's omitempty drops only zero values, so `max_tokens: 4096` counts)
+    dumped = cfg.model_dump(mode="json", include=cfg.model_fields_set)
+    for key in cfg.model_fields_set - set(body):
+        if key in dumped and not loomhash.is_go_zero(dumped[key]):
+            body[key] = dumped[key]
     if "system_prompt" in body:
         body["system_prompt"] = body["system_prompt"].replace("\r\n", "\n").replace("\r", "\n")
     return body
 
 
+def _is_default(key: str, value: Any) -> bool:
+    """Whether `value` is AgentConfig's default for `key` (treadle's own hash ignores those)."""
+    field = AgentConfig.model_fields.get(key)
+    if field is None or key in ("provider", "model"):  # an explicit provider/model is meaningful
+        return False
+    default = field.get_default(call_default_factory=True)
+    dumped = default.model_dump(mode="json") if hasattr(default, "model_dump") else default
+    return bool(dumped == value)
+
+
 def agent_content_sha256(body: dict[str, Any]) -> str:
-    fields = {k: v for k, v in body.items() if k not in HASH_EXCLUDED}
+    fields = {k: v for k, v in body.items() if k not in HASH_EXCLUDED and not _is_default(k, v)}
     if isinstance(fields.get("system_prompt"), str):
         fields["system_prompt"] = normalize_text(fields["system_prompt"])
     return content_sha256(fields)
