@@ -174,12 +174,19 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import httpx
+
     from treadle.client import ApiError
 
     try:
         return asyncio.run(_run(args))
     except ApiError as exc:
         print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    except httpx.TransportError as exc:  # a server that is down or went away: one line, not a traceback
+        where = args.url or os.environ.get("TREADLE_URL") or "the treadle server"
+        print(f"error: cannot reach {where}: {exc.__class__.__name__}: {exc or 'connection failed'}\n"
+              "  start one with `treadle serve`, or drop --url to run in this process", file=sys.stderr)
         return 1
 
 
@@ -230,10 +237,15 @@ async def _doctor(args: argparse.Namespace) -> int:
         line("WARN", "TREADLE_AUTH_TOKEN is not set: the API is open (loopback only)")
     else:
         line("PASS", "TREADLE_AUTH_TOKEN is set")
+    if not settings.database_url and not (settings.home / "pg").exists():
+        # the doctor only looks: it never creates the embedded cluster (~40 MB) itself
+        line("WARN", f"no database yet: the embedded Postgres is created in {settings.home / 'pg'} by the first "
+                     "`treadle serve` (or set DATABASE_URL)")
+        return 1 if failed else 0
     try:
         url = resolve_database_url(settings.database_url, settings.home)
     except TreadleError as exc:
-        line("FAIL", f"database: {exc}")
+        line("FAIL", f"database: {hide_password(str(exc), settings.database_url)}")
         return 1
     where = redact_url(url) if settings.database_url else f"embedded Postgres in {settings.home / 'pg'}"
     try:
@@ -257,9 +269,19 @@ async def _doctor(args: argparse.Namespace) -> int:
                 line("PASS", f"pgvector {installed or available} {'installed' if installed else 'available'}")
             else:
                 line("WARN", "pgvector not installed on this server (vector Memory will be unavailable)")
-    except psycopg.Error as exc:
-        line("FAIL", f"database unreachable: {where}: {exc}".strip())
+    except psycopg.Error as exc:  # libpq may quote a malformed URL whole: never print its password
+        line("FAIL", hide_password(f"database unreachable: {where}: {exc}".strip(), url))
     return 1 if failed else 0
+
+
+def hide_password(text: str, url: str | None) -> str:
+    """`text` without the password of `url` (however malformed the URL is)."""
+    import re
+
+    if not url:
+        return text
+    found = re.search(r"(?:^|://)[^:/@\s]*:([^@\s]+)@", url.strip()) or re.search(r"password=([^\s]+)", url)
+    return text.replace(found.group(1), "***") if found and found.group(1) else text
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
