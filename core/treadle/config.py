@@ -17,10 +17,11 @@ names are honoured.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -584,8 +585,39 @@ def is_agent_name(name: str) -> bool:
 
 def _message(e: Any) -> str:
     if e["type"] == "extra_forbidden":
+        close = _did_you_mean(e)
+        if close:
+            return f"Extra inputs are not permitted (not a treadle key: did you mean {close!r}?)"
         return "Extra inputs are not permitted (not a treadle key: a loomcycle key treadle does not support, or a typo)"
     return str(e["msg"])
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model whose keys a config path `loc` (ending in the key itself) is checked against."""
+    model: type[BaseModel] = TreadleConfig
+    parts, i = list(loc[:-1]), 0
+    while i < len(parts):
+        field = model.model_fields.get(str(parts[i]))
+        if field is None:
+            return None
+        ann, step = field.annotation, 1
+        if get_origin(ann) is dict:
+            ann, step = get_args(ann)[1], 2
+        candidates = [a for a in (get_args(ann) or (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if len(candidates) != 1:
+            return None
+        model, i = candidates[0], i + step
+    return model
+
+
+def _did_you_mean(error: Any) -> str | None:
+    """For a misspelled key, the known key of that place closest to it."""
+    loc = tuple(p for p in error.get("loc", ()) if p not in ("function-after", "function-before"))
+    model = _model_at(loc) if loc else None
+    if model is None:
+        return None
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def parse_config(data: object, source: str = "treadle.yaml") -> TreadleConfig:

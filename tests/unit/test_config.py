@@ -217,3 +217,22 @@ def test_interruption_bounds_are_checked() -> None:
         parse_config({"interruption": {"default_timeout_ms": 5000, "max_timeout_ms": 2000}})
     with pytest.raises(ConfigError, match=r"interruption\.max_pending_per_run"):
         parse_config({"interruption": {"max_pending_per_run": 0}})
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    ({"agents": {"a": {"modle": "echo"}}}, "agents.a.modle: {} 'model'?)"),
+    ({"agnets": {}}, "agnets: {} 'agents'?)"),
+    ({"memory": {"embeder": {}}}, "memory.embeder: {} 'embedder'?)"),
+    ({"agents": {"a": {"model": "echo", "mock": {"scrpt": []}}}}, "agents.a.mock.scrpt: {} 'script'?)"),
+])
+def test_a_misspelled_key_gets_a_suggestion(data: dict[str, Any], line: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    said = "Extra inputs are not permitted (not a treadle key: did you mean"
+    assert "treadle.yaml: " + line.format(said) in str(info.value)
+
+
+def test_a_key_like_no_other_gets_no_suggestion() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({"zzzz": 1})
+    assert "zzzz: Extra inputs are not permitted" in str(info.value) and "did you mean" not in str(info.value)
