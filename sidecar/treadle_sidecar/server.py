@@ -2,20 +2,53 @@
 
 from __future__ import annotations
 
+import signal
+import socket
+from collections.abc import Callable
+
 import uvicorn
 
 from treadle.config import Settings, TreadleConfig
+from treadle.errors import ConfigError
 from treadle.telemetry.logs import log_format
 from treadle_sidecar.app import check_listen, create_sidecar_app
 
 
-def serve(settings: Settings, config: TreadleConfig, *, log_level: str = "info") -> None:
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before treadle says it serves (a taken port is a one-line error)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP: asyncio sets TCP_NODELAY
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"TREADLE_LISTEN={host}:{port}: cannot listen there: {exc.strerror or exc}") from None
+    return sock
+
+
+def serve(
+    settings: Settings, config: TreadleConfig, *, log_level: str = "info", announce: Callable[[str], None] | None = None
+) -> None:
+    """Bind, then announce (`announce(url)`), then serve until SIGINT/SIGTERM."""
     host, port = check_listen(settings, config)
+    sock = bind(host, port)
     app = create_sidecar_app(settings, config)
+    if announce is not None:
+        announce(f"http://{f'[{host}]' if ':' in host else host}:{port}")
     # JSON logs: uvicorn's own records go through the root handler too (one format)
     log_config = None if log_format() == "json" else uvicorn.config.LOGGING_CONFIG
-    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on", access_log=False,
-                log_config=log_config)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False,
+                                           log_config=log_config))
+    # uvicorn shuts down gracefully, then re-raises the signal with the handler it found: for
+    # SIGTERM (kill, systemd, Docker) make that an exit, so atexit stops the embedded Postgres
+    # as Ctrl-C does (the default action would kill the process before it could)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    server.run(sockets=[sock])
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 class BackgroundServer:
@@ -24,7 +57,6 @@ class BackgroundServer:
 
     def __init__(self, settings: Settings, config: TreadleConfig) -> None:
         import asyncio
-        import socket
 
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP
         # (proto 0 leaves Nagle on, and every response waits ~40 ms for a delayed ACK)

@@ -4,9 +4,15 @@ in two lines instead of a traceback."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from treadle.cli.main import main
@@ -52,3 +58,52 @@ def test_run_against_a_server_that_is_down_is_two_lines(
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot reach http://127.0.0.1:{port}") and "Traceback" not in err
     assert len(err.strip().splitlines()) == 2
+
+
+def test_serve_on_a_taken_port_fails_before_it_announces(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["init"]) == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--listen", f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port}: cannot listen there" in err and "serving on" not in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_server_stops_its_embedded_postgres(tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGTERM (kill, systemd, Docker) and SIGINT (Ctrl-C) both shut treadle down and stop the
+    embedded Postgres it started (its postmaster.pid is gone)."""
+    subprocess.run([sys.executable, "-m", "treadle.cli.main", "init"], cwd=tmp_path, check=True, capture_output=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("TREADLE_")}
+    env["TREADLE_HOME"] = str(tmp_path / "home")
+    proc = subprocess.Popen([sys.executable, "-m", "treadle.cli.main", "serve", "--listen", f"127.0.0.1:{port}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "treadle serve did not come up"
+            time.sleep(0.2)
+        pid_file = tmp_path / "home" / "pg" / "postmaster.pid"
+        assert pid_file.exists()  # the embedded Postgres runs
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        assert not pid_file.exists(), "the embedded Postgres outlived treadle"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        left = tmp_path / "home" / "pg" / "postmaster.pid"
+        if left.exists():  # never leave a Postgres behind, even when the test failed
+            os.kill(int(left.read_text().split()[0]), signal.SIGTERM)

@@ -40,9 +40,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(settings.config)
     from treadle_sidecar.server import serve
 
-    host, port = settings.listen_host_port()
-    print(f"treadle {__version__} serving on http://{host}:{port}  (watch runs: /ui, API docs: /docs)", file=sys.stderr)
-    serve(settings, config, log_level=args.log_level)
+    def announce(url: str) -> None:  # once the address is bound
+        print(f"treadle {__version__} serving on {url}  (watch runs: /ui, API docs: /docs)", file=sys.stderr)
+
+    serve(settings, config, log_level=args.log_level, announce=announce)
     return 0
 
 
