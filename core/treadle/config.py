@@ -378,7 +378,16 @@ class TreadleConfig(BaseModel):
             return cands
         if "provider" not in agent.model_fields_set and agent.model in self.models:
             return [(f"agents.{name}.model", self.models[agent.model])]
-        return [(f"agents.{name}.provider", ModelRef(provider=agent.provider, model=agent.model))]
+        return [(f"agents.{name}.provider", ModelRef(provider=self.agent_provider(agent), model=agent.model))]
+
+    def agent_provider(self, agent: AgentConfig) -> str:
+        """The provider of an agent's `model`: `provider:` when given; else the mock for the mock's
+        own models; else the one configured non-mock provider (with several, reference_errors asks
+        for `provider:`) — a vendor model name never silently means the mock."""
+        if "provider" in agent.model_fields_set or agent.model in MOCK_MODELS:
+            return agent.provider
+        real = [pid for pid, p in self.providers.items() if p.driver != "mock"]
+        return real[0] if len(real) == 1 else agent.provider
 
     def _deref(self, c: str | ModelRef) -> ModelRef:
         return self.models[c] if isinstance(c, str) else c
@@ -437,11 +446,21 @@ class TreadleConfig(BaseModel):
             explicit = "provider" in agent.model_fields_set
             if not explicit and agent.model in self.models:
                 continue
-            if agent.provider not in known:
+            if not explicit and agent.model not in MOCK_MODELS and self.agent_provider(agent) == agent.provider:
+                real = [pid for pid, p in self.providers.items() if p.driver != "mock"]
+                fix = (f"add `provider:` (one of {', '.join(real)})" if real else
+                       "declare a `providers:` entry (e.g. {driver: anthropic}) and name it in `provider:`")
+                aliases = f", or use a `models:` alias ({', '.join(self.models)})" if self.models else ""
+                mocks = ", ".join(MOCK_MODELS)
+                errs.append((f"agents.{name}.model", f"{agent.model!r} names no provider: {fix}{aliases}; "
+                                                     f"without one only the mock's models work ({mocks})"))
+                continue
+            provider = self.agent_provider(agent)
+            if provider not in known:
                 errs.append(
-                    (f"agents.{name}.provider", f"unknown provider {agent.provider!r} (configured: {', '.join(known)})")
+                    (f"agents.{name}.provider", f"unknown provider {provider!r} (configured: {', '.join(known)})")
                 )
-            elif self._driver(agent.provider) == "mock" and agent.model not in MOCK_MODELS:
+            elif self._driver(provider) == "mock" and agent.model not in MOCK_MODELS:
                 hint = "" if explicit or not self.models else f"; model aliases: {', '.join(self.models)}"
                 errs.append(
                     (

@@ -236,3 +236,15 @@ def test_a_key_like_no_other_gets_no_suggestion() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config({"zzzz": 1})
     assert "zzzz: Extra inputs are not permitted" in str(info.value) and "did you mean" not in str(info.value)
+
+
+def test_a_vendor_model_without_a_provider_never_means_the_mock() -> None:
+    with pytest.raises(ConfigError, match="'claude-sonnet-4-5' names no provider: declare a `providers:` entry"):
+        parse_config({"agents": {"a": {"model": "claude-sonnet-4-5"}}})
+    two = {"claude": {"driver": "anthropic"}, "gpt": {"driver": "openai"}}
+    with pytest.raises(ConfigError, match=r"names no provider: add `provider:` \(one of claude, gpt\)"):
+        parse_config({"providers": two, "agents": {"a": {"model": "claude-sonnet-4-5"}}})
+    one = parse_config({"providers": {"claude": {"driver": "anthropic"}},
+                        "agents": {"a": {"model": "claude-sonnet-4-5"}, "e": {"model": "echo"}}})
+    assert [ref.provider for _, ref in one.agent_candidates("a")] == ["claude"]  # the one configured
+    assert [ref.provider for _, ref in one.agent_candidates("e")] == ["mock"]  # the mock's own model
