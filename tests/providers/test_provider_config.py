@@ -84,8 +84,8 @@ def test_agents_name_a_provider_an_alias_or_a_tier() -> None:
     ({"tiers": {"t": [{"provider": "mock", "model": "gpt-4"}]}},
      "treadle.yaml: tiers.t.candidates.0.model: unknown mock model 'gpt-4'"),
     ({"models": {"m": {"provider": "mock", "model": "echo"}}, "agents": {"a": {"model": "mm"}}},
-     "treadle.yaml: agents.a.model: unknown mock model 'mm' (one of echo, tool-caller, script, mock-generic; "
-     "model aliases: m)"),
+     "treadle.yaml: agents.a.model: 'mm' names no provider: declare a `providers:` entry (e.g. {driver: "
+     "anthropic}) and name it in `provider:`, or use a `models:` alias (m)"),
     ({"providers": {"p": {"driver": "azure"}}}, "treadle.yaml: providers.p.driver: Input should be"),
     ({"providers": {"p": {"driver": "openai", "api_key_env": "sk-live-123"}}},
      "providers.p.api_key_env: Value error, api_key_env names an environment variable"),

@@ -61,8 +61,10 @@ def test_unknown_provider() -> None:
 
 
 def test_unknown_mock_model() -> None:
-    msg = config_error({"agents": {"demo": {"model": "gpt-9"}}})
+    msg = config_error({"agents": {"demo": {"provider": "mock", "model": "gpt-9"}}})
     assert "treadle.yaml: agents.demo.model: unknown mock model 'gpt-9'" in msg
+    msg = config_error({"agents": {"demo": {"model": "gpt-9"}}})  # no provider: never read as the mock's
+    assert "treadle.yaml: agents.demo.model: 'gpt-9' names no provider" in msg
 
 
 def test_unknown_tier_and_tier_with_model() -> None:
