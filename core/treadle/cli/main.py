@@ -40,6 +40,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(settings.config)
     from treadle_sidecar.server import serve
 
+    from treadle.cli.envcheck import unknown_variables
+
+    for message in unknown_variables():
+        print(f"warning: {message}", file=sys.stderr)
+
     def announce(url: str) -> None:  # once the address is bound
         print(f"treadle {__version__} serving on {url}  (watch runs: /ui, API docs: /docs)", file=sys.stderr)
 
@@ -214,6 +219,10 @@ async def _doctor(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
         line("PASS", f"environment (listen {settings.listen}, workers {settings.workers})")
+        from treadle.cli.envcheck import unknown_variables
+
+        for message in unknown_variables():
+            line("WARN", message)
     except ConfigError as exc:
         line("FAIL", str(exc))
         return 1
