@@ -416,6 +416,10 @@ async def test_idempotency_key_returns_the_same_run(api: Api) -> None:
 async def test_unknown_agent_is_400(api: Api) -> None:
     assert_error(await api.client.post("/v1/runs", json={"agent": "nobody", "prompt": "x"}), 400, "unknown_agent",
                  "nobody")
+    # a near miss gets the closest name; every answer lists the known agents
+    r = await api.client.post("/v1/runs", json={"agent": "ecoh", "prompt": "x"})
+    message = r.json()["error"]
+    assert "unknown agent 'ecoh'; did you mean 'echo'?" in message and "(known: " in message and "echo" in message
 
 
 @pytest.mark.parametrize(

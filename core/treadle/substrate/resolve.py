@@ -10,6 +10,7 @@ later never changes a running run — and appends the skill bodies to its system
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 from collections import OrderedDict
 from typing import Any
@@ -47,6 +48,14 @@ class AgentPinning:
         self._static_hashes: dict[str, str] = {}
         self._cache: OrderedDict[tuple[Any, ...], ResolvedAgent] = OrderedDict()
 
+    async def _unknown(self, tenant_id: str, agent: str) -> str:
+        """`unknown agent 'x'`, with the closest known name and the known ones (yaml + promoted defs)."""
+        known = sorted({*self.catalogue.static, *(r.name for r in await self.defs.list(tenant_id, AGENT) if r.active)})
+        close = difflib.get_close_matches(agent, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        listing = ", ".join(known[:50]) + (" …" if len(known) > 50 else "") if known else "none"
+        return f"unknown agent {agent!r}{hint} (known: {listing})"
+
     async def pin(self, new: NewRun) -> None:
         """Fill `new.def_id`, `new.def_content_sha256` and `new.skill_def_ids` (a skill that does not
         exist is pinned as "missing" and left out), or raise UnknownAgent. A caller may preset
@@ -69,7 +78,7 @@ class AgentPinning:
                 cfg = static.config
                 new.def_content_sha256 = self.static_hash(new.agent)
             else:
-                raise UnknownAgent(f"unknown agent {new.agent!r}")
+                raise UnknownAgent(await self._unknown(new.tenant_id, new.agent))
         if cfg.skills:
             pins: dict[str, str] = {}
             for name in cfg.skills:
