@@ -78,13 +78,19 @@ if (typeof module !== "undefined") module.exports = { parseSse, describe, segmen
 if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded", () => {
   const $ = (id) => document.getElementById(id);
   let token = sessionStorage.getItem("treadle-token") || "";
+  // the operator (an admin) may look at another tenant: X-Treadle-Tenant on every call
+  let tenant = sessionStorage.getItem("treadle-tenant") || "";
   let selected = null;
   let stream = null; // AbortController of the open stream
   let lastSeq = 0;
   let live = null; // the <li> collecting text_delta frames of the current iteration
 
   async function api(path, init = {}) {
-    const headers = { ...(init.headers || {}), ...(token ? { authorization: `Bearer ${token}` } : {}) };
+    const headers = {
+      ...(init.headers || {}),
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...(tenant ? { "x-treadle-tenant": tenant } : {}),
+    };
     const resp = await fetch(path, { ...init, headers });
     if (resp.status === 401) {
       $("auth").hidden = false;
@@ -270,12 +276,33 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     token = $("token").value.trim();
     sessionStorage.setItem("treadle-token", token);
     $("auth").hidden = true;
+    whoami();
     loadRuns();
     if (selected) select(selected);
   });
   $("status").addEventListener("change", loadRuns);
   $("user").addEventListener("change", loadRuns);
 
+  // who the page acts as; an admin gets the tenant box
+  async function whoami() {
+    try {
+      const who = await json("/v1/_whoami");
+      $("who").textContent = `tenant ${who.tenant_id}`;
+      $("tenant-box").hidden = !(who.open_mode || (who.scopes || []).includes("substrate:admin"));
+    } catch (err) {
+      notice(err.message);
+    }
+  }
+  $("tenant").value = tenant;
+  $("tenant").addEventListener("change", () => {
+    tenant = $("tenant").value.trim();
+    sessionStorage.setItem("treadle-tenant", tenant);
+    selected = null;
+    whoami();
+    loadRuns();
+  });
+
+  whoami();
   loadRuns();
   setInterval(loadRuns, 3000);
   if (location.hash.length > 1) select(location.hash.slice(1));
