@@ -45,6 +45,8 @@ log = logging.getLogger("treadle.cloud.worker")
 MAX_RETRY_DELAY_S = 300
 #: a step whose model call met the invocation's deadline (see `_run_step`)
 HANDED_BACK = "handed_back"
+#: how long a step of a tenant at its fairness cap waits before it is tried again
+FAIRNESS_RETRY_S = 2.0
 
 
 class NotStarted(Exception):
@@ -106,6 +108,11 @@ class SqsWorker:
         """`Engine.handle`, with the lease in hand: a step whose model call meets the deadline is
         handed back — its lease released, its (possibly chained) step enqueued again — and the
         record acknowledged (None)."""
+        if await rt.steps.over_cap(msg.run_id):
+            # fairness: its tenant (user) is at its cap — sent again with a delay and this record
+            # acknowledged (a released record would count toward the dead-letter queue)
+            await rt.dispatcher.enqueue(msg, delay_s=FAIRNESS_RETRY_S)
+            return StepResult.DEFERRED
         owner = rt.engine.new_owner()
         leased = await rt.steps.lease(msg.run_id, msg.step_no, owner)
         if leased is None:

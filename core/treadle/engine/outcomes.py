@@ -21,6 +21,7 @@ class StepResult(Enum):
     RETRY_LATER = "retry_later"  # the step crashed and was handed back
     LEASE_LOST = "lease_lost"
     PARKED = "parked"  # the run waits (status 'waiting'); a poke or a deadline wakes it
+    DEFERRED = "deferred"  # its tenant (user) is at its fairness cap: sent again with a delay
 
 
 @dataclass(slots=True)

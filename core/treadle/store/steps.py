@@ -248,14 +248,35 @@ class StepStore:
             await self._ensure_complete(conn, leased)
         return True, leased
 
+    async def over_cap(self, run_id: str) -> bool:
+        """Whether the run's tenant (or user) already has its fairness cap of runs under a live
+        lease — the SQS path's check before it leases (the Postgres queue's claim skips such jobs)."""
+        if not (self.tenant_max_running or self.user_max_running):
+            return False
+        checks = []
+        if self.tenant_max_running:
+            checks.append(self._RUNNING.format(match="x.tenant_id = r.tenant_id") + " >= %(tenant_cap)s")
+        if self.user_max_running:
+            checks.append("(r.user_id IS NOT NULL AND " + self._RUNNING.format(
+                match="x.tenant_id = r.tenant_id AND x.user_id = r.user_id") + " >= %(user_cap)s)")
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT (" + " OR ".join(checks) + ") AS over FROM runs r WHERE r.id = %(run_id)s",
+                {"run_id": run_id, "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running},
+            )
+            row = await cur.fetchone()
+        return bool(row and row["over"])
+
+    #: how many runs like `r` (`match`) hold a live lease, `r` itself not counted
+    _RUNNING = ("(SELECT count(*) FROM runs x WHERE x.status IN ('queued','running') AND x.lease_owner IS NOT NULL"
+                " AND x.lease_until > now() AND x.id <> r.id AND {match})")
+
     def _next_job(self) -> str:
         """The due job to claim: the oldest — skipping, under a fairness cap, jobs whose tenant (or
         user) already has that many runs under a live lease. Without caps, the plain queue order."""
         if not (self.tenant_max_running or self.user_max_running):
             return "SELECT id FROM jobs WHERE run_at <= now() ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
-        running = ("(SELECT count(*) FROM runs x WHERE x.status IN ('queued','running') AND x.lease_owner IS NOT NULL"
-                   " AND x.lease_until > now()"
-                   " AND x.id <> r.id AND {match})")
+        running = self._RUNNING
         caps = []
         if self.tenant_max_running:
             caps.append(running.format(match="x.tenant_id = r.tenant_id") + " < %(tenant_cap)s")
