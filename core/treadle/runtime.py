@@ -43,12 +43,12 @@ from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
 from treadle.store.runs import NewRun, RunRecord, RunStore
-from treadle.store.steps import StepStore
+from treadle.store.steps import LeasedRun, StepStore
 from treadle.store.subruns import SubRunStore
 from treadle.store.volumes import VolumeStore
 from treadle.store.waits import WaitStore
 from treadle.substrate import Substrate
-from treadle.tools.base import Principal, ToolContext, ToolServices
+from treadle.tools.base import Principal, Tool, ToolContext, ToolServices
 from treadle.tools.registry import ToolRegistry
 from treadle.volumes.base import VolumeStorage
 from treadle.volumes.host import HostDirStorage
@@ -57,11 +57,9 @@ from treadle.volumes.service import VolumeService
 if TYPE_CHECKING:
     from treadle.mcp.defs import McpServerDefs
     from treadle.mcp.tools import McpToolSource
-    from treadle.store.steps import LeasedRun
     from treadle.store.tokens import AuthTokenStore
     from treadle.substrate.tokens import OperatorTokens
     from treadle.substrate.volumedefs import VolumeDefFamily
-    from treadle.tools.base import Tool
     from treadle.triggers.service import Triggers
 
 log = logging.getLogger("treadle")

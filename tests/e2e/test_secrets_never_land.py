@@ -12,9 +12,7 @@ import secrets
 from typing import Any
 from urllib.parse import quote
 
-import psycopg
-
-from tests.support.e2e import query
+from tests.support.e2e import dump_all
 from treadle.client.http import TreadleClient
 
 PROVIDER_KEY = "sk-proj-" + secrets.token_urlsafe(30)
@@ -44,20 +42,6 @@ SCRIPT: list[dict[str, Any]] = [
 ]
 AGENTS = {"leaky": {"model": "script", "tools": ["Memory", "Channel"], "mock": {"script": SCRIPT}}}
 EXTRA = {"channels": {"feed": {"scope": "global", "semantic": "broadcast"}}}
-
-
-async def dump_all(url: str) -> str:
-    """Every row of every table, as COPY writes it (what pg_dump's data section holds)."""
-    tables = [r["t"] for r in await query(
-        url, "SELECT quote_ident(table_name) AS t FROM information_schema.tables"
-             " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'")]
-    chunks: list[str] = []
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        for table in tables:
-            async with conn.cursor().copy(f"COPY {table} TO STDOUT") as copy:
-                async for data in copy:
-                    chunks.append(bytes(data).decode())
-    return "".join(chunks)
 
 
 async def test_no_secret_form_reaches_the_database_or_the_log(make_db: Any, start_server: Any) -> None:

@@ -32,6 +32,20 @@ async def query(url: str, sql: str, params: Any = None) -> list[dict[str, Any]]:
         return await cur.fetchall() if cur.description else []
 
 
+async def dump_all(url: str) -> str:
+    """Every row of every table, as COPY writes it (what pg_dump's data section holds)."""
+    tables = [r["t"] for r in await query(
+        url, "SELECT quote_ident(table_name) AS t FROM information_schema.tables"
+             " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'")]
+    chunks: list[str] = []
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for table in tables:
+            async with conn.cursor().copy(f"COPY {table} TO STDOUT") as copy:
+                async for data in copy:
+                    chunks.append(bytes(data).decode())
+    return "".join(chunks)
+
+
 async def execute(url: str, sql: str) -> None:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute(sql)

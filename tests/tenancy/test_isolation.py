@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.test_secrets_never_land import dump_all
+from tests.support.e2e import dump_all
 from tests.support.tenancy import api, bearer, mint
 from treadle.api.app import api_routers
 from treadle.api.deps import get_principal

@@ -23,8 +23,11 @@ async def test_the_first_token_ends_open_mode_and_is_stored_only_as_a_hash(tenan
         r = await c.get("/v1/runs")
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
         who = (await c.get("/v1/_whoami", headers=bearer(token))).json()
-        assert who == {"tenant_id": "default", "subject": "tok-ops", "scopes": ["substrate:admin"],
-                       "open_mode": False, "legacy": False, "token_id": who["token_id"]}
+        assert {k: who[k] for k in ("tenant_id", "subject", "scopes", "is_admin", "open_mode", "legacy")} == {
+            "tenant_id": "default", "subject": "tok-ops", "scopes": ["substrate:admin"], "is_admin": True,
+            "open_mode": False, "legacy": False}
+        assert who["token_id"].startswith("def_")
+        assert (await c.get("/v1/_me", headers=bearer(token))).json() == who  # loomcycle's name, one answer
         assert (await c.get("/v1/_whoami", headers=bearer(token + "x"))).status_code == 401
     dump = await query(rt.database_url, "SELECT (SELECT json_agg(d) FROM defs d)::text || "
                        "(SELECT json_agg(t) FROM auth_tokens t)::text AS all")

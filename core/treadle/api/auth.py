@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from treadle.config import PrincipalSpec
 from treadle.domain import scopes as sc
@@ -217,6 +218,19 @@ class Authenticator:
         if self._admin_exists is None or now - self._admin_exists[0] >= self.cache_seconds:
             self._admin_exists = (now, await rt.auth_tokens.any_valid_admin())
         return self._admin_exists[1]
+
+
+def principal_view(who: Principal) -> dict[str, Any]:
+    """Who a bearer acts as — `GET /v1/_me` (loomcycle's name), `GET /v1/_whoami` and the MCP
+    `whoami` tool answer this."""
+    from treadle.security.network import NetworkEnv
+
+    return {"tenant_id": who.tenant_id, "subject": who.subject, "scopes": list(who.scopes),
+            "is_admin": sc.satisfies(who.scopes, sc.ADMIN), "open_mode": who.open_mode, "legacy": who.legacy,
+            "token_id": who.token_id,
+            # stdio MCP servers come from treadle.yaml only (mcp/defs.py): never created at runtime
+            "capabilities": {"mcp_allow_dynamic_stdio": False,
+                             "http_host_allowlist_configured": bool(NetworkEnv().http_allowed_hosts.strip())}}
 
 
 def authorize(principal: Principal, method: str, path: str, tenant_header: str | None) -> Principal:

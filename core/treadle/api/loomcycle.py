@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from treadle.api.auth import principal_view
 from treadle.api.deps import get_principal, get_runtime
 from treadle.config import SamplingConfig as Sampling  # a run's sampling: the same block as an agent's
 from treadle.domain.ids import is_identifier
@@ -283,13 +284,8 @@ async def _wait_a_little(rt: Runtime, run_id: str) -> None:
 
 @router.get("/_me")
 async def whoami(who: Who) -> dict[str, Any]:
-    """loomcycle's whoami: the caller's tenant, subject and scopes."""
-    out: dict[str, Any] = {"tenant_id": who.tenant_id, "subject": who.subject, "scopes": list(who.scopes),
-                           "is_admin": "substrate:admin" in who.scopes, "legacy": False,
-                           "capabilities": {"mcp_allow_dynamic_stdio": False, "http_host_allowlist_configured": False}}
-    if who.open_mode:
-        out["open_mode"] = True
-    return out
+    """loomcycle's whoami: the caller's tenant, subject and scopes (api/auth.py principal_view)."""
+    return principal_view(who)
 
 
 def run_id_of_session(session_id: str) -> str:

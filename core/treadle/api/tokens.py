@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from treadle.api.auth import principal_view
 from treadle.api.defroutes import Rt, Who, op_body
 from treadle.domain.ids import is_identifier
 from treadle.errors import Forbidden, ValidationFailed
@@ -34,6 +35,5 @@ async def operator_token_names(rt: Rt, who: Who) -> dict[str, Any]:
 
 @router.get("/_whoami")
 async def whoami(who: Who) -> dict[str, Any]:
-    """The principal this bearer acts as."""
-    return {"tenant_id": who.tenant_id, "subject": who.subject, "scopes": list(who.scopes),
-            "open_mode": who.open_mode, "legacy": who.legacy, "token_id": who.token_id}
+    """The principal this bearer acts as (the same answer as loomcycle's `GET /v1/_me`)."""
+    return principal_view(who)

@@ -109,8 +109,6 @@ class OperatorTokens(DefLifecycle):
         if "overlay" not in args:
             args["overlay"] = {}
         out = await super().op_create(tenant, self._with_token(args, token), gate, run_id)
-        if out.get("deduplicated"):  # cannot happen: every token hashes differently
-            raise DefRefused(f"{self.what('create')}: token already exists")
         return {**out, "token": token, "token_suffix": tokens.suffix(token), "warning": WARNING}
 
     async def op_rotate(

@@ -21,7 +21,7 @@ import psycopg
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from treadle.api import channels, interrupts, memory, runs, steering
-from treadle.api.auth import may_call_tool, tool_scope
+from treadle.api.auth import may_call_tool, principal_view, tool_scope
 from treadle.api.clienttools import client_tool_specs
 from treadle.api.mcp.join import outcome, settle
 from treadle.api.runs import CancelRequest, RunRequest
@@ -304,8 +304,7 @@ async def list_channels(rt: Runtime, who: Principal, _a: NoArgs) -> dict[str, An
 
 @tool("whoami", "The caller as treadle sees it: tenant, subject, scopes.", NoArgs)
 async def whoami(_rt: Runtime, who: Principal, _a: NoArgs) -> dict[str, Any]:
-    return {"tenant_id": who.tenant_id, "subject": who.subject, "scopes": list(who.scopes),
-            "open_mode": who.open_mode}
+    return principal_view(who)
 
 
 # -- the *Def families: the op input of the builtin tool of the same kind ----------------------------
