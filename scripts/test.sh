@@ -4,7 +4,7 @@
 # Postgres: $DATABASE_URL if set, else an embedded pgserver under .treadle/test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+scripts/bootstrap.sh dev cloud
 .venv/bin/ruff check core sidecar cloud functions infra layers tests scripts
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
