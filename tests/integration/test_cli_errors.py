@@ -83,8 +83,9 @@ def test_a_stopped_server_stops_its_embedded_postgres(tmp_path: Path, sig: signa
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("TREADLE_")}
     env["TREADLE_HOME"] = str(tmp_path / "home")
+    log = tmp_path / "serve.log"
     proc = subprocess.Popen([sys.executable, "-m", "treadle.cli.main", "serve", "--listen", f"127.0.0.1:{port}"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -93,7 +94,8 @@ def test_a_stopped_server_stops_its_embedded_postgres(tmp_path: Path, sig: signa
                     break
             except httpx.TransportError:
                 pass
-            assert proc.poll() is None and time.monotonic() < deadline, "treadle serve did not come up"
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                f"treadle serve did not come up:\n{log.read_text()[-2000:]}"
             time.sleep(0.2)
         pid_file = tmp_path / "home" / "pg" / "postmaster.pid"
         assert pid_file.exists()  # the embedded Postgres runs

@@ -86,6 +86,9 @@ def create_app(
         from treadle.api import watchpage
 
         app.include_router(watchpage.router)
+    from treadle.api.tenantscope import TenantBindingMiddleware
+
+    app.add_middleware(TenantBindingMiddleware)  # a request's queries see only its tenant's rows
     app.add_middleware(BodySizeLimit, max_bytes=max_request_bytes)
     from treadle.api.tracing import RequestSpans
 

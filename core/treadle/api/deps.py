@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import Request
 
 from treadle.api.auth import TENANT_HEADER, Authenticator, authorize
+from treadle.api.tenantscope import bind_request
 from treadle.errors import StoreError
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
@@ -24,4 +25,6 @@ async def get_principal(request: Request) -> Principal:
     principal = await auth.authenticate(request.headers.get("authorization"), rt)
     route = request.scope.get("route")
     path = getattr(route, "path", request.url.path)
-    return authorize(principal, request.method, path, request.headers.get(TENANT_HEADER))
+    principal = authorize(principal, request.method, path, request.headers.get(TENANT_HEADER))
+    bind_request(principal, path)
+    return principal

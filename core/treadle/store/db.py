@@ -7,8 +7,9 @@ import json
 import logging
 import os
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from treadle.errors import StoreError
 from treadle.security.redact import SECRETS
+from treadle.store import scope
+from treadle.store.scope import current_tenant
 
 log = logging.getLogger("treadle.store")
 
@@ -109,10 +112,14 @@ def in_step_transaction() -> bool:
 class Pool:
     """The connection pool, aware of the current step transaction: `connection()` lends that
     transaction's connection while one is current in this task (a store's own `transaction()`
-    then becomes a savepoint), else a pooled connection in autocommit mode."""
+    then becomes a savepoint), else a pooled connection in autocommit mode — acting for the
+    request's tenant while one is bound (store/scope.py), as the tables' owner otherwise."""
 
-    def __init__(self, inner: AsyncConnectionPool[Connection]) -> None:
+    def __init__(self, inner: AsyncConnectionPool[Connection], *, behind_pooler: bool = False) -> None:
         self.inner = inner
+        self.behind_pooler = behind_pooler
+        #: the tenant each pooled connection's session acts for (absent: the owner)
+        self._acting: weakref.WeakKeyDictionary[Connection, str] = weakref.WeakKeyDictionary()
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -120,8 +127,34 @@ class Pool:
         if tx is not None and tx.pool is self:
             yield tx.conn
             return
+        tenant = current_tenant()
         async with self.inner.connection() as conn:
+            if tenant is not None and self.behind_pooler:
+                # a transaction pooler (RDS Proxy) may hand the next statement to another server
+                # connection: the binding must be transaction-local, the checkout one transaction
+                # (a store's own transaction() inside it becomes a savepoint)
+                await conn.execute(scope.enter_transaction(tenant))
+                try:
+                    yield conn
+                except BaseException:
+                    with suppress(psycopg.Error):  # a broken connection: the pool discards it
+                        await conn.execute("ROLLBACK")
+                    raise
+                await conn.execute("COMMIT")
+                return
+            await self._act_for(conn, tenant)
             yield conn
+
+    async def _act_for(self, conn: Connection, tenant: str | None) -> None:
+        """Switch a direct connection's session to `tenant` (None: back to the owner) — no round
+        trip when it already acts so, which is the common case (workers never bind; a request's
+        connections are reused by the next request of the same tenant)."""
+        if self._acting.get(conn) == tenant:
+            return
+        self._acting.pop(conn, None)  # unknown until the statement succeeded
+        await conn.execute(scope.session_statement(tenant))
+        if tenant is not None:
+            self._acting[conn] = tenant
 
     @asynccontextmanager
     async def step_transaction(self) -> AsyncIterator[StepTransaction]:
@@ -130,6 +163,7 @@ class Pool:
         if _current() is not None:
             raise RuntimeError("a step transaction is already open in this task")
         async with self.inner.connection() as conn:
+            await self._act_for(conn, None)  # a step is the runtime's work, never a tenant's
             tx = StepTransaction(self, conn, asyncio.current_task())
             token = _CURRENT.set(tx)
             try:
@@ -214,7 +248,7 @@ async def open_pool(
     except Exception as exc:
         await pool.close()
         raise StoreError(f"database unreachable: {redact_url(url)}: {exc}") from exc
-    return Pool(pool)
+    return Pool(pool, behind_pooler=behind_pooler)
 
 
 def redact_url(url: str) -> str:

@@ -25,6 +25,7 @@ from starlette.types import Message, Receive, Scope, Send
 from treadle.api.auth import TENANT_HEADER, Authenticator, authorize
 from treadle.api.defroutes import add_def_routes
 from treadle.api.errors import _STATUS_CODES, error_body
+from treadle.api.tenantscope import bind_request
 from treadle.errors import StoreError
 
 PATH = "/v1/_mcp"
@@ -49,6 +50,7 @@ class McpEndpoint:
         # 401/403 through the API's error handlers; each meta-tool checks its own scope (auth.TOOL_SCOPES)
         who = await auth.authenticate(headers.get("authorization"), rt)
         who = authorize(who, "POST", PATH, headers.get(TENANT_HEADER))
+        bind_request(who, PATH)  # the meta-tools' queries see only the caller's tenant
         from treadle.api.mcp.server import serve
 
         await serve(rt, who, scope, receive, TreadleErrorShape(send), loopback_only=who.open_mode)
