@@ -44,7 +44,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
         el("span", { class: "agent", text: name }), el("span", { class: `status ${active ? "completed" : "cancelled"}`, text: label }),
         el("span", { class: "meta", text: `${versions.length} version${versions.length === 1 ? "" : "s"}` }));
     }));
-    if (keep && libPicked) {
+    if (keep) {
       const again = libDefs.find((d) => d.def_id && d.def_id === keep);
       if (again) await pick(again);
     }

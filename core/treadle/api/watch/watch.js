@@ -227,18 +227,20 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   }
 
   async function api(path, init = {}) {
+    const used = token;
     const headers = {
       ...(init.headers || {}),
-      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...(used ? { authorization: `Bearer ${used}` } : {}),
       ...(tenant ? { "x-treadle-tenant": tenant } : {}),
     };
     const resp = await fetch(path, { ...init, headers });
     if (resp.status === 401) {
-      const msg = token
-        ? "invalid token: the server does not accept this bearer token — paste a current one"
-        : "this server needs a bearer token — paste one to continue";
-      showAuth(msg);
-      throw new ApiError(401, token ? "invalid_token" : "missing_token", token ? "invalid token" : "a bearer token is needed");
+      if (used === token) { // not a late answer to a call made with an earlier token
+        showAuth(used
+          ? "invalid token: the server does not accept this bearer token — paste a current one"
+          : "this server needs a bearer token — paste one to continue");
+      }
+      throw new ApiError(401, used ? "invalid_token" : "missing_token", used ? "invalid token" : "a bearer token is needed");
     }
     return resp;
   }
