@@ -48,9 +48,12 @@ def chromium() -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="module")
-async def served(server_url: str, migrated_template: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ServerProcess]:
-    if why_no_browser() is not None:
-        pytest.skip(why_no_browser() or "")
+async def served(
+    server_url: str, migrated_template: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[ServerProcess]:
+    reason = why_no_browser()
+    if reason is not None:
+        pytest.skip(reason)
     url = clone_database(server_url, migrated_template, "browser")
     workdir: Path = tmp_path_factory.mktemp("browser")
     config = write_config(workdir / "treadle.yaml", AGENTS, {"channels": {"news": {"semantic": "broadcast"}}})

@@ -67,8 +67,8 @@ class Browser:
             d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                               {"width": width, "height": 800, "deviceScaleFactor": 2, "mobile": True})
         d.get(f"{base_url}/healthz")  # same origin: sessionStorage is set before /ui's script runs
-        d.execute_script("sessionStorage.clear(); if (arguments[0]) sessionStorage.setItem('treadle-token', arguments[0]);",
-                         token or "")
+        d.execute_script("sessionStorage.clear();"
+                         " if (arguments[0]) sessionStorage.setItem('treadle-token', arguments[0]);", token or "")
         d.get(f"{base_url}/ui" + (f"#{fragment}" if fragment else ""))
 
     def console(self) -> list[dict[str, Any]]:

@@ -28,8 +28,8 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
 
   let libDefs = []; // the versions of the listed kind
   let libPicked = null; // the version shown
-  const kind = () => $("lib-kind").value; // agentdef | skilldef
-  const op = (body) => post(`/v1/_${kind()}`, body);
+  const LIBRARY = { agentdef: "/v1/_agentdef", skilldef: "/v1/_skilldef" }; // the <select>'s values
+  const op = (body) => post(LIBRARY[$("lib-kind").value], body);
 
   async function loadLibrary(keep) {
     const body = await guard("lib-create-error", () => op({ op: "list", include_retired: $("lib-retired").checked }));
@@ -179,10 +179,15 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
       f.run_id ? el("a", { href: `#${f.run_id}`, text: f.run_id.slice(0, 14) }) : null)) : [el("li", { class: "meta", text: "no fires yet" })]));
   }
 
-  for (const [id, verb] of [["sched-pause", "pause"], ["sched-resume", "resume"], ["sched-run", "run-now"]]) {
-    $(id).addEventListener("click", async () => {
+  const SCHEDULE_ACTIONS = {
+    "sched-pause": (id) => `/v1/_schedules/${id}/pause`,
+    "sched-resume": (id) => `/v1/_schedules/${id}/resume`,
+    "sched-run": (id) => `/v1/_schedules/${id}/run-now`,
+  };
+  for (const [button, path] of Object.entries(SCHEDULE_ACTIONS)) {
+    $(button).addEventListener("click", async () => {
       if (!schedPicked) return;
-      const done = await guard("sched-error", () => post(`/v1/_schedules/${encodeURIComponent(schedPicked)}/${verb}`));
+      const done = await guard("sched-error", () => post(path(encodeURIComponent(schedPicked))));
       if (done) { await showSchedule(schedPicked); loadSchedules(); }
     });
   }
