@@ -15,6 +15,7 @@ from tests.support.db import clone_database, drop_database
 from tests.support.e2e import ServerProcess, write_config
 
 TOKEN = "browser-test-token-0123456789"
+HOOK_TOKEN = "browser-hook-token-9876543210"  # what a webhook's sender presents
 
 
 def scripted(turns: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
@@ -58,7 +59,7 @@ async def served(
     workdir: Path = tmp_path_factory.mktemp("browser")
     config = write_config(workdir / "treadle.yaml", AGENTS, {"channels": {"news": {"semantic": "broadcast"}}})
     srv = ServerProcess(database_url=url, config_path=config, workdir=workdir, name="browser",
-                        env={"TREADLE_AUTH_TOKEN": TOKEN})
+                        env={"TREADLE_AUTH_TOKEN": TOKEN, "BROWSER_HOOK_TOKEN": HOOK_TOKEN})
     srv.start()
     try:
         await srv.wait_ready()

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser.conftest import TOKEN
+from tests.browser.conftest import HOOK_TOKEN, TOKEN
 from tests.support.browser import Browser
 from tests.support.e2e import ServerProcess
 
@@ -207,6 +207,24 @@ def test_a_channel_is_published_to_and_peeked(page: Browser, served: ServerProce
     assert page.all("#chan-messages b") == []  # text, never HTML
     peeked = ok(api.get("/v1/_channels/news/peek"))["messages"]
     assert [m["value"] for m in peeked] == [{"headline": "<b>shown as text</b>"}]
+
+
+def test_a_webhooks_recent_deliveries(page: Browser, served: ServerProcess, api: httpx.Client) -> None:
+    ok(api.post("/v1/_webhookdef", json={"op": "create", "name": "greet", "overlay": {
+        "agent": "echo", "auth": {"kind": "bearer", "bearer_token_env": "BROWSER_HOOK_TOKEN"}}}))
+    with httpx.Client(base_url=f"{served.url}/v1/_webhooks", timeout=10) as sender:
+        accepted = sender.post("/greet", content=b"hello", headers={"authorization": f"Bearer {HOOK_TOKEN}"})
+        refused = sender.post("/greet", content=b"hello", headers={"authorization": "Bearer wrong"})
+    assert accepted.status_code < 300 and refused.status_code == 401, (accepted.text, refused.text)
+    page.open(served.url, "webhooks", token=TOKEN)
+    page.click('#hook-list li[data-hook="greet"]')
+    page.wait("two deliveries", lambda: len(page.all("#hook-deliveries li")) == 2)
+    shown = page.text("#hook-deliveries")
+    deliveries = ok(api.get("/v1/_webhooks/greet/recent-deliveries"))["deliveries"]
+    assert sorted(d["verdict"] for d in deliveries)[0] == "accepted" and len(deliveries) == 2
+    assert all(d["verdict"] in shown and (d["delivery_id"] or "") in shown for d in deliveries), shown
+    [run_id] = [d["run_id"] for d in deliveries if d.get("run_id")]
+    assert run_id[:14] in shown
 
 
 @pytest.mark.parametrize("tab", ["runs", "inbox", "library", "schedules", "webhooks", "channels"])

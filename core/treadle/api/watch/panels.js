@@ -80,7 +80,12 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     $("lib-diff-out").replaceChildren();
   }
 
-  $("lib-kind").addEventListener("change", () => { $("lib-detail").hidden = true; loadLibrary(); });
+  const STARTER = { agentdef: '{"model": "echo", "system_prompt": ""}', skilldef: '{"body": "what the skill teaches"}' };
+  $("lib-kind").addEventListener("change", () => {
+    $("lib-detail").hidden = true;
+    $("lib-create-body").value = STARTER[$("lib-kind").value];
+    loadLibrary();
+  });
   $("lib-retired").addEventListener("change", () => loadLibrary(libPicked?.def_id));
   $("lib-create").addEventListener("submit", async (e) => {
     e.preventDefault();
