@@ -119,6 +119,22 @@ def test_start_from_the_agent_picker_with_live_counts_timestamps_and_expandable_
     assert full.is_displayed() and "x" * 900 in full.text
 
 
+def test_a_refused_start_is_explained_beside_the_form(page: Browser, served: ServerProcess, api: httpx.Client) -> None:
+    ok(api.post("/v1/_agentdef", json={"op": "create", "name": "fleeting", "overlay": {"model": "echo"}}))
+    page.open(served.url, token=TOKEN)
+    page.pick("#agent", "fleeting")
+    ok(api.post("/v1/_agentdef", json={"op": "retire", "name": "fleeting"}))  # retired meanwhile, elsewhere
+    page.fill("#prompt", "hello")
+    page.css("#start button").click()
+    message = page.wait_text("#start-error", "fleeting")
+    assert "unknown_agent" in message
+    form = page.css("#start").rect
+    error = page.css("#start-error").rect
+    assert form["y"] <= error["y"] < form["y"] + form["height"]  # inside the form, not far away
+    errors = page.errors()  # Chromium logs the refused POST itself; nothing else may be there
+    assert len(errors) == 1 and "/v1/runs" in errors[0] and "400" in errors[0], errors
+
+
 def test_an_invalid_token_gets_its_own_message(chromium: Browser, served: ServerProcess) -> None:
     chromium.console()
     chromium.open(served.url)  # no token
