@@ -86,6 +86,7 @@ def test_the_tree_shows_a_childs_question_on_its_parent_and_the_inbox_answers_it
     page.click('#tabs a[data-tab="inbox"]')
     page.wait_text("#inbox", "ship the release?")
     assert page.text("#inbox-count") == "1"
+    assert f"sub-agent of {boss[:14]}" in page.text("#inbox .question")
     assert page.text("#inbox .question button") == "yes"
     page.click("#inbox .question button")
     wait_api("both runs to finish", lambda: all(

@@ -461,6 +461,8 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     const input = el("input", { placeholder: "or type an answer, then Enter", "aria-label": "answer" });
     input.addEventListener("keydown", (e) => { if (e.key === "Enter" && input.value.trim()) answer(input.value); });
     const head = [el("span", { class: "meta", text: `${run?.agent ?? ""} · ` }), runLink(q.run_id, q.run_id.slice(0, 14)),
+      run?.parent_run_id ? el("span", { class: "meta", text: " · sub-agent of " }) : null,
+      run?.parent_run_id ? runLink(run.parent_run_id, run.parent_run_id.slice(0, 14)) : null,
       el("time", { class: "meta", datetime: q.created_at, text: ` · asked ${clock(q.created_at)}` })];
     return el("div", { class: "question", "data-interrupt": q.interrupt_id },
       el("p", { class: "q-head" }, ...head),
@@ -472,23 +474,29 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
       err);
   }
 
+  /** The pending questions of the run and of its parked sub-agents (a child's question is shown
+   *  on its parent). The cards are rebuilt only when the set of questions changed, so a polled
+   *  refresh never wipes an answer being typed. */
   async function showQuestions(run) {
     const box = $("questions");
     const runs = [...(run.status === "waiting" ? [run] : []), ...waitingDescendants(run.run_id)];
-    const cards = [];
+    const found = [];
     for (const r of runs) {
       try {
         const body = await json(`/v1/runs/${r.run_id}/interrupts?status=pending`);
-        for (const q of body.interrupts) {
-          const card = questionCard(q, r, () => { showRun(run.run_id).catch(() => {}); refreshInbox(); }, "detail-error");
-          if (r.run_id !== run.run_id) card.prepend(el("p", { class: "pill ask", text: "asked by a sub-agent" }));
-          cards.push(card);
-        }
+        for (const q of body.interrupts) found.push({ q, r });
       } catch (err) {
         $("detail-error").textContent = err.message;
       }
     }
-    box.replaceChildren(...cards);
+    if (run.run_id !== selected) return;
+    const shown = [...box.querySelectorAll(".question")].map((d) => d.dataset.interrupt).join(" ");
+    if (shown === found.map(({ q }) => q.interrupt_id).join(" ")) return;
+    box.replaceChildren(...found.map(({ q, r }) => {
+      const card = questionCard(q, r, () => { showRun(run.run_id).catch(() => {}); refreshInbox(); }, "detail-error");
+      if (r.run_id !== run.run_id) card.prepend(el("p", { class: "pill ask", text: "asked by a sub-agent" }));
+      return card;
+    }));
   }
 
   async function follow(runId, controller) {
@@ -637,7 +645,15 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   window.treadleUI = { $, el, json, post, guard, clock, stableJson, lineDiff, tabHooks, asText, loadAgents };
 
   refreshAll();
-  setInterval(() => { if (tab === "runs") loadRuns(); refreshInbox(); }, 3000);
+  setInterval(() => {
+    if (tab === "runs") {
+      loadRuns().then(() => {
+        const run = runsById.get(selected);
+        if (run && !TERMINAL.has(run.status)) showQuestions(run).catch(() => {}); // a sub-agent may have asked since
+      });
+    }
+    refreshInbox();
+  }, 3000);
   // panels.js registers its tabs in its own DOMContentLoaded handler, which runs after this one
   setTimeout(route, 0);
 });
