@@ -262,10 +262,10 @@ def test_a_phone_viewport_has_no_horizontal_scroll(
     assert page.overflow_x() == 0
 
 
-@pytest.mark.skipif(not os.environ.get("TREADLE_WATCH_SCREENSHOT"),
-                    reason="set TREADLE_WATCH_SCREENSHOT=1 to refresh docs/img/watch.png")
+@pytest.mark.skipif(not os.environ.get("REFRESH_WATCH_SCREENSHOT"),
+                    reason="set REFRESH_WATCH_SCREENSHOT=1 to refresh docs/img/watch.png")
 def test_refresh_the_readme_screenshot(page: Browser, served: ServerProcess, api: httpx.Client) -> None:
-    """`TREADLE_WATCH_SCREENSHOT=1 pytest tests/browser -k screenshot` rewrites docs/img/watch.png:
+    """`REFRESH_WATCH_SCREENSHOT=1 pytest tests/browser -k screenshot` rewrites docs/img/watch.png:
     a parent run whose sub-agent waits on a question."""
     boss, _ = parked_family(api)
     ok(api.post("/v1/runs", json={"agent": "big", "prompt": "store it"}))

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-CHROMIUM = os.environ.get("TREADLE_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("TREADLE_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
+CHROMIUM = os.environ.get("CHROMIUM_FOR_TESTS", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER_FOR_TESTS", "/usr/bin/chromedriver")
 FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
