@@ -120,6 +120,21 @@ def test_start_from_the_agent_picker_with_live_counts_timestamps_and_expandable_
     assert full.is_displayed() and "x" * 900 in full.text
 
 
+def test_a_token_that_may_only_run_still_gets_the_agent_picker(
+    page: Browser, served: ServerProcess, api: httpx.Client
+) -> None:
+    runner = ok(api.post("/v1/_operatortokendef", json={
+        "op": "create", "name": "runner", "scopes": ["runs:read", "runs:create"]}))["token"]
+    page.open(served.url, token=runner)
+    page.pick("#agent", "echo")  # from GET /v1/models: this token may not list the defs
+    assert not page.visible("#agent-text")
+    page.fill("#prompt", "hi from a runner")
+    page.css("#start button").click()
+    page.wait_text("#events", "■ done")
+    # Chromium logs the refused GET /v1/_agentdef/names (403) itself; nothing else may be there
+    assert all("/v1/_agentdef/names" in e and "403" in e for e in page.errors())
+
+
 def test_a_refused_start_is_explained_beside_the_form(page: Browser, served: ServerProcess, api: httpx.Client) -> None:
     ok(api.post("/v1/_agentdef", json={"op": "create", "name": "fleeting", "overlay": {"model": "echo"}}))
     page.open(served.url, token=TOKEN)

@@ -305,18 +305,35 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     }
   }
 
+  /** The names new runs can use: the defs' names (scope `tenant`), else the agents among the
+   *  OpenAI-compatible models (any token that reads runs); else the picker becomes a text box. */
+  async function agentNames() {
+    try {
+      return (await json("/v1/_agentdef/names")).names;
+    } catch (err) {
+      if (err.status !== 403) throw err;
+    }
+    const models = await json("/v1/models");
+    return models.data.filter((m) => m.owned_by === "treadle:agent").map((m) => m.id);
+  }
+
   async function loadAgents() {
     const select = $("agent");
     const chosen = select.value;
+    let names;
     try {
-      const body = await json("/v1/_agentdef/names");
-      const options = body.names.map((n) => el("option", { value: n, text: n }));
-      select.replaceChildren(el("option", { value: "", text: "agent…" }), ...options);
-      if (body.names.includes(chosen)) select.value = chosen;
-      else if (body.names.length === 1) select.value = body.names[0];
+      names = await agentNames();
     } catch (err) {
-      $("start-error").textContent = `agents: ${err.message}`;
+      if (err.status === 401) return;
+      select.hidden = true;
+      select.required = false;
+      $("agent-text").hidden = false;
+      $("agent-text").required = true;
+      return;
     }
+    select.replaceChildren(el("option", { value: "", text: "agent…" }), ...names.map((n) => el("option", { value: n, text: n })));
+    if (names.includes(chosen)) select.value = chosen;
+    else if (names.length === 1) select.value = names[0];
   }
 
   let pending = []; // [{q, run}] every pending question of the tenant
@@ -595,7 +612,8 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   $("start").addEventListener("submit", async (e) => {
     e.preventDefault();
     const body = await guard("start-error", () => post("/v1/runs", {
-      agent: $("agent").value, prompt: $("prompt").value, interactive: $("interactive").checked,
+      agent: $("agent").hidden ? $("agent-text").value.trim() : $("agent").value,
+      prompt: $("prompt").value, interactive: $("interactive").checked,
     }));
     if (body) {
       $("prompt").value = "";
