@@ -1,5 +1,8 @@
-"""The run-watching page: `GET /ui` (and `/` redirects there) — the runs list, one run's events
-live, pending questions, steering, start and cancel, over the same API a client uses.
+"""The web page: `GET /ui` (and `/` redirects there) — the runs as a tree (a sub-agent under its
+parent, its pending question shown on the parent), one run's events live, a pending-questions inbox,
+steering, start and cancel (watch.js); the library of agent and skill defs (create, fork, promote,
+retire, a diff between versions), schedules, webhooks and channels (panels.js) — over the same API a
+client uses.
 
 The page holds no data and needs no login to load; every call it makes carries the bearer token
 the user types in (kept in the tab's sessionStorage), so it shows exactly what that token may see.
@@ -22,7 +25,9 @@ router = APIRouter(tags=["ui"])
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "watch.js": "text/javascript; charset=utf-8",
+    "panels.js": "text/javascript; charset=utf-8",
     "watch.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 HEADERS = {
     "content-security-policy": (
@@ -49,6 +54,12 @@ def _serve(name: str) -> Response:
 @router.get("/", include_in_schema=False)
 async def root() -> RedirectResponse:
     return RedirectResponse("/ui", status_code=307)
+
+
+@router.get("/favicon.ico", include_in_schema=False)
+async def favicon() -> Response:
+    """What a browser asks every page of this origin for (an SVG; no 404 in its console)."""
+    return _serve("favicon.svg")
 
 
 @router.get("/ui", include_in_schema=False)

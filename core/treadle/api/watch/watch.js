@@ -1,11 +1,14 @@
-// treadle's run-watching page: the runs list, one run's events live (SSE over fetch, so the bearer
-// token travels in a header; resumes with from_seq when a stream ends), pending questions, steering,
-// start and cancel. Everything the model or a tool wrote is shown as text (textContent), never HTML.
+// treadle's web page: the shell (token, tenant, tabs, header counts), the runs tree with one run's
+// events live (SSE over fetch, so the bearer token travels in a header; resumes with from_seq when a
+// stream ends), pending questions (the run's own and its sub-agents'), the inbox, steering, start and
+// cancel. panels.js adds the library, schedules, webhooks and channels tabs.
+// Everything the model, a tool or a user wrote is shown as text (textContent), never as HTML.
 "use strict";
 
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+const SHORT = 400; // characters of a tool's input or output shown before "show all"
 
-// -- pure helpers (exported for tests/unit/test_watch_page.py, run under node) ---------------------
+// -- pure helpers (exported for tests/unit/test_watch_page.py and tests/browser, run under node) --
 
 /** Split an SSE byte stream's text into complete events; returns {events, rest}. */
 function parseSse(buffer) {
@@ -38,8 +41,12 @@ function segmentText(segments) {
   return segments.flatMap((s) => (s.content || []).map((b) => (typeof b.text === "string" ? b.text : `[${b.type}]`))).join(" ");
 }
 
-function short(value, max = 400) {
-  const text = typeof value === "string" ? value : JSON.stringify(value);
+function asText(value) {
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+function short(value, max = SHORT) {
+  const text = asText(value);
   return text.length > max ? text.slice(0, max) + "…" : text;
 }
 
@@ -71,7 +78,110 @@ function describe(type, d) {
   }
 }
 
-if (typeof module !== "undefined") module.exports = { parseSse, describe, segmentText };
+/** The whole of what `describe` shortened (a tool's input or output, thinking), or null. */
+function fullText(type, d) {
+  let text = null;
+  if (type === "tool_call") text = asText(d.tool_use?.input ?? {});
+  else if (type === "tool_result" || type === "thinking") text = asText(d.text ?? "");
+  return text !== null && text.length > SHORT ? text : null;
+}
+
+/** Whether a parked run waits on a question (a wait keyed `interrupt:<id>`). */
+function asks(run) {
+  return (run.waits || []).some((w) => String(w.key || "").startsWith("interrupt:"));
+}
+
+/** The runs (newest first) as a tree: [{run, depth, asking}] in display order — each run under
+ *  its parent when the parent is in the list; `asking` counts the pending questions of the run's
+ *  sub-agents (at any depth), so a parent shows that a child waits on someone. */
+function buildTree(runs) {
+  const byId = new Map(runs.map((r) => [r.run_id, r]));
+  const kids = new Map();
+  const roots = [];
+  for (const r of runs) {
+    if (r.parent_run_id && byId.has(r.parent_run_id) && r.parent_run_id !== r.run_id) {
+      if (!kids.has(r.parent_run_id)) kids.set(r.parent_run_id, []);
+      kids.get(r.parent_run_id).push(r);
+    } else {
+      roots.push(r);
+    }
+  }
+  const out = [];
+  const seen = new Set();
+  function visit(r, depth) {
+    if (seen.has(r.run_id)) return 0;
+    seen.add(r.run_id);
+    const row = { run: r, depth, asking: 0 };
+    out.push(row);
+    let below = 0;
+    for (const c of (kids.get(r.run_id) || []).slice().reverse()) below += visit(c, depth + 1); // oldest child first
+    row.asking = below;
+    return below + (asks(r) ? 1 : 0);
+  }
+  for (const r of roots) visit(r, 0);
+  return out;
+}
+
+/** JSON with sorted keys, two-space indented: two versions of a def compare line by line. */
+function stableJson(value) {
+  const sort = (v) => {
+    if (Array.isArray(v)) return v.map(sort);
+    if (v && typeof v === "object") return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sort(v[k])]));
+    return v;
+  };
+  return JSON.stringify(sort(value), null, 2);
+}
+
+/** A line diff (longest common subsequence): [{op: " " | "-" | "+", line}]. */
+function lineDiff(a, b) {
+  const x = a.split("\n");
+  const y = b.split("\n");
+  const n = x.length;
+  const m = y.length;
+  const lcs = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) lcs[i][j] = x[i] === y[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+  }
+  const out = [];
+  let i = 0;
+  let j = 0;
+  while (i < n && j < m) {
+    if (x[i] === y[j]) { out.push({ op: " ", line: x[i] }); i++; j++; }
+    else if (lcs[i + 1][j] >= lcs[i][j + 1]) out.push({ op: "-", line: x[i++] });
+    else out.push({ op: "+", line: y[j++] });
+  }
+  while (i < n) out.push({ op: "-", line: x[i++] });
+  while (j < m) out.push({ op: "+", line: y[j++] });
+  return out;
+}
+
+/** A timestamp as the page shows it: the time of day today, else the date and time. */
+function clock(iso, now = new Date()) {
+  if (!iso) return "";
+  const t = new Date(iso);
+  if (Number.isNaN(t.getTime())) return String(iso);
+  const hms = t.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  return t.toDateString() === now.toDateString() ? hms : `${t.toLocaleDateString()} ${hms}`;
+}
+
+/** The run header's counts, live: the run row's counts lag while a step is in flight (it records
+ *  them when the step ends), so the usage events seen so far are counted too. */
+function liveCounts(run, usages) {
+  const u = run.usage || {};
+  let iterations = run.iterations || 0;
+  let input = 0;
+  let output = 0;
+  for (const e of usages) {
+    iterations = Math.max(iterations, e.iteration || 0);
+    input += e.usage?.input_tokens || 0;
+    output += e.usage?.output_tokens || 0;
+  }
+  return { iterations, input: Math.max(u.input_tokens || 0, input), output: Math.max(u.output_tokens || 0, output) };
+}
+
+if (typeof module !== "undefined") {
+  module.exports = { parseSse, describe, segmentText, fullText, buildTree, asks, stableJson, lineDiff, clock, liveCounts };
+}
 
 // -- the page -------------------------------------------------------------------------------------
 
@@ -84,113 +194,325 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   let stream = null; // AbortController of the open stream
   let lastSeq = 0;
   let live = null; // the <li> collecting text_delta frames of the current iteration
+  let usages = []; // the selected run's usage events (the header's live counts)
+  let runsById = new Map();
+  const tabHooks = {}; // tab name → function that (re)loads it (panels.js adds its own)
+
+  /** An element with text children only: strings become text nodes, never HTML. */
+  function el(tag, props = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props)) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "class") node.className = v;
+      else if (k === "text") node.textContent = v;
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else if (k in node && typeof v !== "string") node[k] = v;
+      else node.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) node.append(c instanceof Node ? c : String(c));
+    return node;
+  }
+
+  class ApiError extends Error {
+    constructor(status, code, message) {
+      super(code ? `${message} (${code})` : message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  function showAuth(message) {
+    $("auth").hidden = false;
+    $("auth-msg").textContent = message;
+  }
 
   async function api(path, init = {}) {
+    const used = token;
     const headers = {
       ...(init.headers || {}),
-      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...(used ? { authorization: `Bearer ${used}` } : {}),
       ...(tenant ? { "x-treadle-tenant": tenant } : {}),
     };
     const resp = await fetch(path, { ...init, headers });
     if (resp.status === 401) {
-      $("auth").hidden = false;
-      throw new Error("a bearer token is needed");
+      if (used === token) { // not a late answer to a call made with an earlier token
+        showAuth(used
+          ? "invalid token: the server does not accept this bearer token — paste a current one"
+          : "this server needs a bearer token — paste one to continue");
+      }
+      throw new ApiError(401, used ? "invalid_token" : "missing_token", used ? "invalid token" : "a bearer token is needed");
     }
     return resp;
   }
 
   async function json(path, init) {
     const resp = await api(path, init);
-    const body = await resp.json();
-    if (!resp.ok) throw new Error(`${body.code}: ${body.error}`);
+    let body = {};
+    try { body = await resp.json(); } catch { body = { error: `HTTP ${resp.status}` }; }
+    if (!resp.ok) throw new ApiError(resp.status, body.code, body.error || body.detail || `HTTP ${resp.status}`);
     return body;
   }
 
-  function notice(text) { $("notice").textContent = text; }
+  const post = (path, body) => json(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body ?? {}) });
+
+  /** Run `fn`; an error shows in `box` (the form's own error line) instead of far away. */
+  async function guard(box, fn) {
+    $(box).textContent = "";
+    try {
+      return await fn();
+    } catch (err) {
+      $(box).textContent = String(err.message || err);
+      return undefined;
+    }
+  }
+
+  function notice(text, id = "notice") { $(id).textContent = text; }
+
+  // -- tabs ---------------------------------------------------------------------------------------
+
+  let tab = "runs";
+  function showTab(name) {
+    if (!$(`tab-${name}`)) name = "runs";
+    tab = name;
+    for (const m of document.querySelectorAll("main.tab")) m.hidden = m.id !== `tab-${name}`;
+    for (const a of document.querySelectorAll("#tabs a")) a.classList.toggle("active", a.dataset.tab === name);
+    document.title = `treadle · ${name}`;
+    if (tabHooks[name]) tabHooks[name]();
+  }
+
+  function route() {
+    const hash = decodeURIComponent(location.hash.slice(1));
+    if (hash.startsWith("r_") || hash.startsWith("runs/")) {
+      showTab("runs");
+      const id = hash.replace(/^runs\//, "");
+      if (id && id !== selected) select(id);
+    } else {
+      showTab(hash || "runs");
+    }
+  }
+  window.addEventListener("hashchange", route);
+
+  // -- header: who, counts, agents ------------------------------------------------------------------
+
+  async function whoami() {
+    try {
+      const who = await json("/v1/_whoami");
+      $("who").textContent = `tenant ${who.tenant_id}`;
+      $("tenant-box").hidden = !(who.open_mode || (who.scopes || []).includes("substrate:admin"));
+      $("auth").hidden = true;
+    } catch (err) {
+      if (err.status !== 401) notice(err.message);
+    }
+  }
+
+  /** The names new runs can use: the defs' names (scope `tenant`), else the agents among the
+   *  OpenAI-compatible models (any token that reads runs); else the picker becomes a text box. */
+  async function agentNames() {
+    try {
+      return (await json("/v1/_agentdef/names")).names;
+    } catch (err) {
+      if (err.status !== 403) throw err;
+    }
+    const models = await json("/v1/models");
+    return models.data.filter((m) => m.owned_by === "treadle:agent").map((m) => m.id);
+  }
+
+  async function loadAgents() {
+    const select = $("agent");
+    const chosen = select.value;
+    let names;
+    try {
+      names = await agentNames();
+    } catch (err) {
+      if (err.status === 401) return;
+      select.hidden = true;
+      select.required = false;
+      $("agent-text").hidden = false;
+      $("agent-text").required = true;
+      return;
+    }
+    select.replaceChildren(el("option", { value: "", text: "agent…" }), ...names.map((n) => el("option", { value: n, text: n })));
+    if (names.includes(chosen)) select.value = chosen;
+    else if (names.length === 1) select.value = names[0];
+  }
+
+  let pending = []; // [{q, run}] every pending question of the tenant
+  async function loadCounts() {
+    try {
+      const c = await json("/v1/_concurrency");
+      const asked = pending.length;
+      $("counts").textContent = `${c.running} running · ${c.queued} queued · ${c.waiting} waiting · ${asked} question${asked === 1 ? "" : "s"}`;
+    } catch (err) {
+      $("counts").textContent = "";
+    }
+  }
+
+  // -- the runs tree --------------------------------------------------------------------------------
 
   async function loadRuns() {
-    const query = new URLSearchParams({ limit: "50" });
+    const query = new URLSearchParams({ limit: "200" });
     if ($("status").value) query.set("status", $("status").value);
     if ($("user").value.trim()) query.set("user_id", $("user").value.trim());
     try {
       const body = await json(`/v1/runs?${query}`);
-      const rows = body.runs.map((r) => {
-        const tr = document.createElement("tr");
-        if (r.run_id === selected) tr.className = "selected";
-        for (const v of [r.run_id.slice(0, 14), r.agent, r.status, r.iterations, new Date(r.created_at).toLocaleTimeString()]) {
-          const td = document.createElement("td");
-          td.textContent = String(v);
-          tr.append(td);
-        }
-        tr.addEventListener("click", () => select(r.run_id));
-        return tr;
+      runsById = new Map(body.runs.map((r) => [r.run_id, r]));
+      const rows = buildTree(body.runs).map(({ run: r, depth, asking }) => {
+        const badges = [el("span", { class: `status ${r.status}`, text: r.status })];
+        if (asks(r)) badges.push(el("span", { class: "pill ask", text: "? asks", title: "waits on a question" }));
+        if (asking) badges.push(el("span", { class: "pill ask", text: `? ${asking} in sub-agent${asking === 1 ? "" : "s"}`, title: "a sub-agent waits on a question" }));
+        const li = el("li", {
+          class: `run depth-${Math.min(depth, 6)}${r.run_id === selected ? " selected" : ""}`,
+          "data-run": r.run_id, tabindex: "0",
+          onclick: () => { location.hash = r.run_id; },
+          onkeydown: (e) => { if (e.key === "Enter") location.hash = r.run_id; },
+        },
+        el("span", { class: "agent", text: (depth ? "└ " : "") + r.agent }),
+        ...badges,
+        el("span", { class: "meta", text: `${r.run_id.slice(0, 12)} · iter ${r.iterations}` }),
+        el("time", { class: "meta", datetime: r.created_at, title: r.created_at, text: clock(r.created_at) }));
+        return li;
       });
       $("runs").replaceChildren(...rows);
       notice(body.runs.length ? "" : "no runs yet — start one above");
     } catch (err) {
-      notice(String(err.message || err));
+      if (err.status !== 401) notice(String(err.message || err));
     }
+  }
+
+  function eventItem(type, data) {
+    const { cls, text } = describe(type, data);
+    const li = el("li", { class: cls });
+    if (data.ts) li.append(el("time", { datetime: data.ts, title: data.ts, text: clock(data.ts) }));
+    const full = fullText(type, data);
+    if (full === null) {
+      li.append(el("span", { text }));
+    } else {
+      const pre = el("pre", { text: full });
+      const details = el("details", {}, el("summary", { text }), pre);
+      li.append(details);
+    }
+    return li;
   }
 
   function append(type, data) {
     if (type === "text_delta") {
       if (!live) {
-        live = document.createElement("li");
-        live.className = "text live";
+        live = el("li", { class: "text live" });
         $("events").append(live);
       }
       live.textContent += data.text || "";
       return;
     }
     if (type === "text" && live) { live.remove(); live = null; }
-    const { cls, text } = describe(type, data);
-    const li = document.createElement("li");
-    li.className = cls;
-    li.textContent = text;
+    if (type === "usage") {
+      usages.push(data);
+      const run = runsById.get(selected);
+      if (run) showCounts(run);
+    }
+    const li = eventItem(type, data);
     $("events").append(li);
     li.scrollIntoView({ block: "nearest" });
   }
 
+  function showCounts(run) {
+    const c = liveCounts(run, usages);
+    $("run-meta").textContent = `iterations ${c.iterations} · ${c.input} in / ${c.output} out tokens · started ${clock(run.created_at)}`
+      + (run.completed_at ? ` · ended ${clock(run.completed_at)}` : "") + (run.user_id ? ` · user ${run.user_id}` : "");
+  }
+
+  function runLink(runId, label) {
+    return el("a", { href: `#${runId}`, text: label || runId });
+  }
+
   async function showRun(runId) {
     const run = await json(`/v1/runs/${runId}`);
-    $("run-title").textContent = `${run.run_id} · ${run.agent}`;
+    if (runId !== selected) return run;
+    runsById.set(run.run_id, { ...(runsById.get(run.run_id) || {}), ...run });
+    $("run-title").textContent = `${run.agent} · ${run.run_id}`;
     const badge = $("run-status");
     badge.textContent = run.status;
     badge.className = `status ${run.status}`;
-    const u = run.usage || {};
-    $("run-meta").textContent = `iterations ${run.iterations} · ${u.input_tokens ?? 0} in / ${u.output_tokens ?? 0} out tokens`
-      + (run.user_id ? ` · user ${run.user_id}` : "") + (run.parent_run_id ? ` · parent ${run.parent_run_id}` : "");
+    showCounts(run);
+    const family = [];
+    if (run.parent_run_id) family.push("parent ", runLink(run.parent_run_id), " ");
+    const kids = [...runsById.values()].filter((r) => r.parent_run_id === run.run_id);
+    if (kids.length) {
+      family.push(`sub-agents (${kids.length}): `);
+      kids.forEach((k, i) => family.push(i ? ", " : "", runLink(k.run_id, `${k.agent} ${k.status}`)));
+    }
+    $("run-family").replaceChildren(...family);
     $("cancel").hidden = TERMINAL.has(run.status);
     $("steer").hidden = !(run.interactive && !TERMINAL.has(run.status));
     await showQuestions(run);
     return run;
   }
 
+  /** The run's descendants in the loaded list that are parked. */
+  function waitingDescendants(runId) {
+    const out = [];
+    const walk = (id) => {
+      for (const r of runsById.values()) {
+        if (r.parent_run_id === id && r.run_id !== id) {
+          if (r.status === "waiting") out.push(r);
+          walk(r.run_id);
+        }
+      }
+    };
+    walk(runId);
+    return out;
+  }
+
+  /** One question with its answer buttons and box; `after` runs once it is answered. */
+  function questionCard(q, run, after, errorBox) {
+    const err = el("p", { class: "form-error", role: "alert" });
+    const answer = async (text) => {
+      err.textContent = "";
+      try {
+        await post(`/v1/runs/${q.run_id}/interrupts/${q.interrupt_id}/resolve`, { answer: text, resolved_by: "webui" });
+        after();
+      } catch (e) {
+        err.textContent = e.message;
+        if (errorBox) $(errorBox).textContent = "";
+      }
+    };
+    const input = el("input", { placeholder: "or type an answer, then Enter", "aria-label": "answer" });
+    input.addEventListener("keydown", (e) => { if (e.key === "Enter" && input.value.trim()) answer(input.value); });
+    const head = [el("span", { class: "meta", text: `${run?.agent ?? ""} · ` }), runLink(q.run_id, q.run_id.slice(0, 14)),
+      run?.parent_run_id ? el("span", { class: "meta", text: " · sub-agent of " }) : null,
+      run?.parent_run_id ? runLink(run.parent_run_id, run.parent_run_id.slice(0, 14)) : null,
+      el("time", { class: "meta", datetime: q.created_at, text: ` · asked ${clock(q.created_at)}` })];
+    return el("div", { class: "question", "data-interrupt": q.interrupt_id },
+      el("p", { class: "q-head" }, ...head),
+      el("p", { class: "q-text", text: q.question }),
+      q.context ? el("p", { class: "meta", text: asText(q.context) }) : null,
+      el("div", { class: "row" },
+        ...(q.options || []).map((o) => el("button", { type: "button", text: String(o), onclick: () => answer(String(o)) })),
+        input),
+      err);
+  }
+
+  /** The pending questions of the run and of its parked sub-agents (a child's question is shown
+   *  on its parent). The cards are rebuilt only when the set of questions changed, so a polled
+   *  refresh never wipes an answer being typed. */
   async function showQuestions(run) {
     const box = $("questions");
-    if (run.status !== "waiting") { box.replaceChildren(); return; }
-    const body = await json(`/v1/runs/${run.run_id}/interrupts?status=pending`);
-    box.replaceChildren(...body.interrupts.map((q) => {
-      const div = document.createElement("div");
-      div.className = "question";
-      const p = document.createElement("p");
-      p.textContent = q.question;
-      div.append(p);
-      const answer = (text) => json(`/v1/runs/${run.run_id}/interrupts/${q.interrupt_id}/resolve`, {
-        method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ answer: text, resolved_by: "webui" }),
-      }).then(() => showRun(run.run_id)).catch((err) => notice(err.message));
-      for (const option of q.options || []) {
-        const b = document.createElement("button");
-        b.type = "button";
-        b.textContent = String(option);
-        b.addEventListener("click", () => answer(String(option)));
-        div.append(b);
+    const runs = [...(run.status === "waiting" ? [run] : []), ...waitingDescendants(run.run_id)];
+    const found = [];
+    for (const r of runs) {
+      try {
+        const body = await json(`/v1/runs/${r.run_id}/interrupts?status=pending`);
+        for (const q of body.interrupts) found.push({ q, r });
+      } catch (err) {
+        $("detail-error").textContent = err.message;
       }
-      const input = document.createElement("input");
-      input.placeholder = "or type an answer, then Enter";
-      input.addEventListener("keydown", (e) => { if (e.key === "Enter" && input.value.trim()) answer(input.value); });
-      div.append(input);
-      return div;
+    }
+    if (run.run_id !== selected) return;
+    const shown = [...box.querySelectorAll(".question")].map((d) => d.dataset.interrupt).join(" ");
+    if (shown === found.map(({ q }) => q.interrupt_id).join(" ")) return;
+    box.replaceChildren(...found.map(({ q, r }) => {
+      const card = questionCard(q, r, () => { showRun(run.run_id).catch(() => {}); refreshInbox(); }, "detail-error");
+      if (r.run_id !== run.run_id) card.prepend(el("p", { class: "pill ask", text: "asked by a sub-agent" }));
+      return card;
     }));
   }
 
@@ -212,15 +534,16 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
             if (ev.id !== null) lastSeq = Math.max(lastSeq, Number(ev.id));
             let data = {};
             try { data = JSON.parse(ev.data || "{}"); } catch { data = { text: ev.data }; }
+            if (ev.event === "agent" || ev.event === "session") continue; // loomcycle's preamble frames
             append(ev.event, data);
-            if (["done", "error", "tool_parked", "awaiting_input", "interruption_pending"].includes(ev.event)) {
-              showRun(runId).catch(() => {});
+            if (["done", "error", "tool_parked", "awaiting_input", "interruption_pending", "spawn_child_result"].includes(ev.event)) {
+              loadRuns().then(() => showRun(runId)).catch(() => {});
             }
           }
         }
       } catch (err) {
         if (controller.signal.aborted) return;
-        notice(String(err.message || err));
+        $("detail-error").textContent = String(err.message || err);
       }
       const run = await showRun(runId).catch(() => null);
       if (!run || TERMINAL.has(run.status)) return;
@@ -233,77 +556,122 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     selected = runId;
     lastSeq = 0;
     live = null;
+    usages = [];
     $("events").replaceChildren();
+    $("questions").replaceChildren();
+    $("detail-error").textContent = "";
     $("detail").hidden = false;
-    history.replaceState(null, "", `#${runId}`);
-    loadRuns();
+    for (const li of document.querySelectorAll("#runs li")) li.classList.toggle("selected", li.dataset.run === runId);
+    await loadRuns();
     try {
       await showRun(runId);
     } catch (err) {
-      notice(err.message);
+      $("detail-error").textContent = err.message;
       return;
     }
     stream = new AbortController();
     follow(runId, stream);
   }
 
+  // -- the inbox --------------------------------------------------------------------------------------
+
+  async function scanQuestions() {
+    const body = await json("/v1/runs?status=waiting&limit=500");
+    const found = [];
+    for (const r of body.runs.filter(asks)) {
+      const qs = await json(`/v1/runs/${r.run_id}/interrupts?status=pending`);
+      for (const q of qs.interrupts) found.push({ q, run: r });
+    }
+    found.sort((a, b) => String(b.q.created_at).localeCompare(String(a.q.created_at)));
+    return found;
+  }
+
+  async function refreshInbox() {
+    try {
+      pending = await scanQuestions();
+    } catch (err) {
+      if (err.status !== 401) notice(err.message, "inbox-notice");
+      return;
+    }
+    const badge = $("inbox-count");
+    badge.hidden = pending.length === 0;
+    badge.textContent = String(pending.length);
+    loadCounts();
+    if (tab !== "inbox") return;
+    const shown = new Set([...document.querySelectorAll("#inbox .question")].map((d) => d.dataset.interrupt));
+    const now = new Set(pending.map((p) => p.q.interrupt_id));
+    if (shown.size === now.size && [...now].every((id) => shown.has(id))) return; // keep what the user types
+    $("inbox").replaceChildren(...pending.map(({ q, run }) => questionCard(q, run, refreshInbox, null)));
+    notice(pending.length ? "" : "no pending questions", "inbox-notice");
+  }
+  tabHooks.inbox = refreshInbox;
+  tabHooks.runs = loadRuns;
+
+  // -- forms --------------------------------------------------------------------------------------------
+
   $("start").addEventListener("submit", async (e) => {
     e.preventDefault();
-    try {
-      const body = await json("/v1/runs", {
-        method: "POST", headers: { "content-type": "application/json" },
-        body: JSON.stringify({ agent: $("agent").value, prompt: $("prompt").value, interactive: $("interactive").checked }),
-      });
+    const body = await guard("start-error", () => post("/v1/runs", {
+      agent: $("agent").hidden ? $("agent-text").value.trim() : $("agent").value,
+      prompt: $("prompt").value, interactive: $("interactive").checked,
+    }));
+    if (body) {
       $("prompt").value = "";
-      select(body.run_id);
-    } catch (err) {
-      notice(err.message);
+      location.hash = body.run_id;
     }
   });
   $("cancel").addEventListener("click", () => {
-    if (selected) json(`/v1/runs/${selected}/cancel`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ scope: "run" }) }).then(() => showRun(selected)).catch((err) => notice(err.message));
+    if (selected) {
+      guard("detail-error", () => post(`/v1/runs/${selected}/cancel`, { scope: "run" }).then(() => showRun(selected)));
+    }
   });
-  $("steer").addEventListener("submit", (e) => {
+  $("steer").addEventListener("submit", async (e) => {
     e.preventDefault();
     const text = $("steer-text").value;
     if (!selected || !text.trim()) return;
-    json(`/v1/runs/${selected}/input`, {
-      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ text }),
-    }).then(() => { $("steer-text").value = ""; }).catch((err) => notice(err.message));
+    if (await guard("steer-error", () => post(`/v1/runs/${selected}/input`, { text }))) $("steer-text").value = "";
   });
   $("auth").addEventListener("submit", (e) => {
     e.preventDefault();
     token = $("token").value.trim();
     sessionStorage.setItem("treadle-token", token);
+    $("auth-msg").textContent = "";
     $("auth").hidden = true;
-    whoami();
-    loadRuns();
+    refreshAll();
     if (selected) select(selected);
   });
   $("status").addEventListener("change", loadRuns);
   $("user").addEventListener("change", loadRuns);
-
-  // who the page acts as; an admin gets the tenant box
-  async function whoami() {
-    try {
-      const who = await json("/v1/_whoami");
-      $("who").textContent = `tenant ${who.tenant_id}`;
-      $("tenant-box").hidden = !(who.open_mode || (who.scopes || []).includes("substrate:admin"));
-    } catch (err) {
-      notice(err.message);
-    }
-  }
   $("tenant").value = tenant;
   $("tenant").addEventListener("change", () => {
     tenant = $("tenant").value.trim();
     sessionStorage.setItem("treadle-tenant", tenant);
     selected = null;
-    whoami();
-    loadRuns();
+    $("detail").hidden = true;
+    refreshAll();
   });
 
-  whoami();
-  loadRuns();
-  setInterval(loadRuns, 3000);
-  if (location.hash.length > 1) select(location.hash.slice(1));
+  function refreshAll() {
+    whoami();
+    loadAgents();
+    loadRuns();
+    refreshInbox();
+    if (tabHooks[tab] && tab !== "runs" && tab !== "inbox") tabHooks[tab]();
+  }
+
+  // what panels.js uses
+  window.treadleUI = { $, el, json, post, guard, clock, stableJson, lineDiff, tabHooks, asText, loadAgents };
+
+  refreshAll();
+  setInterval(() => {
+    if (tab === "runs") {
+      loadRuns().then(() => {
+        const run = runsById.get(selected);
+        if (run && !TERMINAL.has(run.status)) showQuestions(run).catch(() => {}); // a sub-agent may have asked since
+      });
+    }
+    refreshInbox();
+  }, 3000);
+  // panels.js registers its tabs in its own DOMContentLoaded handler, which runs after this one
+  setTimeout(route, 0);
 });

@@ -1,0 +1,280 @@
+// treadle's web page, the operator's tabs: the library (agent and skill defs: create, fork,
+// promote, retire, a diff between two versions), schedules (state, pause/resume/run-now, recent
+// fires), webhooks (recent deliveries) and channels (peek, publish). All over the same API a
+// client uses, with the token and tenant of watch.js (window.treadleUI). Text only, never HTML.
+"use strict";
+
+if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded", () => {
+  const { $, el, json, post, guard, clock, stableJson, lineDiff, tabHooks, asText, loadAgents } = window.treadleUI;
+
+  /** A clickable list item (Enter works too). */
+  function item(props, onpick, ...children) {
+    return el("li", { ...props, tabindex: "0", onclick: onpick, onkeydown: (e) => { if (e.key === "Enter") onpick(); } }, ...children);
+  }
+
+  function parseJson(text, what) {
+    try {
+      return JSON.parse(text);
+    } catch (err) {
+      throw new Error(`${what}: not valid JSON (${err.message})`);
+    }
+  }
+
+  function markSelected(list, attr, value) {
+    for (const li of document.querySelectorAll(`#${list} li`)) li.classList.toggle("selected", li.getAttribute(attr) === value);
+  }
+
+  // -- library: agent and skill defs ------------------------------------------------------------------
+
+  let libDefs = []; // the versions of the listed kind
+  let libPicked = null; // the version shown
+  const LIBRARY = { agentdef: "/v1/_agentdef", skilldef: "/v1/_skilldef" }; // the <select>'s values
+  const op = (body) => post(LIBRARY[$("lib-kind").value], body);
+
+  async function loadLibrary(keep) {
+    const body = await guard("lib-create-error", () => op({ op: "list", include_retired: $("lib-retired").checked }));
+    if (!body) return;
+    libDefs = [...body.defs, ...body.static.filter((s) => !s.overridden)];
+    const names = [...new Set(libDefs.map((d) => d.name))].sort();
+    $("lib-list").replaceChildren(...names.map((name) => {
+      const versions = libDefs.filter((d) => d.name === name);
+      const active = versions.find((d) => d.active);
+      const label = active ? (active.source === "yaml" ? "treadle.yaml" : `v${active.version} active`) : "retired";
+      return item({ "data-name": name }, () => pick(active || versions[0]),
+        el("span", { class: "agent", text: name }), el("span", { class: `status ${active ? "completed" : "cancelled"}`, text: label }),
+        el("span", { class: "meta", text: `${versions.length} version${versions.length === 1 ? "" : "s"}` }));
+    }));
+    if (keep) {
+      const again = libDefs.find((d) => d.def_id && d.def_id === keep);
+      if (again) await pick(again);
+    }
+  }
+
+  function versionLabel(d) {
+    if (!d.def_id) return "treadle.yaml";
+    return `v${d.version}${d.active ? " (active)" : ""}${d.status === "retired" ? " (retired)" : ""}`;
+  }
+
+  async function pick(def) {
+    libPicked = def;
+    $("lib-detail").hidden = false;
+    $("lib-action-error").textContent = "";
+    $("lib-fork-error").textContent = "";
+    markSelected("lib-list", "data-name", def.name);
+    $("lib-title").textContent = `${def.name} · ${versionLabel(def)}`;
+    $("lib-meta").textContent = [def.description, def.def_id, def.content_sha256, def.created_at ? `created ${clock(def.created_at)}` : "",
+      def.parent_def_id ? `forked from ${def.parent_def_id}` : ""].filter(Boolean).join(" · ");
+    $("lib-body").textContent = stableJson(def.body);
+    $("lib-fork-body").value = stableJson(def.body);
+    $("lib-promote").hidden = !def.def_id || def.active;
+    $("lib-retire").hidden = !def.def_id || def.status === "retired";
+    const versions = libDefs.filter((d) => d.name === def.name);
+    $("lib-versions").replaceChildren(...versions.map((d) => item({ "data-def": d.def_id || "yaml", class: d === def ? "selected" : "" }, () => pick(d),
+      el("span", { text: versionLabel(d) }), el("span", { class: "meta", text: `${d.description || ""} ${d.created_at ? clock(d.created_at) : ""}` }))));
+    const options = () => versions.map((d, i) => el("option", { value: String(i), text: versionLabel(d) }));
+    $("lib-diff-a").replaceChildren(...options());
+    $("lib-diff-b").replaceChildren(...options());
+    const me = versions.indexOf(def);
+    $("lib-diff-b").value = String(me);
+    $("lib-diff-a").value = String(Math.min(me + 1, versions.length - 1)); // the version before (the list is newest first)
+    $("lib-diff-out").replaceChildren();
+  }
+
+  const STARTER = { agentdef: '{"model": "echo", "system_prompt": ""}', skilldef: '{"body": "what the skill teaches"}' };
+  $("lib-kind").addEventListener("change", () => {
+    $("lib-detail").hidden = true;
+    $("lib-create-body").value = STARTER[$("lib-kind").value];
+    loadLibrary();
+  });
+  $("lib-retired").addEventListener("change", () => loadLibrary(libPicked?.def_id));
+  $("lib-create").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const made = await guard("lib-create-error", () => op({
+      op: "create", name: $("lib-create-name").value.trim(), overlay: parseJson($("lib-create-body").value, "body"),
+      ...($("lib-create-desc").value.trim() ? { description: $("lib-create-desc").value.trim() } : {}),
+    }));
+    if (made) {
+      $("lib-create-name").value = "";
+      await loadLibrary(made.def_id);
+      loadAgents();
+    }
+  });
+  $("lib-fork").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (!libPicked) return;
+    const parent = libPicked.def_id ? { def_id: libPicked.def_id } : { name: libPicked.name };
+    const made = await guard("lib-fork-error", () => op({
+      op: "fork", ...parent, overlay: parseJson($("lib-fork-body").value, "overlay"), promote: $("lib-fork-promote").checked,
+      ...($("lib-fork-desc").value.trim() ? { description: $("lib-fork-desc").value.trim() } : {}),
+    }));
+    if (made) {
+      $("lib-fork-desc").value = "";
+      await loadLibrary(made.def_id);
+      if (made.deduplicated) $("lib-fork-error").textContent = "nothing changed: the fork is the same as its parent";
+      loadAgents();
+    }
+  });
+  for (const [id, verb] of [["lib-promote", "promote"], ["lib-retire", "retire"]]) {
+    $(id).addEventListener("click", async () => {
+      if (!libPicked?.def_id) return;
+      const done = await guard("lib-action-error", () => op({ op: verb, def_id: libPicked.def_id }));
+      if (done) { await loadLibrary(done.def_id); loadAgents(); }
+    });
+  }
+  $("lib-diff").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const versions = libDefs.filter((d) => d.name === libPicked?.name);
+    const a = versions[Number($("lib-diff-a").value)];
+    const b = versions[Number($("lib-diff-b").value)];
+    if (!a || !b) return;
+    const lines = lineDiff(stableJson(a.body), stableJson(b.body));
+    const changed = lines.some((l) => l.op !== " ");
+    $("lib-diff-out").replaceChildren(...(changed
+      ? lines.map((l) => el("span", { class: l.op === "+" ? "add" : l.op === "-" ? "del" : "same", text: `${l.op} ${l.line}\n` }))
+      : [el("span", { class: "same", text: "the two versions have the same body" })]));
+  });
+  tabHooks.library = () => loadLibrary(libPicked?.def_id);
+
+  // -- schedules ------------------------------------------------------------------------------------------
+
+  let schedPicked = null;
+
+  function schedState(s) {
+    if (s.status !== "active") return ["retired", "cancelled"];
+    if (s.paused) return ["paused", "waiting"];
+    return ["active", "completed"];
+  }
+
+  async function loadSchedules() {
+    try {
+      const body = await json("/v1/_schedules/list-all");
+      $("sched-list").replaceChildren(...body.schedules.map((s) => {
+        const [label, cls] = schedState(s);
+        return item({ "data-schedule": s.schedule_id }, () => showSchedule(s.schedule_id),
+          el("span", { class: "agent", text: s.name }), el("span", { class: `status ${cls}`, text: label }),
+          el("span", { class: "meta", text: s.next_fire_at ? `next ${clock(s.next_fire_at)}` : "no next fire" }));
+      }));
+      $("sched-notice").textContent = body.schedules.length ? "" : "no schedules (declare them in treadle.yaml or with POST /v1/_scheduledef)";
+      if (schedPicked) markSelected("sched-list", "data-schedule", schedPicked);
+    } catch (err) {
+      $("sched-notice").textContent = err.message;
+    }
+  }
+
+  async function showSchedule(id) {
+    schedPicked = id;
+    markSelected("sched-list", "data-schedule", id);
+    $("sched-detail").hidden = false;
+    const s = await guard("sched-error", () => json(`/v1/_schedules/${encodeURIComponent(id)}/state`));
+    if (!s) return;
+    const [label, cls] = schedState(s);
+    $("sched-title").textContent = `${s.name} · v${s.version}`;
+    $("sched-state").textContent = label;
+    $("sched-state").className = `status ${cls}`;
+    $("sched-meta").textContent = [`${s.schedule} (${s.timezone})`, s.enabled ? "" : "disabled in its def",
+      s.next_fire_at ? `next ${clock(s.next_fire_at)}` : "", `${s.total_fires} fires`,
+      s.max_fires ? `max ${s.max_fires}` : "", s.last_error ? `last error: ${s.last_error}` : ""].filter(Boolean).join(" · ");
+    $("sched-pause").hidden = s.paused || s.status !== "active";
+    $("sched-resume").hidden = !s.paused || s.status !== "active";
+    $("sched-run").hidden = s.status !== "active";
+    $("sched-fires").replaceChildren(...(s.recent_fires.length ? s.recent_fires.map((f) => el("li", {},
+      el("time", { datetime: f.scheduled_for, text: clock(f.scheduled_for) }),
+      el("span", { class: `status ${f.status}`, text: f.status }),
+      el("span", { class: "meta", text: `${f.source}${f.error ? ` · ${asText(f.error)}` : ""}` }),
+      f.run_id ? el("a", { href: `#${f.run_id}`, text: f.run_id.slice(0, 14) }) : null)) : [el("li", { class: "meta", text: "no fires yet" })]));
+  }
+
+  const SCHEDULE_ACTIONS = {
+    "sched-pause": (id) => `/v1/_schedules/${id}/pause`,
+    "sched-resume": (id) => `/v1/_schedules/${id}/resume`,
+    "sched-run": (id) => `/v1/_schedules/${id}/run-now`,
+  };
+  for (const [button, path] of Object.entries(SCHEDULE_ACTIONS)) {
+    $(button).addEventListener("click", async () => {
+      if (!schedPicked) return;
+      const done = await guard("sched-error", () => post(path(encodeURIComponent(schedPicked))));
+      if (done) { await showSchedule(schedPicked); loadSchedules(); }
+    });
+  }
+  tabHooks.schedules = () => { loadSchedules(); if (schedPicked) showSchedule(schedPicked); };
+
+  // -- webhooks ---------------------------------------------------------------------------------------------
+
+  async function loadWebhooks() {
+    try {
+      const body = await post("/v1/_webhookdef", { op: "list" });
+      const defs = [...body.defs, ...body.static.filter((s) => !s.overridden)];
+      $("hook-list").replaceChildren(...defs.map((d) => item({ "data-hook": d.name }, () => showWebhook(d),
+        el("span", { class: "agent", text: d.name }), el("span", { class: "meta", text: `→ ${d.body.agent ?? d.body.channel ?? d.body.delivery ?? ""}` }))));
+      $("hook-notice").textContent = defs.length ? "" : "no webhooks (declare them in treadle.yaml or with POST /v1/_webhookdef)";
+    } catch (err) {
+      $("hook-notice").textContent = err.message;
+    }
+  }
+
+  async function showWebhook(d) {
+    markSelected("hook-list", "data-hook", d.name);
+    $("hook-detail").hidden = false;
+    $("hook-title").textContent = d.name;
+    $("hook-meta").textContent = `POST /v1/_webhooks/${d.name} · ${versionLabel(d)}`;
+    const body = await guard("hook-error", () => json(`/v1/_webhooks/${encodeURIComponent(d.name)}/recent-deliveries?limit=50`));
+    if (!body) return;
+    $("hook-deliveries").replaceChildren(...(body.deliveries.length ? body.deliveries.map((x) => el("li", {},
+      el("time", { datetime: x.received_at, text: clock(x.received_at) }),
+      el("span", { class: `status ${x.verdict === "accepted" ? "completed" : "failed"}`, text: String(x.verdict) }),
+      el("span", { class: "meta", text: [x.delivery_id, `v${x.version}`, x.delivery, x.error].filter(Boolean).map(asText).join(" · ") }),
+      x.run_id ? el("a", { href: `#${x.run_id}`, text: x.run_id.slice(0, 14) }) : null)) : [el("li", { class: "meta", text: "no deliveries yet" })]));
+  }
+  tabHooks.webhooks = loadWebhooks;
+
+  // -- channels ---------------------------------------------------------------------------------------------
+
+  let chanPicked = null;
+
+  async function loadChannels() {
+    try {
+      const body = await json("/v1/_channels");
+      $("chan-list").replaceChildren(...body.channels.map((c) => item({ "data-channel": c.name }, () => showChannel(c),
+        el("span", { class: "agent", text: c.name }), el("span", { class: "meta", text: `${c.semantic} · ${c.scope}` }))));
+      $("chan-notice").textContent = body.channels.length ? "" : "no channels";
+      if (chanPicked) markSelected("chan-list", "data-channel", chanPicked.name);
+    } catch (err) {
+      $("chan-notice").textContent = err.message;
+    }
+  }
+
+  async function peek() {
+    if (!chanPicked) return;
+    const q = new URLSearchParams({ max_messages: "50" });
+    if ($("chan-scope").value.trim()) q.set("scope_id", $("chan-scope").value.trim());
+    const body = await guard("chan-error", () => json(`/v1/_channels/${encodeURIComponent(chanPicked.name)}/peek?${q}`));
+    if (!body) return;
+    $("chan-messages").replaceChildren(...(body.messages.length ? body.messages.map((m) => el("li", {},
+      el("time", { datetime: m.published_at, text: clock(m.published_at) }),
+      el("pre", { text: stableJson(m.value) }))) : [el("li", { class: "meta", text: "no messages (for consumer http)" })]));
+  }
+
+  async function showChannel(c) {
+    chanPicked = c;
+    markSelected("chan-list", "data-channel", c.name);
+    $("chan-detail").hidden = false;
+    $("chan-title").textContent = c.name;
+    $("chan-meta").textContent = [`${c.semantic} · scope ${c.scope}`, c.default_ttl_seconds ? `ttl ${c.default_ttl_seconds} s` : "",
+      c.description].filter(Boolean).join(" · ");
+    $("chan-error").textContent = "";
+    await peek();
+  }
+
+  $("chan-peek").addEventListener("click", peek);
+  $("chan-publish").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (!chanPicked) return;
+    const raw = $("chan-value").value;
+    let value;
+    try { value = JSON.parse(raw); } catch { value = raw; } // plain text is published as a string
+    const done = await guard("chan-error", () => post(`/v1/_channels/${encodeURIComponent(chanPicked.name)}/publish`,
+      { value, scope_id: $("chan-scope").value.trim() }));
+    if (done) { $("chan-value").value = ""; await peek(); }
+  });
+  tabHooks.channels = loadChannels;
+});

@@ -1,0 +1,70 @@
+"""Fixtures for the browser tests: one `treadle serve` per module (a real subprocess on loopback,
+its own database, a bearer token) and one headless Chromium per module. Both skip cleanly where
+no Chromium (or chromedriver, or selenium) is installed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.browser import Browser, why_no_browser
+from tests.support.db import clone_database, drop_database
+from tests.support.e2e import ServerProcess, write_config
+
+TOKEN = "browser-test-token-0123456789"
+HOOK_TOKEN = "browser-hook-token-9876543210"  # what a webhook's sender presents
+
+
+def scripted(turns: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
+    return {"model": "script", "tools": tools, "mock": {"script": turns}}
+
+
+ASK = {"tool": "Interruption", "input": {"op": "ask", "question": "ship the release?", "options": ["yes", "no"]}}
+AGENTS: dict[str, Any] = {
+    "echo": {"model": "echo"},
+    # asks one question, then answers
+    "asker": scripted([ASK, {"text": "asked and answered"}], ["Interruption"]),
+    # spawns `asker` and waits for it: the parent of a child that waits on a question
+    "boss": scripted([{"tool": "Agent", "input": {"op": "spawn", "name": "asker", "prompt": "ask them"}},
+                      {"text": "the sub-agent is done"}], ["Agent"]),
+    # a tool call whose input is longer than the page shows at first
+    "big": scripted([{"tool": "Memory", "input": {"op": "set", "scope": "agent", "key": "long", "value": "x" * 900}},
+                     {"text": "stored"}], ["Memory"]),
+}
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    reason = why_no_browser()
+    if reason is not None:
+        pytest.skip(reason)
+    browser = Browser()
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+@pytest.fixture(scope="module")
+async def served(
+    server_url: str, migrated_template: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[ServerProcess]:
+    reason = why_no_browser()
+    if reason is not None:
+        pytest.skip(reason)
+    url = clone_database(server_url, migrated_template, "browser")
+    workdir: Path = tmp_path_factory.mktemp("browser")
+    config = write_config(workdir / "treadle.yaml", AGENTS, {"channels": {"news": {"semantic": "broadcast"}}})
+    srv = ServerProcess(database_url=url, config_path=config, workdir=workdir, name="browser",
+                        env={"TREADLE_AUTH_TOKEN": TOKEN, "BROWSER_HOOK_TOKEN": HOOK_TOKEN})
+    srv.start()
+    try:
+        await srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+        print(f"\n===== {srv.name}: logs in {srv.workdir}\n{srv.log_tail(3000)}")
+        drop_database(server_url, url)
