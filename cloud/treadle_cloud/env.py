@@ -49,6 +49,9 @@ class CloudSettings(EnvSettings):
     #: the S3 bucket (and key prefix) holding the agents' volumes; unset: no volumes in the cloud
     volumes_bucket: str = ""
     volumes_prefix: str = "volumes"
+    #: the worker relays live text deltas and commit pokes to the stream function's readers
+    #: through Postgres NOTIFY (treadle_cloud/live.py)
+    live_deltas: bool = True
 
 
 @cache
