@@ -52,6 +52,9 @@ class CloudSettings(EnvSettings):
     #: the worker relays live text deltas and commit pokes to the stream function's readers
     #: through Postgres NOTIFY (treadle_cloud/live.py)
     live_deltas: bool = True
+    #: the host the stream function's live listener connects to when the pools go through RDS
+    #: Proxy (the Aurora cluster endpoint: a LISTEN session must not pin a proxy connection)
+    live_db_host: str | None = None
 
 
 @cache

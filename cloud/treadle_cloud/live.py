@@ -55,6 +55,15 @@ TEXT_PER_NOTIFY = 1200
 POKE = "poke"
 
 
+def listener_url(database_url: str, direct_host: str | None) -> str:
+    """The listener's URL: the pools' own, or the same database on `direct_host` (past RDS Proxy)."""
+    if not direct_host:
+        return database_url
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(database_url, host=direct_host)
+
+
 def presence_key(run_id: str) -> int:
     """The second key of a run's presence lock: 31 bits of its id's hash (a collision costs a
     notification nobody reads)."""

@@ -33,7 +33,7 @@ from treadle.api import runs
 from treadle.api.app import create_app
 from treadle_cloud.container import open_cloud_runtime
 from treadle_cloud.env import CloudSettings, export_secrets
-from treadle_cloud.live import LiveListener, WatchedHub
+from treadle_cloud.live import LiveListener, WatchedHub, listener_url
 
 log = logging.getLogger("treadle.cloud.stream")
 
@@ -49,7 +49,8 @@ async def serve(cloud: CloudSettings, host: str, port: int) -> None:
         # the worker's text deltas and commit pokes, from Postgres NOTIFY (treadle_cloud/live.py)
         hub = WatchedHub()
         rt.hub = hub  # the SSE readers' hub (api/runs.py); no engine runs in this process
-        listening = asyncio.get_running_loop().create_task(LiveListener(hub, rt.settings.database_url).run())
+        url = listener_url(rt.settings.database_url, cloud.live_db_host)
+        listening = asyncio.get_running_loop().create_task(LiveListener(hub, url).run())
     app = create_app(auth_token=rt.settings.auth_token, max_request_bytes=rt.settings.max_request_bytes,
                      routers=[runs.router], watch_page=False)
     app.state.runtime = rt

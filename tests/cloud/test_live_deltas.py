@@ -229,3 +229,15 @@ def test_a_streaming_client_reads_the_answer_as_the_model_writes_it(
     finally:
         api.close()
         worker.close()
+
+
+def test_the_listener_goes_past_the_proxy_when_told() -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from treadle_cloud.live import listener_url
+
+    url = "postgresql://treadle:pw@proxy.example:5432/treadle?sslmode=require"
+    assert listener_url(url, None) == url
+    direct = conninfo_to_dict(listener_url(url, "cluster.example"))
+    assert {k: direct[k] for k in ("host", "user", "password", "dbname", "sslmode")} == {
+        "host": "cluster.example", "user": "treadle", "password": "pw", "dbname": "treadle", "sslmode": "require"}
