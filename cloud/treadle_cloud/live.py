@@ -47,8 +47,10 @@ CHANNEL = "treadle_live"
 PRESENCE_NS = 0x74726C76
 #: how long the relay gathers frames before one NOTIFY statement sends them
 RELAY_WINDOW_S = 0.05
-#: how long the relay trusts what it read of a run's watchers
+#: how long the relay trusts what it read of a run's watchers (that someone reads; that no one
+#: does — shorter: a reader who just came misses at most this much of the deltas)
 PRESENCE_TTL_S = 1.0
+ABSENCE_TTL_S = 0.25
 #: the characters of delta text per notification (Postgres refuses a payload of 8000 bytes or
 #: more; JSON escapes a character into at most 6 bytes)
 TEXT_PER_NOTIFY = 1200
@@ -115,12 +117,13 @@ class RelayHub(RunEventHub):
     functions watching the run (module docstring). Waiting and subscribing stay in-process."""
 
     def __init__(self, inner: RunEventHub, pool: Pool, *, window_s: float = RELAY_WINDOW_S,
-                 presence_ttl_s: float = PRESENCE_TTL_S) -> None:
+                 presence_ttl_s: float = PRESENCE_TTL_S, absence_ttl_s: float = ABSENCE_TTL_S) -> None:
         super().__init__()
         self.inner = inner
         self.pool = pool
         self.window_s = window_s
         self.presence_ttl_s = presence_ttl_s
+        self.absence_ttl_s = absence_ttl_s
         self._pending: list[tuple[str, str, dict[str, Any]]] = []
         self._timer: asyncio.Task[None] | None = None
         self._watched: dict[str, tuple[bool, float]] = {}
@@ -188,7 +191,11 @@ class RelayHub(RunEventHub):
 
     async def _watched_runs(self, runs: set[str]) -> set[str]:
         now = time.monotonic()
-        stale = {r for r in runs if r not in self._watched or now - self._watched[r][1] > self.presence_ttl_s}
+        def fresh(run_id: str) -> bool:
+            seen = self._watched.get(run_id)
+            return seen is not None and now - seen[1] <= (self.presence_ttl_s if seen[0] else self.absence_ttl_s)
+
+        stale = {r for r in runs if not fresh(r)}
         if stale:
             keys = {presence_key(r): r for r in stale}
             async with self.pool.connection() as conn:

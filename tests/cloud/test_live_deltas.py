@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import yaml
 
@@ -33,7 +34,7 @@ from tests.support.vendors.anthropic import FakeAnthropic
 from tests.support.vendors.base import text
 from treadle.engine.hub import RunEventHub
 from treadle.store.db import Pool, open_pool
-from treadle_cloud.live import TEXT_PER_NOTIFY, LiveListener, RelayHub, WatchedHub
+from treadle_cloud.live import PRESENCE_NS, TEXT_PER_NOTIFY, LiveListener, RelayHub, WatchedHub, presence_key
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
@@ -74,7 +75,7 @@ async def test_a_watched_runs_frames_arrive_and_an_unwatched_runs_are_never_sent
     pool: Pool, listening: tuple[WatchedHub, LiveListener]
 ) -> None:
     hub, listener = listening
-    relay = RelayHub(RunEventHub(), pool, presence_ttl_s=0.0)
+    relay = RelayHub(RunEventHub(), pool, presence_ttl_s=0.0, absence_ttl_s=0.0)
     watched, unwatched = f"r_{secrets.token_hex(6)}", f"r_{secrets.token_hex(6)}"
     with hub.subscribe(watched) as sub:
         await until(lambda: watched in listener.locked)  # the presence lock is held
@@ -187,7 +188,7 @@ def read_all_frames(url: str, run_id: str, out: queues.Queue[tuple[float, dict[s
 
 
 def test_a_streaming_client_reads_the_answer_as_the_model_writes_it(
-    stream_url: str, sqs: Any, queue: dict[str, str], anthropic: FakeAnthropic
+    stream_url: str, sqs: Any, queue: dict[str, str], anthropic: FakeAnthropic, cloud_db: str
 ) -> None:
     pieces = ["The ", "answer ", "comes ", "piece ", "by ", "piece."]
     anthropic.then(text(*pieces, chunk_delay_s=0.3))  # the vendor streams for ~1.5 s
@@ -200,21 +201,33 @@ def test_a_streaming_client_reads_the_answer_as_the_model_writes_it(
         threading.Thread(target=read_all_frames, args=(stream_url, run_id, frames), daemon=True).start()
         while frames.get(timeout=30)[1]["event"] != "user_input":
             pass  # the reader is subscribed once it has sent the stored events
+        with psycopg.connect(cloud_db, autocommit=True) as conn:  # and its presence lock is held
+            deadline = time.monotonic() + 30
+            while not conn.execute("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid"
+                                   " AND objid = %s::oid AND objsubid = 2",
+                                   (PRESENCE_NS, presence_key(run_id))).fetchone():
+                assert time.monotonic() < deadline, "the stream function never took the presence lock"
+                time.sleep(0.02)
         returned = threading.Event()
+        returned_at: list[float] = []
         esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [worker], batch_size=1)
 
         def step() -> None:
             assert esm.poll_once(wait_s=1) == 1
+            returned_at.append(time.monotonic())
             returned.set()
 
         stepping = threading.Thread(target=step, daemon=True)
         stepping.start()
         seen: list[dict[str, Any]] = []
         first_delta_while_stepping: bool | None = None
+        delta_at: list[float] = []
         while not seen or seen[-1]["event"] != "<end>":
-            _, frame = frames.get(timeout=30)
-            if frame["event"] == "text_delta" and first_delta_while_stepping is None:
-                first_delta_while_stepping = not returned.is_set()
+            t, frame = frames.get(timeout=30)
+            if frame["event"] == "text_delta":
+                if first_delta_while_stepping is None:
+                    first_delta_while_stepping = not returned.is_set()
+                delta_at.append(t)
             seen.append(frame)
         stepping.join(timeout=30)
         assert returned.is_set()
@@ -226,6 +239,8 @@ def test_a_streaming_client_reads_the_answer_as_the_model_writes_it(
         assert events.index("text") > events.index("text_delta")  # the stored text follows its deltas
         assert all(f.get("id") is None for f in seen if f["event"] == "text_delta")  # never stored
         assert events[-2:] == ["done", "<end>"]
+        print(f"\nlive deltas: {len(deltas)} frames for {len(pieces)} pieces; the first read"
+              f" {1000 * (returned_at[0] - delta_at[0]):.0f} ms before the worker's invocation returned")
     finally:
         api.close()
         worker.close()
