@@ -35,10 +35,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treadle.engine.hub import LiveSubscription, RunEventHub
 from treadle.store.db import Pool
+
+if TYPE_CHECKING:
+    from treadle.runtime import Runtime
 
 log = logging.getLogger("treadle.cloud.live")
 
@@ -208,6 +211,19 @@ class RelayHub(RunEventHub):
             if len(self._watched) > 4096:  # a long-lived environment: forget runs not asked about lately
                 self._watched = {r: v for r, v in self._watched.items() if now - v[1] <= self.presence_ttl_s}
         return {r for r in runs if self._watched[r][0]}
+
+
+def install_relay(rt: Runtime) -> RelayHub:
+    """The runtime's hub replaced by a relay wherever the engine's parts hold it (the engine's
+    deltas and commits, steering's appended inputs, the waker's wake-ups). The core builds one
+    hub in `Runtime.__post_init__` and has no parameter for it; a `hub=` argument of
+    `Runtime.open` would make this a plain argument."""
+    inner = rt.hub
+    relay = RelayHub(inner, rt.pool)
+    for holder in (rt, rt.engine, rt.engine.steering, rt.waker):
+        if getattr(holder, "hub", None) is inner:
+            holder.hub = relay
+    return relay
 
 
 class WatchedHub(RunEventHub):

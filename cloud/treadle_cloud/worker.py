@@ -38,7 +38,7 @@ from treadle.telemetry import tracing
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.deadline import InvocationClock, InvocationEnding
 from treadle_cloud.env import CloudSettings, aws_client
-from treadle_cloud.live import RelayHub
+from treadle_cloud.live import RelayHub, install_relay
 from treadle_cloud.metrics import observed_invocation
 
 log = logging.getLogger("treadle.cloud.worker")
@@ -73,8 +73,7 @@ class SqsWorker:
         cloud = self.container.cloud or CloudSettings()
         if self.relay is None and cloud.live_deltas:
             # the engine publishes text deltas and commit pokes to its hub; this one relays them
-            self.relay = RelayHub(rt.engine.hub, rt.pool)
-            rt.engine.hub = self.relay
+            self.relay = install_relay(rt)
 
         def record_handler(record: SQSRecord) -> str:
             return self.step(rt, cloud, record, context)

@@ -256,3 +256,14 @@ def test_the_listener_goes_past_the_proxy_when_told() -> None:
     direct = conninfo_to_dict(listener_url(url, "cluster.example"))
     assert {k: direct[k] for k in ("host", "user", "password", "dbname", "sslmode")} == {
         "host": "cluster.example", "user": "treadle", "password": "pw", "dbname": "treadle", "sslmode": "require"}
+
+
+async def test_the_relay_replaces_the_hub_wherever_the_engine_holds_it(cloud_db: str) -> None:
+    from treadle.testing import open_test_runtime
+    from treadle_cloud.live import install_relay
+
+    async with open_test_runtime({"echo": {"model": "echo"}}, database_url=cloud_db) as (rt, _disp):
+        inner = rt.hub
+        relay = install_relay(rt)
+        assert relay.inner is inner
+        assert rt.hub is relay and rt.engine.hub is relay and rt.engine.steering.hub is relay and rt.waker.hub is relay
