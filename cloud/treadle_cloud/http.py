@@ -27,7 +27,7 @@ from treadle.api.app import create_app
 from treadle.errors import TreadleError
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.metrics import observed_invocation
-from treadle_cloud.routes import LazyRouter, modules, needed
+from treadle_cloud.routes import EVERY_ROUTER_PATHS, LazyRouter, modules, needed
 
 log = logging.getLogger("treadle.cloud")
 
@@ -71,7 +71,12 @@ class HttpFunction:
     def _load(self, path: str) -> None:
         """Import the routers a request for `path` needs; the app's routes stay in mount order."""
         assert self.app is not None
-        todo = needed(self.lazy, path)
+        if path not in EVERY_ROUTER_PATHS and any(
+            getattr(r, "path_regex", None) is not None and r.path_regex.match(path) for r in self._base_routes
+        ):
+            todo = []  # the app's own routes (/healthz, /metrics, the watch page) need no router
+        else:
+            todo = needed(self.lazy, path)
         if not todo and self._mounted:
             return
         for lr in todo:

@@ -77,6 +77,9 @@ def loaded(api: LambdaEnv) -> list[str]:
 
 
 def test_requests_import_their_routers_and_are_answered_as_by_the_whole_api(api: LambdaEnv) -> None:
+    status, health = call(api, "GET", "/healthz")  # the app's own route: no router imported
+    assert status == 200 and health["ok"], health
+    assert loaded(api) == []
     status, me = call(api, "GET", "/v1/_whoami")
     assert status == 200 and me["tenant_id"], me
     assert loaded(api) == ["treadle.api.tokens:router"]
