@@ -83,6 +83,19 @@ def cpu_ms(python: str, code: str, env: dict[str, str] | None, cwd: Path) -> flo
     return 1000.0 * (usage.ru_utime + usage.ru_stime)
 
 
+def describe(floor: str) -> str:
+    """A floor's code in a line: its packages, and the model / route it declares."""
+    parts = ["asyncio, psycopg, psycopg_pool"]
+    if "powertools.metrics" in floor:
+        parts.append("Powertools metrics, the OpenTelemetry API")
+    parts.append("pydantic with one model")
+    if "fastapi" in floor:
+        parts.append("FastAPI + mangum with one route")
+    if "utilities.batch" in floor:
+        parts.append("Powertools batch")
+    return " + ".join(parts)
+
+
 def tree_env(tree: Path) -> dict[str, str]:
     """The environment that imports treadle from `tree` (a checkout: core/, sidecar/, cloud/)."""
     paths = [tree / "core", tree / "sidecar", tree / "cloud", tree]
@@ -177,9 +190,9 @@ def main() -> int:
     print("\n  SnapStart removes = the CPU of a SnapStart INIT, measured: the handler's import plus what it")
     print(f"  preloads into the snapshot ({SNAPSHOT_IMPORTS[7:]}; the API function's every router). A restored cold")
     print("  start pays the restore and the first invocation (secrets, pool) instead.")
-    print("  dependencies (the floor), as run:")
+    print("  dependencies (the floor, in use: see FLOORS):")
     for name, floor in FLOORS.items():
-        print(f"  {name}: " + floor.replace("\n", "; ").replace(":; ", ": ").rstrip("; "))
+        print(f"  {name}: {describe(floor)}")
     return 0
 
 
