@@ -19,6 +19,8 @@ Context (`cdk deploy -c key=value`; every knob of docs/deploy-aws.md is one of t
   worker_timeout_s      the worker's timeout (default 900, Lambda's maximum)
   db_pool_size          database connections per function environment (default 2)
   stream                "false" leaves out the stream function and its URL
+  live_deltas           "false": the stream function streams committed events only (no text deltas
+                        relayed through Postgres NOTIFY; no listener connection per stream environment)
   lwa_layer_version     the Lambda Web Adapter layer version the stream function runs (default 25)
   architecture          x86_64 (default) or arm64 (build the layer with --arch arm64 too)
   snap_start            "false" turns SnapStart off
@@ -86,6 +88,7 @@ def props_from_context(ctx: Any) -> TreadleRuntimeProps:
                                                    "worker_timeout_s")),
         db_pool_size=int(number(ctx("db_pool_size"), base.db_pool_size, "db_pool_size")),
         stream=flag(ctx("stream"), base.stream),
+        live_deltas=flag(ctx("live_deltas"), base.live_deltas),
         lwa_layer_version=int(number(ctx("lwa_layer_version"), base.lwa_layer_version, "lwa_layer_version")),
         architecture=lambda_.Architecture.ARM_64 if arch == "arm64" else lambda_.Architecture.X86_64,
         snap_start=flag(ctx("snap_start"), base.snap_start),

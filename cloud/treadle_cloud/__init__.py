@@ -17,7 +17,26 @@ Environment (set by the CDK construct in `infra/`):
 | `TREADLE_SSE_BUDGET_SECONDS` | how long one SSE response may last (HTTP API cuts at 30 s) |
 """
 
-from treadle_cloud.container import Container
-from treadle_cloud.env import CloudSettings
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from treadle_cloud.container import Container
+    from treadle_cloud.env import CloudSettings
 
 __all__ = ["CloudSettings", "Container"]
+
+
+def __getattr__(name: str) -> Any:
+    """`treadle_cloud.Container` and `.CloudSettings` on first use: importing a submodule (the
+    migrate function imports `treadle_cloud.migrate`) must not import the whole Runtime."""
+    if name == "Container":
+        from treadle_cloud.container import Container
+
+        return Container
+    if name == "CloudSettings":
+        from treadle_cloud.env import CloudSettings
+
+        return CloudSettings
+    raise AttributeError(f"module 'treadle_cloud' has no attribute {name!r}")

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from treadle.config import load_config, load_settings
@@ -21,7 +21,7 @@ from treadle.runtime import Runtime
 from treadle_cloud.deadline import InvocationClock, with_deadline
 from treadle_cloud.env import CloudSettings, aws_client, export_secrets
 from treadle_cloud.s3volumes import S3VolumeStorage
-from treadle_cloud.snapstart import prepare_snapshot
+from treadle_cloud.snapstart import SNAPSHOT_IMPORTS, prepare_snapshot
 
 log = logging.getLogger("treadle.cloud")
 
@@ -45,12 +45,20 @@ class Container:
     do (api, webhook, scheduler, maintenance); the worker only runs steps and skips it (and the
     trigger modules' import)."""
 
-    def __init__(self, *, sync_triggers: bool = True, clock: InvocationClock | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        sync_triggers: bool = True,
+        clock: InvocationClock | None = None,
+        snapshot_imports: Sequence[str] = (),
+    ) -> None:
         self.sync_triggers = sync_triggers
         #: the worker's: model calls are bounded by its invocation's deadline (treadle_cloud.deadline)
         self.clock = clock
         self.loop = asyncio.new_event_loop()
-        prepare_snapshot()  # under SnapStart: first-invocation imports into the snapshot
+        # under SnapStart: first-invocation imports into the snapshot (and the function's own
+        # deferred ones, e.g. the API's routers: every one, as any request may come first)
+        prepare_snapshot(imports=(*SNAPSHOT_IMPORTS, *snapshot_imports))
         self.cloud: CloudSettings | None = None
         self._runtime: Runtime | None = None
         self._last_used = 0.0

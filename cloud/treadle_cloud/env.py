@@ -49,6 +49,12 @@ class CloudSettings(EnvSettings):
     #: the S3 bucket (and key prefix) holding the agents' volumes; unset: no volumes in the cloud
     volumes_bucket: str = ""
     volumes_prefix: str = "volumes"
+    #: the worker relays live text deltas and commit pokes to the stream function's readers
+    #: through Postgres NOTIFY (treadle_cloud/live.py)
+    live_deltas: bool = True
+    #: the host the stream function's live listener connects to when the pools go through RDS
+    #: Proxy (the Aurora cluster endpoint: a LISTEN session must not pin a proxy connection)
+    live_db_host: str | None = None
 
 
 @cache

@@ -6,6 +6,11 @@ the invocation's own deadline) with a comment telling the client to resume with 
 `Last-Event-ID`. Because nothing reaches the client before the response ends, it ends
 `TREADLE_SSE_LINGER_SECONDS` after its first frame (new events), not at the budget; a client that
 wants events as they are committed uses the stream function's URL (`treadle_cloud.stream`).
+
+Routers may be given lazily (`treadle_cloud.routes.LazyRouter`): the API function imports a
+router when a request first needs it. Either way a router's routes are added to the app as they
+are — FastAPI's `include_router` would build every route a second time (its dependencies, its
+pydantic fields), on the cold start's first request.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from treadle.api.app import create_app
 from treadle.errors import TreadleError
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.metrics import observed_invocation
+from treadle_cloud.routes import EVERY_ROUTER_PATHS, LazyRouter, modules, needed
 
 log = logging.getLogger("treadle.cloud")
 
@@ -39,12 +45,45 @@ def error_response(status: int, code: str, message: str) -> dict[str, Any]:
     }
 
 
+def mount(app: FastAPI, routers: Sequence[APIRouter]) -> None:
+    """Add `routers`' routes to `app` as built (what `include_router` does without a prefix,
+    tags or dependencies of its own, minus rebuilding each route)."""
+    for router in routers:
+        if router.on_startup or router.on_shutdown:
+            raise ValueError("a router with startup/shutdown handlers must be included, not mounted")
+        app.router.routes.extend(router.routes)
+
+
 class HttpFunction:
-    def __init__(self, routers: Sequence[APIRouter], container: Container | None = None) -> None:
-        self.routers = list(routers)
-        self.container = container or Container()
+    def __init__(self, routers: Sequence[APIRouter | LazyRouter], container: Container | None = None) -> None:
+        self.lazy = [r if isinstance(r, LazyRouter) else LazyRouter("", (), _routers=[r]) for r in routers]
+        self.container = container or Container(snapshot_imports=modules(r for r in self.lazy if not r.loaded))
         self.app: FastAPI | None = None
         self._adapter: Mangum | None = None
+        self._base_routes: list[Any] = []
+        self._mounted = False
+
+    @property
+    def routers(self) -> list[APIRouter]:
+        """The routers imported so far, in mount order."""
+        return [router for lr in self.lazy if lr.loaded for router in lr.routers()]
+
+    def _load(self, path: str) -> None:
+        """Import the routers a request for `path` needs; the app's routes stay in mount order."""
+        assert self.app is not None
+        if path not in EVERY_ROUTER_PATHS and any(
+            getattr(r, "path_regex", None) is not None and r.path_regex.match(path) for r in self._base_routes
+        ):
+            todo = []  # the app's own routes (/healthz, /metrics, the watch page) need no router
+        else:
+            todo = needed(self.lazy, path)
+        if not todo and self._mounted:
+            return
+        for lr in todo:
+            lr.routers()
+        self.app.router.routes[:] = self._base_routes
+        mount(self.app, self.routers)
+        self._mounted = True
 
     @observed_invocation  # EMF metrics, spans flushed (treadle_cloud/metrics.py)
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -57,15 +96,17 @@ class HttpFunction:
             self.app = create_app(
                 auth_token=rt.settings.auth_token,
                 max_request_bytes=rt.settings.max_request_bytes,
-                routers=self.routers,
+                routers=[],
                 public_docs=rt.settings.public_docs,
             )
             self.app.state.runtime = rt
+            self._base_routes = list(self.app.router.routes)
             self.container.activate()
             self._adapter = Mangum(self.app, lifespan="off")
         cloud = self.container.cloud
         budget = cloud.sse_budget_seconds if cloud else 25.0
         rt.sse_budget_s = max(1.0, min(budget, remaining_s(context) - SSE_MARGIN_S))
         rt.sse_linger_s = cloud.sse_linger_seconds if cloud else 1.0
+        self._load(str(event.get("rawPath") or event.get("path") or "/"))
         self.container.activate()
         return self._adapter(event, context)

@@ -12,6 +12,10 @@ managed Python 3.12 runtime: the adapter starts `functions/stream/run.sh`, which
 (uvicorn serving the runs API on 127.0.0.1:$PORT), waits for `/healthz`, and relays each
 invocation as an HTTP request, and the response, chunk by chunk, as the stream is written.
 
+Live text deltas: the worker relays its engine's `text_delta`/`thinking_delta` frames and commit
+pokes through Postgres NOTIFY to the runs this process streams (treadle_cloud/live.py), so a reader
+sees the answer as the model writes it, and each commit at once rather than at its next poll.
+
 Auth is the API's own: the bearer token from Secrets Manager (the function URL's auth type is
 NONE; every /v1 route refuses a request without the token). A stream ends with the run, or at
 `TREADLE_SSE_BUDGET_SECONDS` (the stack sets the function's timeout minus a margin) with the
@@ -21,6 +25,7 @@ usual `: budget exhausted; resume with from_seq` — the client resumes from its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 
@@ -28,6 +33,7 @@ from treadle.api import runs
 from treadle.api.app import create_app
 from treadle_cloud.container import open_cloud_runtime
 from treadle_cloud.env import CloudSettings, export_secrets
+from treadle_cloud.live import LiveListener, WatchedHub, listener_url
 
 log = logging.getLogger("treadle.cloud.stream")
 
@@ -38,6 +44,13 @@ async def serve(cloud: CloudSettings, host: str, port: int) -> None:
 
     rt = await open_cloud_runtime(cloud, sync_triggers=False)
     rt.sse_budget_s = cloud.sse_budget_seconds  # ends cleanly before Lambda's timeout cuts it
+    listening: asyncio.Task[None] | None = None
+    if cloud.live_deltas and rt.settings.database_url:
+        # the worker's text deltas and commit pokes, from Postgres NOTIFY (treadle_cloud/live.py)
+        hub = WatchedHub()
+        rt.hub = hub  # the SSE readers' hub (api/runs.py); no engine runs in this process
+        url = listener_url(rt.settings.database_url, cloud.live_db_host)
+        listening = asyncio.get_running_loop().create_task(LiveListener(hub, url).run())
     app = create_app(auth_token=rt.settings.auth_token, max_request_bytes=rt.settings.max_request_bytes,
                      routers=[runs.router], watch_page=False)
     app.state.runtime = rt
@@ -46,6 +59,10 @@ async def serve(cloud: CloudSettings, host: str, port: int) -> None:
     try:
         await server.serve()
     finally:
+        if listening is not None:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
         await rt.close()
 
 

@@ -38,6 +38,7 @@ from treadle.telemetry import tracing
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.deadline import InvocationClock, InvocationEnding
 from treadle_cloud.env import CloudSettings, aws_client
+from treadle_cloud.live import RelayHub, install_relay
 from treadle_cloud.metrics import observed_invocation
 
 log = logging.getLogger("treadle.cloud.worker")
@@ -63,11 +64,16 @@ class SqsWorker:
         self.container = container or Container(sync_triggers=False, clock=self.clock)
         self.processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
         self.results: dict[str, int] = {}
+        #: the engine's live frames to the stream functions (treadle_cloud/live.py)
+        self.relay: RelayHub | None = None
 
     @observed_invocation  # EMF metrics, spans flushed (treadle_cloud/metrics.py)
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         rt = self.container.runtime()
         cloud = self.container.cloud or CloudSettings()
+        if self.relay is None and cloud.live_deltas:
+            # the engine publishes text deltas and commit pokes to its hub; this one relays them
+            self.relay = install_relay(rt)
 
         def record_handler(record: SQSRecord) -> str:
             return self.step(rt, cloud, record, context)
@@ -125,6 +131,9 @@ class SqsWorker:
             if await rt.steps.release_after_failure(leased, current, 0.0):
                 await rt.dispatcher.enqueue(StepMessage(leased.run_id, leased.step_no))
             return None
+        finally:
+            if self.relay is not None:
+                await self.relay.flush()  # before the invocation returns and the environment freezes
 
     def _release(self, cloud: CloudSettings, record: SQSRecord, delay_s: int) -> None:
         """Best effort: make a failed record visible again after `delay_s` instead of the

@@ -1,7 +1,7 @@
 """API function: runs, events, channels and the time-budgeted SSE stream, behind API Gateway's HTTP API
-(/v1/_webhooks/* goes to the webhook function)."""
+(/v1/_webhooks/* goes to the webhook function); routers imported on first need (treadle_cloud/routes.py)."""
 
-from treadle.api.app import api_routers
 from treadle_cloud.http import HttpFunction
+from treadle_cloud.routes import api_lazy_routers
 
-handler = HttpFunction(api_routers(webhooks=False))
+handler = HttpFunction(api_lazy_routers())

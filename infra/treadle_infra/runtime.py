@@ -141,6 +141,10 @@ class TreadleRuntimeProps:
     #: the stream function (a RESPONSE_STREAM function URL through the Lambda Web Adapter)
     stream: bool = True
     stream_timeout: Duration = field(default_factory=lambda: Duration.minutes(15))
+    #: live text deltas to the stream function's readers: the worker NOTIFYs, each stream
+    #: environment LISTENs on one connection of its own (treadle_cloud/live.py) — always straight
+    #: to Aurora, never through RDS Proxy (a LISTEN session would pin a proxy connection)
+    live_deltas: bool = True
     #: the Lambda Web Adapter layer version (pinned: a new adapter is a deliberate upgrade)
     lwa_layer_version: int = 25
     log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
@@ -318,6 +322,7 @@ class TreadleRuntime(Construct):
         }
         if p.rds_proxy:
             common_env["TREADLE_DB_BEHIND_POOLER"] = "true"  # nothing that pins a proxy connection
+        common_env["TREADLE_LIVE_DELTAS"] = "true" if p.stream and p.live_deltas else "false"
 
         #: function name → what its trigger invokes (the `live` alias with SnapStart)
         self.entry: dict[str, lambda_.IFunction] = {}
@@ -468,8 +473,14 @@ class TreadleRuntime(Construct):
                     "AWS_LWA_INVOKE_MODE": "response_stream",
                     "AWS_LWA_PORT": "8080",
                     "AWS_LWA_READINESS_CHECK_PATH": "/healthz",
+                    # the live listener's session connects to Aurora itself, past the proxy
+                    **({"TREADLE_LIVE_DB_HOST": self.database.cluster_endpoint.hostname}
+                       if self.proxy is not None and p.live_deltas else {}),
                 },
             )
+            if self.proxy is not None and p.live_deltas:
+                self.database.connections.allow_default_port_from(
+                    self.functions_sg, "the stream function's live listener to Aurora (past RDS Proxy)")
             self.api_token.grant_read(self.stream_function)
             # the API's bearer token is the auth (every /v1 route checks it), as behind the HTTP API
             self.stream_url = self.stream_function.add_function_url(
@@ -653,10 +664,12 @@ class TreadleRuntime(Construct):
         return int(0.9 * (p.db_max_connections or aurora_max_connections(p.db_max_capacity)))
 
     def connections_needed(self) -> int:
-        """Every function at its concurrency, each environment with a full pool."""
+        """Every function at its concurrency, each environment with a full pool (and each stream
+        environment with its live listener's connection)."""
         p = self.props
         names = ["worker", *(n for n in p.concurrency if n != "stream" or p.stream)]
-        return p.db_pool_size * sum(self.concurrency(n) for n in names)
+        listeners = self.concurrency("stream") if p.stream and p.live_deltas else 0
+        return p.db_pool_size * sum(self.concurrency(n) for n in names) + listeners
 
     def check_connection_budget(self) -> None:
         """Refuse (at synth) a configuration whose functions could open more connections than the
@@ -665,7 +678,7 @@ class TreadleRuntime(Construct):
         if needed > budget:
             raise ValueError(
                 f"treadle's functions could hold {needed} database connections (pool size "
-                f"{self.props.db_pool_size} x concurrency), over the budget of {budget} (90% of max_connections at "
+                f"{self.props.db_pool_size} x concurrency, + 1 per stream environment with live deltas), over the budget of {budget} (90% of max_connections at "
                 f"{self.props.db_max_capacity} ACU): lower the concurrency, or raise db_max_capacity"
             )
 

@@ -16,11 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 #: never imported by any handler module at INIT (Powertools imports the `botocore` package itself,
 #: ~0.5 ms; boto3 and its clients wait for the first AWS call)
 EVERYWHERE = ("yaml", "jsonpath", "croniter", "pydantic_settings", "dotenv", "boto3", "httpx",
-              "uvicorn", "treadle_sidecar")
+              "uvicorn", "treadle_sidecar", "regex")  # regex: Grep imports it when it runs
 NOT_IMPORTED = {
     "worker": (*EVERYWHERE, "fastapi", "mangum", "treadle.triggers.static", "treadle.triggers.eventbridge",
                "treadle.triggers.webhooks", "treadle.api"),
-    "api": (*EVERYWHERE, "treadle.api.webhooks", "aws_lambda_powertools.utilities.batch"),
+    # the api function imports a router when a request first needs it (treadle_cloud/routes.py)
+    "api": (*EVERYWHERE, "treadle.api.webhooks", "aws_lambda_powertools.utilities.batch", "treadle.api.admin",
+            "treadle.api.channels", "treadle.api.memory", "treadle.api.openai_compat", "treadle.api.mcp",
+            "treadle.api.substrate", "treadle.api.triggers"),
+    "migrate": (*EVERYWHERE, "treadle.runtime", "treadle.engine", "fastapi"),
     "scheduler": EVERYWHERE,
     "maintenance": EVERYWHERE,
 }

@@ -362,6 +362,18 @@ def test_stream_function_url_streams_behind_the_api_token(synth: dict[str, Any])
     assert int(env["TREADLE_SSE_BUDGET_SECONDS"]) < fn["Timeout"] == 900
     assert "LambdaAdapterLayerX86:25" in json.dumps(fn["Layers"][1])  # the adapter, pinned
     assert "SnapStart" not in fn
+    # live deltas: worker and stream relay through NOTIFY; behind the proxy the listener goes to
+    # Aurora itself (a LISTEN session would pin a proxy connection), and may
+    [cluster_id] = resources(t, "AWS::RDS::DBCluster")
+    assert env["TREADLE_LIVE_DELTAS"] == "true"
+    assert t["Resources"][function_id(t, "worker")]["Properties"]["Environment"]["Variables"][
+        "TREADLE_LIVE_DELTAS"] == "true"
+    assert env["TREADLE_LIVE_DB_HOST"] == {"Fn::GetAtt": [cluster_id, "Endpoint.Address"]}
+    assert any("live listener" in r["Properties"].get("Description", "")
+               for r in resources(t, "AWS::EC2::SecurityGroupIngress").values())
+    staging = synth["staging"]
+    staging_env = staging["Resources"][function_id(staging, "stream")]["Properties"]["Environment"]["Variables"]
+    assert staging_env["TREADLE_LIVE_DELTAS"] == "true" and "TREADLE_LIVE_DB_HOST" not in staging_env
     # the API's token: the function reads it (auth type NONE only opens the URL to the app's check)
     [token_id] = [k for k in resources(t, "AWS::SecretsManager::Secret") if "ApiToken" in k]
     assert env["TREADLE_API_TOKEN_SECRET_ARN"] == {"Ref": token_id}
@@ -378,8 +390,9 @@ def test_reserved_concurrency_fits_the_connection_budget(synth: dict[str, Any]) 
     pool = {t["Resources"][function_id(t, n)]["Properties"]["Environment"]["Variables"]["TREADLE_DB_POOL_SIZE"]
             for n in FUNCTIONS}
     assert pool == {"2"}
-    # Aurora's max_connections at the 4-ACU maximum is 901; treadle may use 90% of it
-    assert 2 * sum(reserved.values()) <= int(0.9 * 901)
+    # Aurora's max_connections at the 4-ACU maximum is 901; treadle may use 90% of it (each stream
+    # environment also holds its live listener's connection)
+    assert 2 * sum(reserved.values()) + reserved["stream"] <= int(0.9 * 901)
     [mapping] = resources(t, "AWS::Lambda::EventSourceMapping").values()
     assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] <= reserved["worker"]
 
@@ -390,7 +403,7 @@ def test_reserved_concurrency_fits_the_connection_budget(synth: dict[str, Any]) 
     tmp = synth["tmp"]
     too_many = TreadleRuntimeProps(layer_dir=tmp / "layer", staging_dir=tmp / "app-big", byte_compile=False,
                                    worker_max_concurrency=500)
-    with pytest.raises(ValueError, match=r"could hold 1116 database connections .* over the budget of 810"):
+    with pytest.raises(ValueError, match=r"could hold 1136 database connections .* over the budget of 810"):
         TreadleStack(cdk.App(), "TooMany", props=too_many)
 
 

@@ -70,3 +70,31 @@ def test_prepare_snapshot_survives_a_trimmed_layer() -> None:
     hooks: list[object] = []
     assert prepare_snapshot(hooks.append, imports=("treadle_no_such_module",)) is True
     assert len(hooks) == 1
+
+
+API_INIT = """\
+import json, sys
+import functions.api.handler  # INIT
+from treadle_cloud.routes import API_ROUTERS
+print(json.dumps({"routers": sorted({m for m, _a, _p in API_ROUTERS if m in sys.modules})}))
+"""
+
+
+def api_init(tmp_path: Path, init_type: str) -> list[str]:
+    (tmp_path / "snapshot_restore_py.py").write_text(STAND_IN)
+    env = {**os.environ, "AWS_LAMBDA_INITIALIZATION_TYPE": init_type,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", API_INIT], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return list(json.loads(proc.stdout.strip().splitlines()[-1])["routers"])
+
+
+def test_the_api_functions_snapshot_holds_every_router_and_an_on_demand_init_only_the_runs_api(
+    tmp_path: Path,
+) -> None:
+    from treadle_cloud.routes import API_ROUTERS
+
+    every = sorted({m for m, _a, _p in API_ROUTERS})
+    assert api_init(tmp_path, "snap-start") == every
+    assert len(api_init(tmp_path, "on-demand")) < len(every)

@@ -131,6 +131,7 @@ def test_json_logs_in_the_functions_are_powertools_lines_with_the_run(
     monkeypatch.setenv("TREADLE_LOG_FORMAT", "json")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "treadle-worker")
     monkeypatch.setenv("TREADLE_EMF", "off")
+    uninstall()  # a handler invoked earlier in this process installed without JSON logs
     install()
     try:
         with log_fields(run_id="r_abc", step_no=4, tenant="acme"):

@@ -13,8 +13,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import regex
-
 from treadle.builtins.files.common import VOLUME_HELP, open_volume, opt_bool, opt_int, req_str, workspace
 from treadle.errors import ToolError
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
@@ -83,6 +81,8 @@ class GrepTool:
         if glob:
             _glob_ok(glob)
         multiline = opt_bool(args, "multiline", self.name)
+        import regex  # ~10 ms: a cold start imports it only for a Grep
+
         flags = regex.V0 | (regex.IGNORECASE if opt_bool(args, "case_insensitive", self.name) else 0)
         if multiline:
             flags |= regex.DOTALL | regex.MULTILINE
