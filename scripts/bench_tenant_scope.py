@@ -18,10 +18,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
 
-from bench_support import ms, pct, scratch_database  # noqa: E402
-from treadle.store import scope  # noqa: E402
-from treadle.store.runs import NewRun  # noqa: E402
-from treadle.testing import open_test_runtime  # noqa: E402
+from bench_support import ms, pct, scratch_database
+from treadle.store import scope
+from treadle.store.runs import NewRun
+from treadle.testing import open_test_runtime
 
 AGENTS = {"echo": {"provider": "mock", "model": "echo"}}
 

@@ -678,7 +678,8 @@ class TreadleRuntime(Construct):
         if needed > budget:
             raise ValueError(
                 f"treadle's functions could hold {needed} database connections (pool size "
-                f"{self.props.db_pool_size} x concurrency, + 1 per stream environment with live deltas), over the budget of {budget} (90% of max_connections at "
+                f"{self.props.db_pool_size} x concurrency, + 1 per stream environment with live deltas), "
+                f"over the budget of {budget} (90% of max_connections at "
                 f"{self.props.db_max_capacity} ACU): lower the concurrency, or raise db_max_capacity"
             )
 

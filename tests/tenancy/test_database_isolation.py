@@ -21,7 +21,8 @@ async def start(rt: Any, tenant: str, prompt: str) -> str:
     return str(run.id)
 
 
-async def test_a_bound_tenant_sees_only_its_own_rows_whatever_the_query_asks(open_runtime: Any, migrated_db_url: str) -> None:
+async def test_a_bound_tenant_sees_only_its_own_rows_whatever_the_query_asks(
+        open_runtime: Any, migrated_db_url: str) -> None:
     rt, _ = await open_runtime(AGENTS, url=migrated_db_url, inline=False)
     a_run = await start(rt, "tenant-a", "secret of a")
     b_run = await start(rt, "tenant-b", "hello from b")
@@ -33,7 +34,8 @@ async def test_a_bound_tenant_sees_only_its_own_rows_whatever_the_query_asks(ope
         async with rt.pool.connection() as conn:
             rows = await (await conn.execute("SELECT DISTINCT tenant_id FROM runs")).fetchall()
             assert [r["tenant_id"] for r in rows] == ["tenant-b"]
-            events = await (await conn.execute("SELECT count(*) AS n FROM events WHERE run_id = %s", (a_run,))).fetchone()
+            events = await (await conn.execute(
+                "SELECT count(*) AS n FROM events WHERE run_id = %s", (a_run,))).fetchone()
             assert events is not None and events["n"] == 0
         with pytest.raises(psycopg.errors.InsufficientPrivilege):     # moving a row into A is refused
             async with rt.pool.connection() as conn:
@@ -48,11 +50,13 @@ async def test_a_bound_tenant_sees_only_its_own_rows_whatever_the_query_asks(ope
         async with rt.pool.connection() as conn:
             row = await (await conn.execute(
                 "SELECT current_user = session_user AS own, coalesce(current_setting('treadle.tenant', true), '') AS t,"
-                " (SELECT count(DISTINCT tenant_id) FROM runs WHERE id IN (%s, %s)) AS tenants", (a_run, b_run))).fetchone()
+                " (SELECT count(DISTINCT tenant_id) FROM runs WHERE id IN (%s, %s)) AS tenants",
+                (a_run, b_run))).fetchone()
             assert row == {"own": True, "t": "", "tenants": 2}
 
 
-async def test_a_failed_statement_inside_a_binding_leaves_the_connection_clean(open_runtime: Any, migrated_db_url: str) -> None:
+async def test_a_failed_statement_inside_a_binding_leaves_the_connection_clean(
+        open_runtime: Any, migrated_db_url: str) -> None:
     rt, _ = await open_runtime(AGENTS, url=migrated_db_url, inline=False)
     with scope.bound_tenant("tenant-b"), pytest.raises(psycopg.errors.UndefinedTable):
         async with rt.pool.connection() as conn:
