@@ -84,8 +84,9 @@ def test_a_stopped_server_stops_its_embedded_postgres(tmp_path: Path, sig: signa
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("TREADLE_")}
     env["TREADLE_HOME"] = str(tmp_path / "home")
     log = tmp_path / "serve.log"
-    proc = subprocess.Popen([sys.executable, "-m", "treadle.cli.main", "serve", "--listen", f"127.0.0.1:{port}"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    with log.open("wb") as err:  # the child holds its own descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "treadle.cli.main", "serve", "--listen", f"127.0.0.1:{port}"],
+                                cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 120
         while True:
