@@ -32,7 +32,7 @@ def test_every_operation_answers_as_documented(served_api: ServedInThread) -> No
         "--seed", os.environ.get("CONTRACT_SEED", "20"),
         "--exclude-path-regex", EXCLUDED,
         "--request-timeout", "20",
-        "--workers", "2",
+        "--workers", "1",  # hypothesis is not thread-safe in every part (AST lambda descriptions)
     )
     report = out.stdout + out.stderr
     assert out.returncode == 0, report[-20_000:]

@@ -38,8 +38,23 @@ def openapi_of(app: FastAPI) -> dict[str, Any]:
         schemas = spec.setdefault("components", {}).setdefault("schemas", {})
         for name, schema in EXTRA_SCHEMAS.items():
             schemas.setdefault(name, schema)
+        _path_404s(spec)
         app.openapi_schema = spec
     return app.openapi_schema
+
+
+def _path_404s(spec: dict[str, Any]) -> None:
+    """A path parameter holding what a path segment cannot (a newline, a `/` outside `{key:path}`)
+    matches no route: the router answers 404 `not_found`, so every operation with one documents it."""
+    body = {"$ref": "#/components/schemas/ErrorBody"}
+    for path, item in spec.get("paths", {}).items():
+        if "{" not in path:
+            continue
+        for op in item.values():
+            responses = op.setdefault("responses", {})
+            if "404" not in responses and "4XX" not in responses:
+                responses["404"] = {"description": "no route matches: a path parameter a path cannot carry",
+                                    "content": {"application/json": {"schema": body}}}
 
 
 def assets_dir() -> Path:

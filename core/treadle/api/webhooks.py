@@ -75,7 +75,9 @@ async def _deliver(rt: Runtime, tenant: str, name: str, request: Request) -> JSO
 #: a delivery's body: whatever the sender sends (the webhook's mapping reads it)
 ANY_BODY: dict[str, Any] = {"requestBody": {"required": False, "content": {"*/*": {"schema": {}}}}}
 #: what a delivery may answer besides its success (signature, payload, mapping, rate, secret)
-DELIVERY_ERRORS = errors(400, 401, 404, 413, 422, 429, 503)
+DELIVERY_ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {"model": WebhookAccepted, "description": "a duplicate delivery (its id was seen before)"},
+    **errors(400, 401, 404, 413, 422, 429, 503)}
 
 
 @router.get("/{name}/recent-deliveries", response_model=WebhookDeliveries, response_model_exclude_unset=True,
@@ -96,12 +98,12 @@ async def test_delivery(name: str, request: Request, rt: Rt, who: Who) -> dict[s
 
 
 @router.post("/{name}", response_model=WebhookAccepted, response_model_exclude_unset=True, openapi_extra=ANY_BODY,
-             responses=DELIVERY_ERRORS)
+             responses=DELIVERY_ANSWERS, status_code=202)
 async def receive(name: str, request: Request, rt: Rt) -> JSONResponse:
     return await _deliver(rt, DEFAULT_TENANT, name, request)
 
 
 @router.post("/{tenant}/{name}", response_model=WebhookAccepted, response_model_exclude_unset=True,
-             openapi_extra=ANY_BODY, responses=DELIVERY_ERRORS)
+             openapi_extra=ANY_BODY, responses=DELIVERY_ANSWERS, status_code=202)
 async def receive_for_tenant(tenant: str, name: str, request: Request, rt: Rt) -> JSONResponse:
     return await _deliver(rt, tenant, name, request)

@@ -126,5 +126,11 @@ class WebhookDryRun(Response):
 
 
 class WebhookAccepted(Response):
-    """A delivery's answer: by the webhook's `response:` settings (a run started, a duplicate, a
-    message published, …)."""
+    """A delivery's answer: 202 with the run it started or the message it published; 200 with
+    `duplicate: true` for a delivery id seen before."""
+
+    webhook_name: str
+    delivery_id: str
+    run_id: str | None = None
+    channel: str | None = None
+    duplicate: bool | None = None
