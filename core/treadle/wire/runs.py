@@ -217,7 +217,8 @@ class Run(Response):
     depth: int = 0
     def_id: str | None = None
     def_content_sha256: str | None = None
-    skill_def_ids: list[str] | None = None
+    #: skill name → the SkillDef version the run pinned
+    skill_def_ids: dict[str, str] | None = None
     last_seq: int = 0
     created_at: str
     updated_at: str
