@@ -15,6 +15,7 @@ import pytest
 import schemathesis
 
 from tests.support.contract import ServedInThread
+from treadle.wire import DefList, DefView
 
 SECRET_ENV = "TREADLE_TEST_CONTRACT_WEBHOOK_TOKEN"
 
@@ -129,8 +130,11 @@ def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> No
     tag = secrets.token_hex(3)
     agent = api.call("POST", "/v1/_agentdef", 200, json={"op": "create", "name": f"ad-{tag}",
                                                           "overlay": {"model": "echo", "system_prompt": "be brief"}})
-    api.call("POST", "/v1/_agentdef", 200, json={"op": "get", "def_id": agent["def_id"]})
-    api.call("POST", "/v1/_agentdef", 200, json={"op": "list"})
+    got = api.call("POST", "/v1/_agentdef", 200, json={"op": "get", "def_id": agent["def_id"]})
+    listed = api.call("POST", "/v1/_agentdef", 200, json={"op": "list"})
+    # the op answers are free objects in the spec; treadle.wire types the def views for clients
+    assert DefView.model_validate(agent).def_id == DefView.model_validate(got).def_id == agent["def_id"]
+    assert agent["def_id"] in [d.def_id for d in DefList.model_validate(listed).defs]
     api.call("POST", "/v1/_agentdef", 422, json={"op": "bogus"})
     api.call("POST", "/v1/_agentdef", 400, content=b"[1, 2]", headers={"content-type": "application/json"})
     api.call("GET", "/v1/_agentdef/names", 200)
