@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from treadle.errors import Forbidden, TreadleError
@@ -60,6 +61,16 @@ def errors(*statuses: int, openai: bool = False) -> dict[int | str, dict[str, An
     model = OpenAIErrorBody if openai else ErrorBody
     return {status: {"model": model, "description": STATUS_DOCS.get(status, "error")}
             for status in sorted(set(statuses))}
+
+
+_ANY_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def fast_json(doc: Any, status_code: int = 200) -> Response:
+    """A JSON answer sent as it is, for the long event pages (a transcript of thousands of
+    events): validating each event against the route's model costs several times the encoding.
+    The route still documents its model, and tests/contract checks these answers against it."""
+    return Response(_ANY_JSON.dump_json(doc), status_code=status_code, media_type="application/json")
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:

@@ -18,12 +18,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import ValidationError
 
 from treadle.api.auth import principal_view
 from treadle.api.deps import get_principal, get_runtime
-from treadle.api.errors import AUTHED, BODY, errors
+from treadle.api.errors import AUTHED, BODY, errors, fast_json
 from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
@@ -256,7 +256,7 @@ def run_id_of_session(session_id: str) -> str:
 
 @router.get("/sessions/{session_id}/transcript", response_model=Transcript, response_model_exclude_unset=True,
             responses=errors(*AUTHED, 404))
-async def transcript(session_id: str, rt: Rt, who: Who) -> dict[str, Any]:
+async def transcript(session_id: str, rt: Rt, who: Who) -> Response:
     """loomcycle's transcript of a session: `{session{id, user_id, agent, created_at}, events:
     [{seq, run_id, ts_ns, type, event, payload?}]}`; `payload` holds a `user_input`'s segments."""
     run = await rt.runs.get(who.tenant_id, run_id_of_session(session_id))
@@ -276,5 +276,5 @@ async def transcript(session_id: str, rt: Rt, who: Who) -> dict[str, Any]:
         if len(page) < 1000:
             break
         from_seq = page[-1].seq
-    return {"session": {"id": session_id, "user_id": run.user_id or "", "agent": run.agent,
-                        "created_at": run.created_at.isoformat()}, "events": events}
+    return fast_json({"session": {"id": session_id, "user_id": run.user_id or "", "agent": run.agent,
+                                  "created_at": run.created_at.isoformat()}, "events": events})
