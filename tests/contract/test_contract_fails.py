@@ -9,8 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from tests.contract.test_openapi_contract import CHECKS
-from tests.support.contract import schemathesis_run, serve_app_in_thread
+from tests.support.contract import CHECKS, schemathesis_run, serve_app_in_thread
 from treadle.api.errors import AUTHED, errors
 from treadle.wire import Run
 

@@ -15,11 +15,10 @@ import os
 
 import httpx
 
-from tests.support.contract import ServedInThread, schemathesis_run
+from tests.support.contract import CHECKS, ServedInThread, schemathesis_run
 
 #: path parameters that name one thing: an unknown one is a 404 the operation documents
 RESOURCE_IDS = ("run_id", "interrupt_id", "agent_id", "session_id", "hook_id", "name", "ident", "key", "model_id")
-CHECKS = "status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance"
 EXCLUDED = r"/stream$|/_channels/_await$|/_operatortokendef$"
 
 

@@ -16,6 +16,10 @@ from pathlib import Path
 
 from tests.support.frontdoors import TOKEN, served_treadle
 
+#: what the contract run checks: each answer's status is documented for its operation, and its body,
+#: content type and headers match the spec (an undocumented 500 fails the status check)
+CHECKS = "status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance"
+
 
 @dataclass
 class ServedInThread:
