@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,12 +66,15 @@ def serve_in_thread(db_url: str, timeout: float = 60.0) -> Iterator[ServedInThre
 
 
 def schemathesis_run(spec_url: str, token: str, *args: str, timeout: float = 240.0) -> subprocess.CompletedProcess[str]:
-    """`schemathesis run` (its command line, a subprocess) against the served spec."""
+    """`schemathesis run` (its command line, a subprocess) against the served spec, in a scratch
+    directory: schemathesis keeps the failing cases it found (`.schemathesis/`) and replays them
+    next time, and a test must not depend on what an earlier run left behind."""
     exe = Path(sys.executable).with_name("schemathesis")
     cmd = [str(exe) if exe.exists() else "schemathesis", "run", spec_url, "-H", f"Authorization: Bearer {token}",
            "--no-color", *args]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": ""}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    with tempfile.TemporaryDirectory(prefix="contract-") as scratch:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=scratch, check=False)
 
 
 @contextmanager
