@@ -1,52 +1,28 @@
-"""Client for the HTTP API, with an SSE reader that tracks the last seq for resumption."""
+"""The earlier dict-returning async client (kept for the code and tests that use it); new code
+uses `treadle.client.AsyncTreadle` / `Treadle`, typed and retried (docs/client.md)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from treadle.client._base import SseDecoder, SseEvent, api_error
+from treadle.client.errors import ApiError
 
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"{status} {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
-
-
-@dataclass(slots=True)
-class SseEvent:
-    event: str
-    data: dict[str, Any]
-    id: int | None
+__all__ = ["ApiError", "SseEvent", "TreadleClient", "parse_sse"]
 
 
 async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
-    event: str = "message"
-    data: list[str] = []
-    event_id: int | None = None
+    decoder = SseDecoder()
     async for line in lines:
-        if line == "":
-            if data:
-                yield SseEvent(event, json.loads("\n".join(data)), event_id)
-            event, data, event_id = "message", [], None
-        elif line.startswith(":"):
-            continue
-        else:
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                event = value
-            elif field == "data":
-                data.append(value)
-            elif field == "id" and value.isascii() and value.isdigit():
-                event_id = int(value)
-    if data:
-        yield SseEvent(event, json.loads("\n".join(data)), event_id)
+        ev = decoder.line(line)
+        if ev is not None:
+            yield ev
+    last = decoder.flush()
+    if last is not None:
+        yield last
 
 
 class TreadleClient:
@@ -73,11 +49,7 @@ class TreadleClient:
     @staticmethod
     def _check(resp: httpx.Response) -> dict[str, Any]:
         if resp.status_code >= 400:
-            try:
-                body = resp.json()
-                raise ApiError(resp.status_code, body.get("code", "error"), body.get("error", resp.text))
-            except (ValueError, AttributeError):
-                raise ApiError(resp.status_code, "error", resp.text) from None
+            raise api_error(resp)
         answer: dict[str, Any] = resp.json()
         return answer
 

@@ -1,0 +1,522 @@
+"""AsyncTreadle: the one implementation of the client (the sync `Treadle` in _sync/client.py is
+generated from this file by unasync; edit here, then `python -m treadle.client.generate`).
+
+    async with AsyncTreadle() as tl:            # TREADLE_URL / TREADLE_TOKEN from the environment
+        started = await tl.runs.start("demo", "hello")
+        async for ev in tl.runs.stream(started.run_id):
+            ...
+        run = await tl.runs.get(started.run_id)
+
+Every call retries on connection loss when that is safe (client/_base.py `Retry`); a run stream
+resumes after the last seq it saw, with `from_seq`, until the run's `done` or `error`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Literal, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from treadle.client import models as m
+from treadle.client._base import (
+    NO_RETRY,
+    TERMINAL_STATUSES,
+    Call,
+    Retry,
+    SseDecoder,
+    SseEvent,
+    StreamCursor,
+    api_error,
+    clean,
+    decode,
+    resolve_token,
+    resolve_url,
+)
+from treadle.client._sleep import async_sleep
+
+T = TypeVar("T", bound=BaseModel)
+Scope = Literal["agent", "user", "tenant"]
+# (the resources have a method named `list`: inside them the builtin is spelled through these)
+JsonList = list[dict[str, Any]]
+StrList = list[str]
+
+
+class AsyncTreadle:
+    """A treadle server's HTTP API. `url` defaults to $TREADLE_URL (else http://127.0.0.1:8787),
+    `token` to $TREADLE_TOKEN (else $TREADLE_AUTH_TOKEN); `tenant` sends X-Treadle-Tenant (an
+    admin token acting for a tenant)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        tenant: str | None = None,
+        timeout: float = 30.0,
+        retry: Retry | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.url = resolve_url(url)
+        token = resolve_token(token)
+        headers = {"User-Agent": "treadle-client"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if tenant:
+            headers["X-Treadle-Tenant"] = tenant
+        self.retry = retry or Retry()
+        self.http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self.runs = AsyncRuns(self)
+        self.agents = AsyncAgents(self)
+        self.memory = AsyncMemory(self)
+        self.channels = AsyncChannels(self)
+        self.agentdefs = AsyncDefs(self, "/v1/_agentdef")
+        self.skilldefs = AsyncDefs(self, "/v1/_skilldef")
+        self.volumedefs = AsyncDefs(self, "/v1/_volumedef")
+        self.scheduledefs = AsyncDefs(self, "/v1/_scheduledef")
+        self.webhookdefs = AsyncDefs(self, "/v1/_webhookdef")
+        self.operatortokendefs = AsyncDefs(self, "/v1/_operatortokendef")
+        self.evaluations = AsyncDefs(self, "/v1/_evaluation")
+        self.schedules = AsyncSchedules(self)
+        self.webhooks = AsyncWebhooks(self)
+        self.hooks = AsyncHooks(self)
+        self.admin = AsyncAdmin(self)
+
+    async def __aenter__(self) -> AsyncTreadle:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    # -- the transport -----------------------------------------------------------------------------
+
+    async def send(self, call: Call, retry: Retry | None = None) -> httpx.Response:
+        """One request, retried on connection loss when `retry` allows it."""
+        policy = retry or self.retry
+        attempt = 0
+        while True:
+            try:
+                return await self.http.request(call.method, call.path, params=call.params, json=call.json,
+                                               headers=call.headers)
+            except httpx.TransportError as exc:
+                attempt += 1
+                if attempt >= policy.attempts or not policy.may_retry(exc, call.method, call.headers):
+                    raise
+                await async_sleep(policy.delay(attempt))
+
+    async def json(self, call: Call) -> Any:
+        return decode(await self.send(call))
+
+    async def model(self, call: Call, model: type[T]) -> T:
+        return model.model_validate(await self.json(call))
+
+    async def events(self, call: Call, cursor: StreamCursor) -> AsyncIterator[SseEvent]:
+        """A run's SSE, resumed after the last seq on every lost connection or ended response,
+        until the run's `done`/`error` (or, with no events left, a terminal run)."""
+        failures = 0
+        while True:
+            seen = False
+            try:
+                headers = {"Accept": "text/event-stream", **call.headers}
+                async with self.http.stream(call.method, call.path, params=call.params, json=call.json,
+                                            headers=headers, timeout=httpx.Timeout(self.http.timeout.connect,
+                                                                                    read=None)) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        raise api_error(resp)
+                    decoder = SseDecoder()
+                    async for line in resp.aiter_lines():
+                        ev = decoder.line(line)
+                        if ev is not None and cursor.accept(ev):
+                            seen = True
+                            failures = 0
+                            yield ev
+                            if cursor.done:
+                                return
+            except httpx.TransportError as exc:
+                failures += 1
+                # a start whose answer was lost resumes by its run id once `started` arrived, or
+                # is sent again with the same Idempotency-Key (the server returns the same run)
+                if failures >= self.retry.attempts or not self.retry.may_retry(exc, call.method, call.headers):
+                    raise
+                await async_sleep(self.retry.delay(failures))
+            if cursor.run_id is None:
+                return
+            if not seen:
+                run = await self.runs.get(cursor.run_id)
+                if run.status in TERMINAL_STATUSES and run.last_seq <= cursor.last:
+                    return
+            cursor.resumed = True
+            call = Call("GET", f"/v1/runs/{cursor.run_id}/stream", params={"from_seq": cursor.last})
+
+    # -- the server ----------------------------------------------------------------------------------
+
+    async def health(self) -> m.Health:
+        return await self.model(Call("GET", "/healthz"), m.Health)
+
+    async def me(self) -> dict[str, Any]:
+        """GET /v1/_me: the principal the token acts as."""
+        answer: dict[str, Any] = await self.json(Call("GET", "/v1/_me"))
+        return answer
+
+    async def whoami(self) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.json(Call("GET", "/v1/_whoami"))
+        return answer
+
+
+class AsyncResource:
+    def __init__(self, client: AsyncTreadle) -> None:
+        self.client = client
+
+
+class AsyncRuns(AsyncResource):
+    """/v1/runs: start, stream (resumable), read, list, cancel, steer, answer questions."""
+
+    @staticmethod
+    def _body(agent: str, prompt: str | None, fields: dict[str, Any]) -> dict[str, Any]:
+        return {"agent": agent, **clean({"prompt": prompt}), **clean(fields)}
+
+    async def start(
+        self,
+        agent: str,
+        prompt: str | None = None,
+        *,
+        segments: JsonList | None = None,
+        user_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        interactive: bool | None = None,
+        client_tools: JsonList | None = None,
+        client_tool_timeout_seconds: float | None = None,
+        allowed_hosts: StrList | None = None,
+        user_credentials: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+        **extra: Any,
+    ) -> m.RunStarted:
+        """Start a run (202). An Idempotency-Key is sent with every start (a fresh one unless
+        given), so a retry after a lost connection gets the same run back, never a second one.
+        `extra`: loomcycle's further run fields (agent_id, parent_context, …)."""
+        body = self._body(agent, prompt, dict(
+            segments=segments, user_id=user_id, metadata=metadata, interactive=interactive,
+            client_tools=client_tools, client_tool_timeout_seconds=client_tool_timeout_seconds,
+            allowed_hosts=allowed_hosts, user_credentials=user_credentials, **extra))
+        key = idempotency_key or uuid.uuid4().hex
+        return await self.client.model(Call("POST", "/v1/runs", json=body, headers={"Idempotency-Key": key}),
+                                       m.RunStarted)
+
+    def start_streaming(
+        self,
+        agent: str,
+        prompt: str | None = None,
+        *,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> AsyncIterator[SseEvent]:
+        """Start a run and stream its events (loomcycle's `session` and `agent` frames first),
+        resumed after the last seq if the connection drops, until `done` or `error`."""
+        key = idempotency_key or uuid.uuid4().hex
+        call = Call("POST", "/v1/runs", json=self._body(agent, prompt, fields), headers={"Idempotency-Key": key})
+        return self.client.events(call, StreamCursor(None, 0))
+
+    def stream(self, run_id: str, from_seq: int = 0) -> AsyncIterator[SseEvent]:
+        """The run's events after `from_seq` (0: from the start), live until it ends; a dropped
+        connection or an ended response is resumed after the last seq seen (no gap, no repeat)."""
+        call = Call("GET", f"/v1/runs/{run_id}/stream", params={"from_seq": from_seq})
+        return self.client.events(call, StreamCursor(run_id, from_seq))
+
+    async def wait(self, run_id: str, from_seq: int = 0) -> m.Run:
+        """Follow the run until it ends; its final state."""
+        async for _ in self.stream(run_id, from_seq):
+            pass
+        return await self.get(run_id)
+
+    async def get(self, run_id: str) -> m.Run:
+        return await self.client.model(Call("GET", f"/v1/runs/{run_id}"), m.Run)
+
+    async def list(
+        self,
+        *,
+        status: m.RunStatus | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        user_id: str | None = None,
+        agent: str | None = None,
+    ) -> m.RunPage:
+        """One page, newest first; pass `next_cursor` back as `cursor` for the next."""
+        params = clean({"status": status, "limit": limit, "cursor": cursor, "user_id": user_id, "agent": agent})
+        return await self.client.model(Call("GET", "/v1/runs", params=params), m.RunPage)
+
+    async def iterate(self, *, status: m.RunStatus | None = None, user_id: str | None = None,
+                      agent: str | None = None, page_size: int = 100) -> AsyncIterator[m.Run]:
+        """Every matching run, newest first, page by page."""
+        cursor: str | None = None
+        while True:
+            page = await self.list(status=status, limit=page_size, cursor=cursor, user_id=user_id, agent=agent)
+            for run in page.runs:
+                yield run
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    async def events(self, run_id: str, from_seq: int = 0, limit: int | None = None) -> m.EventPage:
+        params = clean({"from_seq": from_seq, "limit": limit})
+        return await self.client.model(Call("GET", f"/v1/runs/{run_id}/events", params=params), m.EventPage)
+
+    async def cancel(self, run_id: str, reason: str | None = None,
+                     scope: Literal["run", "turn"] = "run") -> m.CancelResult:
+        """`scope="run"`: end the run (and its sub-agents); `"turn"`: stop the current turn of an
+        interactive run, which then waits for input again."""
+        body = clean({"reason": reason, "scope": scope})
+        return await self.client.model(Call("POST", f"/v1/runs/{run_id}/cancel", json=body), m.CancelResult)
+
+    async def input(self, run_id: str, text: str) -> m.InputResult:
+        """Steer a run, or answer an interactive run waiting for input (its next user turn)."""
+        return await self.client.model(Call("POST", f"/v1/runs/{run_id}/input", json={"text": text}),
+                                       m.InputResult)
+
+    async def tool_result(self, run_id: str, tool_use_id: str, content: str, *,
+                          is_error: bool = False) -> dict[str, Any]:
+        """The result of a client tool call the run is parked on."""
+        body = {"tool_use_id": tool_use_id, "content": content, "is_error": is_error}
+        answer: dict[str, Any] = await self.client.json(Call("POST", f"/v1/runs/{run_id}/tool_results", json=body))
+        return answer
+
+    async def interrupts(self, run_id: str, status: str | None = None) -> m.RunInterrupts:
+        """The run's questions (`status`: pending, resolved, declined, timed_out, cancelled)."""
+        params = clean({"status": status})
+        return await self.client.model(Call("GET", f"/v1/runs/{run_id}/interrupts", params=params),
+                                       m.RunInterrupts)
+
+    async def user_interrupts(self, user_id: str, status: str | None = None,
+                              limit: int | None = None) -> m.UserInterrupts:
+        """A user's inbox across runs (default: pending; `status="all"` for every one)."""
+        params = clean({"status": status, "limit": limit})
+        return await self.client.model(Call("GET", f"/v1/users/{user_id}/interrupts", params=params),
+                                       m.UserInterrupts)
+
+    async def answer(self, run_id: str, interrupt_id: str, answer: str | None = None, *,
+                     decline: bool = False, resolved_by: str = "client") -> m.Resolved:
+        """Answer (or decline) a pending question; the run wakes with it."""
+        body = clean({"answer": answer, "disposition": "declined" if decline else "answer",
+                      "resolved_by": resolved_by})
+        return await self.client.model(
+            Call("POST", f"/v1/runs/{run_id}/interrupts/{interrupt_id}/resolve", json=body), m.Resolved)
+
+    async def batch(self, spawns: JsonList, timeout_ms: int | None = None) -> dict[str, Any]:
+        """loomcycle's batch spawn (≤ 32 run bodies), index-aligned results."""
+        answer: dict[str, Any] = await self.client.json(
+            Call("POST", "/v1/runs:batch", json=clean({"spawns": spawns, "timeout_ms": timeout_ms})))
+        return answer
+
+
+class AsyncAgents(AsyncResource):
+    """loomcycle's agent handles (`agent_id`) and session transcripts."""
+
+    async def get(self, agent_id: str) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.client.json(Call("GET", f"/v1/agents/{agent_id}"))
+        return answer
+
+    async def cancel(self, agent_id: str, reason: str | None = None) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.client.json(
+            Call("POST", f"/v1/agents/{agent_id}/cancel", json=clean({"reason": reason})))
+        return answer
+
+    async def for_user(self, user_id: str, status: str | None = None, limit: int | None = None) -> m.Agents:
+        params = clean({"status": status, "limit": limit})
+        return await self.client.model(Call("GET", f"/v1/users/{user_id}/agents", params=params), m.Agents)
+
+    async def transcript(self, session_id: str) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.client.json(Call("GET", f"/v1/sessions/{session_id}/transcript"))
+        return answer
+
+
+class AsyncMemory(AsyncResource):
+    """/v1/_memory: `scope` agent (scope_id: the agent), user (the user id) or tenant (`_`)."""
+
+    @staticmethod
+    def _path(scope: Scope, scope_id: str, key: str | None = None) -> str:
+        base = f"/v1/_memory/scopes/{scope}/{scope_id or '_'}/keys"
+        return base if key is None else f"{base}/{key}"
+
+    async def scopes(self) -> m.MemoryScopes:
+        return await self.client.model(Call("GET", "/v1/_memory/scopes"), m.MemoryScopes)
+
+    async def list(self, scope: Scope, scope_id: str, *, prefix: str | None = None,
+                   limit: int | None = None) -> m.MemoryEntries:
+        params = clean({"prefix": prefix, "limit": limit})
+        return await self.client.model(Call("GET", self._path(scope, scope_id), params=params), m.MemoryEntries)
+
+    async def get(self, scope: Scope, scope_id: str, key: str) -> m.MemoryEntry:
+        return await self.client.model(Call("GET", self._path(scope, scope_id, key)), m.MemoryEntry)
+
+    async def put(self, scope: Scope, scope_id: str, key: str, value: Any, *, embed: bool | None = None,
+                  embed_text: str | None = None, ttl_seconds: float | None = None) -> m.MemoryWritten:
+        body = {"value": value, **clean({"embed": embed, "embed_text": embed_text, "ttl_seconds": ttl_seconds})}
+        return await self.client.model(Call("PUT", self._path(scope, scope_id, key), json=body), m.MemoryWritten)
+
+    async def delete(self, scope: Scope, scope_id: str, key: str) -> m.MemoryDeleted:
+        return await self.client.model(Call("DELETE", self._path(scope, scope_id, key)), m.MemoryDeleted)
+
+    async def search(self, scope: Scope, query: str, scope_id: str | None = None, *, top_k: int | None = None,
+                     min_score: float | None = None, recency_weight: float | None = None,
+                     recency_half_life_hours: float | None = None, prefix: str | None = None,
+                     include_values: bool | None = None) -> m.MemoryHits:
+        body = clean({"scope": scope, "scope_id": scope_id, "query": query, "top_k": top_k, "min_score": min_score,
+                      "recency_weight": recency_weight, "recency_half_life_hours": recency_half_life_hours,
+                      "prefix": prefix, "include_values": include_values})
+        return await self.client.model(Call("POST", "/v1/_memory/search", json=body), m.MemoryHits)
+
+
+class AsyncChannels(AsyncResource):
+    """/v1/_channels: declare, publish (waking parked subscribers), peek, subscribe, ack, await."""
+
+    async def list(self) -> m.Channels:
+        return await self.client.model(Call("GET", "/v1/_channels"), m.Channels)
+
+    async def create(self, name: str, *, scope: Literal["agent", "user", "global"] | None = None,
+                     semantic: Literal["queue", "broadcast"] | None = None,
+                     default_ttl_seconds: int | None = None, max_messages: int | None = None,
+                     description: str | None = None) -> m.Channel:
+        body = clean({"name": name, "scope": scope, "semantic": semantic, "default_ttl_seconds": default_ttl_seconds,
+                      "max_messages": max_messages, "description": description})
+        return await self.client.model(Call("POST", "/v1/_channels", json=body), m.Channel)
+
+    async def delete(self, name: str) -> m.ChannelDeleted:
+        return await self.client.model(Call("DELETE", f"/v1/_channels/{name}"), m.ChannelDeleted)
+
+    async def publish(self, name: str, value: Any, *, scope_id: str | None = None, ttl_seconds: float | None = None,
+                      deliver_at: str | None = None) -> m.Published:
+        body = {"value": value, **clean({"scope_id": scope_id, "ttl_seconds": ttl_seconds, "deliver_at": deliver_at})}
+        return await self.client.model(Call("POST", f"/v1/_channels/{name}/publish", json=body), m.Published)
+
+    async def peek(self, name: str, *, scope_id: str | None = None, consumer: str | None = None,
+                   max_messages: int | None = None) -> m.Messages:
+        params = clean({"scope_id": scope_id, "consumer": consumer, "max_messages": max_messages})
+        return await self.client.model(Call("GET", f"/v1/_channels/{name}/peek", params=params), m.Messages)
+
+    async def subscribe(self, name: str, *, scope_id: str | None = None, consumer: str | None = None,
+                        max_messages: int | None = None, from_cursor: str | None = None) -> m.Messages:
+        """Take messages (a queue's are claimed; a broadcast advances the consumer's cursor)."""
+        body = clean({"scope_id": scope_id, "consumer": consumer, "max_messages": max_messages,
+                      "from_cursor": from_cursor})
+        return await self.client.model(Call("POST", f"/v1/_channels/{name}/subscribe", json=body), m.Messages)
+
+    async def ack(self, name: str, cursor: str | int, *, scope_id: str | None = None,
+                  consumer: str | None = None) -> m.Acked:
+        body = {"cursor": cursor, **clean({"scope_id": scope_id, "consumer": consumer})}
+        return await self.client.model(Call("POST", f"/v1/_channels/{name}/ack", json=body), m.Acked)
+
+    async def wait_for(self, channels: StrList, *, mode: Literal["any", "all", "at_least"] | None = None,
+                       n: int | None = None, scope_id: str | None = None, consumer: str | None = None,
+                       wait_ms: int | None = None) -> m.AwaitResult:
+        """POST /v1/_channels/_await: which channels have messages (never consumes)."""
+        body = clean({"channels": channels, "mode": mode, "n": n, "scope_id": scope_id, "consumer": consumer,
+                      "wait_ms": wait_ms})
+        return await self.client.model(Call("POST", "/v1/_channels/_await", json=body), m.AwaitResult)
+
+
+class AsyncDefs(AsyncResource):
+    """A def family (`POST /v1/_<kind>def` op + `GET …/names`): `op("create", name=…, body=…)`,
+    `op("list")`, `op("promote", …)`, … — the ops and their fields are the *Def tool's
+    (docs/substrate.md); the answer is the op's JSON."""
+
+    def __init__(self, client: AsyncTreadle, path: str) -> None:
+        super().__init__(client)
+        self.path = path
+
+    async def op(self, op: str, **fields: Any) -> m.DefAnswer:
+        answer: m.DefAnswer = await self.client.json(Call("POST", self.path, json={"op": op, **fields}))
+        return answer
+
+    async def names(self) -> StrList:
+        return (await self.client.model(Call("GET", f"{self.path}/names"), m.Names)).names
+
+
+class AsyncSchedules(AsyncResource):
+    """/v1/_schedules: state and controls (`ident`: sch_…, a def_id, or the schedule's name)."""
+
+    async def list(self) -> m.Schedules:
+        return await self.client.model(Call("GET", "/v1/_schedules/list-all"), m.Schedules)
+
+    async def state(self, ident: str) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.client.json(Call("GET", f"/v1/_schedules/{ident}/state"))
+        return answer
+
+    async def _control(self, ident: str, action: str) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.client.json(Call("POST", f"/v1/_schedules/{ident}/{action}"))
+        return answer
+
+    async def run_now(self, ident: str) -> dict[str, Any]:
+        return await self._control(ident, "run-now")
+
+    async def pause(self, ident: str) -> dict[str, Any]:
+        return await self._control(ident, "pause")
+
+    async def resume(self, ident: str) -> dict[str, Any]:
+        return await self._control(ident, "resume")
+
+
+class AsyncWebhooks(AsyncResource):
+    """/v1/_webhooks: recent deliveries, a test delivery, and delivering like a sender would."""
+
+    async def deliveries(self, name: str, limit: int | None = None) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.client.json(
+            Call("GET", f"/v1/_webhooks/{name}/recent-deliveries", params=clean({"limit": limit})))
+        return answer
+
+    async def test(self, name: str, payload: Any = None) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.client.json(Call("POST", f"/v1/_webhooks/{name}/test", json=payload))
+        return answer
+
+    async def deliver(self, name: str, payload: Any, *, tenant: str | None = None,
+                      headers: dict[str, str] | None = None) -> dict[str, Any]:
+        """POST the payload as the sender does (its signature headers in `headers`)."""
+        path = f"/v1/_webhooks/{tenant}/{name}" if tenant else f"/v1/_webhooks/{name}"
+        answer: dict[str, Any] = await self.client.json(Call("POST", path, json=payload, headers=dict(headers or {})))
+        return answer
+
+
+class AsyncHooks(AsyncResource):
+    """/v1/hooks: HTTP callbacks before/after tool calls."""
+
+    async def create(self, owner: str, name: str, phase: Literal["pre", "post"], callback_url: str,
+                     **fields: Any) -> dict[str, Any]:
+        body = {"owner": owner, "name": name, "phase": phase, "callback_url": callback_url, **fields}
+        answer: dict[str, Any] = await self.client.json(Call("POST", "/v1/hooks", json=body))
+        return answer
+
+    async def list(self) -> m.Hooks:
+        return await self.client.model(Call("GET", "/v1/hooks"), m.Hooks)
+
+    async def delete(self, hook_id: str) -> None:
+        await self.client.json(Call("DELETE", f"/v1/hooks/{hook_id}"))
+
+
+class AsyncAdmin(AsyncResource):
+    """/v1/_admin (an admin token): unfinished runs, and a tenant's cancel, export, erase."""
+
+    async def runs(self, tenant_id: str | None = None, limit: int | None = None) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.client.json(
+            Call("GET", "/v1/_admin/runs", params=clean({"tenant_id": tenant_id, "limit": limit})))
+        return answer
+
+    async def cancel_tenant(self, tenant_id: str, reason: str | None = None) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.client.json(
+            Call("POST", f"/v1/_admin/tenants/{tenant_id}/cancel", json=clean({"reason": reason})))
+        return answer
+
+    async def export_tenant(self, tenant_id: str) -> bytes:
+        """The tenant's rows as the export streams them (JSON lines)."""
+        resp = await self.client.send(Call("GET", f"/v1/_admin/tenants/{tenant_id}/export"), NO_RETRY)
+        if resp.status_code >= 400:
+            raise api_error(resp)
+        return resp.content
+
+    async def erase_tenant(self, tenant_id: str, confirm: str) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.client.json(
+            Call("DELETE", f"/v1/_admin/tenants/{tenant_id}", params={"confirm": confirm}))
+        return answer
+
