@@ -1,0 +1,40 @@
+"""The console's output: Rich consoles that honour NO_COLOR (https://no-color.org: no ANSI escape
+at all, and no spinner, which redraws with escapes) and plain pipes, and one-line errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rich.console import Console
+
+
+def no_color() -> bool:
+    return bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"
+
+
+def console(*, stderr: bool = False) -> Console:
+    """stdout (or stderr) as Rich sees it now (so test capture and redirection are followed)."""
+    plain = no_color()
+    return Console(file=sys.stderr if stderr else sys.stdout, color_system=None if plain else "auto",
+                   no_color=plain, highlight=False, emoji=False, soft_wrap=True)
+
+
+def animated(con: Console) -> bool:
+    """Whether a spinner may redraw a line: a terminal, and colour allowed."""
+    return con.is_terminal and not no_color()
+
+
+def fail(message: str, hint: str | None = None) -> int:
+    """One error line (and one hint line) on stderr; the exit status 1."""
+    err = console(stderr=True)
+    err.print(f"[bold red]error:[/] {escape(message)}")
+    if hint:
+        err.print(f"  {escape(hint)}")
+    return 1
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
