@@ -98,7 +98,7 @@ def test_layer_requirements_cover_the_core_dependencies() -> None:
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    core = _names(project["dependencies"]) - {"pgserver", "uvicorn"}  # sidecar-only
+    core = _names(project["dependencies"]) - {"pgserver", "uvicorn", "click", "rich"}  # sidecar- and CLI-only
     layer = _names((ROOT / "layers" / "requirements.txt").read_text().splitlines())
     assert core <= layer, core - layer
     assert {"mangum", "aws-lambda-powertools"} <= layer
