@@ -1,0 +1,80 @@
+"""Tool-use hooks: register, list, delete."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from treadle.domain.ids import is_identifier
+from treadle.specs.fieldtypes import EnvVarName
+from treadle.wire._base import Request, Response
+
+TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}\*?$|^[A-Za-z0-9_-]{0,63}\*$")
+
+
+class HookRequest(Request):
+    """Body of POST /v1/hooks."""
+
+    owner: str
+    name: str
+    phase: Literal["pre", "post"]
+    agents: list[str] = Field(default_factory=list, max_length=64)
+    tools: list[str] = Field(default_factory=list, max_length=64)
+    callback_url: str = Field(max_length=2048)
+    #: closed (the default): a hook that cannot answer denies the call (pre) or withholds its result (post)
+    fail_mode: Literal["open", "closed"] = "closed"
+    timeout_ms: int = Field(default=5000, ge=1, le=30_000)
+    #: the variable holding the signing secret (default TREADLE_HOOKS_SECRET); it must be set
+    secret_env: EnvVarName | None = None
+
+    @field_validator("owner", "name")
+    @classmethod
+    def _ident(cls, v: str) -> str:
+        if not is_identifier(v):
+            raise ValueError("must match [A-Za-z0-9_-]{1,128}")
+        return v
+
+    @field_validator("agents")
+    @classmethod
+    def _agents(cls, v: list[str]) -> list[str]:
+        bad = [a for a in v if not is_identifier(a)]
+        if bad:
+            raise ValueError(f"not agent names: {bad}")
+        return v
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, v: list[str]) -> list[str]:
+        bad = [t for t in v if not TOOL_PATTERN.match(t)]
+        if bad:
+            raise ValueError(f"not tool names or 'prefix*' patterns: {bad}")
+        return v
+
+    @field_validator("callback_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http(s) URL with a host")
+        return v
+
+
+class Hook(Response):
+    id: str
+    owner: str
+    name: str
+    phase: str
+    agents: list[str]
+    tools: list[str]
+    callback_url: str
+    fail_mode: str
+    timeout_ms: int
+    secret_env: str | None = None
+    created_at: str
+
+
+class HookList(Response):
+    hooks: list[Hook]
