@@ -22,17 +22,17 @@ def test_the_sync_client_is_generated_from_the_async_one() -> None:
 
 def test_the_sync_client_runs_and_reads(server: ServerProcess) -> None:
     with Treadle(server.url) as tl:
-        assert tl.health().status == "ok"
+        assert tl.health().ok
         started = tl.runs.start("echo", "hello there", user_id="u1", metadata={"k": "v"})
-        assert isinstance(started, models.RunStarted) and started.created
+        assert isinstance(started, models.RunCreated) and started.created
         run = tl.runs.wait(started.run_id)
-        assert isinstance(run, models.Run) and run.status == "completed" and run.terminal
+        assert isinstance(run, models.Run) and run.status == "completed" and run.status in models.TERMINAL
         assert run.metadata == {"k": "v"} and run.user_id == "u1"
         page = tl.runs.events(started.run_id)
         types = [e.type for e in page.events]
         assert types[0] == "user_input" and types[-1] == "done"
         assert [e.seq for e in page.events] == list(range(1, len(page.events) + 1))
-        texts = [e.data()["text"] for e in page.events if e.type == "text"]
+        texts = [e.model_dump()["text"] for e in page.events if e.type == "text"]
         assert texts == ["hello there"]
         listed = tl.runs.list(agent="echo", user_id="u1")
         assert started.run_id in [r.run_id for r in listed.runs]
@@ -48,8 +48,8 @@ async def test_the_async_client_reads_the_environment(server: ServerProcess, mon
     monkeypatch.setenv("TREADLE_TOKEN", "tok-from-env")
     async with AsyncTreadle() as tl:
         assert tl.url == server.url and tl.http.headers["Authorization"] == "Bearer tok-from-env"
-        assert (await tl.health()).status == "ok"
-        assert (await tl.whoami())["tenant_id"]
+        assert (await tl.health()).ok
+        assert (await tl.whoami()).tenant_id and (await tl.me()).tenant_id
 
 
 async def test_a_question_is_answered_and_an_interactive_run_takes_input(server: ServerProcess) -> None:
@@ -87,7 +87,7 @@ async def test_a_question_is_answered_and_an_interactive_run_takes_input(server:
 
 async def test_memory_channels_defs_schedules_hooks_and_webhooks(server: ServerProcess) -> None:
     async with AsyncTreadle(server.url) as tl:
-        assert {s["name"] for s in (await tl.memory.scopes()).scopes} == {"agent", "user", "tenant"}
+        assert {s.name for s in (await tl.memory.scopes()).scopes} == {"agent", "user", "tenant"}
         await tl.memory.put("user", "bob", "colour", {"fav": "blue"})
         assert (await tl.memory.get("user", "bob", "colour")).value == {"fav": "blue"}
         assert (await tl.memory.list("user", "bob", prefix="col")).count == 1
@@ -106,16 +106,16 @@ async def test_memory_channels_defs_schedules_hooks_and_webhooks(server: ServerP
         assert "news" in [c.name for c in (await tl.channels.list()).channels]
         await tl.channels.publish("news", {"n": 1})
         assert (await tl.channels.wait_for(["news"])).satisfied
-        assert [m["value"] for m in (await tl.channels.peek("news")).messages] == [{"n": 1}]
+        assert [m.value for m in (await tl.channels.peek("news")).messages] == [{"n": 1}]
         took = await tl.channels.subscribe("news", consumer="me")
-        assert [m["value"] for m in took.messages] == [{"n": 1}]
+        assert [m.value for m in took.messages] == [{"n": 1}]
         assert (await tl.channels.ack("news", took.next_cursor or "0", consumer="me")).acked
         assert (await tl.channels.delete("news")).deleted
 
         assert set(await tl.agentdefs.names()) >= {"echo", "asker"}
         created = await tl.skilldefs.op("create", name="style", overlay={"body": "Be brief."})
-        assert created["name"] == "style"
-        assert "style" in [d["name"] for d in (await tl.skilldefs.op("list"))["defs"]]
+        assert (created.model_extra or {})["name"] == "style"
+        assert "style" in [d["name"] for d in (await tl.skilldefs.op("list")).model_dump()["defs"]]
         assert (await tl.schedules.list()).schedules == []
         assert (await tl.hooks.list()).hooks == []
         with pytest.raises(ApiError) as err:
@@ -130,7 +130,7 @@ async def test_requests_are_retried_when_the_connection_drops(server: ServerProc
     port = int(server.url.rsplit(":", 1)[1])
     async with DroppingProxy(port) as proxy, AsyncTreadle(proxy.url, retry=Retry(attempts=4, backoff=0.01)) as tl:
         proxy.drop_next(2)
-        assert (await tl.health()).status == "ok"  # a GET: retried twice
+        assert (await tl.health()).ok  # a GET: retried twice
         assert proxy.dropped == 2
         proxy.drop_next(2)
         started = await tl.runs.start("echo", "once", metadata={"marker": "retry"})  # POST + Idempotency-Key

@@ -15,15 +15,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from treadle.cli.ui import console, escape, fail
 
+if TYPE_CHECKING:
+    from treadle.client import AsyncTreadle
+    from treadle.client.models import Interrupt, RunStatus
+
 F = TypeVar("F", bound=Callable[..., Any])
+Body = Callable[["AsyncTreadle"], Awaitable[int]]
 
 
 def _url(url: str | None) -> str:
@@ -35,7 +40,7 @@ def _url(url: str | None) -> str:
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
 
 
-def _client(url: str | None) -> Any:
+def _client(url: str | None) -> AsyncTreadle:
     from treadle.client import AsyncTreadle, Retry
 
     return AsyncTreadle(_url(url), retry=Retry(attempts=3))
@@ -45,13 +50,12 @@ def url_option(f: F) -> F:
     return click.option("--url", help="the treadle to talk to (default: $TREADLE_URL, else TREADLE_LISTEN)")(f)
 
 
-def _run(body: Callable[[Any], Any], url: str | None) -> int:
+def _run(body: Body, url: str | None) -> int:
     from treadle.cli.main import guarded
 
     async def go() -> int:
         async with _client(url) as client:
-            result = await body(client)
-            return int(result or 0)
+            return await body(client)
 
     return guarded(go, _url(url))
 
@@ -78,8 +82,9 @@ STATUS_STYLE = {"completed": "green", "failed": "red", "cancelled": "dim", "wait
 @url_option
 def runs_command(status: str | None, agent: str | None, user_id: str | None, limit: int, json_: bool,
                  url: str | None) -> int:
-    async def body(client: Any) -> int:
-        page = await client.runs.list(status=status, agent=agent, user_id=user_id, limit=limit)
+    async def body(client: AsyncTreadle) -> int:
+        page = await client.runs.list(status=cast("RunStatus | None", status), agent=agent, user_id=user_id,
+                                      limit=limit)
         if json_:
             for run in page.runs:
                 print(json.dumps(run.model_dump(mode="json")))
@@ -94,11 +99,10 @@ def runs_command(status: str | None, agent: str | None, user_id: str | None, lim
         for col in ("RUN", "AGENT", "STATUS", "ITER", "TOKENS", "CREATED", "WAITS ON"):
             table.add_column(col)
         for run in page.runs:
-            usage = run.usage or {}
+            tokens = f"{run.usage.input_tokens}/{run.usage.output_tokens}" if run.usage else "-"
             waits = ", ".join(sorted({w.kind for w in run.waits or []}))
             table.add_row(run.run_id, run.agent, f"[{STATUS_STYLE.get(run.status, '')}]{run.status}[/]",
-                          str(run.iterations), f"{usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)}",
-                          _age(run.created_at), escape(waits or ("" if run.terminal else "-")))
+                          str(run.iterations), tokens, _age(run.created_at), escape(waits))
         out.print(table)
         if page.next_cursor:
             out.print(f"[dim]… more: --limit {min(500, limit * 2)}[/]")
@@ -115,7 +119,7 @@ def runs_command(status: str | None, agent: str | None, user_id: str | None, lim
 def attach_command(run_id: str, from_seq: int, json_: bool, url: str | None) -> int:
     from treadle.cli.live import follow
 
-    async def body(client: Any) -> int:
+    async def body(client: AsyncTreadle) -> int:
         await client.runs.get(run_id)  # 404 before anything is drawn
         return await follow(client, run_id, from_seq=from_seq, as_json=json_)
 
@@ -129,11 +133,13 @@ def attach_command(run_id: str, from_seq: int, json_: bool, url: str | None) -> 
 @click.option("--reason")
 @url_option
 def cancel_command(run_id: str, turn: bool, reason: str | None, url: str | None) -> int:
-    async def body(client: Any) -> int:
-        result = await client.runs.cancel(run_id, reason, scope="turn" if turn else "run")
+    async def body(client: AsyncTreadle) -> int:
         if turn:
+            await client.runs.cancel_turn(run_id, reason)
             console().print(f"turn of run {run_id} cancelled; the run waits for input")
-        elif result.status == "cancelled" or result.cancel_requested:
+            return 0
+        result = await client.runs.cancel(run_id, reason)
+        if result.status == "cancelled" or result.cancel_requested:
             console().print(f"run {run_id}: cancel requested (status {result.status})")
         else:
             console().print(f"run {run_id} had already finished ({result.status})")
@@ -142,7 +148,7 @@ def cancel_command(run_id: str, turn: bool, reason: str | None, url: str | None)
     return _run(body, url)
 
 
-def _show_questions(run_id: str, pending: list[Any]) -> None:
+def _show_questions(run_id: str, pending: list[Interrupt]) -> None:
     out = console()
     for q in pending:
         out.print(f"[bold yellow]?[/] {escape(q.question)}  [dim]({q.interrupt_id}, {q.kind})[/]")
@@ -168,7 +174,7 @@ def answer_command(run_id: str, answer: str | None, interrupt_id: str | None, op
     if given > 1:
         return fail("give one of ANSWER, --option N or --decline")
 
-    async def body(client: Any) -> int:
+    async def body(client: AsyncTreadle) -> int:
         pending = (await client.runs.interrupts(run_id, status="pending")).interrupts
         if interrupt_id is not None:
             pending = [q for q in pending if q.interrupt_id == interrupt_id] or pending
@@ -208,7 +214,7 @@ def answer_command(run_id: str, answer: str | None, interrupt_id: str | None, op
 def input_command(run_id: str, text: str, url: str | None) -> int:
     message = sys.stdin.read() if text == "-" else text
 
-    async def body(client: Any) -> int:
+    async def body(client: AsyncTreadle) -> int:
         result = await client.runs.input(run_id, message)
         console().print(f"delivered to run {run_id}" + (" (it woke up)" if result.woke else ""))
         return 0
@@ -223,7 +229,7 @@ def input_command(run_id: str, text: str, url: str | None) -> int:
 @click.option("--follow", "-f", is_flag=True, help="keep printing new events until the run ends")
 @url_option
 def events_command(run_id: str, from_seq: int, json_: bool, follow: bool, url: str | None) -> int:
-    async def body(client: Any) -> int:
+    async def body(client: AsyncTreadle) -> int:
         out = console()
         last = from_seq
 
@@ -238,14 +244,14 @@ def events_command(run_id: str, from_seq: int, json_: bool, follow: bool, url: s
         while True:
             page = await client.runs.events(run_id, from_seq=last)
             for ev in page.events:
-                show(ev.seq, ev.type, ev.data())
+                show(ev.seq, ev.type, ev.model_dump())
                 last = ev.seq
             if not page.events:
                 break
         if follow:
-            async for ev in client.runs.stream(run_id, last):
-                if ev.id is not None:
-                    show(ev.id, ev.event, ev.data)
+            async for live in client.runs.stream(run_id, last):
+                if live.id is not None:
+                    show(live.id, live.event, live.data)
         return 0
 
     return _run(body, url)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from pydantic import BaseModel
 
 from treadle.client.errors import ApiError
 
@@ -70,6 +71,13 @@ class Call:
 def clean(params: dict[str, Any]) -> dict[str, Any]:
     """Query or body fields without the ones left unset (None): the server's defaults apply."""
     return {k: v for k, v in params.items() if v is not None}
+
+
+def body_of(request: BaseModel) -> dict[str, Any]:
+    """A request model as its JSON body: the fields that were given, nothing the caller left out
+    (the server applies its own defaults)."""
+    body: dict[str, Any] = request.model_dump(mode="json", exclude_unset=True)
+    return body
 
 
 def decode(resp: httpx.Response) -> Any:

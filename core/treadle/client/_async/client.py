@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 from pydantic import BaseModel
 
+from treadle import wire
 from treadle.client import models as m
 from treadle.client._base import (
     NO_RETRY,
@@ -29,6 +30,7 @@ from treadle.client._base import (
     SseEvent,
     StreamCursor,
     api_error,
+    body_of,
     clean,
     decode,
     resolve_token,
@@ -158,14 +160,13 @@ class AsyncTreadle:
     async def health(self) -> m.Health:
         return await self.model(Call("GET", "/healthz"), m.Health)
 
-    async def me(self) -> dict[str, Any]:
-        """GET /v1/_me: the principal the token acts as."""
-        answer: dict[str, Any] = await self.json(Call("GET", "/v1/_me"))
-        return answer
+    async def me(self) -> m.Whoami:
+        """GET /v1/_me: the principal the token acts as (loomcycle's name)."""
+        return await self.model(Call("GET", "/v1/_me"), m.Whoami)
 
-    async def whoami(self) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.json(Call("GET", "/v1/_whoami"))
-        return answer
+    async def whoami(self) -> m.Whoami:
+        """GET /v1/_whoami: the principal the token acts as."""
+        return await self.model(Call("GET", "/v1/_whoami"), m.Whoami)
 
 
 class AsyncResource:
@@ -178,7 +179,8 @@ class AsyncRuns(AsyncResource):
 
     @staticmethod
     def _body(agent: str, prompt: str | None, fields: dict[str, Any]) -> dict[str, Any]:
-        return {"agent": agent, **clean({"prompt": prompt}), **clean(fields)}
+        """The POST /v1/runs body, checked by the server's own model before it is sent."""
+        return body_of(wire.RunRequest(**clean({"agent": agent, "prompt": prompt, **fields})))
 
     async def start(
         self,
@@ -195,7 +197,7 @@ class AsyncRuns(AsyncResource):
         user_credentials: dict[str, str] | None = None,
         idempotency_key: str | None = None,
         **extra: Any,
-    ) -> m.RunStarted:
+    ) -> m.RunCreated:
         """Start a run (202). An Idempotency-Key is sent with every start (a fresh one unless
         given), so a retry after a lost connection gets the same run back, never a second one.
         `extra`: loomcycle's further run fields (agent_id, parent_context, …)."""
@@ -205,7 +207,7 @@ class AsyncRuns(AsyncResource):
             allowed_hosts=allowed_hosts, user_credentials=user_credentials, **extra))
         key = idempotency_key or uuid.uuid4().hex
         return await self.client.model(Call("POST", "/v1/runs", json=body, headers={"Idempotency-Key": key}),
-                                       m.RunStarted)
+                                       m.RunCreated)
 
     def start_streaming(
         self,
@@ -244,10 +246,10 @@ class AsyncRuns(AsyncResource):
         cursor: str | None = None,
         user_id: str | None = None,
         agent: str | None = None,
-    ) -> m.RunPage:
+    ) -> m.RunList:
         """One page, newest first; pass `next_cursor` back as `cursor` for the next."""
         params = clean({"status": status, "limit": limit, "cursor": cursor, "user_id": user_id, "agent": agent})
-        return await self.client.model(Call("GET", "/v1/runs", params=params), m.RunPage)
+        return await self.client.model(Call("GET", "/v1/runs", params=params), m.RunList)
 
     async def iterate(self, *, status: m.RunStatus | None = None, user_id: str | None = None,
                       agent: str | None = None, page_size: int = 100) -> AsyncIterator[m.Run]:
@@ -261,28 +263,32 @@ class AsyncRuns(AsyncResource):
                 return
             cursor = page.next_cursor
 
-    async def events(self, run_id: str, from_seq: int = 0, limit: int | None = None) -> m.EventPage:
+    async def events(self, run_id: str, from_seq: int = 0, limit: int | None = None) -> m.RunEvents:
         params = clean({"from_seq": from_seq, "limit": limit})
-        return await self.client.model(Call("GET", f"/v1/runs/{run_id}/events", params=params), m.EventPage)
+        return await self.client.model(Call("GET", f"/v1/runs/{run_id}/events", params=params), m.RunEvents)
 
-    async def cancel(self, run_id: str, reason: str | None = None,
-                     scope: Literal["run", "turn"] = "run") -> m.CancelResult:
-        """`scope="run"`: end the run (and its sub-agents); `"turn"`: stop the current turn of an
-        interactive run, which then waits for input again."""
-        body = clean({"reason": reason, "scope": scope})
-        return await self.client.model(Call("POST", f"/v1/runs/{run_id}/cancel", json=body), m.CancelResult)
+    async def cancel(self, run_id: str, reason: str | None = None) -> m.RunCancelled:
+        """End the run (and its unfinished sub-agent runs) at its next safe point; a finished run
+        is left as it is (its status is in the answer)."""
+        body = body_of(wire.CancelRequest(**clean({"reason": reason, "scope": "run"})))
+        return await self.client.model(Call("POST", f"/v1/runs/{run_id}/cancel", json=body), m.RunCancelled)
 
-    async def input(self, run_id: str, text: str) -> m.InputResult:
+    async def cancel_turn(self, run_id: str, reason: str | None = None) -> m.TurnCancelled:
+        """Stop the current turn of an interactive run; it then waits for input again."""
+        body = body_of(wire.CancelRequest(**clean({"reason": reason, "scope": "turn"})))
+        return await self.client.model(Call("POST", f"/v1/runs/{run_id}/cancel", json=body), m.TurnCancelled)
+
+    async def input(self, run_id: str, text: str) -> m.InputAccepted:
         """Steer a run, or answer an interactive run waiting for input (its next user turn)."""
-        return await self.client.model(Call("POST", f"/v1/runs/{run_id}/input", json={"text": text}),
-                                       m.InputResult)
+        body = body_of(wire.InputRequest(text=text))
+        return await self.client.model(Call("POST", f"/v1/runs/{run_id}/input", json=body), m.InputAccepted)
 
     async def tool_result(self, run_id: str, tool_use_id: str, content: str, *,
-                          is_error: bool = False) -> dict[str, Any]:
+                          is_error: bool = False) -> m.ToolResultAccepted:
         """The result of a client tool call the run is parked on."""
-        body = {"tool_use_id": tool_use_id, "content": content, "is_error": is_error}
-        answer: dict[str, Any] = await self.client.json(Call("POST", f"/v1/runs/{run_id}/tool_results", json=body))
-        return answer
+        body = body_of(wire.ToolResultRequest(tool_use_id=tool_use_id, content=content, is_error=is_error))
+        return await self.client.model(Call("POST", f"/v1/runs/{run_id}/tool_results", json=body),
+                                       m.ToolResultAccepted)
 
     async def interrupts(self, run_id: str, status: str | None = None) -> m.RunInterrupts:
         """The run's questions (`status`: pending, resolved, declined, timed_out, cancelled)."""
@@ -298,39 +304,38 @@ class AsyncRuns(AsyncResource):
                                        m.UserInterrupts)
 
     async def answer(self, run_id: str, interrupt_id: str, answer: str | None = None, *,
-                     decline: bool = False, resolved_by: str = "client") -> m.Resolved:
+                     decline: bool = False,
+                     resolved_by: Literal["webui", "mcp", "cli", "api", "client"] = "client") -> m.InterruptResolved:
         """Answer (or decline) a pending question; the run wakes with it."""
-        body = clean({"answer": answer, "disposition": "declined" if decline else "answer",
-                      "resolved_by": resolved_by})
+        body = body_of(wire.ResolveRequest(**clean({"answer": answer, "resolved_by": resolved_by,
+                                                    "disposition": "declined" if decline else "answer"})))
         return await self.client.model(
-            Call("POST", f"/v1/runs/{run_id}/interrupts/{interrupt_id}/resolve", json=body), m.Resolved)
+            Call("POST", f"/v1/runs/{run_id}/interrupts/{interrupt_id}/resolve", json=body), m.InterruptResolved)
 
-    async def batch(self, spawns: JsonList, timeout_ms: int | None = None) -> dict[str, Any]:
-        """loomcycle's batch spawn (≤ 32 run bodies), index-aligned results."""
-        answer: dict[str, Any] = await self.client.json(
-            Call("POST", "/v1/runs:batch", json=clean({"spawns": spawns, "timeout_ms": timeout_ms})))
-        return answer
+    async def batch(self, spawns: JsonList, timeout_ms: int | None = None) -> m.BatchResult:
+        """loomcycle's batch spawn (≤ 32 run bodies), index-aligned results; with `timeout_ms` the
+        answer waits (that long at most) for the runs to finish."""
+        body = body_of(wire.BatchRequest(**clean({"spawns": spawns, "timeout_ms": timeout_ms})))
+        return await self.client.model(Call("POST", "/v1/runs:batch", json=body), m.BatchResult)
 
 
 class AsyncAgents(AsyncResource):
     """loomcycle's agent handles (`agent_id`) and session transcripts."""
 
-    async def get(self, agent_id: str) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.client.json(Call("GET", f"/v1/agents/{agent_id}"))
-        return answer
+    async def get(self, agent_id: str) -> m.AgentState:
+        return await self.client.model(Call("GET", f"/v1/agents/{agent_id}"), m.AgentState)
 
-    async def cancel(self, agent_id: str, reason: str | None = None) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.client.json(
-            Call("POST", f"/v1/agents/{agent_id}/cancel", json=clean({"reason": reason})))
-        return answer
+    async def cancel(self, agent_id: str, reason: str | None = None) -> m.AgentCancelled:
+        """Cancel the agent's run and its sub-agents (loomcycle's cancel)."""
+        body = body_of(wire.AgentCancelRequest(**clean({"reason": reason})))
+        return await self.client.model(Call("POST", f"/v1/agents/{agent_id}/cancel", json=body), m.AgentCancelled)
 
-    async def for_user(self, user_id: str, status: str | None = None, limit: int | None = None) -> m.Agents:
+    async def for_user(self, user_id: str, status: str | None = None, limit: int | None = None) -> m.AgentList:
         params = clean({"status": status, "limit": limit})
-        return await self.client.model(Call("GET", f"/v1/users/{user_id}/agents", params=params), m.Agents)
+        return await self.client.model(Call("GET", f"/v1/users/{user_id}/agents", params=params), m.AgentList)
 
-    async def transcript(self, session_id: str) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.client.json(Call("GET", f"/v1/sessions/{session_id}/transcript"))
-        return answer
+    async def transcript(self, session_id: str) -> m.Transcript:
+        return await self.client.model(Call("GET", f"/v1/sessions/{session_id}/transcript"), m.Transcript)
 
 
 class AsyncMemory(AsyncResource):
@@ -354,7 +359,8 @@ class AsyncMemory(AsyncResource):
 
     async def put(self, scope: Scope, scope_id: str, key: str, value: Any, *, embed: bool | None = None,
                   embed_text: str | None = None, ttl_seconds: float | None = None) -> m.MemoryWritten:
-        body = {"value": value, **clean({"embed": embed, "embed_text": embed_text, "ttl_seconds": ttl_seconds})}
+        body = body_of(wire.MemoryPut(value=value, **clean({"embed": embed, "embed_text": embed_text,
+                                                            "ttl_seconds": ttl_seconds})))
         return await self.client.model(Call("PUT", self._path(scope, scope_id, key), json=body), m.MemoryWritten)
 
     async def delete(self, scope: Scope, scope_id: str, key: str) -> m.MemoryDeleted:
@@ -363,25 +369,27 @@ class AsyncMemory(AsyncResource):
     async def search(self, scope: Scope, query: str, scope_id: str | None = None, *, top_k: int | None = None,
                      min_score: float | None = None, recency_weight: float | None = None,
                      recency_half_life_hours: float | None = None, prefix: str | None = None,
-                     include_values: bool | None = None) -> m.MemoryHits:
-        body = clean({"scope": scope, "scope_id": scope_id, "query": query, "top_k": top_k, "min_score": min_score,
-                      "recency_weight": recency_weight, "recency_half_life_hours": recency_half_life_hours,
-                      "prefix": prefix, "include_values": include_values})
-        return await self.client.model(Call("POST", "/v1/_memory/search", json=body), m.MemoryHits)
+                     include_values: bool | None = None) -> m.MemorySearchResult:
+        body = body_of(wire.MemorySearch(**clean({
+            "scope": scope, "scope_id": scope_id, "query": query, "top_k": top_k, "min_score": min_score,
+            "recency_weight": recency_weight, "recency_half_life_hours": recency_half_life_hours, "prefix": prefix,
+            "include_values": include_values})))
+        return await self.client.model(Call("POST", "/v1/_memory/search", json=body), m.MemorySearchResult)
 
 
 class AsyncChannels(AsyncResource):
     """/v1/_channels: declare, publish (waking parked subscribers), peek, subscribe, ack, await."""
 
-    async def list(self) -> m.Channels:
-        return await self.client.model(Call("GET", "/v1/_channels"), m.Channels)
+    async def list(self) -> m.ChannelList:
+        return await self.client.model(Call("GET", "/v1/_channels"), m.ChannelList)
 
     async def create(self, name: str, *, scope: Literal["agent", "user", "global"] | None = None,
                      semantic: Literal["queue", "broadcast"] | None = None,
                      default_ttl_seconds: int | None = None, max_messages: int | None = None,
                      description: str | None = None) -> m.Channel:
-        body = clean({"name": name, "scope": scope, "semantic": semantic, "default_ttl_seconds": default_ttl_seconds,
-                      "max_messages": max_messages, "description": description})
+        body = body_of(wire.ChannelRequest(**clean({
+            "name": name, "scope": scope, "semantic": semantic, "default_ttl_seconds": default_ttl_seconds,
+            "max_messages": max_messages, "description": description})))
         return await self.client.model(Call("POST", "/v1/_channels", json=body), m.Channel)
 
     async def delete(self, name: str) -> m.ChannelDeleted:
@@ -389,32 +397,34 @@ class AsyncChannels(AsyncResource):
 
     async def publish(self, name: str, value: Any, *, scope_id: str | None = None, ttl_seconds: float | None = None,
                       deliver_at: str | None = None) -> m.Published:
-        body = {"value": value, **clean({"scope_id": scope_id, "ttl_seconds": ttl_seconds, "deliver_at": deliver_at})}
+        body = body_of(wire.PublishRequest(value=value, **clean({"scope_id": scope_id, "ttl_seconds": ttl_seconds,
+                                                                 "deliver_at": deliver_at})))
         return await self.client.model(Call("POST", f"/v1/_channels/{name}/publish", json=body), m.Published)
 
     async def peek(self, name: str, *, scope_id: str | None = None, consumer: str | None = None,
-                   max_messages: int | None = None) -> m.Messages:
+                   max_messages: int | None = None) -> m.Peeked:
+        """The messages `consumer` would get next, without taking them."""
         params = clean({"scope_id": scope_id, "consumer": consumer, "max_messages": max_messages})
-        return await self.client.model(Call("GET", f"/v1/_channels/{name}/peek", params=params), m.Messages)
+        return await self.client.model(Call("GET", f"/v1/_channels/{name}/peek", params=params), m.Peeked)
 
     async def subscribe(self, name: str, *, scope_id: str | None = None, consumer: str | None = None,
-                        max_messages: int | None = None, from_cursor: str | None = None) -> m.Messages:
+                        max_messages: int | None = None, from_cursor: str | None = None) -> m.Subscribed:
         """Take messages (a queue's are claimed; a broadcast advances the consumer's cursor)."""
-        body = clean({"scope_id": scope_id, "consumer": consumer, "max_messages": max_messages,
-                      "from_cursor": from_cursor})
-        return await self.client.model(Call("POST", f"/v1/_channels/{name}/subscribe", json=body), m.Messages)
+        body = body_of(wire.SubscribeRequest(**clean({"scope_id": scope_id, "consumer": consumer,
+                                                      "max_messages": max_messages, "from_cursor": from_cursor})))
+        return await self.client.model(Call("POST", f"/v1/_channels/{name}/subscribe", json=body), m.Subscribed)
 
     async def ack(self, name: str, cursor: str | int, *, scope_id: str | None = None,
                   consumer: str | None = None) -> m.Acked:
-        body = {"cursor": cursor, **clean({"scope_id": scope_id, "consumer": consumer})}
+        body = body_of(wire.AckRequest(cursor=cursor, **clean({"scope_id": scope_id, "consumer": consumer})))
         return await self.client.model(Call("POST", f"/v1/_channels/{name}/ack", json=body), m.Acked)
 
     async def wait_for(self, channels: StrList, *, mode: Literal["any", "all", "at_least"] | None = None,
                        n: int | None = None, scope_id: str | None = None, consumer: str | None = None,
                        wait_ms: int | None = None) -> m.AwaitResult:
         """POST /v1/_channels/_await: which channels have messages (never consumes)."""
-        body = clean({"channels": channels, "mode": mode, "n": n, "scope_id": scope_id, "consumer": consumer,
-                      "wait_ms": wait_ms})
+        body = body_of(wire.AwaitRequest(**clean({"channels": channels, "mode": mode, "n": n, "scope_id": scope_id,
+                                                  "consumer": consumer, "wait_ms": wait_ms})))
         return await self.client.model(Call("POST", "/v1/_channels/_await", json=body), m.AwaitResult)
 
 
@@ -427,9 +437,11 @@ class AsyncDefs(AsyncResource):
         super().__init__(client)
         self.path = path
 
-    async def op(self, op: str, **fields: Any) -> m.DefAnswer:
-        answer: m.DefAnswer = await self.client.json(Call("POST", self.path, json={"op": op, **fields}))
-        return answer
+    async def op(self, op: str, **fields: Any) -> m.OpResult:
+        """The op's answer: its fields are the op's (`result.model_extra`, or `result.name` …)."""
+        body = body_of(wire.EvaluationOp(op=op, **fields) if self.path.endswith("_evaluation")  # type: ignore[arg-type]
+                       else wire.DefOp(op=op, **fields))
+        return await self.client.model(Call("POST", self.path, json=body), m.OpResult)
 
     async def names(self) -> StrList:
         return (await self.client.model(Call("GET", f"{self.path}/names"), m.Names)).names
@@ -438,58 +450,53 @@ class AsyncDefs(AsyncResource):
 class AsyncSchedules(AsyncResource):
     """/v1/_schedules: state and controls (`ident`: sch_…, a def_id, or the schedule's name)."""
 
-    async def list(self) -> m.Schedules:
-        return await self.client.model(Call("GET", "/v1/_schedules/list-all"), m.Schedules)
+    async def list(self) -> m.ScheduleList:
+        return await self.client.model(Call("GET", "/v1/_schedules/list-all"), m.ScheduleList)
 
-    async def state(self, ident: str) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.client.json(Call("GET", f"/v1/_schedules/{ident}/state"))
-        return answer
+    async def state(self, ident: str) -> m.ScheduleDetail:
+        return await self.client.model(Call("GET", f"/v1/_schedules/{ident}/state"), m.ScheduleDetail)
 
-    async def _control(self, ident: str, action: str) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.client.json(Call("POST", f"/v1/_schedules/{ident}/{action}"))
-        return answer
+    async def run_now(self, ident: str) -> m.ScheduleFired:
+        return await self.client.model(Call("POST", f"/v1/_schedules/{ident}/run-now"), m.ScheduleFired)
 
-    async def run_now(self, ident: str) -> dict[str, Any]:
-        return await self._control(ident, "run-now")
+    async def pause(self, ident: str) -> m.ScheduleState:
+        return await self.client.model(Call("POST", f"/v1/_schedules/{ident}/pause"), m.ScheduleState)
 
-    async def pause(self, ident: str) -> dict[str, Any]:
-        return await self._control(ident, "pause")
-
-    async def resume(self, ident: str) -> dict[str, Any]:
-        return await self._control(ident, "resume")
+    async def resume(self, ident: str) -> m.ScheduleState:
+        return await self.client.model(Call("POST", f"/v1/_schedules/{ident}/resume"), m.ScheduleState)
 
 
 class AsyncWebhooks(AsyncResource):
     """/v1/_webhooks: recent deliveries, a test delivery, and delivering like a sender would."""
 
-    async def deliveries(self, name: str, limit: int | None = None) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.client.json(
-            Call("GET", f"/v1/_webhooks/{name}/recent-deliveries", params=clean({"limit": limit})))
-        return answer
+    async def deliveries(self, name: str, limit: int | None = None) -> m.WebhookDeliveries:
+        return await self.client.model(
+            Call("GET", f"/v1/_webhooks/{name}/recent-deliveries", params=clean({"limit": limit})),
+            m.WebhookDeliveries)
 
-    async def test(self, name: str, payload: Any = None) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.client.json(Call("POST", f"/v1/_webhooks/{name}/test", json=payload))
-        return answer
+    async def test(self, name: str, payload: Any = None) -> m.WebhookDryRun:
+        """A dry run of the webhook's mapping on `payload` (nothing is started)."""
+        return await self.client.model(Call("POST", f"/v1/_webhooks/{name}/test", json=payload), m.WebhookDryRun)
 
     async def deliver(self, name: str, payload: Any, *, tenant: str | None = None,
-                      headers: dict[str, str] | None = None) -> dict[str, Any]:
+                      headers: dict[str, str] | None = None) -> m.WebhookAccepted:
         """POST the payload as the sender does (its signature headers in `headers`)."""
         path = f"/v1/_webhooks/{tenant}/{name}" if tenant else f"/v1/_webhooks/{name}"
-        answer: dict[str, Any] = await self.client.json(Call("POST", path, json=payload, headers=dict(headers or {})))
-        return answer
+        return await self.client.model(Call("POST", path, json=payload, headers=dict(headers or {})),
+                                       m.WebhookAccepted)
 
 
 class AsyncHooks(AsyncResource):
     """/v1/hooks: HTTP callbacks before/after tool calls."""
 
     async def create(self, owner: str, name: str, phase: Literal["pre", "post"], callback_url: str,
-                     **fields: Any) -> dict[str, Any]:
-        body = {"owner": owner, "name": name, "phase": phase, "callback_url": callback_url, **fields}
-        answer: dict[str, Any] = await self.client.json(Call("POST", "/v1/hooks", json=body))
-        return answer
+                     **fields: Any) -> m.Hook:
+        """`fields`: agents, tools, fail_mode, timeout_ms, secret_env (wire.HookRequest)."""
+        body = body_of(wire.HookRequest(owner=owner, name=name, phase=phase, callback_url=callback_url, **fields))
+        return await self.client.model(Call("POST", "/v1/hooks", json=body), m.Hook)
 
-    async def list(self) -> m.Hooks:
-        return await self.client.model(Call("GET", "/v1/hooks"), m.Hooks)
+    async def list(self) -> m.HookList:
+        return await self.client.model(Call("GET", "/v1/hooks"), m.HookList)
 
     async def delete(self, hook_id: str) -> None:
         await self.client.json(Call("DELETE", f"/v1/hooks/{hook_id}"))
@@ -498,15 +505,14 @@ class AsyncHooks(AsyncResource):
 class AsyncAdmin(AsyncResource):
     """/v1/_admin (an admin token): unfinished runs, and a tenant's cancel, export, erase."""
 
-    async def runs(self, tenant_id: str | None = None, limit: int | None = None) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.client.json(
-            Call("GET", "/v1/_admin/runs", params=clean({"tenant_id": tenant_id, "limit": limit})))
-        return answer
+    async def runs(self, tenant_id: str | None = None, limit: int | None = None) -> m.AdminRuns:
+        return await self.client.model(
+            Call("GET", "/v1/_admin/runs", params=clean({"tenant_id": tenant_id, "limit": limit})), m.AdminRuns)
 
-    async def cancel_tenant(self, tenant_id: str, reason: str | None = None) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.client.json(
-            Call("POST", f"/v1/_admin/tenants/{tenant_id}/cancel", json=clean({"reason": reason})))
-        return answer
+    async def cancel_tenant(self, tenant_id: str, reason: str | None = None) -> m.TenantCancelled:
+        body = body_of(wire.CancelTenantRequest(**clean({"reason": reason})))
+        return await self.client.model(Call("POST", f"/v1/_admin/tenants/{tenant_id}/cancel", json=body),
+                                       m.TenantCancelled)
 
     async def export_tenant(self, tenant_id: str) -> bytes:
         """The tenant's rows as the export streams them (JSON lines)."""
@@ -515,8 +521,8 @@ class AsyncAdmin(AsyncResource):
             raise api_error(resp)
         return resp.content
 
-    async def erase_tenant(self, tenant_id: str, confirm: str) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.client.json(
-            Call("DELETE", f"/v1/_admin/tenants/{tenant_id}", params={"confirm": confirm}))
-        return answer
+    async def erase_tenant(self, tenant_id: str, confirm: str) -> m.TenantErased:
+        """Delete every row of the tenant (`confirm`: the tenant id again)."""
+        return await self.client.model(
+            Call("DELETE", f"/v1/_admin/tenants/{tenant_id}", params={"confirm": confirm}), m.TenantErased)
 

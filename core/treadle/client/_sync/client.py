@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 from pydantic import BaseModel
 
+from treadle import wire
 from treadle.client import models as m
 from treadle.client._base import (
     NO_RETRY,
@@ -30,6 +31,7 @@ from treadle.client._base import (
     SseEvent,
     StreamCursor,
     api_error,
+    body_of,
     clean,
     decode,
     resolve_token,
@@ -159,14 +161,13 @@ class Treadle:
     def health(self) -> m.Health:
         return self.model(Call("GET", "/healthz"), m.Health)
 
-    def me(self) -> dict[str, Any]:
-        """GET /v1/_me: the principal the token acts as."""
-        answer: dict[str, Any] = self.json(Call("GET", "/v1/_me"))
-        return answer
+    def me(self) -> m.Whoami:
+        """GET /v1/_me: the principal the token acts as (loomcycle's name)."""
+        return self.model(Call("GET", "/v1/_me"), m.Whoami)
 
-    def whoami(self) -> dict[str, Any]:
-        answer: dict[str, Any] = self.json(Call("GET", "/v1/_whoami"))
-        return answer
+    def whoami(self) -> m.Whoami:
+        """GET /v1/_whoami: the principal the token acts as."""
+        return self.model(Call("GET", "/v1/_whoami"), m.Whoami)
 
 
 class Resource:
@@ -179,7 +180,8 @@ class Runs(Resource):
 
     @staticmethod
     def _body(agent: str, prompt: str | None, fields: dict[str, Any]) -> dict[str, Any]:
-        return {"agent": agent, **clean({"prompt": prompt}), **clean(fields)}
+        """The POST /v1/runs body, checked by the server's own model before it is sent."""
+        return body_of(wire.RunRequest(**clean({"agent": agent, "prompt": prompt, **fields})))
 
     def start(
         self,
@@ -196,7 +198,7 @@ class Runs(Resource):
         user_credentials: dict[str, str] | None = None,
         idempotency_key: str | None = None,
         **extra: Any,
-    ) -> m.RunStarted:
+    ) -> m.RunCreated:
         """Start a run (202). An Idempotency-Key is sent with every start (a fresh one unless
         given), so a retry after a lost connection gets the same run back, never a second one.
         `extra`: loomcycle's further run fields (agent_id, parent_context, …)."""
@@ -206,7 +208,7 @@ class Runs(Resource):
             allowed_hosts=allowed_hosts, user_credentials=user_credentials, **extra))
         key = idempotency_key or uuid.uuid4().hex
         return self.client.model(Call("POST", "/v1/runs", json=body, headers={"Idempotency-Key": key}),
-                                       m.RunStarted)
+                                       m.RunCreated)
 
     def start_streaming(
         self,
@@ -245,10 +247,10 @@ class Runs(Resource):
         cursor: str | None = None,
         user_id: str | None = None,
         agent: str | None = None,
-    ) -> m.RunPage:
+    ) -> m.RunList:
         """One page, newest first; pass `next_cursor` back as `cursor` for the next."""
         params = clean({"status": status, "limit": limit, "cursor": cursor, "user_id": user_id, "agent": agent})
-        return self.client.model(Call("GET", "/v1/runs", params=params), m.RunPage)
+        return self.client.model(Call("GET", "/v1/runs", params=params), m.RunList)
 
     def iterate(self, *, status: m.RunStatus | None = None, user_id: str | None = None,
                       agent: str | None = None, page_size: int = 100) -> Iterator[m.Run]:
@@ -262,28 +264,32 @@ class Runs(Resource):
                 return
             cursor = page.next_cursor
 
-    def events(self, run_id: str, from_seq: int = 0, limit: int | None = None) -> m.EventPage:
+    def events(self, run_id: str, from_seq: int = 0, limit: int | None = None) -> m.RunEvents:
         params = clean({"from_seq": from_seq, "limit": limit})
-        return self.client.model(Call("GET", f"/v1/runs/{run_id}/events", params=params), m.EventPage)
+        return self.client.model(Call("GET", f"/v1/runs/{run_id}/events", params=params), m.RunEvents)
 
-    def cancel(self, run_id: str, reason: str | None = None,
-                     scope: Literal["run", "turn"] = "run") -> m.CancelResult:
-        """`scope="run"`: end the run (and its sub-agents); `"turn"`: stop the current turn of an
-        interactive run, which then waits for input again."""
-        body = clean({"reason": reason, "scope": scope})
-        return self.client.model(Call("POST", f"/v1/runs/{run_id}/cancel", json=body), m.CancelResult)
+    def cancel(self, run_id: str, reason: str | None = None) -> m.RunCancelled:
+        """End the run (and its unfinished sub-agent runs) at its next safe point; a finished run
+        is left as it is (its status is in the answer)."""
+        body = body_of(wire.CancelRequest(**clean({"reason": reason, "scope": "run"})))
+        return self.client.model(Call("POST", f"/v1/runs/{run_id}/cancel", json=body), m.RunCancelled)
 
-    def input(self, run_id: str, text: str) -> m.InputResult:
+    def cancel_turn(self, run_id: str, reason: str | None = None) -> m.TurnCancelled:
+        """Stop the current turn of an interactive run; it then waits for input again."""
+        body = body_of(wire.CancelRequest(**clean({"reason": reason, "scope": "turn"})))
+        return self.client.model(Call("POST", f"/v1/runs/{run_id}/cancel", json=body), m.TurnCancelled)
+
+    def input(self, run_id: str, text: str) -> m.InputAccepted:
         """Steer a run, or answer an interactive run waiting for input (its next user turn)."""
-        return self.client.model(Call("POST", f"/v1/runs/{run_id}/input", json={"text": text}),
-                                       m.InputResult)
+        body = body_of(wire.InputRequest(text=text))
+        return self.client.model(Call("POST", f"/v1/runs/{run_id}/input", json=body), m.InputAccepted)
 
     def tool_result(self, run_id: str, tool_use_id: str, content: str, *,
-                          is_error: bool = False) -> dict[str, Any]:
+                          is_error: bool = False) -> m.ToolResultAccepted:
         """The result of a client tool call the run is parked on."""
-        body = {"tool_use_id": tool_use_id, "content": content, "is_error": is_error}
-        answer: dict[str, Any] = self.client.json(Call("POST", f"/v1/runs/{run_id}/tool_results", json=body))
-        return answer
+        body = body_of(wire.ToolResultRequest(tool_use_id=tool_use_id, content=content, is_error=is_error))
+        return self.client.model(Call("POST", f"/v1/runs/{run_id}/tool_results", json=body),
+                                       m.ToolResultAccepted)
 
     def interrupts(self, run_id: str, status: str | None = None) -> m.RunInterrupts:
         """The run's questions (`status`: pending, resolved, declined, timed_out, cancelled)."""
@@ -299,39 +305,38 @@ class Runs(Resource):
                                        m.UserInterrupts)
 
     def answer(self, run_id: str, interrupt_id: str, answer: str | None = None, *,
-                     decline: bool = False, resolved_by: str = "client") -> m.Resolved:
+                     decline: bool = False,
+                     resolved_by: Literal["webui", "mcp", "cli", "api", "client"] = "client") -> m.InterruptResolved:
         """Answer (or decline) a pending question; the run wakes with it."""
-        body = clean({"answer": answer, "disposition": "declined" if decline else "answer",
-                      "resolved_by": resolved_by})
+        body = body_of(wire.ResolveRequest(**clean({"answer": answer, "resolved_by": resolved_by,
+                                                    "disposition": "declined" if decline else "answer"})))
         return self.client.model(
-            Call("POST", f"/v1/runs/{run_id}/interrupts/{interrupt_id}/resolve", json=body), m.Resolved)
+            Call("POST", f"/v1/runs/{run_id}/interrupts/{interrupt_id}/resolve", json=body), m.InterruptResolved)
 
-    def batch(self, spawns: JsonList, timeout_ms: int | None = None) -> dict[str, Any]:
-        """loomcycle's batch spawn (≤ 32 run bodies), index-aligned results."""
-        answer: dict[str, Any] = self.client.json(
-            Call("POST", "/v1/runs:batch", json=clean({"spawns": spawns, "timeout_ms": timeout_ms})))
-        return answer
+    def batch(self, spawns: JsonList, timeout_ms: int | None = None) -> m.BatchResult:
+        """loomcycle's batch spawn (≤ 32 run bodies), index-aligned results; with `timeout_ms` the
+        answer waits (that long at most) for the runs to finish."""
+        body = body_of(wire.BatchRequest(**clean({"spawns": spawns, "timeout_ms": timeout_ms})))
+        return self.client.model(Call("POST", "/v1/runs:batch", json=body), m.BatchResult)
 
 
 class Agents(Resource):
     """loomcycle's agent handles (`agent_id`) and session transcripts."""
 
-    def get(self, agent_id: str) -> dict[str, Any]:
-        answer: dict[str, Any] = self.client.json(Call("GET", f"/v1/agents/{agent_id}"))
-        return answer
+    def get(self, agent_id: str) -> m.AgentState:
+        return self.client.model(Call("GET", f"/v1/agents/{agent_id}"), m.AgentState)
 
-    def cancel(self, agent_id: str, reason: str | None = None) -> dict[str, Any]:
-        answer: dict[str, Any] = self.client.json(
-            Call("POST", f"/v1/agents/{agent_id}/cancel", json=clean({"reason": reason})))
-        return answer
+    def cancel(self, agent_id: str, reason: str | None = None) -> m.AgentCancelled:
+        """Cancel the agent's run and its sub-agents (loomcycle's cancel)."""
+        body = body_of(wire.AgentCancelRequest(**clean({"reason": reason})))
+        return self.client.model(Call("POST", f"/v1/agents/{agent_id}/cancel", json=body), m.AgentCancelled)
 
-    def for_user(self, user_id: str, status: str | None = None, limit: int | None = None) -> m.Agents:
+    def for_user(self, user_id: str, status: str | None = None, limit: int | None = None) -> m.AgentList:
         params = clean({"status": status, "limit": limit})
-        return self.client.model(Call("GET", f"/v1/users/{user_id}/agents", params=params), m.Agents)
+        return self.client.model(Call("GET", f"/v1/users/{user_id}/agents", params=params), m.AgentList)
 
-    def transcript(self, session_id: str) -> dict[str, Any]:
-        answer: dict[str, Any] = self.client.json(Call("GET", f"/v1/sessions/{session_id}/transcript"))
-        return answer
+    def transcript(self, session_id: str) -> m.Transcript:
+        return self.client.model(Call("GET", f"/v1/sessions/{session_id}/transcript"), m.Transcript)
 
 
 class Memory(Resource):
@@ -355,7 +360,8 @@ class Memory(Resource):
 
     def put(self, scope: Scope, scope_id: str, key: str, value: Any, *, embed: bool | None = None,
                   embed_text: str | None = None, ttl_seconds: float | None = None) -> m.MemoryWritten:
-        body = {"value": value, **clean({"embed": embed, "embed_text": embed_text, "ttl_seconds": ttl_seconds})}
+        body = body_of(wire.MemoryPut(value=value, **clean({"embed": embed, "embed_text": embed_text,
+                                                            "ttl_seconds": ttl_seconds})))
         return self.client.model(Call("PUT", self._path(scope, scope_id, key), json=body), m.MemoryWritten)
 
     def delete(self, scope: Scope, scope_id: str, key: str) -> m.MemoryDeleted:
@@ -364,25 +370,27 @@ class Memory(Resource):
     def search(self, scope: Scope, query: str, scope_id: str | None = None, *, top_k: int | None = None,
                      min_score: float | None = None, recency_weight: float | None = None,
                      recency_half_life_hours: float | None = None, prefix: str | None = None,
-                     include_values: bool | None = None) -> m.MemoryHits:
-        body = clean({"scope": scope, "scope_id": scope_id, "query": query, "top_k": top_k, "min_score": min_score,
-                      "recency_weight": recency_weight, "recency_half_life_hours": recency_half_life_hours,
-                      "prefix": prefix, "include_values": include_values})
-        return self.client.model(Call("POST", "/v1/_memory/search", json=body), m.MemoryHits)
+                     include_values: bool | None = None) -> m.MemorySearchResult:
+        body = body_of(wire.MemorySearch(**clean({
+            "scope": scope, "scope_id": scope_id, "query": query, "top_k": top_k, "min_score": min_score,
+            "recency_weight": recency_weight, "recency_half_life_hours": recency_half_life_hours, "prefix": prefix,
+            "include_values": include_values})))
+        return self.client.model(Call("POST", "/v1/_memory/search", json=body), m.MemorySearchResult)
 
 
 class Channels(Resource):
     """/v1/_channels: declare, publish (waking parked subscribers), peek, subscribe, ack, await."""
 
-    def list(self) -> m.Channels:
-        return self.client.model(Call("GET", "/v1/_channels"), m.Channels)
+    def list(self) -> m.ChannelList:
+        return self.client.model(Call("GET", "/v1/_channels"), m.ChannelList)
 
     def create(self, name: str, *, scope: Literal["agent", "user", "global"] | None = None,
                      semantic: Literal["queue", "broadcast"] | None = None,
                      default_ttl_seconds: int | None = None, max_messages: int | None = None,
                      description: str | None = None) -> m.Channel:
-        body = clean({"name": name, "scope": scope, "semantic": semantic, "default_ttl_seconds": default_ttl_seconds,
-                      "max_messages": max_messages, "description": description})
+        body = body_of(wire.ChannelRequest(**clean({
+            "name": name, "scope": scope, "semantic": semantic, "default_ttl_seconds": default_ttl_seconds,
+            "max_messages": max_messages, "description": description})))
         return self.client.model(Call("POST", "/v1/_channels", json=body), m.Channel)
 
     def delete(self, name: str) -> m.ChannelDeleted:
@@ -390,32 +398,34 @@ class Channels(Resource):
 
     def publish(self, name: str, value: Any, *, scope_id: str | None = None, ttl_seconds: float | None = None,
                       deliver_at: str | None = None) -> m.Published:
-        body = {"value": value, **clean({"scope_id": scope_id, "ttl_seconds": ttl_seconds, "deliver_at": deliver_at})}
+        body = body_of(wire.PublishRequest(value=value, **clean({"scope_id": scope_id, "ttl_seconds": ttl_seconds,
+                                                                 "deliver_at": deliver_at})))
         return self.client.model(Call("POST", f"/v1/_channels/{name}/publish", json=body), m.Published)
 
     def peek(self, name: str, *, scope_id: str | None = None, consumer: str | None = None,
-                   max_messages: int | None = None) -> m.Messages:
+                   max_messages: int | None = None) -> m.Peeked:
+        """The messages `consumer` would get next, without taking them."""
         params = clean({"scope_id": scope_id, "consumer": consumer, "max_messages": max_messages})
-        return self.client.model(Call("GET", f"/v1/_channels/{name}/peek", params=params), m.Messages)
+        return self.client.model(Call("GET", f"/v1/_channels/{name}/peek", params=params), m.Peeked)
 
     def subscribe(self, name: str, *, scope_id: str | None = None, consumer: str | None = None,
-                        max_messages: int | None = None, from_cursor: str | None = None) -> m.Messages:
+                        max_messages: int | None = None, from_cursor: str | None = None) -> m.Subscribed:
         """Take messages (a queue's are claimed; a broadcast advances the consumer's cursor)."""
-        body = clean({"scope_id": scope_id, "consumer": consumer, "max_messages": max_messages,
-                      "from_cursor": from_cursor})
-        return self.client.model(Call("POST", f"/v1/_channels/{name}/subscribe", json=body), m.Messages)
+        body = body_of(wire.SubscribeRequest(**clean({"scope_id": scope_id, "consumer": consumer,
+                                                      "max_messages": max_messages, "from_cursor": from_cursor})))
+        return self.client.model(Call("POST", f"/v1/_channels/{name}/subscribe", json=body), m.Subscribed)
 
     def ack(self, name: str, cursor: str | int, *, scope_id: str | None = None,
                   consumer: str | None = None) -> m.Acked:
-        body = {"cursor": cursor, **clean({"scope_id": scope_id, "consumer": consumer})}
+        body = body_of(wire.AckRequest(cursor=cursor, **clean({"scope_id": scope_id, "consumer": consumer})))
         return self.client.model(Call("POST", f"/v1/_channels/{name}/ack", json=body), m.Acked)
 
     def wait_for(self, channels: StrList, *, mode: Literal["any", "all", "at_least"] | None = None,
                        n: int | None = None, scope_id: str | None = None, consumer: str | None = None,
                        wait_ms: int | None = None) -> m.AwaitResult:
         """POST /v1/_channels/_await: which channels have messages (never consumes)."""
-        body = clean({"channels": channels, "mode": mode, "n": n, "scope_id": scope_id, "consumer": consumer,
-                      "wait_ms": wait_ms})
+        body = body_of(wire.AwaitRequest(**clean({"channels": channels, "mode": mode, "n": n, "scope_id": scope_id,
+                                                  "consumer": consumer, "wait_ms": wait_ms})))
         return self.client.model(Call("POST", "/v1/_channels/_await", json=body), m.AwaitResult)
 
 
@@ -428,9 +438,11 @@ class Defs(Resource):
         super().__init__(client)
         self.path = path
 
-    def op(self, op: str, **fields: Any) -> m.DefAnswer:
-        answer: m.DefAnswer = self.client.json(Call("POST", self.path, json={"op": op, **fields}))
-        return answer
+    def op(self, op: str, **fields: Any) -> m.OpResult:
+        """The op's answer: its fields are the op's (`result.model_extra`, or `result.name` …)."""
+        body = body_of(wire.EvaluationOp(op=op, **fields) if self.path.endswith("_evaluation")  # type: ignore[arg-type]
+                       else wire.DefOp(op=op, **fields))
+        return self.client.model(Call("POST", self.path, json=body), m.OpResult)
 
     def names(self) -> StrList:
         return (self.client.model(Call("GET", f"{self.path}/names"), m.Names)).names
@@ -439,58 +451,53 @@ class Defs(Resource):
 class Schedules(Resource):
     """/v1/_schedules: state and controls (`ident`: sch_…, a def_id, or the schedule's name)."""
 
-    def list(self) -> m.Schedules:
-        return self.client.model(Call("GET", "/v1/_schedules/list-all"), m.Schedules)
+    def list(self) -> m.ScheduleList:
+        return self.client.model(Call("GET", "/v1/_schedules/list-all"), m.ScheduleList)
 
-    def state(self, ident: str) -> dict[str, Any]:
-        answer: dict[str, Any] = self.client.json(Call("GET", f"/v1/_schedules/{ident}/state"))
-        return answer
+    def state(self, ident: str) -> m.ScheduleDetail:
+        return self.client.model(Call("GET", f"/v1/_schedules/{ident}/state"), m.ScheduleDetail)
 
-    def _control(self, ident: str, action: str) -> dict[str, Any]:
-        answer: dict[str, Any] = self.client.json(Call("POST", f"/v1/_schedules/{ident}/{action}"))
-        return answer
+    def run_now(self, ident: str) -> m.ScheduleFired:
+        return self.client.model(Call("POST", f"/v1/_schedules/{ident}/run-now"), m.ScheduleFired)
 
-    def run_now(self, ident: str) -> dict[str, Any]:
-        return self._control(ident, "run-now")
+    def pause(self, ident: str) -> m.ScheduleState:
+        return self.client.model(Call("POST", f"/v1/_schedules/{ident}/pause"), m.ScheduleState)
 
-    def pause(self, ident: str) -> dict[str, Any]:
-        return self._control(ident, "pause")
-
-    def resume(self, ident: str) -> dict[str, Any]:
-        return self._control(ident, "resume")
+    def resume(self, ident: str) -> m.ScheduleState:
+        return self.client.model(Call("POST", f"/v1/_schedules/{ident}/resume"), m.ScheduleState)
 
 
 class Webhooks(Resource):
     """/v1/_webhooks: recent deliveries, a test delivery, and delivering like a sender would."""
 
-    def deliveries(self, name: str, limit: int | None = None) -> dict[str, Any]:
-        answer: dict[str, Any] = self.client.json(
-            Call("GET", f"/v1/_webhooks/{name}/recent-deliveries", params=clean({"limit": limit})))
-        return answer
+    def deliveries(self, name: str, limit: int | None = None) -> m.WebhookDeliveries:
+        return self.client.model(
+            Call("GET", f"/v1/_webhooks/{name}/recent-deliveries", params=clean({"limit": limit})),
+            m.WebhookDeliveries)
 
-    def test(self, name: str, payload: Any = None) -> dict[str, Any]:
-        answer: dict[str, Any] = self.client.json(Call("POST", f"/v1/_webhooks/{name}/test", json=payload))
-        return answer
+    def test(self, name: str, payload: Any = None) -> m.WebhookDryRun:
+        """A dry run of the webhook's mapping on `payload` (nothing is started)."""
+        return self.client.model(Call("POST", f"/v1/_webhooks/{name}/test", json=payload), m.WebhookDryRun)
 
     def deliver(self, name: str, payload: Any, *, tenant: str | None = None,
-                      headers: dict[str, str] | None = None) -> dict[str, Any]:
+                      headers: dict[str, str] | None = None) -> m.WebhookAccepted:
         """POST the payload as the sender does (its signature headers in `headers`)."""
         path = f"/v1/_webhooks/{tenant}/{name}" if tenant else f"/v1/_webhooks/{name}"
-        answer: dict[str, Any] = self.client.json(Call("POST", path, json=payload, headers=dict(headers or {})))
-        return answer
+        return self.client.model(Call("POST", path, json=payload, headers=dict(headers or {})),
+                                       m.WebhookAccepted)
 
 
 class Hooks(Resource):
     """/v1/hooks: HTTP callbacks before/after tool calls."""
 
     def create(self, owner: str, name: str, phase: Literal["pre", "post"], callback_url: str,
-                     **fields: Any) -> dict[str, Any]:
-        body = {"owner": owner, "name": name, "phase": phase, "callback_url": callback_url, **fields}
-        answer: dict[str, Any] = self.client.json(Call("POST", "/v1/hooks", json=body))
-        return answer
+                     **fields: Any) -> m.Hook:
+        """`fields`: agents, tools, fail_mode, timeout_ms, secret_env (wire.HookRequest)."""
+        body = body_of(wire.HookRequest(owner=owner, name=name, phase=phase, callback_url=callback_url, **fields))
+        return self.client.model(Call("POST", "/v1/hooks", json=body), m.Hook)
 
-    def list(self) -> m.Hooks:
-        return self.client.model(Call("GET", "/v1/hooks"), m.Hooks)
+    def list(self) -> m.HookList:
+        return self.client.model(Call("GET", "/v1/hooks"), m.HookList)
 
     def delete(self, hook_id: str) -> None:
         self.client.json(Call("DELETE", f"/v1/hooks/{hook_id}"))
@@ -499,15 +506,14 @@ class Hooks(Resource):
 class Admin(Resource):
     """/v1/_admin (an admin token): unfinished runs, and a tenant's cancel, export, erase."""
 
-    def runs(self, tenant_id: str | None = None, limit: int | None = None) -> dict[str, Any]:
-        answer: dict[str, Any] = self.client.json(
-            Call("GET", "/v1/_admin/runs", params=clean({"tenant_id": tenant_id, "limit": limit})))
-        return answer
+    def runs(self, tenant_id: str | None = None, limit: int | None = None) -> m.AdminRuns:
+        return self.client.model(
+            Call("GET", "/v1/_admin/runs", params=clean({"tenant_id": tenant_id, "limit": limit})), m.AdminRuns)
 
-    def cancel_tenant(self, tenant_id: str, reason: str | None = None) -> dict[str, Any]:
-        answer: dict[str, Any] = self.client.json(
-            Call("POST", f"/v1/_admin/tenants/{tenant_id}/cancel", json=clean({"reason": reason})))
-        return answer
+    def cancel_tenant(self, tenant_id: str, reason: str | None = None) -> m.TenantCancelled:
+        body = body_of(wire.CancelTenantRequest(**clean({"reason": reason})))
+        return self.client.model(Call("POST", f"/v1/_admin/tenants/{tenant_id}/cancel", json=body),
+                                       m.TenantCancelled)
 
     def export_tenant(self, tenant_id: str) -> bytes:
         """The tenant's rows as the export streams them (JSON lines)."""
@@ -516,8 +522,8 @@ class Admin(Resource):
             raise api_error(resp)
         return resp.content
 
-    def erase_tenant(self, tenant_id: str, confirm: str) -> dict[str, Any]:
-        answer: dict[str, Any] = self.client.json(
-            Call("DELETE", f"/v1/_admin/tenants/{tenant_id}", params={"confirm": confirm}))
-        return answer
+    def erase_tenant(self, tenant_id: str, confirm: str) -> m.TenantErased:
+        """Delete every row of the tenant (`confirm`: the tenant id again)."""
+        return self.client.model(
+            Call("DELETE", f"/v1/_admin/tenants/{tenant_id}", params={"confirm": confirm}), m.TenantErased)
 
