@@ -97,7 +97,7 @@ def runs_command(status: str | None, agent: str | None, user_id: str | None, lim
             return 0
         table = Table(box=None, pad_edge=False, header_style="bold")
         for col in ("RUN", "AGENT", "STATUS", "ITER", "TOKENS", "CREATED", "WAITS ON"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=col in ("RUN", "STATUS"), min_width=34 if col == "RUN" else None)
         for run in page.runs:
             tokens = f"{run.usage.input_tokens}/{run.usage.output_tokens}" if run.usage else "-"
             waits = ", ".join(sorted({w.kind for w in run.waits or []}))

@@ -16,8 +16,11 @@ def no_color() -> bool:
 def console(*, stderr: bool = False) -> Console:
     """stdout (or stderr) as Rich sees it now (so test capture and redirection are followed)."""
     plain = no_color()
-    return Console(file=sys.stderr if stderr else sys.stdout, color_system=None if plain else "auto",
-                   no_color=plain, highlight=False, emoji=False, soft_wrap=True)
+    file = sys.stderr if stderr else sys.stdout
+    # a pipe has no width: tables are not squeezed to 80 columns there (run ids stay whole)
+    width = None if file.isatty() or os.environ.get("COLUMNS") else 250
+    return Console(file=file, color_system=None if plain else "auto", no_color=plain, highlight=False,
+                   emoji=False, soft_wrap=True, width=width)
 
 
 def animated(con: Console) -> bool:
