@@ -163,6 +163,6 @@ class StreamCursor:
             self.last = ev.id
         if self.run_id is None and ev.event == "started":
             self.run_id = str(ev.data.get("run_id"))
-        if ev.event in ("done", "error") and ev.id is not None:
+        if ev.event in ("done", "error"):
             self.done = True
         return True
