@@ -12,6 +12,7 @@ import contextlib
 import json
 import signal
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -138,7 +139,7 @@ class LiveView:
             self.question(data)
         elif etype == "awaiting_input":
             self.waiting = "waiting for input"
-            self.wait_since = time.monotonic()
+            self.wait_since = _since(data)
             self._p(f"… the run waits for your input: treadle input {self.run_id} \"your message\"", "yellow")
         elif etype in ("user_input", "steer"):
             self.waiting = ""
@@ -158,21 +159,29 @@ class LiveView:
         """A pending question, its options, and how to answer it."""
         iid = data.get("interrupt_id")
         self.waiting = "waiting for an answer"
-        self.wait_since = time.monotonic()
+        self.wait_since = _since(data)
         self._p(f"? {data.get('question')}", "bold yellow")
         options = data.get("options") or []
         for n, opt in enumerate(options, 1):
             label = opt.get("label") if isinstance(opt, dict) else opt
             self._p(f"    {n}. {label}", "yellow")
-        how = f"treadle answer {self.run_id} \"your answer\" --id {iid}"
-        if options:
-            how += f"   (or pick one: treadle answer {self.run_id} --option N --id {iid})"
-        self._p(f"  answer: {how}", "yellow")
+        how = f"treadle answer {self.run_id} \"your answer\""
+        self._p(f"  answer: {how}" + ("   or: --option N" if options else "") + f"   (question {iid})", "yellow")
 
     def print_note(self, text: str, style: str = "yellow") -> None:
         self.stop()
         self._end_stream()
         console(stderr=True).print(escape(text), style=style, highlight=False)
+
+
+def _since(data: dict[str, Any]) -> float:
+    """The monotonic time of a stored event (its `ts`), so a replayed wait shows its real age."""
+    now = time.monotonic()
+    try:
+        ts = datetime.fromisoformat(str(data["ts"]))
+    except (KeyError, ValueError):
+        return now
+    return now - max(0.0, (datetime.now(UTC) - ts).total_seconds())
 
 
 def _segments_text(data: dict[str, Any]) -> str:
