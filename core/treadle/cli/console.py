@@ -111,7 +111,8 @@ def runs_command(status: str | None, agent: str | None, user_id: str | None, lim
     return _run(body, url)
 
 
-@click.command("attach", help="replay a run's events, then follow it live (Ctrl-C: detach; twice: cancel)")
+@click.command("attach", short_help="replay a run, then follow it live",
+               help="replay a run's events, then follow it live (Ctrl-C: detach; twice: cancel)")
 @click.argument("run_id")
 @click.option("--from-seq", type=click.IntRange(0), default=0, help="replay after this seq (0: from the start)")
 @click.option("--json", "json_", is_flag=True, help="print raw events as JSON lines")
@@ -126,8 +127,8 @@ def attach_command(run_id: str, from_seq: int, json_: bool, url: str | None) -> 
     return _run(body, url)
 
 
-@click.command("cancel", help="cancel a run (with its sub-agents), or with --turn the current turn of an "
-                              "interactive run")
+@click.command("cancel", short_help="cancel a run (or --turn: its current turn)",
+               help="cancel a run (with its sub-agents), or with --turn the current turn of an interactive run")
 @click.argument("run_id")
 @click.option("--turn", is_flag=True, help="stop only the current turn; the run waits for input again")
 @click.option("--reason")
@@ -161,7 +162,8 @@ def _show_questions(run_id: str, pending: list[Interrupt]) -> None:
         out.print(f"  answer: {escape(how)}" + ("   or: --option N" if q.options else "") + "   or: --decline")
 
 
-@click.command("answer", help="show a run's pending questions (with their options), or answer one")
+@click.command("answer", short_help="show a run's pending questions, or answer one",
+               help="show a run's pending questions (with their options), or answer one")
 @click.argument("run_id")
 @click.argument("answer", required=False)
 @click.option("--id", "interrupt_id", help="which question (needed when several are pending)")
@@ -206,8 +208,9 @@ def answer_command(run_id: str, answer: str | None, interrupt_id: str | None, op
     return _run(body, url)
 
 
-@click.command("input", help="send the next user turn to a run (an interactive run waiting for input, or "
-                             "steering a running one); TEXT '-' reads stdin")
+@click.command("input", short_help="send a run its next user turn",
+               help="send the next user turn to a run (an interactive run waiting for input, or steering a running "
+                    "one); TEXT '-' reads stdin")
 @click.argument("run_id")
 @click.argument("text")
 @url_option
@@ -222,7 +225,8 @@ def input_command(run_id: str, text: str, url: str | None) -> int:
     return _run(body, url)
 
 
-@click.command("events", help="print a run's stored events (--follow: then the live ones)")
+@click.command("events", short_help="print a run's events",
+               help="print a run's stored events (--follow: then the live ones)")
 @click.argument("run_id")
 @click.option("--from-seq", type=click.IntRange(0), default=0)
 @click.option("--json", "json_", is_flag=True, help="one JSON object per event (seq, type, ts, fields)")

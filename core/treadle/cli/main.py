@@ -284,7 +284,8 @@ def serve_command(**kw: Any) -> int:
     return cmd_serve(_args(**kw))
 
 
-@cli.command("run", help="start a run and render it live (Ctrl-C: detach; twice: cancel)")
+@cli.command("run", short_help="start a run and watch it live",
+             help="start a run and render it live (Ctrl-C: detach; twice: cancel)")
 @click.argument("agent")
 @click.argument("prompt")
 @click.option("--url", help="a running treadle (default: $TREADLE_URL, else TREADLE_LISTEN, else in-process)")
@@ -305,7 +306,8 @@ def doctor_command() -> int:
     return cmd_doctor(_args())
 
 
-@cli.command("hash", help="print the content_sha256 of a treadle.yaml agent or skill (drift checks)")
+@cli.command("hash", short_help="print the content hash of an agent or skill",
+             help="print the content_sha256 of a treadle.yaml agent or skill (drift checks)")
 @click.argument("kind", type=click.Choice(["agent", "skill"]))
 @click.argument("name")
 @click.option("--treadle", is_flag=True, help="treadle's earlier hash (treadle_sha256) instead of loomcycle's")

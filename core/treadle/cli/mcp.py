@@ -126,7 +126,7 @@ def cmd_mcp(args: Args) -> int:
 
 
 def mcp_group() -> click.Group:
-    @click.group("mcp", invoke_without_command=True,
+    @click.group("mcp", invoke_without_command=True, short_help="a stdio MCP server forwarding to treadle",
                  help="a stdio MCP server forwarding to a running treadle (for claude mcp add)")
     @click.option("--url", help=f"the treadle to forward to (default: $TREADLE_URL, else {DEFAULT_URL}); "
                   "the bearer is $TREADLE_MCP_TOKEN, else $TREADLE_AUTH_TOKEN")
