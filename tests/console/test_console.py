@@ -88,6 +88,22 @@ async def test_attach_shows_the_question_and_how_to_answer_it_without_colour(ser
     assert "no pending question" in again.stdout
 
 
+async def test_answer_on_a_terminal_asks_for_the_answer(server: ServerProcess) -> None:
+    run_id = await waiting_run(server.url)
+    child = spawn(server.url, "answer", run_id, NO_COLOR="1")
+    child.expect("2. blue")
+    child.expect("your answer")
+    child.sendline("1")
+    child.expect("resolved: Which colour\\? → red")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    async with AsyncTreadle(server.url) as tl:
+        assert (await tl.runs.wait(run_id)).status == "completed"
+        [q] = (await tl.runs.interrupts(run_id)).interrupts
+        assert (q.answer, q.resolved_by) == ("red", "cli")
+
+
 async def test_a_terminal_gets_colour_a_spinner_and_iteration_times(server: ServerProcess) -> None:
     async with AsyncTreadle(server.url) as tl:
         run_id = (await tl.runs.start("slow", "go")).run_id

@@ -12,6 +12,7 @@ address `treadle serve` listens on; the bearer from $TREADLE_TOKEN or $TREADLE_A
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -162,6 +163,11 @@ def _show_questions(run_id: str, pending: list[Interrupt]) -> None:
         out.print(f"  answer: {escape(how)}" + ("   or: --option N" if q.options else "") + "   or: --decline")
 
 
+def _option(options: list[Any], n: int) -> str:
+    picked = options[n - 1]
+    return str(picked.get("label") if isinstance(picked, dict) else picked)
+
+
 @click.command("answer", short_help="show a run's pending questions, or answer one",
                help="show a run's pending questions (with their options), or answer one")
 @click.argument("run_id")
@@ -180,12 +186,22 @@ def answer_command(run_id: str, answer: str | None, interrupt_id: str | None, op
         pending = (await client.runs.interrupts(run_id, status="pending")).interrupts
         if interrupt_id is not None:
             pending = [q for q in pending if q.interrupt_id == interrupt_id] or pending
+        text = answer
         if given == 0:
             if not pending:
                 console().print(f"run {run_id} has no pending question")
                 return 0
             _show_questions(run_id, pending)
-            return 0
+            if len(pending) > 1 or not (sys.stdin.isatty() and sys.stdout.isatty()):
+                return 0
+            # on a terminal, one question: ask for the answer here
+            typed = str(await asyncio.to_thread(
+                click.prompt, "your answer (a number picks that option; empty: leave it)", default="",
+                show_default=False)).strip()
+            if not typed:
+                return 0
+            options = pending[0].options or []
+            text = _option(options, int(typed)) if typed.isdigit() and 1 <= int(typed) <= len(options) else typed
         chosen = [q for q in pending if q.interrupt_id == interrupt_id] if interrupt_id else pending
         if not chosen:
             return fail(f"run {run_id} has no pending question" + (f" {interrupt_id}" if interrupt_id else ""))
@@ -194,13 +210,11 @@ def answer_command(run_id: str, answer: str | None, interrupt_id: str | None, op
             _show_questions(run_id, chosen)
             return 1
         q = chosen[0]
-        text = answer
         if option is not None:
             options = q.options or []
             if option > len(options):
                 return fail(f"--option {option}: the question has {len(options)} option(s)")
-            picked = options[option - 1]
-            text = str(picked.get("label") if isinstance(picked, dict) else picked)
+            text = _option(options, option)
         done = await client.runs.answer(run_id, q.interrupt_id, text, decline=decline, resolved_by="cli")
         console().print(f"{done.status}: {escape(q.question)}" + (f" → {escape(text)}" if text else ""))
         return 0
