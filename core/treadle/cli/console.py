@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
-from treadle.cli.ui import console, escape, fail
+from treadle.cli.ui import console, escape, fail, guarded
 
 if TYPE_CHECKING:
     from treadle.client import AsyncTreadle
@@ -52,8 +52,6 @@ def url_option(f: F) -> F:
 
 
 def _run(body: Body, url: str | None) -> int:
-    from treadle.cli.main import guarded
-
     async def go() -> int:
         async with _client(url) as client:
             return await body(client)

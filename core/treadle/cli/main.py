@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import SimpleNamespace as Args
 from typing import Any
@@ -111,24 +110,9 @@ async def _run(args: Args) -> int:
 
 
 def cmd_run(args: Args) -> int:
+    from treadle.cli.ui import guarded
+
     return guarded(lambda: _run(args), args.url)
-
-
-def guarded(body: Callable[[], Coroutine[Any, Any, int]], url: str | None) -> int:
-    """Run a console command; the API's error and a server that is down become one or two lines."""
-    import httpx
-
-    from treadle.cli.ui import fail
-    from treadle.client import ApiError
-
-    try:
-        return asyncio.run(body())
-    except ApiError as exc:
-        return fail(f"{exc.code}: {exc.message}")
-    except httpx.TransportError as exc:  # a server that is down or went away: one line, not a traceback
-        where = url or os.environ.get("TREADLE_URL") or "the treadle server"
-        return fail(f"cannot reach {where}: {exc.__class__.__name__}: {exc or 'connection failed'}",
-                    "start one with `treadle serve`, or drop --url to run in this process")
 
 
 # -- doctor ----------------------------------------------------------------------------------------

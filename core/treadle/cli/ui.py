@@ -3,8 +3,11 @@ at all, and no spinner, which redraws with escapes) and plain pipes, and one-lin
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from rich.console import Console
 
@@ -41,3 +44,19 @@ def escape(text: str) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(text)
+
+
+def guarded(body: Callable[[], Coroutine[Any, Any, int]], url: str | None) -> int:
+    """Run a console command; the API's error and a server that is down become one or two lines."""
+    import httpx
+
+    from treadle.client import ApiError
+
+    try:
+        return asyncio.run(body())
+    except ApiError as exc:
+        return fail(f"{exc.code}: {exc.message}")
+    except httpx.TransportError as exc:  # a server that is down or went away: one line, not a traceback
+        where = url or os.environ.get("TREADLE_URL") or "the treadle server"
+        return fail(f"cannot reach {where}: {exc.__class__.__name__}: {exc or 'connection failed'}",
+                    "start one with `treadle serve`, or drop --url to run in this process")
