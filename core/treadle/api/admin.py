@@ -10,14 +10,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from treadle.api.deps import get_principal, get_runtime
+from treadle.api.errors import AUTHED, BODY, errors
 from treadle.domain.ids import is_identifier
 from treadle.errors import Forbidden, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.tenants import TenantData
+from treadle.wire import AdminRuns, CancelTenantRequest, Concurrency, TenantCancelled, TenantErased
 
 router = APIRouter(prefix="/v1/_admin", tags=["admin"])
 tenant_router = APIRouter(prefix="/v1", tags=["runs"])
@@ -39,7 +40,7 @@ def _tenant(value: str) -> str:
     return value
 
 
-@router.get("/runs")
+@router.get("/runs", response_model=AdminRuns, response_model_exclude_unset=True, responses=errors(*AUTHED))
 async def unfinished_runs(rt: Rt, who: Who, tenant_id: str | None = None,
                           limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict[str, Any]:
     """Unfinished runs (queued, running, waiting) of every tenant, or of `tenant_id`; oldest first."""
@@ -50,17 +51,13 @@ async def unfinished_runs(rt: Rt, who: Who, tenant_id: str | None = None,
                      for r in runs], "count": len(runs)}
 
 
-class CancelTenant(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: str = Field(default="cancelled by the operator", max_length=500)
-
-
-@router.post("/tenants/{tenant_id}/cancel")
-async def cancel_tenant(tenant_id: str, rt: Rt, who: Who, body: CancelTenant | None = None) -> dict[str, Any]:
+@router.post("/tenants/{tenant_id}/cancel", response_model=TenantCancelled, response_model_exclude_unset=True,
+             responses=errors(*BODY))
+async def cancel_tenant(tenant_id: str, rt: Rt, who: Who, body: CancelTenantRequest | None = None) -> dict[str, Any]:
     """Cancel every unfinished run of the tenant (and its sub-agent runs) at its next safe point."""
     _operator(who)
     tenant = _tenant(tenant_id)
-    reason = (body or CancelTenant()).reason
+    reason = (body or CancelTenantRequest()).reason
     runs = await rt.runs.list_unfinished(tenant, MAX_CANCEL)
     for run in runs:
         await rt.cancel_run(tenant, run.id, reason)
@@ -68,7 +65,8 @@ async def cancel_tenant(tenant_id: str, rt: Rt, who: Who, body: CancelTenant | N
             "more": len(runs) == MAX_CANCEL}
 
 
-@tenant_router.get("/_concurrency")
+@tenant_router.get("/_concurrency", response_model=Concurrency, response_model_exclude_unset=True,
+                   responses=errors(*AUTHED))
 async def concurrency(rt: Rt, who: Who) -> dict[str, Any]:
     """The caller's tenant: runs holding a worker, queued for one (a fairness cap keeps them there),
     parked; per user; and the caps (0 = none)."""
@@ -78,7 +76,9 @@ async def concurrency(rt: Rt, who: Who) -> dict[str, Any]:
                      "user_max_running": rt.settings.user_max_running}}
 
 
-@router.get("/tenants/{tenant_id}/export")
+@router.get("/tenants/{tenant_id}/export", response_class=StreamingResponse,
+            responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+                             "description": 'JSON lines `{"table", "row"}`'}, **errors(*AUTHED)})
 async def export_tenant(tenant_id: str, rt: Rt, who: Who) -> StreamingResponse:
     """Every row of the tenant, as JSON lines `{"table", "row"}` (one consistent snapshot; token
     hashes and sealed credentials are left out)."""
@@ -93,7 +93,8 @@ async def export_tenant(tenant_id: str, rt: Rt, who: Who) -> StreamingResponse:
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
-@router.delete("/tenants/{tenant_id}")
+@router.delete("/tenants/{tenant_id}", response_model=TenantErased, response_model_exclude_unset=True,
+               responses=errors(*AUTHED))
 async def erase_tenant(tenant_id: str, rt: Rt, who: Who, confirm: str | None = None) -> dict[str, Any]:
     """Erase every row of the tenant (runs and their transcripts, memory, channels, defs, triggers,
     tokens …) in one transaction. `?confirm=<tenant_id>` is required."""

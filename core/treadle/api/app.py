@@ -13,6 +13,8 @@ from treadle.api import runs
 from treadle.api.auth import Authenticator
 from treadle.api.errors import install_error_handlers
 from treadle.api.limits import BodySizeLimit
+from treadle.api.openapi import install_docs
+from treadle.wire import Health
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
@@ -62,16 +64,17 @@ def create_app(
         version=__version__,
         description="A durable agent runtime: runs survive crashes because the transcript is the state.",
         lifespan=lifespan,
-        # unless TREADLE_PUBLIC_DOCS, the spec and the docs pages need a token (add_docs_behind_auth)
-        openapi_url="/openapi.json" if public_docs else None,
-        docs_url="/docs" if public_docs else None,
-        redoc_url="/redoc" if public_docs else None,
+        # api/openapi.py serves the spec and the docs pages (from local assets); unless
+        # TREADLE_PUBLIC_DOCS, they need a token
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.authenticator = Authenticator(auth_token)
     app.state.runtime = None
     install_error_handlers(app)
 
-    @app.get("/healthz", tags=["ops"])
+    @app.get("/healthz", tags=["ops"], response_model=Health)
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
@@ -80,8 +83,7 @@ def create_app(
     app.include_router(metrics_route.router)  # GET /metrics (Prometheus text), bearer-authed
     for router in api_routers() if routers is None else routers:
         app.include_router(router)
-    if not public_docs:
-        add_docs_behind_auth(app)
+    install_docs(app, behind_auth=not public_docs)
     if watch_page:
         from treadle.api import watchpage
 
@@ -91,26 +93,3 @@ def create_app(
 
     app.add_middleware(RequestSpans)  # the outermost: a span per request (telemetry/tracing.py)
     return app
-
-
-def add_docs_behind_auth(app: FastAPI) -> None:
-    """/openapi.json, /docs and /redoc behind the bearer (open when treadle runs open)."""
-    from fastapi import Depends
-    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-    from fastapi.responses import HTMLResponse, JSONResponse
-
-    from treadle.api.deps import get_principal
-
-    auth = [Depends(get_principal)]
-
-    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
-    async def openapi() -> JSONResponse:
-        return JSONResponse(app.openapi())
-
-    @app.get("/docs", include_in_schema=False, dependencies=auth)
-    async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="treadle API")
-
-    @app.get("/redoc", include_in_schema=False, dependencies=auth)
-    async def redoc() -> HTMLResponse:
-        return get_redoc_html(openapi_url="/openapi.json", title="treadle API")

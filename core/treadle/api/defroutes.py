@@ -10,14 +10,20 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel
 
 from treadle.api.deps import get_principal, get_runtime
+from treadle.api.errors import AUTHED, BODY, errors
+from treadle.api.openapi import body_doc
 from treadle.defs.lifecycle import DefLifecycle
 from treadle.errors import BadRequest
 from treadle.ports import OpService
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
+from treadle.wire import DefOp, Names, OpResult
 
+#: the kind's own fields ride along in the op input
+OPEN_FIELDS = "The kind's own fields (the *Def tool's input) ride along; the kind refuses those it does not know."
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 
@@ -35,13 +41,17 @@ async def op_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def add_op_route(router: APIRouter, path: str, family_of: Callable[[Runtime], OpService]) -> None:
+def add_op_route(router: APIRouter, path: str, family_of: Callable[[Runtime], OpService],
+                 body: type[BaseModel] = DefOp) -> None:
     """`POST {path}`: the op input in, the op's answer out."""
 
     async def op(request: Request, rt: Rt, who: Who) -> dict[str, Any]:
         return await family_of(rt).dispatch(who.tenant_id, await op_body(request))
 
-    router.add_api_route(path, op, methods=["POST"], name=path.strip("/_"))
+    doc = body_doc(body, open_fields=OPEN_FIELDS if body is DefOp else None)
+    router.add_api_route(path, op, methods=["POST"], name=path.strip("/_"), response_model=OpResult,
+                         response_model_exclude_unset=True,
+                         openapi_extra=doc, responses=errors(*BODY, 404, 409))
 
 
 def add_def_routes(router: APIRouter, path: str, family_of: Callable[[Runtime], DefLifecycle]) -> None:
@@ -51,4 +61,5 @@ def add_def_routes(router: APIRouter, path: str, family_of: Callable[[Runtime], 
     async def names(rt: Rt, who: Who) -> dict[str, Any]:
         return {"names": await family_of(rt).active_names(who.tenant_id)}
 
-    router.add_api_route(f"{path}/names", names, methods=["GET"], name=f"{path.strip('/_')}_names")
+    router.add_api_route(f"{path}/names", names, methods=["GET"], name=f"{path.strip('/_')}_names",
+                         response_model=Names, response_model_exclude_unset=True, responses=errors(*AUTHED))

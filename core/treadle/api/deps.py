@@ -3,7 +3,10 @@ route checked: treadle.api.auth)."""
 
 from __future__ import annotations
 
-from fastapi import Request
+from typing import Annotated
+
+from fastapi import Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from treadle.api.auth import TENANT_HEADER, Authenticator, authorize
 from treadle.errors import StoreError
@@ -18,7 +21,14 @@ def get_runtime(request: Request) -> Runtime:
     return rt  # type: ignore[no-any-return,unused-ignore]
 
 
-async def get_principal(request: Request) -> Principal:
+#: the OpenAPI security scheme (Swagger's Authorize button); the Authenticator reads the header itself
+bearer = HTTPBearer(auto_error=False, scheme_name="bearer",
+                    description="An operator token (OperatorTokenDef), a `principals:` token or TREADLE_AUTH_TOKEN")
+
+
+async def get_principal(
+    request: Request, _scheme: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None
+) -> Principal:
     auth: Authenticator = request.app.state.authenticator
     rt = getattr(request.app.state, "runtime", None)
     principal = await auth.authenticate(request.headers.get("authorization"), rt)

@@ -1,4 +1,5 @@
-"""One place that turns errors into HTTP responses: `{"code": "<snake_case>", "error": "<message>"}`."""
+"""One place that turns errors into HTTP responses: `{"code": "<snake_case>", "error": "<message>"}`
+(`treadle.wire.ErrorBody`), and what each operation documents of them (`errors`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Any
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from treadle.errors import Forbidden, TreadleError
+from treadle.wire import ErrorBody, OpenAIErrorBody
 
 log = logging.getLogger("treadle.api")
 
@@ -29,6 +32,45 @@ _STATUS_CODES = {
     501: "not_implemented",
     503: "unavailable",
 }
+
+
+#: what a status means on this API, with the codes it carries (the OpenAPI spec and docs/api.md)
+STATUS_DOCS: dict[int, str] = {
+    400: "bad request: `bad_request`, `unknown_agent`, `unsupported_field`, `tenant_mismatch`, `bad_deliver_at`, …",
+    401: "no bearer token, or an invalid one: `unauthorized` (with `WWW-Authenticate: Bearer`)",
+    403: "the token lacks the route's scope: `insufficient_scope`",
+    404: "not found (also another tenant's): `not_found`, `run_not_found`, `agent_not_found`, …",
+    409: "conflicts with the current state: `conflict`, `run_finished`, `not_interactive`, `agent_id_in_use`, …",
+    410: "gone: `interrupt_expired`",
+    413: "too large: `body_too_large`, `memory_quota_exceeded`",
+    422: "invalid input: `validation_error` (with `details`), `tool_refused`, `invalid_input`, …",
+    429: "too many: `queue_full`, `rate_limited` (with `Retry-After`)",
+    501: "not available on this server: `embedder_not_configured`, `pgvector_not_installed`, `not_implemented`",
+    502: "an upstream (model provider, embedder) failed: `provider_error`, `embedder_error`, …",
+    503: "treadle or its database is not available: `store_unavailable`, `channels_unavailable`, …",
+}
+#: every authenticated operation may answer these (the bearer, the scope, X-Treadle-Tenant, the database)
+AUTHED = (401, 403, 422, 503)
+#: …and those with a body: not JSON (400), over the size limit (413)
+BODY = (*AUTHED, 400, 413)
+
+
+def errors(*statuses: int, openai: bool = False) -> dict[int | str, dict[str, Any]]:
+    """`responses=` of an operation: each status with the error body it carries (`{code, error,
+    details?}`, or OpenAI's `{error: {...}}` on the OpenAI-compatible routes)."""
+    model = OpenAIErrorBody if openai else ErrorBody
+    return {status: {"model": model, "description": STATUS_DOCS.get(status, "error")}
+            for status in sorted(set(statuses))}
+
+
+_ANY_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def fast_json(doc: Any, status_code: int = 200) -> Response:
+    """A JSON answer sent as it is, for the long event pages (a transcript of thousands of
+    events): validating each event against the route's model costs several times the encoding.
+    The route still documents its model, and tests/contract checks these answers against it."""
+    return Response(_ANY_JSON.dump_json(doc), status_code=status_code, media_type="application/json")
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:

@@ -9,12 +9,12 @@ agent]}`, newest first, the questions of every run started for that user (defaul
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field
 
 from treadle.api.deps import get_principal, get_runtime
+from treadle.api.errors import AUTHED, BODY, errors
 from treadle.errors import (
     InterruptExpired,
     InterruptNotFound,
@@ -25,22 +25,17 @@ from treadle.errors import (
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.interrupts import STATUSES, InterruptStore, interrupt_key
+from treadle.wire import InterruptResolved, ResolveRequest, RunInterrupts, UserInterrupts
 
 router = APIRouter(prefix="/v1", tags=["interrupts"])
 
+__all__ = ["ResolveRequest", "router"]
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 
 
-class ResolveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    answer: str | None = Field(default=None, max_length=64_000)
-    disposition: Literal["answer", "declined"] = "answer"
-    resolved_by: Literal["webui", "mcp", "cli", "api", "client"] = "api"  # "client": loomcycle's clients
-    kind: str | None = Field(default=None, max_length=64)
-
-
-@router.get("/runs/{run_id}/interrupts")
+@router.get("/runs/{run_id}/interrupts", response_model=RunInterrupts, response_model_exclude_unset=True,
+            responses=errors(*AUTHED, 404))
 async def list_interrupts(
     run_id: str, rt: Rt, who: Who, status: Annotated[str | None, Query(max_length=16)] = None
 ) -> dict[str, Any]:
@@ -52,7 +47,8 @@ async def list_interrupts(
     return {"run_id": run_id, "interrupts": [r.to_api() for r in rows]}
 
 
-@router.get("/users/{user_id}/interrupts")
+@router.get("/users/{user_id}/interrupts", response_model=UserInterrupts, response_model_exclude_unset=True,
+            responses=errors(*AUTHED))
 async def list_user_interrupts(
     user_id: str,
     rt: Rt,
@@ -67,7 +63,9 @@ async def list_user_interrupts(
     return {"user_id": user_id, "interrupts": [{**row.to_api(), "agent": agent} for row, agent in rows]}
 
 
-@router.post("/runs/{run_id}/interrupts/{interrupt_id}/resolve")
+@router.post("/runs/{run_id}/interrupts/{interrupt_id}/resolve", response_model=InterruptResolved,
+             response_model_exclude_unset=True,
+             responses=errors(*BODY, 404, 409, 410))
 async def resolve_interrupt(run_id: str, interrupt_id: str, body: ResolveRequest, rt: Rt, who: Who) -> dict[str, Any]:
     if body.disposition == "answer" and not (body.answer or "").strip():
         raise ValidationFailed("answer: required (non-empty) when disposition is 'answer'")

@@ -27,6 +27,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from treadle.api.deps import get_principal, get_runtime
+from treadle.api.errors import BODY, errors
 from treadle.api.modelcall import Chosen, ModelCall, TextDelta, call_once, gateway_route, log_call, stream_once
 from treadle.api.sse import SSE_HEADERS
 from treadle.domain.content import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
@@ -37,6 +38,7 @@ from treadle.errors import BadRequest, ProviderError
 from treadle.providers.base import ModelResponse, ToolSpec
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
+from treadle.wire import GatewayResponse
 
 router = APIRouter(prefix="/v1", tags=["llm gateway"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -152,7 +154,10 @@ def _new_id() -> str:
     return "llm_" + secrets.token_hex(8)
 
 
-@router.post("/_llm/chat", response_model=None)
+@router.post("/_llm/chat", response_model=GatewayResponse, response_model_exclude_unset=True, responses={
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+          "description": "with `stream: true`: provider_chosen, content_block_*, message_delta, done (or error)"},
+    **errors(*BODY, 404, 502)})
 async def llm_chat(body: GatewayRequest, rt: Rt, who: Who) -> dict[str, Any] | StreamingResponse:
     """One model call without the agent loop (loomcycle's gateway shape; module docstring)."""
     route = gateway_route(rt, provider=body.provider, model=body.model, tier=body.tier)

@@ -16,25 +16,36 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from fastapi import APIRouter, Depends, Query, Response
+from pydantic import ValidationError
 
 from treadle.api.auth import principal_view
 from treadle.api.deps import get_principal, get_runtime
-from treadle.config import SamplingConfig as Sampling  # a run's sampling: the same block as an agent's
-from treadle.domain.ids import is_identifier
+from treadle.api.errors import AUTHED, BODY, errors, fast_json
 from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.runs import RunRecord, session_id_of
+from treadle.wire import (
+    AgentCancelled,
+    AgentCancelRequest,
+    AgentList,
+    AgentState,
+    BatchRequest,
+    LoomcycleRunFields,
+    ParentContext,
+    Transcript,
+    Whoami,
+)
+from treadle.wire.runs import MAX_BATCH
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 
-MAX_BATCH = 32
+__all__ = ["MAX_BATCH", "BatchRequest", "LoomcycleRunFields", "ParentContext", "router"]
 #: loomcycle fields treadle does not have: refused (never accepted and ignored)
 UNSUPPORTED = {
     "session_id": "treadle has no sessions to attach a run to (every run is its own session); omit session_id",
@@ -43,47 +54,6 @@ UNSUPPORTED = {
     "web_search_filter": "treadle's WebSearch does not filter results by allowed_hosts; omit web_search_filter",
 }
 AGENT_ID_ALPHABET = "0123456789abcdef"
-
-
-class ParentContext(BaseModel):
-    """loomcycle's parent_context (internal/store/store.go ParentContext)."""
-
-    model_config = ConfigDict(extra="forbid")
-    root_agent_run_id: str | None = Field(default=None, max_length=256)
-    function_key: str | None = Field(default=None, max_length=256)
-    tier_at_run: str | None = Field(default=None, max_length=256)
-    board_scope: str | None = Field(default=None, max_length=256)
-    board_chunk_id: str | None = Field(default=None, max_length=256)
-    board_document_id: str | None = Field(default=None, max_length=256)
-
-    def stored(self) -> dict[str, Any] | None:
-        """All-empty is null, as in loomcycle."""
-        d = {k: v for k, v in self.model_dump().items() if v}
-        return d or None
-
-
-class LoomcycleRunFields(BaseModel):
-    """The loomcycle fields of a run request (a mixin of api/runs.py RunRequest)."""
-
-    tools: list[str] | None = Field(default=None, max_length=256)
-    agent_id: str | None = None
-    user_tier: str | None = Field(default=None, min_length=1, max_length=128)
-    parent_context: ParentContext | None = None
-    sampling: Sampling | None = None
-    run_timeout_seconds: int | None = Field(default=None, ge=1, le=30 * 86_400)
-    tenant_id: str | None = Field(default=None, max_length=128)
-    # loomcycle fields treadle refuses (UNSUPPORTED); declared so the refusal names them
-    session_id: Any = None
-    user_bearer: Any = None
-    compaction: Any = None
-    web_search_filter: Any = None
-
-    @field_validator("agent_id")
-    @classmethod
-    def _agent_id(cls, v: str | None) -> str | None:
-        if v is not None and not is_identifier(v):
-            raise ValueError("must match [A-Za-z0-9_-]{1,128}")
-        return v
 
 
 def new_agent_id() -> str:
@@ -167,7 +137,8 @@ def loomcycle_stop_reason(run: RunRecord) -> str | None:
     return run.stop_reason
 
 
-@router.get("/agents/{agent_id}")
+@router.get("/agents/{agent_id}", response_model=AgentState, response_model_exclude_unset=True,
+            responses=errors(*AUTHED, 404))
 async def get_agent(agent_id: str, rt: Rt, who: Who) -> dict[str, Any]:
     run = await latest_by_agent_id(rt, who.tenant_id, agent_id)
     if run is None:
@@ -175,12 +146,8 @@ async def get_agent(agent_id: str, rt: Rt, who: Who) -> dict[str, Any]:
     return await agent_state(rt, run)
 
 
-class AgentCancelRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(default=None, max_length=1024)
-
-
-@router.post("/agents/{agent_id}/cancel")
+@router.post("/agents/{agent_id}/cancel", response_model=AgentCancelled, response_model_exclude_unset=True,
+             responses=errors(*BODY, 404))
 async def cancel_agent(agent_id: str, rt: Rt, who: Who, body: AgentCancelRequest | None = None) -> dict[str, Any]:
     """Cancel the whole run (and its unfinished sub-agent runs); idempotent: a finished run
     answers with its status."""
@@ -213,7 +180,8 @@ async def cancel_agent(agent_id: str, rt: Rt, who: Who, body: AgentCancelRequest
     return out
 
 
-@router.get("/users/{user_id}/agents")
+@router.get("/users/{user_id}/agents", response_model=AgentList, response_model_exclude_unset=True,
+            responses=errors(*AUTHED))
 async def user_agents(
     user_id: str, rt: Rt, who: Who,
     status: Annotated[str | None, Query(max_length=256)] = None,
@@ -225,15 +193,6 @@ async def user_agents(
     if wanted is not None:
         runs = [r for r in runs if r.status in wanted][:limit]
     return {"user_id": user_id, "agents": [await agent_state(rt, r) for r in runs]}
-
-
-class BatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    spawns: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_BATCH)
-    #: loomcycle's only mode: the answer lists every spawn, index-aligned
-    mode: Literal["join"] = "join"
-    #: how long to wait for the runs to finish (0: answer once they are started)
-    timeout_ms: int = Field(default=0, ge=0, le=600_000)
 
 
 async def spawn_result(rt: Runtime, run: RunRecord) -> dict[str, Any]:
@@ -282,7 +241,7 @@ async def _wait_a_little(rt: Runtime, run_id: str) -> None:
         await live.wait(0.25)
 
 
-@router.get("/_me")
+@router.get("/_me", response_model=Whoami, response_model_exclude_unset=True, responses=errors(*AUTHED))
 async def whoami(who: Who) -> dict[str, Any]:
     """loomcycle's whoami: the caller's tenant, subject and scopes (api/auth.py principal_view)."""
     return principal_view(who)
@@ -295,8 +254,9 @@ def run_id_of_session(session_id: str) -> str:
     return "r_" + session_id.removeprefix("s_")
 
 
-@router.get("/sessions/{session_id}/transcript")
-async def transcript(session_id: str, rt: Rt, who: Who) -> dict[str, Any]:
+@router.get("/sessions/{session_id}/transcript", response_model=Transcript, response_model_exclude_unset=True,
+            responses=errors(*AUTHED, 404))
+async def transcript(session_id: str, rt: Rt, who: Who) -> Response:
     """loomcycle's transcript of a session: `{session{id, user_id, agent, created_at}, events:
     [{seq, run_id, ts_ns, type, event, payload?}]}`; `payload` holds a `user_input`'s segments."""
     run = await rt.runs.get(who.tenant_id, run_id_of_session(session_id))
@@ -316,5 +276,5 @@ async def transcript(session_id: str, rt: Rt, who: Who) -> dict[str, Any]:
         if len(page) < 1000:
             break
         from_seq = page[-1].seq
-    return {"session": {"id": session_id, "user_id": run.user_id or "", "agent": run.agent,
-                        "created_at": run.created_at.isoformat()}, "events": events}
+    return fast_json({"session": {"id": session_id, "user_id": run.user_id or "", "agent": run.agent,
+                                  "created_at": run.created_at.isoformat()}, "events": events})

@@ -14,52 +14,34 @@ pgvector_not_installed, 502 embedder_*.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field
 
 from treadle.api.deps import get_principal, get_runtime
+from treadle.api.errors import AUTHED, BODY, errors
 from treadle.domain.ids import is_identifier
 from treadle.errors import NotFound, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
+from treadle.wire import (
+    MemoryDeleted,
+    MemoryEntries,
+    MemoryEntry,
+    MemoryPut,
+    MemoryScopes,
+    MemorySearch,
+    MemorySearchResult,
+    MemoryWritten,
+)
+from treadle.wire.memory import MemoryScope as Scope
 
 router = APIRouter(prefix="/v1/_memory", tags=["memory"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
-Scope = Literal["agent", "user", "tenant"]
+__all__ = ["MemoryPut", "MemorySearch", "Scope", "router"]
 TENANT_SCOPE_ID = "_"
 MAX_KEY_LEN = 512
-
-
-class MemoryPut(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    value: Any
-    embed: bool = False
-    embed_text: str | None = None
-    ttl_seconds: float | None = Field(default=None, gt=0)
-
-
-class MemorySearch(BaseModel):
-    """loomcycle's MemorySearchRequest (`top_k`; scope_id may be omitted for the tenant scope)
-    with treadle's knobs; `k` is treadle's earlier name of `top_k`."""
-
-    model_config = ConfigDict(extra="forbid")
-    scope: Scope
-    scope_id: str = ""
-    query: str = Field(min_length=1)
-    top_k: int | None = Field(default=None, ge=1, le=50)
-    k: int | None = Field(default=None, ge=1)
-    #: loomcycle's ranking, dedup and source filters: treadle has none of them (refused when given)
-    rank: dict[str, Any] | None = None
-    dedup: dict[str, Any] | None = None
-    sources: list[str] | None = None
-    min_score: float | None = None
-    recency_weight: float = Field(default=0.0, ge=0, le=1)
-    recency_half_life_hours: float | None = Field(default=None, gt=0)
-    prefix: str = ""
-    include_values: bool = True
 
 
 def _scope_id(scope: str, scope_id: str) -> str:
@@ -83,7 +65,7 @@ def _quota(rt: Runtime, scope: str, scope_id: str) -> int | None:
     return agent.memory_quota_bytes if agent is not None else None
 
 
-@router.get("/scopes")
+@router.get("/scopes", response_model=MemoryScopes, response_model_exclude_unset=True, responses=errors(*AUTHED))
 async def list_scopes(who: Who) -> dict[str, Any]:
     """loomcycle's list of memory scope kinds."""
     return {"scopes": [
@@ -93,7 +75,8 @@ async def list_scopes(who: Who) -> dict[str, Any]:
     ]}
 
 
-@router.get("/scopes/{scope}/{scope_id}/keys")
+@router.get("/scopes/{scope}/{scope_id}/keys", response_model=MemoryEntries, response_model_exclude_unset=True,
+            responses=errors(*AUTHED))
 async def list_keys(
     scope: Scope, scope_id: str, rt: Rt, who: Who,
     prefix: Annotated[str, Query(max_length=MAX_KEY_LEN)] = "",
@@ -104,7 +87,8 @@ async def list_keys(
     return {"scope": scope, "scope_id": scope_id, "entries": entries, "count": len(entries)}
 
 
-@router.get("/scopes/{scope}/{scope_id}/keys/{key:path}")
+@router.get("/scopes/{scope}/{scope_id}/keys/{key:path}", response_model=MemoryEntry,
+            response_model_exclude_unset=True, responses=errors(*AUTHED, 404))
 async def get_key(scope: Scope, scope_id: str, key: str, rt: Rt, who: Who) -> dict[str, Any]:
     entry = await rt.memory.entry(who.tenant_id, scope, _scope_id(scope, scope_id), _key(key))
     if entry is None:
@@ -112,7 +96,9 @@ async def get_key(scope: Scope, scope_id: str, key: str, rt: Rt, who: Who) -> di
     return {"scope": scope, "scope_id": scope_id, **entry}
 
 
-@router.put("/scopes/{scope}/{scope_id}/keys/{key:path}")
+@router.put("/scopes/{scope}/{scope_id}/keys/{key:path}", response_model=MemoryWritten,
+            response_model_exclude_unset=True,
+            responses=errors(*BODY, 501, 502))
 async def put_key(scope: Scope, scope_id: str, key: str, body: MemoryPut, rt: Rt, who: Who) -> dict[str, Any]:
     sid = _scope_id(scope, scope_id)
     out = await rt.substrate.memory.set(
@@ -122,14 +108,17 @@ async def put_key(scope: Scope, scope_id: str, key: str, body: MemoryPut, rt: Rt
     return {**out, "scope_id": scope_id}
 
 
-@router.delete("/scopes/{scope}/{scope_id}/keys/{key:path}")
+@router.delete("/scopes/{scope}/{scope_id}/keys/{key:path}", response_model=MemoryDeleted,
+               response_model_exclude_unset=True,
+               responses=errors(*AUTHED, 404))
 async def delete_key(scope: Scope, scope_id: str, key: str, rt: Rt, who: Who) -> dict[str, Any]:
     if not await rt.memory.delete(who.tenant_id, scope, _scope_id(scope, scope_id), _key(key)):
         raise NotFound(f"memory key {key!r} not found in {scope}/{scope_id}")
     return {"deleted": True, "scope": scope, "scope_id": scope_id, "key": key}
 
 
-@router.post("/search")
+@router.post("/search", response_model=MemorySearchResult, response_model_exclude_unset=True,
+             responses=errors(*BODY, 501, 502))
 async def search(body: MemorySearch, rt: Rt, who: Who) -> dict[str, Any]:
     for name in ("rank", "dedup", "sources"):
         if getattr(body, name) is not None:

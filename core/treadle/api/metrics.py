@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Depends, Response
 
 from treadle.api.deps import get_principal, get_runtime
+from treadle.api.errors import AUTHED, errors
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.db import Pool
@@ -83,7 +84,8 @@ async def render(pool: Pool) -> bytes:
     return generate_latest(registry)
 
 
-@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE: {}}}})
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}, **errors(*AUTHED)})
 async def prometheus_metrics(
     _principal: Principal = Depends(get_principal), rt: Runtime = Depends(get_runtime)
 ) -> Response:

@@ -3,17 +3,15 @@ extra run fields, the /v1/agents routes and batch runs); treadle's own fields ar
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from treadle.api.clienttools import ClientTools, ClientToolTimeout, client_tool_specs
+from treadle.api.clienttools import client_tool_specs
 from treadle.api.deps import get_principal, get_runtime
+from treadle.api.errors import AUTHED, BODY, errors, fast_json
 from treadle.api.loomcycle import (
-    BatchRequest,
-    LoomcycleRunFields,
     check_agent_id,
     new_agent_id,
     refuse_unsupported,
@@ -22,74 +20,36 @@ from treadle.api.loomcycle import (
 )
 from treadle.api.sse import SSE_HEADERS, sse_frame, stream_run_events
 from treadle.api.steering import cancel_turn, decode_cursor, encode_cursor, waits_of
-from treadle.domain.ids import is_identifier
 from treadle.domain.runs import RunStatus
-from treadle.domain.segments import Segment
 from treadle.errors import RunNotFound, ValidationFailed
-from treadle.mcp.credentials import UserCredentials, seal_credentials
+from treadle.mcp.credentials import seal_credentials
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
-from treadle.specs.hosts import parse_host_patterns
 from treadle.store.runs import NewRun, RunRecord, session_id_of
+from treadle.wire import (
+    BatchRequest,
+    BatchResult,
+    CancelRequest,
+    Run,
+    RunCancelled,
+    RunCreated,
+    RunEvents,
+    RunList,
+    RunRequest,
+    TurnCancelled,
+)
 
 router = APIRouter(prefix="/v1", tags=["runs"])
+__all__ = ["CancelRequest", "RunRequest", "router", "run_view"]
+class EventStream(StreamingResponse):
+    """The documented answer of the stream route: server-sent events."""
+
+    media_type = "text/event-stream"
 
 
-
-class RunRequest(LoomcycleRunFields):
-    """Body of POST /v1/runs (loomcycle's shape; the fields treadle does not have are refused with
-    400 `unsupported_field`, unknown ones with 422)."""
-
-    model_config = ConfigDict(extra="forbid")
-    agent: str = Field(min_length=1, max_length=128)
-    prompt: str | None = None
-    segments: list[Segment] | None = None
-    user_id: str | None = None
-    metadata: dict[str, Any] | None = None
-    interactive: bool = False
-    #: application tools the run may call; each call parks the run until POST .../tool_results
-    client_tools: ClientTools | None = None
-    client_tool_timeout_seconds: ClientToolTimeout | None = None
-    #: narrows the hosts the run's tools (HTTP, WebFetch, …) may reach: ∩ the operator's and the
-    #: agent's lists, never wider; sub-agent runs inherit it
-    allowed_hosts: list[str] | None = Field(default=None, max_length=256)
-    #: per-run credentials (name → value) for MCP server headers `${run.credentials.NAME}`; sealed
-    #: at rest, never in events, logs or the model's view (treadle/mcp/credentials.py)
-    user_credentials: UserCredentials | None = None
-
-    @field_validator("allowed_hosts")
-    @classmethod
-    def _hosts(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None:
-            parse_host_patterns(v)  # ValueError names the bad entry
-        return v
-
-    @field_validator("user_id")
-    @classmethod
-    def _ident(cls, v: str | None) -> str | None:
-        if v is not None and not is_identifier(v):
-            raise ValueError("must match [A-Za-z0-9_-]{1,128}")
-        return v
-
-    @model_validator(mode="after")
-    def _has_input(self) -> RunRequest:
-        if not self.segments and not self.prompt:
-            raise ValueError("either prompt or segments is required")
-        return self
-
-    def to_segments(self) -> list[dict[str, Any]]:
-        if self.segments:
-            return [s.model_dump(exclude_none=True) for s in self.segments]
-        return [{"role": "user", "content": [{"type": "trusted-text", "text": self.prompt or ""}]}]
-
-
-class CancelRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(default=None, max_length=1024)
-    #: run: end the run (and its sub-agents); turn: stop the current turn of an interactive run and
-    #: park it. Omitted: loomcycle's meaning — the turn of an interactive run, the whole of another
-    #: (loomcycle answers 409 there; the whole run is cancelled with POST /v1/agents/{id}/cancel)
-    scope: Literal["run", "turn"] | None = None
+#: the SSE stream a run route may answer with instead of JSON
+SSE_DOC: dict[str, Any] = {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                           "description": "with `Accept: text/event-stream`: the run's events as SSE frames"}
 
 
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -140,7 +100,8 @@ async def _start(rt: Runtime, who: Principal, body: RunRequest, idempotency_key:
     )
 
 
-@router.post("/runs", status_code=202, response_model=None)
+@router.post("/runs", status_code=202, response_model=RunCreated, response_model_exclude_unset=True,
+             responses={202: SSE_DOC, **errors(*BODY, 404, 409)})
 async def create_run(
     body: RunRequest,
     request: Request,
@@ -160,7 +121,7 @@ async def create_run(
                          "parent_context": run.parent_context}, status_code=202)
 
 
-@router.post("/runs:batch")
+@router.post("/runs:batch", response_model=BatchResult, response_model_exclude_unset=True, responses=errors(*BODY))
 async def create_runs(body: BatchRequest, rt: Rt, who: Who) -> dict[str, Any]:
     """loomcycle's batch: ≤ 32 spawns (each a POST /v1/runs body), answered index-aligned as
     `{results: [{agent_id, run_id, session_id, status, stop_reason, final_text, usage, error,
@@ -174,7 +135,7 @@ async def create_runs(body: BatchRequest, rt: Rt, who: Who) -> dict[str, Any]:
     return await run_batch(rt, who, body, start)
 
 
-@router.get("/runs")
+@router.get("/runs", response_model=RunList, response_model_exclude_unset=True, responses=errors(*AUTHED))
 async def list_runs(
     rt: Rt,
     who: Who,
@@ -198,7 +159,8 @@ async def list_runs(
     return {"runs": out, "next_cursor": next_cursor}
 
 
-@router.get("/runs/{run_id}")
+@router.get("/runs/{run_id}", response_model=Run, response_model_exclude_unset=True,
+            responses=errors(*AUTHED, 404))
 async def get_run(run_id: str, rt: Rt, who: Who) -> dict[str, Any]:
     run = await rt.runs.get(who.tenant_id, run_id)
     if run is None:
@@ -206,14 +168,21 @@ async def get_run(run_id: str, rt: Rt, who: Who) -> dict[str, Any]:
     return run_view(run)
 
 
-@router.get("/runs/{run_id}/events")
-async def get_events(
+@router.get("/runs/{run_id}/events", name="get_events", response_model=RunEvents, response_model_exclude_unset=True,
+            responses=errors(*AUTHED, 404))
+async def events_route(
     run_id: str,
     rt: Rt,
     who: Who,
     from_seq: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
-) -> dict[str, Any]:
+) -> Response:
+    """A page of the run's stored events after `from_seq`, oldest first, at most `limit`."""
+    # sent without validating each event against the model (errors.fast_json); tests/contract checks it
+    return fast_json(await get_events(run_id, rt, who, from_seq, limit))
+
+
+async def get_events(run_id: str, rt: Runtime, who: Principal, from_seq: int = 0, limit: int = 1000) -> dict[str, Any]:
     run = await rt.runs.get(who.tenant_id, run_id)
     if run is None:
         raise RunNotFound(f"run {run_id!r} not found")
@@ -221,7 +190,7 @@ async def get_events(
     return {"run_id": run_id, "status": run.status, "events": [e.to_api() for e in events]}
 
 
-@router.get("/runs/{run_id}/stream", response_model=None)
+@router.get("/runs/{run_id}/stream", response_class=EventStream, responses={200: SSE_DOC, **errors(*AUTHED, 404)})
 async def stream(
     run_id: str,
     rt: Rt,
@@ -240,7 +209,8 @@ async def stream(
     return _sse_response(rt, who.tenant_id, run, from_seq)
 
 
-@router.post("/runs/{run_id}/cancel")
+@router.post("/runs/{run_id}/cancel", response_model=RunCancelled | TurnCancelled, response_model_exclude_unset=True,
+             responses=errors(*BODY, 404, 409, 429))
 async def cancel_run(run_id: str, rt: Rt, who: Who, body: CancelRequest | None = None) -> dict[str, Any]:
     """`{"scope": "run"}`: cancel the run at its next safe point (never between a tool_use and its
     tool_result), with its unfinished sub-agent runs; cancelling a finished run is a no-op that

@@ -12,9 +12,9 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
 
 from treadle.api.deps import get_principal, get_runtime
+from treadle.api.errors import BODY, errors
 from treadle.engine.waiting import input_key
 from treadle.errors import (
     NotInteractive,
@@ -27,20 +27,18 @@ from treadle.errors import (
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.inputs import InputStore
+from treadle.wire import InputAccepted, InputRequest
+from treadle.wire.runs import MAX_INPUT_CHARS
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
-MAX_INPUT_CHARS = 256_000
+__all__ = ["MAX_INPUT_CHARS", "InputRequest", "cancel_turn", "router"]
 
 
-class InputRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    text: str = Field(max_length=MAX_INPUT_CHARS)
-
-
-@router.post("/runs/{run_id}/input")
+@router.post("/runs/{run_id}/input", response_model=InputAccepted, response_model_exclude_unset=True,
+             responses=errors(*BODY, 404, 409, 429))
 async def post_input(run_id: str, body: InputRequest, rt: Rt, who: Who) -> dict[str, Any]:
     """Steer a run: the text becomes the next user turn at the top of the run's next iteration
     (never between a tool_use and its tool_result), or wakes an interactive run parked for input.

@@ -9,14 +9,19 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from treadle.api.auth import principal_view
-from treadle.api.defroutes import Rt, Who, op_body
+from treadle.api.defroutes import OPEN_FIELDS, Rt, Who, op_body
+from treadle.api.errors import AUTHED, BODY, errors
+from treadle.api.openapi import body_doc
 from treadle.domain.ids import is_identifier
 from treadle.errors import Forbidden, ValidationFailed
+from treadle.wire import DefOp, Names, OpResult, Whoami
 
 router = APIRouter(prefix="/v1", tags=["auth"])
 
 
-@router.post("/_operatortokendef")
+@router.post("/_operatortokendef", response_model=OpResult, response_model_exclude_unset=True,
+             openapi_extra=body_doc(DefOp, open_fields=OPEN_FIELDS),
+             responses=errors(*BODY, 404, 409))
 async def operator_token_op(request: Request, rt: Rt, who: Who) -> dict[str, Any]:
     body = await op_body(request)
     tenant = body.pop("tenant_id", None) or who.tenant_id
@@ -28,12 +33,13 @@ async def operator_token_op(request: Request, rt: Rt, who: Who) -> dict[str, Any
     return await rt.operator_tokens.dispatch(tenant, body)
 
 
-@router.get("/_operatortokendef/names")
+@router.get("/_operatortokendef/names", response_model=Names, response_model_exclude_unset=True,
+            responses=errors(*AUTHED))
 async def operator_token_names(rt: Rt, who: Who) -> dict[str, Any]:
     return {"names": await rt.operator_tokens.active_names(who.tenant_id)}
 
 
-@router.get("/_whoami")
+@router.get("/_whoami", response_model=Whoami, response_model_exclude_unset=True, responses=errors(*AUTHED))
 async def whoami(who: Who) -> dict[str, Any]:
     """The principal this bearer acts as (the same answer as loomcycle's `GET /v1/_me`)."""
     return principal_view(who)

@@ -15,12 +15,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from treadle.api.deps import get_principal, get_runtime
-from treadle.api.errors import error_body
+from treadle.api.errors import AUTHED, BODY, error_body, errors
 from treadle.domain.ids import is_identifier
 from treadle.errors import BodyTooLarge, NotFound, RateLimited
 from treadle.runtime import Runtime
 from treadle.security.principal import DEFAULT_TENANT, Principal
 from treadle.triggers.webhooks import ActiveWebhook, WebhookService
+from treadle.wire import WebhookAccepted, WebhookDeliveries, WebhookDryRun
 
 router = APIRouter(prefix="/v1/_webhooks", tags=["webhooks"])
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -71,14 +72,24 @@ async def _deliver(rt: Runtime, tenant: str, name: str, request: Request) -> JSO
     return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers or None)
 
 
-@router.get("/{name}/recent-deliveries")
+#: a delivery's body: whatever the sender sends (the webhook's mapping reads it)
+ANY_BODY: dict[str, Any] = {"requestBody": {"required": False, "content": {"*/*": {"schema": {}}}}}
+#: what a delivery may answer besides its success (signature, payload, mapping, rate, secret)
+DELIVERY_ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {"model": WebhookAccepted, "description": "a duplicate delivery (its id was seen before)"},
+    **errors(400, 401, 404, 413, 422, 429, 503)}
+
+
+@router.get("/{name}/recent-deliveries", response_model=WebhookDeliveries, response_model_exclude_unset=True,
+            responses=errors(*AUTHED, 404))
 async def recent_deliveries(
     name: str, rt: Rt, who: Who, limit: Annotated[int, Query(ge=1, le=50)] = 50
 ) -> dict[str, Any]:
     return await rt.triggers.webhooks.recent(who.tenant_id, name, limit)
 
 
-@router.post("/{name}/test")
+@router.post("/{name}/test", response_model=WebhookDryRun, response_model_exclude_unset=True, openapi_extra=ANY_BODY,
+             responses=errors(*BODY, 404))
 async def test_delivery(name: str, request: Request, rt: Rt, who: Who) -> dict[str, Any]:
     svc = rt.triggers.webhooks
     hook = await _load(svc, who.tenant_id, name)
@@ -86,11 +97,13 @@ async def test_delivery(name: str, request: Request, rt: Rt, who: Who) -> dict[s
     return await svc.dry_run(hook, _headers(request), body)
 
 
-@router.post("/{name}", response_model=None)
+@router.post("/{name}", response_model=WebhookAccepted, response_model_exclude_unset=True, openapi_extra=ANY_BODY,
+             responses=DELIVERY_ANSWERS, status_code=202)
 async def receive(name: str, request: Request, rt: Rt) -> JSONResponse:
     return await _deliver(rt, DEFAULT_TENANT, name, request)
 
 
-@router.post("/{tenant}/{name}", response_model=None)
+@router.post("/{tenant}/{name}", response_model=WebhookAccepted, response_model_exclude_unset=True,
+             openapi_extra=ANY_BODY, responses=DELIVERY_ANSWERS, status_code=202)
 async def receive_for_tenant(tenant: str, name: str, request: Request, rt: Rt) -> JSONResponse:
     return await _deliver(rt, tenant, name, request)

@@ -41,7 +41,9 @@ from treadle.wire.channels import (
     SubscribeRequest,
 )
 from treadle.wire.defs import (
+    DefList,
     DefOp,
+    DefView,
     EvaluationOp,
     Names,
     OpResult,
@@ -133,7 +135,9 @@ __all__ = [
     "ClientToolSpec",
     "Concurrency",
     "ConcurrencyCaps",
+    "DefList",
     "DefOp",
+    "DefView",
     "Embedding",
     "EmbeddingList",
     "ErrorBody",

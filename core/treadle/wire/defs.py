@@ -57,6 +57,36 @@ class OpResult(Response):
     of them, or an evaluation result, by op."""
 
 
+class DefView(Response):
+    """One def as create, fork, get, promote and retire answer it (a kind may add fields:
+    AgentDef's scores, OperatorTokenDef's `token` on create/rotate, WebhookDef's `url_path`)."""
+
+    def_id: str | None = Field(description="null for a treadle.yaml def (`source: yaml`)")
+    kind: str
+    name: str
+    version: int | None = None
+    content_sha256: str | None = None
+    treadle_sha256: str | None = None
+    body: dict[str, Any] | None = None
+    parent_def_id: str | None = None
+    status: str
+    active: bool
+    description: str | None = None
+    created_by_run_id: str | None = None
+    created_at: str | None = None
+    retired_at: str | None = None
+    #: runtime (a stored version) or yaml (treadle.yaml)
+    source: str
+
+
+class DefList(Response):
+    """What op `list` answers: the stored versions, and the treadle.yaml defs of that kind."""
+
+    defs: list[DefView]
+    count: int
+    static: list[DefView] = []
+
+
 class Names(Response):
     """The names new runs (or deliveries) can use: treadle.yaml's and the promoted defs'."""
 
@@ -126,5 +156,11 @@ class WebhookDryRun(Response):
 
 
 class WebhookAccepted(Response):
-    """A delivery's answer: by the webhook's `response:` settings (a run started, a duplicate, a
-    message published, …)."""
+    """A delivery's answer: 202 with the run it started or the message it published; 200 with
+    `duplicate: true` for a delivery id seen before."""
+
+    webhook_name: str
+    delivery_id: str
+    run_id: str | None = None
+    channel: str | None = None
+    duplicate: bool | None = None

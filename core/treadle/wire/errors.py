@@ -3,6 +3,8 @@ own shape instead: `treadle.wire.openai.OpenAIErrorBody`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from treadle.wire._base import Response
@@ -21,4 +23,5 @@ class ErrorBody(Response):
 
     code: str = Field(description="stable machine-readable code, e.g. run_not_found, validation_error")
     error: str = Field(description="what went wrong, for people")
-    details: list[ErrorDetail] | None = None
+    #: every problem of a 422 `validation_error`; an object on the few errors that carry facts
+    details: list[ErrorDetail] | dict[str, Any] | None = None

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from treadle.domain.ids import is_identifier
+from treadle.domain.ids import IDENTIFIER_PATTERN, is_identifier
 from treadle.specs.fieldtypes import EnvVarName
 from treadle.wire._base import Request, Response
 
@@ -18,12 +18,14 @@ TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}\*?$|^[A-Za-z0-9_-]{0,63}\*$")
 class HookRequest(Request):
     """Body of POST /v1/hooks."""
 
-    owner: str
-    name: str
+    owner: str = Field(json_schema_extra={"pattern": IDENTIFIER_PATTERN})
+    name: str = Field(json_schema_extra={"pattern": IDENTIFIER_PATTERN})
     phase: Literal["pre", "post"]
-    agents: list[str] = Field(default_factory=list, max_length=64)
-    tools: list[str] = Field(default_factory=list, max_length=64)
-    callback_url: str = Field(max_length=2048)
+    agents: list[str] = Field(default_factory=list, max_length=64,
+                              json_schema_extra={"items": {"type": "string", "pattern": IDENTIFIER_PATTERN}})
+    tools: list[str] = Field(default_factory=list, max_length=64,
+                             json_schema_extra={"items": {"type": "string", "pattern": TOOL_PATTERN.pattern}})
+    callback_url: str = Field(max_length=2048, json_schema_extra={"pattern": "^https?://[^/?#]+"})
     #: closed (the default): a hook that cannot answer denies the call (pre) or withholds its result (post)
     fail_mode: Literal["open", "closed"] = "closed"
     timeout_ms: int = Field(default=5000, ge=1, le=30_000)
@@ -64,8 +66,8 @@ class HookRequest(Request):
 
 class Hook(Response):
     id: str
-    owner: str
-    name: str
+    owner: str = Field(json_schema_extra={"pattern": IDENTIFIER_PATTERN})
+    name: str = Field(json_schema_extra={"pattern": IDENTIFIER_PATTERN})
     phase: str
     agents: list[str]
     tools: list[str]

@@ -24,9 +24,10 @@ class Interrupt(Response):
     run_id: str
     kind: str
     question: str
-    options: Any = None
-    context: Any = None
-    priority: Any = None
+    #: the choices offered (`kind: choice`), else empty
+    options: list[Any] | None = None
+    context: str | None = None
+    priority: str | None = None
     status: str
     answer: str | None = None
     resolved_by: str | None = None

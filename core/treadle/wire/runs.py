@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from treadle.config import SamplingConfig
-from treadle.domain.ids import is_identifier
+from treadle.domain.ids import IDENTIFIER_PATTERN, is_identifier
 from treadle.domain.runs import RunStatus
 from treadle.domain.segments import Segment
 from treadle.specs.hosts import parse_host_patterns
@@ -87,7 +87,7 @@ class LoomcycleRunFields(Request):
     `unsupported_field` (declared so the refusal can name them)."""
 
     tools: list[str] | None = Field(default=None, max_length=256)
-    agent_id: str | None = None
+    agent_id: str | None = Field(default=None, json_schema_extra={"pattern": IDENTIFIER_PATTERN})
     user_tier: str | None = Field(default=None, min_length=1, max_length=128)
     parent_context: ParentContext | None = None
     sampling: SamplingConfig | None = None
@@ -107,7 +107,7 @@ class RunRequest(LoomcycleRunFields):
     agent: str = Field(min_length=1, max_length=128)
     prompt: str | None = None
     segments: list[Segment] | None = None
-    user_id: str | None = None
+    user_id: str | None = Field(default=None, json_schema_extra={"pattern": IDENTIFIER_PATTERN})
     metadata: dict[str, Any] | None = None
     interactive: bool = False
     #: application tools the run may call; each call parks the run until POST .../tool_results
@@ -161,7 +161,7 @@ class ToolResultRequest(Request):
 class InputRequest(Request):
     """Body of POST /v1/runs/{run_id}/input: the next user turn (must not be blank)."""
 
-    text: str = Field(max_length=MAX_INPUT_CHARS)
+    text: str = Field(max_length=MAX_INPUT_CHARS, json_schema_extra={"pattern": r"\S"})
 
 
 class AgentCancelRequest(Request):
@@ -217,7 +217,8 @@ class Run(Response):
     depth: int = 0
     def_id: str | None = None
     def_content_sha256: str | None = None
-    skill_def_ids: list[str] | None = None
+    #: skill name → the SkillDef version the run pinned
+    skill_def_ids: dict[str, str] | None = None
     last_seq: int = 0
     created_at: str
     updated_at: str

@@ -22,13 +22,14 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from treadle.api.deps import get_principal, get_runtime
-from treadle.api.openai_compat.errors import OpenAIRoute
+from treadle.api.openai_compat.errors import OPENAI_ERRORS, OpenAIRoute
 from treadle.api.openai_compat.wire import UnsupportedParameter
 from treadle.errors import NotFound
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.substrate.memory import MAX_EMBED_TEXT_CHARS
 from treadle.substrate.resolve import AGENT
+from treadle.wire import EmbeddingList, Model, ModelList
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
 Rt = Annotated[Runtime, Depends(get_runtime)]
@@ -56,13 +57,13 @@ async def model_list(rt: Runtime, tenant: str) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-@router.get("/models")
+@router.get("/models", response_model=ModelList, response_model_exclude_unset=True, responses=OPENAI_ERRORS)
 async def list_models(rt: Rt, who: Who) -> dict[str, Any]:
     """The names `model` may take (module docstring)."""
     return {"object": "list", "data": await model_list(rt, who.tenant_id)}
 
 
-@router.get("/models/{model_id}")
+@router.get("/models/{model_id}", response_model=Model, response_model_exclude_unset=True, responses=OPENAI_ERRORS)
 async def get_model(model_id: str, rt: Rt, who: Who) -> dict[str, Any]:
     for m in await model_list(rt, who.tenant_id):
         if m["id"] == model_id:
@@ -102,7 +103,7 @@ def encode(vector: list[float], fmt: str) -> list[float] | str:
     return vector
 
 
-@router.post("/embeddings")
+@router.post("/embeddings", response_model=EmbeddingList, response_model_exclude_unset=True, responses=OPENAI_ERRORS)
 async def embeddings(body: EmbeddingsRequest, rt: Rt, who: Who) -> dict[str, Any]:
     """Embed texts with the configured embedder (module docstring)."""
     embedder = rt.substrate.memory.require_embedder()

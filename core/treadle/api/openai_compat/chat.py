@@ -34,7 +34,7 @@ from treadle.api.modelcall import (
     tier_route,
 )
 from treadle.api.openai_compat.agentrun import Ended, follow, open_turn
-from treadle.api.openai_compat.errors import OpenAIRoute, error_doc
+from treadle.api.openai_compat.errors import OPENAI_ERRORS, OpenAIRoute, error_doc
 from treadle.api.openai_compat.wire import (
     DONE_FRAME,
     ChatRequest,
@@ -46,6 +46,7 @@ from treadle.api.openai_compat.wire import (
     tool_call_json,
     usage_json,
 )
+from treadle.api.openapi import body_doc
 from treadle.api.sse import SSE_HEADERS
 from treadle.domain.content import TextBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent
@@ -53,7 +54,10 @@ from treadle.engine.agents import ModelRoute
 from treadle.errors import BadRequest, NotFound, ProviderError, TreadleError
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
+from treadle.wire import ChatCompletion
 
+#: OpenAI's parameters treadle has no use for are accepted at their default values only
+OPEN_PARAMS = "OpenAI's other parameters (n, top_p, …) are accepted at their default values and refused otherwise."
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
@@ -93,7 +97,10 @@ async def _body(request: Request) -> Any:
         raise BadRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
 
 
-@router.post("/chat/completions", response_model=None)
+@router.post("/chat/completions", response_model=ChatCompletion, response_model_exclude_unset=True, responses={
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+          "description": "a `chat.completion`; with `stream: true`, `chat.completion.chunk` SSE frames"},
+    **OPENAI_ERRORS}, openapi_extra=body_doc(ChatRequest, open_fields=OPEN_PARAMS))
 async def chat_completions(request: Request, rt: Rt, who: Who) -> Response:
     """OpenAI's Chat Completions (module docstring: what `model` names); errors in OpenAI's shape."""
     req = parse_request(await _body(request))

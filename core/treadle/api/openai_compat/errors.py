@@ -16,14 +16,25 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from treadle.api.errors import errors
 from treadle.api.openai_compat.wire import UnsupportedParameter
 from treadle.errors import TreadleError
+from treadle.wire import ErrorBody, OpenAIErrorBody
 
 log = logging.getLogger("treadle.api")
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "invalid_request_error", 409: "invalid_request_error", 413: "invalid_request_error",
           422: "invalid_request_error", 429: "rate_limit_error"}
+
+
+#: what these routes document: OpenAI's error shape for every 4xx/5xx the route answers (an invalid
+#: parameter is 400, never 422); 413 comes from the body limit, before the route, in treadle's shape
+OPENAI_ERRORS: dict[int | str, dict[str, Any]] = {
+    **errors(400, 401, 403, 404, 429, 502, 503, openai=True),
+    "4XX": {"model": OpenAIErrorBody, "description": "OpenAI's error shape"},
+    413: {"model": ErrorBody, "description": "the body is over the server's limit: `body_too_large`"},
+}
 
 
 def error_doc(status: int, message: str, code: str, param: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,96 @@
+"""The served OpenAPI spec: FastAPI's, plus the bodies of routes that read their body themselves
+(`body_doc`: the op routes, the OpenAI-compatible chat), and the docs pages served from local
+assets (fastapi-offline ships Swagger UI and ReDoc; no CDN, so /docs renders offline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+#: schemas the documented bodies refer to (merged into components.schemas)
+EXTRA_SCHEMAS: dict[str, Any] = {}
+#: where the docs pages load their scripts and styles from (no bearer needed: public code)
+ASSETS_PATH = "/docs-assets"
+
+
+def body_doc(model: type[BaseModel], *, open_fields: str | None = None) -> dict[str, Any]:
+    """`openapi_extra=` documenting `model` as the JSON body of a route that reads the body itself.
+    `open_fields`: the body may carry more fields than the model names (said so in the schema)."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    EXTRA_SCHEMAS.update(schema.pop("$defs", {}))
+    if open_fields is not None:
+        schema["additionalProperties"] = True
+        schema["description"] = f"{schema.get('description', '')}\n\n{open_fields}".strip()
+    EXTRA_SCHEMAS.setdefault(model.__name__, schema)
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+def openapi_of(app: FastAPI) -> dict[str, Any]:
+    """The spec, built once per app."""
+    if app.openapi_schema is None:
+        spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes,
+                           tags=app.openapi_tags)
+        schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+        for name, schema in EXTRA_SCHEMAS.items():
+            schemas.setdefault(name, schema)
+        _path_404s(spec)
+        app.openapi_schema = spec
+    return app.openapi_schema
+
+
+def _path_404s(spec: dict[str, Any]) -> None:
+    """A path parameter holding what a path segment cannot (a newline, a `/` outside `{key:path}`)
+    matches no route: the router answers 404 `not_found`, so every operation with one documents it."""
+    body = {"$ref": "#/components/schemas/ErrorBody"}
+    for path, item in spec.get("paths", {}).items():
+        if "{" not in path:
+            continue
+        for op in item.values():
+            responses = op.setdefault("responses", {})
+            if "404" not in responses and "4XX" not in responses:
+                responses["404"] = {"description": "no route matches: a path parameter a path cannot carry",
+                                    "content": {"application/json": {"schema": body}}}
+
+
+def assets_dir() -> Path:
+    """Swagger UI's and ReDoc's files, as the fastapi-offline package ships them."""
+    import fastapi_offline
+
+    return Path(fastapi_offline.__file__).parent / "static"
+
+
+def install_docs(app: FastAPI, *, behind_auth: bool) -> None:
+    """/openapi.json, /docs and /redoc (behind the bearer unless TREADLE_PUBLIC_DOCS), their
+    assets at ASSETS_PATH."""
+    from fastapi import Depends
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+    from fastapi.responses import HTMLResponse, JSONResponse
+    from fastapi.staticfiles import StaticFiles
+
+    from treadle.api.deps import get_principal
+
+    app.openapi = lambda: openapi_of(app)  # type: ignore[method-assign]
+    app.mount(ASSETS_PATH, StaticFiles(directory=assets_dir()), name="docs-assets")
+    auth = [Depends(get_principal)] if behind_auth else []
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=auth)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json", title="treadle API", swagger_js_url=f"{ASSETS_PATH}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS_PATH}/swagger-ui.css", swagger_favicon_url=f"{ASSETS_PATH}/favicon.png",
+            swagger_ui_parameters={"persistAuthorization": True})
+
+    @app.get("/redoc", include_in_schema=False, dependencies=auth)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title="treadle API",
+                              redoc_js_url=f"{ASSETS_PATH}/redoc.standalone.js",
+                              redoc_favicon_url=f"{ASSETS_PATH}/favicon.png", with_google_fonts=False)

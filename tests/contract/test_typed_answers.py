@@ -1,0 +1,216 @@
+"""Every operation's real answers, on real data, match the served spec: a scenario creates a run,
+a channel, memory, a hook, defs, a schedule and a webhook (which random requests rarely reach),
+calls every route on them, and checks each answer's status is documented for the operation and
+its body validates against the documented schema (schemathesis' validator)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+
+from tests.support.contract import ServedInThread
+from treadle.wire import DefList, DefView
+
+SECRET_ENV = "TREADLE_TEST_CONTRACT_WEBHOOK_TOKEN"
+
+
+class Checked:
+    """An HTTP client that checks every answer against the served spec."""
+
+    def __init__(self, served: ServedInThread) -> None:
+        self.http = httpx.Client(base_url=served.url, headers=served.auth, timeout=30.0)
+        self.spec = self.http.get("/openapi.json").json()
+        self.schema = schemathesis.openapi.from_dict(self.spec)
+        self.seen: set[tuple[str, str]] = set()
+
+    def call(self, method: str, template: str, status: int | tuple[int, ...], *,
+             path: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        url = template.format(**(path or {}))
+        resp = self.http.request(method, url, **kwargs)
+        documented = self.spec["paths"][template][method.lower()]["responses"]
+        assert str(resp.status_code) in documented, f"{method} {url}: {resp.status_code} undocumented: {resp.text}"
+        assert resp.status_code in (status if isinstance(status, tuple) else (status,)), \
+            f"{method} {url}: {resp.status_code} {resp.text}"
+        self.schema[template][method].validate_response(resp)
+        self.seen.add((method.lower(), template))
+        if resp.headers.get("content-type", "").startswith("application/json"):
+            return resp.json()
+        return resp.text
+
+
+@pytest.fixture
+def api(served_api: ServedInThread) -> Iterator[Checked]:
+    checked = Checked(served_api)
+    yield checked
+    checked.http.close()
+
+
+def wait_finished(api: Checked, run_id: str, timeout: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        run: dict[str, Any] = api.call("GET", "/v1/runs/{run_id}", 200, path={"run_id": run_id})
+        if run["status"] in ("completed", "failed", "cancelled") or time.monotonic() > deadline:
+            return run
+        with api.http.stream("GET", f"/v1/runs/{run_id}/stream", params={"from_seq": run["last_seq"]}) as s:
+            for _ in s.iter_lines():  # the stream ends when the run does
+                break
+
+
+def runs_and_agents(api: Checked) -> None:
+    user = "u" + secrets.token_hex(4)
+    created = api.call("POST", "/v1/runs", 202, json={"agent": "helper", "prompt": "hi", "user_id": user,
+                                                         "metadata": {"k": 1}})
+    run_id, agent_id, session_id = created["run_id"], created["agent_id"], created["session_id"]
+    assert wait_finished(api, run_id)["status"] == "completed"
+    api.call("GET", "/v1/runs", 200, params={"user_id": user})
+    api.call("GET", "/v1/runs/{run_id}/events", 200, path={"run_id": run_id})
+    api.call("GET", "/v1/runs/{run_id}/interrupts", 200, path={"run_id": run_id})
+    api.call("GET", "/v1/users/{user_id}/interrupts", 200, path={"user_id": user}, params={"status": "all"})
+    api.call("POST", "/v1/runs/{run_id}/interrupts/{interrupt_id}/resolve", 404,
+             path={"run_id": run_id, "interrupt_id": "i_nope"}, json={"answer": "yes"})
+    api.call("GET", "/v1/agents/{agent_id}", 200, path={"agent_id": agent_id})
+    api.call("GET", "/v1/users/{user_id}/agents", 200, path={"user_id": user})
+    api.call("GET", "/v1/sessions/{session_id}/transcript", 200, path={"session_id": session_id})
+    api.call("POST", "/v1/runs/{run_id}/cancel", 200, path={"run_id": run_id}, json={"scope": "run"})
+    api.call("POST", "/v1/agents/{agent_id}/cancel", 200, path={"agent_id": agent_id})
+    api.call("POST", "/v1/runs/{run_id}/input", 409, path={"run_id": run_id}, json={"text": "more"})
+    api.call("POST", "/v1/runs/{run_id}/tool_results", 404, path={"run_id": run_id},
+             json={"tool_use_id": "t1", "content": "x"})
+    api.call("GET", "/v1/runs/{run_id}", 404, path={"run_id": "r_nope"})
+    interactive = api.call("POST", "/v1/runs", 202, json={"agent": "helper", "prompt": "hi", "interactive": True})
+    api.call("POST", "/v1/runs/{run_id}/cancel", 200, path={"run_id": interactive["run_id"]})  # its turn
+    api.call("POST", "/v1/runs/{run_id}/cancel", 200, path={"run_id": interactive["run_id"]}, json={"scope": "run"})
+    batch = api.call("POST", "/v1/runs:batch", 200, json={"spawns": [{"agent": "helper", "prompt": "a"},
+                                                                     {"agent": "nobody", "prompt": "b"}],
+                                                          "timeout_ms": 20_000})
+    assert [r["status"] for r in batch["results"]] == ["completed", "failed"]
+    api.call("POST", "/v1/runs", 400, json={"agent": "nobody", "prompt": "x"})
+    err = api.call("POST", "/v1/runs", 422, json={"agent": "helper"})
+    assert err["code"] == "validation_error" and err["details"]
+
+
+def channels_memory_hooks(api: Checked, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "c-" + secrets.token_hex(4)
+    api.call("POST", "/v1/_channels", 201, json={"name": name})
+    api.call("GET", "/v1/_channels", 200)
+    api.call("POST", "/v1/_channels/{name}/publish", 202, path={"name": name}, json={"value": {"n": 1}})
+    api.call("GET", "/v1/_channels/{name}/peek", 200, path={"name": name})
+    api.call("POST", "/v1/_channels/_await", 200, json={"channels": [name]})
+    got = api.call("POST", "/v1/_channels/{name}/subscribe", 200, path={"name": name}, json={})
+    api.call("POST", "/v1/_channels/{name}/ack", 200, path={"name": name}, json={"cursor": got["next_cursor"]})
+    api.call("DELETE", "/v1/_channels/{name}", 200, path={"name": name})
+    api.call("DELETE", "/v1/_channels/{name}", 404, path={"name": name})
+
+    where = {"scope": "user", "scope_id": "u" + secrets.token_hex(4)}
+    api.call("GET", "/v1/_memory/scopes", 200)
+    api.call("PUT", "/v1/_memory/scopes/{scope}/{scope_id}/keys/{key}", 200, path={**where, "key": "a/b"},
+             json={"value": [1, "two"], "ttl_seconds": 60})
+    api.call("GET", "/v1/_memory/scopes/{scope}/{scope_id}/keys/{key}", 200, path={**where, "key": "a/b"})
+    api.call("GET", "/v1/_memory/scopes/{scope}/{scope_id}/keys", 200, path=where)
+    # 501 where this Postgres has no pgvector (the search needs it)
+    api.call("POST", "/v1/_memory/search", (200, 501), json={**where, "query": "two"})
+    api.call("DELETE", "/v1/_memory/scopes/{scope}/{scope_id}/keys/{key}", 200, path={**where, "key": "a/b"})
+    api.call("GET", "/v1/_memory/scopes/{scope}/{scope_id}/keys/{key}", 404, path={**where, "key": "a/b"})
+
+    monkeypatch.setenv("TREADLE_HOOKS_SECRET", "contract-hook-secret")
+    hook = api.call("POST", "/v1/hooks", 201, json={"owner": "contract", "name": "h" + secrets.token_hex(3),
+                                                    "phase": "pre", "callback_url": "http://127.0.0.1:9/hook"})
+    api.call("GET", "/v1/hooks", 200)
+    api.call("DELETE", "/v1/hooks/{hook_id}", 204, path={"hook_id": hook["id"]})
+    api.call("DELETE", "/v1/hooks/{hook_id}", 404, path={"hook_id": hook["id"]})
+
+
+def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = secrets.token_hex(3)
+    agent = api.call("POST", "/v1/_agentdef", 200, json={"op": "create", "name": f"ad-{tag}",
+                                                          "overlay": {"model": "echo", "system_prompt": "be brief"}})
+    got = api.call("POST", "/v1/_agentdef", 200, json={"op": "get", "def_id": agent["def_id"]})
+    listed = api.call("POST", "/v1/_agentdef", 200, json={"op": "list"})
+    # the op answers are free objects in the spec; treadle.wire types the def views for clients
+    assert DefView.model_validate(agent).def_id == DefView.model_validate(got).def_id == agent["def_id"]
+    assert agent["def_id"] in [d.def_id for d in DefList.model_validate(listed).defs]
+    api.call("POST", "/v1/_agentdef", 422, json={"op": "bogus"})
+    api.call("POST", "/v1/_agentdef", 400, content=b"[1, 2]", headers={"content-type": "application/json"})
+    api.call("GET", "/v1/_agentdef/names", 200)
+    api.call("POST", "/v1/_skilldef", 200, json={"op": "create", "name": f"sk-{tag}", "overlay": {"body": "do it"}})
+    api.call("GET", "/v1/_skilldef/names", 200)
+    api.call("GET", "/v1/_volumedef/names", 200)
+    api.call("GET", "/v1/_mcpserverdef/names", 200)
+    run = api.call("POST", "/v1/runs", 202, json={"agent": "helper", "prompt": "score me"})
+    wait_finished(api, run["run_id"])
+    api.call("POST", "/v1/_evaluation", 200, json={"op": "submit", "run_id": run["run_id"], "score": 0.5})
+    api.call("POST", "/v1/_evaluation", 200, json={"op": "list_for_run", "run_id": run["run_id"]})
+
+    sched = f"sc-{tag}"
+    api.call("POST", "/v1/_scheduledef", 200, json={"op": "create", "name": sched, "overlay": {
+        "agent": "helper", "schedule": "0 3 * * *", "prompt": "nightly"}})
+    api.call("GET", "/v1/_scheduledef/names", 200)
+    api.call("GET", "/v1/_schedules/list-all", 200)
+    api.call("GET", "/v1/_schedules/{ident}/state", 200, path={"ident": sched})
+    api.call("POST", "/v1/_schedules/{ident}/pause", 200, path={"ident": sched})
+    api.call("POST", "/v1/_schedules/{ident}/resume", 200, path={"ident": sched})
+    api.call("POST", "/v1/_schedules/{ident}/run-now", 200, path={"ident": sched})
+    api.call("GET", "/v1/_schedules/{ident}/state", 404, path={"ident": "sc-none"})
+
+    monkeypatch.setenv(SECRET_ENV, "contract-webhook-token")
+    hook = f"wh-{tag}"
+    api.call("POST", "/v1/_webhookdef", 200, json={"op": "create", "name": hook, "overlay": {
+        "agent": "helper", "auth": {"kind": "bearer", "bearer_token_env": SECRET_ENV}}})
+    api.call("GET", "/v1/_webhookdef/names", 200)
+    api.call("POST", "/v1/_webhooks/{name}", 202, path={"name": hook}, content=b'{"id": 1}',
+             headers={"Authorization": "Bearer contract-webhook-token", "content-type": "application/json"})
+    api.call("POST", "/v1/_webhooks/{name}", 401, path={"name": hook}, content=b"{}",
+             headers={"Authorization": "Bearer wrong", "content-type": "application/json"})
+    api.call("POST", "/v1/_webhooks/{tenant}/{name}", 404, path={"tenant": "default", "name": "wh-none"},
+             content=b"{}")
+    api.call("GET", "/v1/_webhooks/{name}/recent-deliveries", 200, path={"name": hook})
+    api.call("POST", "/v1/_webhooks/{name}/test", 200, path={"name": hook}, content=b'{"id": 2}',
+             headers={"content-type": "application/json"})  # treadle's bearer: the check reports the hook's
+
+    api.call("GET", "/v1/_whoami", 200)
+    api.call("GET", "/v1/_me", 200)
+    api.call("GET", "/v1/_concurrency", 200)
+    api.call("GET", "/v1/_operatortokendef/names", 200)
+    api.call("GET", "/v1/_admin/runs", 200)
+    other = "t" + tag
+    api.call("POST", "/v1/_admin/tenants/{tenant_id}/cancel", 200, path={"tenant_id": other})
+    api.call("GET", "/v1/_admin/tenants/{tenant_id}/export", 200, path={"tenant_id": other})
+    api.call("DELETE", "/v1/_admin/tenants/{tenant_id}", 200, path={"tenant_id": other}, params={"confirm": other})
+    api.call("DELETE", "/v1/_admin/tenants/{tenant_id}", 422, path={"tenant_id": other})
+    api.call("GET", "/healthz", 200)
+    api.call("GET", "/metrics", 200)
+
+
+def openai_routes_and_the_gateway(api: Checked) -> None:
+    api.call("GET", "/v1/models", 200)
+    api.call("GET", "/v1/models/{model_id}", 200, path={"model_id": "helper"})
+    missing = api.call("GET", "/v1/models/{model_id}", 404, path={"model_id": "nope"})
+    assert missing["error"]["code"] == "model_not_found"  # OpenAI's error shape here
+    api.call("POST", "/v1/chat/completions", 200, json={"model": "helper", "messages": [
+        {"role": "user", "content": "hi"}]})
+    api.call("POST", "/v1/chat/completions", 400, json={"model": "helper", "messages": []})
+    api.call("POST", "/v1/embeddings", 200, json={"model": "fake-embed-384", "input": "hello"})
+    api.call("POST", "/v1/_llm/chat", 200, json={"provider": "mock", "model": "echo", "messages": [
+        {"role": "user", "content": "hi"}]})
+
+
+#: not called here: the run stream (SSE, tests/e2e), the ops of kinds that need outside parts
+#: (VolumeDef: a volume root; MCPServerDef: an MCP server) or that would turn the test's token off
+#: (OperatorTokenDef: the first admin token retires the legacy one)
+EXEMPT = {("get", "/v1/runs/{run_id}/stream"), ("post", "/v1/_operatortokendef"), ("post", "/v1/_volumedef"),
+          ("post", "/v1/_mcpserverdef")}
+
+
+def test_every_operation_answers_as_documented_on_real_data(api: Checked, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs_and_agents(api)
+    channels_memory_hooks(api, monkeypatch)
+    defs_triggers_and_admin(api, monkeypatch)
+    openai_routes_and_the_gateway(api)
+    documented = {(m, p) for p, item in api.spec["paths"].items() for m in item}
+    assert documented - api.seen - EXEMPT == set()  # a new route joins the scenario
