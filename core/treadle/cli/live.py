@@ -211,7 +211,8 @@ async def follow(
     last: list[SseEvent] = []
 
     async def consume() -> int:
-        view.spin()
+        if not as_json:  # JSON lines are for programs: no spinner between them
+            view.spin()
         async for ev in client.runs.stream(run_id, from_seq):
             if as_json:
                 print(json.dumps({"event": ev.event, "id": ev.id, **ev.data}), flush=True)
