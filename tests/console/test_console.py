@@ -123,6 +123,20 @@ async def test_a_terminal_gets_colour_a_spinner_and_iteration_times(server: Serv
     assert "iteration 3 took" in text and "done: end_turn" in text and not ANSI.search(text)
 
 
+async def test_json_lines_on_a_terminal_are_plain(server: ServerProcess) -> None:
+    async with AsyncTreadle(server.url) as tl:
+        run_id = (await tl.runs.start("echo", "hi")).run_id
+        await tl.runs.wait(run_id)
+    child = spawn(server.url, "attach", run_id, "--json")
+    child.expect(pexpect.EOF)
+    child.close()
+    lines = [json.loads(line) for line in (child.before or "").replace("\r", "").splitlines() if line]
+    assert child.exitstatus == 0 and not ANSI.search(child.before or "")
+    stored = [e["event"] for e in lines if e["id"] is not None]
+    assert stored[0] == "user_input" and stored[-1] == "done"
+    assert [e["id"] for e in lines if e["id"] is not None] == list(range(1, len(stored) + 1))
+
+
 async def test_ctrl_c_once_detaches_and_says_how_to_attach(server: ServerProcess) -> None:
     run_id = await waiting_run(server.url)
     child = spawn(server.url, "attach", run_id, NO_COLOR="1")
