@@ -196,3 +196,16 @@ def test_the_sync_stream_resumes_too(server: ServerProcess) -> None:
     seen, cuts = asyncio.run(scenario())
     assert cuts == 1
     assert seen == list(range(1, seen[-1] + 1))
+
+
+async def test_a_streaming_start_whose_answer_is_lost_is_sent_again_not_twice(server: ServerProcess) -> None:
+    port = int(server.url.rsplit(":", 1)[1])
+    async with DroppingProxy(port) as proxy, AsyncTreadle(proxy.url, retry=Retry(attempts=4, backoff=0.01)) as tl:
+        proxy.lose_answers(1)
+        frames = [ev async for ev in tl.runs.start_streaming("echo", "lost once", metadata={"marker": "sse-lost"})]
+        assert proxy.lost == 1
+        assert [f.event for f in frames[:2]] == ["session", "agent"]  # loomcycle's first frames, once
+        ids = [f.id for f in frames if f.id is not None]
+        assert ids == list(range(1, len(ids) + 1)) and frames[-1].event == "done"
+        page = await tl.runs.list(agent="echo")
+        assert len([r for r in page.runs if (r.metadata or {}).get("marker") == "sse-lost"]) == 1

@@ -121,7 +121,7 @@ class AsyncTreadle:
         until the run's `done`/`error` (or, with no events left, a terminal run)."""
         failures = 0
         while True:
-            seen = False
+            seen = lost = False
             try:
                 headers = {"Accept": "text/event-stream", **call.headers}
                 async with self.http.stream(call.method, call.path, params=call.params, json=call.json,
@@ -134,21 +134,24 @@ class AsyncTreadle:
                     async for line in resp.aiter_lines():
                         ev = decoder.line(line)
                         if ev is not None and cursor.accept(ev):
-                            seen = True
+                            seen = seen or ev.id is not None
                             failures = 0
                             yield ev
                             if cursor.done:
                                 return
             except httpx.TransportError as exc:
                 failures += 1
-                # a start whose answer was lost resumes by its run id once `started` arrived, or
-                # is sent again with the same Idempotency-Key (the server returns the same run)
                 if failures >= self.retry.attempts or not self.retry.may_retry(exc, call.method, call.headers):
                     raise
                 await async_sleep(self.retry.delay(failures))
+                lost = True
             if cursor.run_id is None:
+                # a start lost before its `started` event: sent again with the same Idempotency-Key
+                # (the server answers with the run it created); a response that simply ended: done
+                if lost:
+                    continue
                 return
-            if not seen:
+            if not seen and not lost:
                 run = await self.runs.get(cursor.run_id)
                 if run.status in TERMINAL_STATUSES and run.last_seq <= cursor.last:
                     return
