@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from treadle.cli.main import build_parser, cmd_serve
+from treadle.cli.main import cli
 from treadle.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,8 +51,7 @@ def test_image_runs_treadle_serve_as_a_non_root_user_with_a_healthcheck() -> Non
     assert "useradd" in run and "--uid 10001" in run
     entry = json.loads(dict(steps)["ENTRYPOINT"]) + json.loads(dict(steps)["CMD"])
     assert entry == ["treadle", "serve"]
-    args = build_parser().parse_args(entry[1:])
-    assert args.func is cmd_serve
+    assert entry[1] in cli.commands and cli.commands[entry[1]].name == "serve"
     health = dict(steps)["HEALTHCHECK"]
     port = image_env()["TREADLE_LISTEN"].rsplit(":", 1)[1]
     assert f"http://127.0.0.1:{port}/healthz" in health and dict(steps)["EXPOSE"] == port
@@ -99,7 +98,7 @@ def test_layer_requirements_cover_the_core_dependencies() -> None:
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    core = _names(project["dependencies"]) - {"pgserver", "uvicorn"}  # sidecar-only
+    core = _names(project["dependencies"]) - {"pgserver", "uvicorn", "click", "rich"}  # sidecar- and CLI-only
     layer = _names((ROOT / "layers" / "requirements.txt").read_text().splitlines())
     assert core <= layer, core - layer
     assert {"mangum", "aws-lambda-powertools"} <= layer

@@ -16,6 +16,8 @@ OTHER_NAMES = frozenset({
     "TREADLE_CREDENTIALS_KEY", "TREADLE_MCP_TOKEN", "TREADLE_LOG_FORMAT", "TREADLE_URL", "TREADLE_TOOL_USE_ID",
     "TREADLE_EMF", "TREADLE_METRICS_NAMESPACE", "TREADLE_REQUIRE_PGVECTOR", "TREADLE_STREAM_HOST",
     "TREADLE_HOOKS_SECRET",
+    # the Python client (treadle/client): its bearer, else TREADLE_AUTH_TOKEN
+    "TREADLE_TOKEN",
     # scripts/demo.sh, scripts/test.sh
     "TREADLE_DEMO_EXIT", "TREADLE_TEST_WORKERS",
     # the cloud shape (CloudSettings)

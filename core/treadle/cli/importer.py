@@ -19,15 +19,16 @@ treadle.yaml `models:`); `inherit` or none becomes `--default-model`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace as Args
 from typing import Any
 
+import click
 import yaml
 
 #: Claude Code tool → treadle tool (None: no equivalent)
@@ -180,7 +181,7 @@ def write(items: list[Planned], url: str, token: str | None) -> list[dict[str, A
     return results
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def cmd_import(args: Args) -> int:
     try:
         items = plan(Path(args.source), args.default_model)
     except (ValueError, OSError, yaml.YAMLError) as exc:
@@ -205,13 +206,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0 if all(r["ok"] for r in results) else 1
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("import", help="import definitions from another tool (claude-code)")
-    p.add_argument("tool", choices=["claude-code"])
-    p.add_argument("--from", dest="source", default=".claude", help="the .claude folder (default: ./.claude)")
-    p.add_argument("--write", action="store_true", help="create the defs on a running treadle (default: dry run)")
-    p.add_argument("--url", help="the treadle to write to (default: $TREADLE_URL, else http://127.0.0.1:8787)")
-    p.add_argument("--default-model", default="sonnet",
-                   help="the model (alias) for agents with model inherit or none (default: sonnet)")
-    p.add_argument("--json", action="store_true", help="print the plan (or the results) as JSON")
-    p.set_defaults(func=cmd_import)
+@click.command("import", help="import definitions from another tool (claude-code)")
+@click.argument("tool", type=click.Choice(["claude-code"]))
+@click.option("--from", "source", default=".claude", show_default=True, help="the .claude folder")
+@click.option("--write", is_flag=True, help="create the defs on a running treadle (default: dry run)")
+@click.option("--url", help="the treadle to write to (default: $TREADLE_URL, else http://127.0.0.1:8787)")
+@click.option("--default-model", default="sonnet", show_default=True,
+              help="the model (alias) for agents with model inherit or none")
+@click.option("--json", "json_", is_flag=True, help="print the plan (or the results) as JSON")
+def import_command(json_: bool, **kw: Any) -> int:
+    return cmd_import(Args(json=json_, **kw))

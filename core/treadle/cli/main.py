@@ -1,15 +1,17 @@
-"""`treadle serve | run | init | doctor`."""
+"""The `treadle` command (Click, output through Rich): serve, init, run, doctor, hash, token, mcp,
+import, and the console — runs, attach, cancel, answer, input, events (docs/console.md)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import logging
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace as Args
 from typing import Any
+
+import click
 
 from treadle import __version__
 from treadle.cli.starter import STARTER_YAML
@@ -17,7 +19,7 @@ from treadle.errors import ConfigError, TreadleError
 from treadle.telemetry.logs import configure_logging
 
 
-def _settings(args: argparse.Namespace) -> Any:
+def _settings(args: Args) -> Any:
     from treadle.config import load_settings
 
     overrides: dict[str, Any] = {}
@@ -33,7 +35,7 @@ def _settings(args: argparse.Namespace) -> Any:
 # -- serve -----------------------------------------------------------------------------------------
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(args: Args) -> int:
     from treadle.config import load_config
 
     settings = _settings(args)
@@ -55,7 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 # -- init ------------------------------------------------------------------------------------------
 
 
-def cmd_init(args: argparse.Namespace) -> int:
+def cmd_init(args: Args) -> int:
     path = Path(args.config or os.environ.get("TREADLE_CONFIG", "treadle.yaml"))
     if path.exists() and not args.force:
         print(f"{path} exists; leaving it as it is (use --force to overwrite)", file=sys.stderr)
@@ -68,66 +70,6 @@ def cmd_init(args: argparse.Namespace) -> int:
 # -- run -------------------------------------------------------------------------------------------
 
 
-class Renderer:
-    """Prints a run's events as they arrive: streamed text, each tool call and result, usage."""
-
-    def __init__(self, out: Any = sys.stdout, color: bool | None = None) -> None:
-        self.out = out
-        self.color = out.isatty() if color is None else color
-        self._streamed: set[object] = set()  # iterations whose text arrived as live deltas
-
-    def _c(self, code: str, text: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.color else text
-
-    def _p(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
-
-    def event(self, etype: str, data: dict[str, Any]) -> None:
-        if etype == "text_delta":
-            self._streamed.add(data.get("iteration"))
-            print(str(data.get("text", "")), end="", file=self.out, flush=True)
-        elif etype == "started":
-            self._p(self._c("1", f"▶ run {data.get('run_id')} · agent {data.get('agent')}"))
-        elif etype == "text":
-            if data.get("iteration") in self._streamed:
-                self._p("")  # the deltas already showed it; end the line
-            else:
-                self._p(self._c("0", str(data.get("text", ""))))
-        elif etype == "thinking":
-            self._p(self._c("2", f"(thinking) {data.get('text', '')}"))
-        elif etype == "tool_call":
-            tu = data.get("tool_use") or {}
-            self._p(self._c("36", f"→ {tu.get('name')} {json.dumps(tu.get('input'), sort_keys=True)}"))
-        elif etype == "tool_result":
-            tu = data.get("tool_use") or {}
-            mark = self._c("31", "✗") if data.get("is_error") else self._c("32", "←")
-            text = str(data.get("text", ""))
-            self._p(f"{mark} {tu.get('name')} {text if len(text) <= 300 else text[:300] + '…'}")
-        elif etype == "retry":
-            r = data.get("retry") or {}
-            self._p(self._c("33", f"↻ retry {r.get('attempt')} in {r.get('wait_ms')} ms ({r.get('reason')})"))
-        elif etype == "usage":
-            u = data.get("usage") or {}
-            self._p(
-                self._c(
-                    "2",
-                    f"  · iteration {data.get('iteration')}: {u.get('input_tokens')} in /"
-                    f" {u.get('output_tokens')} out tokens ({u.get('provider')}/{u.get('model')})",
-                )
-            )
-        elif etype == "done":
-            u = data.get("usage") or {}
-            self._p(
-                self._c(
-                    "1",
-                    f"■ done: {data.get('stop_reason')} · {u.get('input_tokens', 0)} in /"
-                    f" {u.get('output_tokens', 0)} out tokens",
-                )
-            )
-        elif etype == "error":
-            self._p(self._c("31;1", f"■ error {data.get('code')}: {data.get('error')}"))
-
-
 async def _reachable(url: str) -> bool:
     import httpx
 
@@ -138,8 +80,9 @@ async def _reachable(url: str) -> bool:
         return False
 
 
-async def _run(args: argparse.Namespace) -> int:
-    from treadle.client import TreadleClient
+async def _run(args: Args) -> int:
+    from treadle.cli.live import follow
+    from treadle.client import AsyncTreadle, Retry
 
     settings = _settings(args)
     url = args.url or os.environ.get("TREADLE_URL")
@@ -157,49 +100,25 @@ async def _run(args: argparse.Namespace) -> int:
             print("no treadle server running; starting one in this process", file=sys.stderr)
             background = BackgroundServer(settings, load_config(settings.config))
             url = await background.start()
-    renderer = Renderer()
-    status = 1
     try:
-        async with TreadleClient(url, token=settings.auth_token) as client:
-            fields: dict[str, Any] = {}
-            if args.user_id:
-                fields["user_id"] = args.user_id
-            async for ev in client.run_streaming(args.agent, args.prompt, **fields):
-                if args.json:
-                    print(json.dumps({"event": ev.event, **ev.data}), flush=True)
-                else:
-                    renderer.event(ev.event, ev.data)
-                if ev.event == "done":
-                    status = 0 if ev.data.get("stop_reason") in ("end_turn", "max_iterations") else 1
-                elif ev.event == "error":
-                    status = 1
+        async with AsyncTreadle(url, token=settings.auth_token, retry=Retry(attempts=3)) as client:
+            started = await client.runs.start(args.agent, args.prompt, user_id=args.user_id)
+            return await follow(client, started.run_id, as_json=args.json, in_process=background is not None)
     finally:
         if background is not None:
             await background.stop()
-    return status
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    import httpx
+def cmd_run(args: Args) -> int:
+    from treadle.cli.ui import guarded
 
-    from treadle.client import ApiError
-
-    try:
-        return asyncio.run(_run(args))
-    except ApiError as exc:
-        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-        return 1
-    except httpx.TransportError as exc:  # a server that is down or went away: one line, not a traceback
-        where = args.url or os.environ.get("TREADLE_URL") or "the treadle server"
-        print(f"error: cannot reach {where}: {exc.__class__.__name__}: {exc or 'connection failed'}\n"
-              "  start one with `treadle serve`, or drop --url to run in this process", file=sys.stderr)
-        return 1
+    return guarded(lambda: _run(args), args.url)
 
 
 # -- doctor ----------------------------------------------------------------------------------------
 
 
-async def _doctor(args: argparse.Namespace) -> int:
+async def _doctor(args: Args) -> int:
     import psycopg
 
     from treadle.builtins.registry import default_registry
@@ -294,11 +213,11 @@ def hide_password(text: str, url: str | None) -> str:
     return text.replace(found.group(1), "***") if found and found.group(1) else text
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+def cmd_doctor(args: Args) -> int:
     return asyncio.run(_doctor(args))
 
 
-def cmd_hash(args: argparse.Namespace) -> int:
+def cmd_hash(args: Args) -> int:
     """The content hash of a treadle.yaml agent or skill, as AgentDef/SkillDef compute it (drift checks:
     compare with `{"op": "verify", "name": ..., "content_sha256": ...}`): loomcycle's hash, the one
     `loomcycle hash` prints for the same definition; `--treadle` prints treadle's earlier one."""
@@ -326,56 +245,87 @@ def cmd_hash(args: argparse.Namespace) -> int:
 
 # -- main ------------------------------------------------------------------------------------------
 
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="treadle", description="treadle — a durable agent runtime")
-    p.add_argument("--version", action="version", version=f"treadle {__version__}")
-    p.add_argument("--config", help="operator YAML (default: $TREADLE_CONFIG or ./treadle.yaml)")
-    sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("serve", help="serve the API with in-process workers and sweeper")
-    s.add_argument("--listen", help="HOST:PORT (default: $TREADLE_LISTEN or 127.0.0.1:8787)")
-    s.add_argument("--workers", type=int, help="worker coroutines (default: $TREADLE_WORKERS or 8)")
-    s.add_argument("--log-level", default="info")
-    s.set_defaults(func=cmd_serve)
+@click.group(context_settings=CONTEXT, help="treadle — a durable agent runtime")
+@click.version_option(__version__, "--version", prog_name="treadle", message="%(prog)s %(version)s")
+@click.option("--config", help="operator YAML (default: $TREADLE_CONFIG or ./treadle.yaml)")
+@click.pass_context
+def cli(ctx: click.Context, config: str | None) -> None:
+    ctx.obj = Args(config=config)
 
-    r = sub.add_parser("run", help="start a run and render it live")
-    r.add_argument("agent")
-    r.add_argument("prompt")
-    r.add_argument("--url", help="a running treadle (default: $TREADLE_URL, else TREADLE_LISTEN, else in-process)")
-    r.add_argument("--user-id")
-    r.add_argument("--json", action="store_true", help="print raw events as JSON lines")
-    r.set_defaults(func=cmd_run)
 
-    i = sub.add_parser("init", help="write a starter treadle.yaml with mock demo agents")
-    i.add_argument("--force", action="store_true")
-    i.set_defaults(func=cmd_init)
+def _args(**kw: Any) -> Args:
+    return Args(config=click.get_current_context().find_root().obj.config, **kw)
 
-    d = sub.add_parser("doctor", help="check config, database, migrations and pgvector")
-    d.set_defaults(func=cmd_doctor)
 
-    h = sub.add_parser("hash", help="print the content_sha256 of a treadle.yaml agent or skill (drift checks)")
-    h.add_argument("kind", choices=["agent", "skill"])
-    h.add_argument("name")
-    h.add_argument("--treadle", action="store_true",
-                   help="treadle's earlier hash (treadle_sha256) instead of loomcycle's")
-    h.set_defaults(func=cmd_hash)
+@cli.command("serve", help="serve the API with in-process workers and sweeper")
+@click.option("--listen", help="HOST:PORT (default: $TREADLE_LISTEN or 127.0.0.1:8787)")
+@click.option("--workers", type=int, help="worker coroutines (default: $TREADLE_WORKERS or 8)")
+@click.option("--log-level", default="info", show_default=True)
+def serve_command(**kw: Any) -> int:
+    return cmd_serve(_args(**kw))
 
-    from treadle.cli import importer
+
+@cli.command("run", short_help="start a run and watch it live",
+             help="start a run and render it live (Ctrl-C: detach; twice: cancel)")
+@click.argument("agent")
+@click.argument("prompt")
+@click.option("--url", help="a running treadle (default: $TREADLE_URL, else TREADLE_LISTEN, else in-process)")
+@click.option("--user-id")
+@click.option("--json", "json_", is_flag=True, help="print raw events as JSON lines")
+def run_command(json_: bool, **kw: Any) -> int:
+    return cmd_run(_args(json=json_, **kw))
+
+
+@cli.command("init", help="write a starter treadle.yaml with mock demo agents")
+@click.option("--force", is_flag=True)
+def init_command(force: bool) -> int:
+    return cmd_init(_args(force=force))
+
+
+@cli.command("doctor", help="check config, database, migrations and pgvector")
+def doctor_command() -> int:
+    return cmd_doctor(_args())
+
+
+@cli.command("hash", short_help="print the content hash of an agent or skill",
+             help="print the content_sha256 of a treadle.yaml agent or skill (drift checks)")
+@click.argument("kind", type=click.Choice(["agent", "skill"]))
+@click.argument("name")
+@click.option("--treadle", is_flag=True, help="treadle's earlier hash (treadle_sha256) instead of loomcycle's")
+def hash_command(**kw: Any) -> int:
+    return cmd_hash(_args(**kw))
+
+
+def _register() -> None:
+    from treadle.cli import console, importer
     from treadle.cli import mcp as mcp_cli
-    from treadle.cli.tokens import add_token_parser
+    from treadle.cli.tokens import token_group
 
-    add_token_parser(sub)
-    mcp_cli.add_parser(sub)
-    importer.add_parser(sub)
-    return p
+    cli.add_command(token_group())
+    cli.add_command(mcp_cli.mcp_group())
+    cli.add_command(importer.import_command)
+    for command in console.COMMANDS:
+        cli.add_command(command)
+
+
+_register()
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
         configure_logging(logging.WARNING)  # TREADLE_LOG_FORMAT=json: one JSON object per line
-        return int(args.func(args))
+        result = cli.main(args=argv, prog_name="treadle", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        return 130
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

@@ -9,14 +9,16 @@ TREADLE_AUTH_TOKEN), never from the command line (it would show in `ps`)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace as Args
 from typing import Any
+
+import click
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 TOKEN_ENVS = ("TREADLE_MCP_TOKEN", "TREADLE_AUTH_TOKEN")
@@ -92,7 +94,7 @@ def default_path(client: str) -> Path:
     return Path(os.environ.get("XDG_CONFIG_HOME", Path.home() / ".config")) / "Claude/claude_desktop_config.json"
 
 
-def cmd_install(args: argparse.Namespace) -> int:
+def cmd_install(args: Args) -> int:
     entry = snippet(args.client, args.url, args.transport)
     doc = {"mcpServers": {args.name: entry}}
     if not args.write:
@@ -116,26 +118,34 @@ def cmd_install(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_mcp(args: argparse.Namespace) -> int:
-    if getattr(args, "mcp_command", None) == "install":
-        return cmd_install(args)
+def cmd_mcp(args: Args) -> int:
     import anyio
 
     anyio.run(serve_stdio, upstream_url(args.url), upstream_token())
     return 0
 
 
-def add_parser(sub: Any) -> None:
-    m = sub.add_parser("mcp", help="a stdio MCP server forwarding to a running treadle (for claude mcp add)")
-    m.add_argument("--url", help=f"the treadle to forward to (default: $TREADLE_URL, else {DEFAULT_URL}); "
-                   "the bearer is $TREADLE_MCP_TOKEN, else $TREADLE_AUTH_TOKEN")
-    msub = m.add_subparsers(dest="mcp_command")
-    i = msub.add_parser("install", help="print (or --write) the Claude Code / Claude Desktop config entry")
-    i.add_argument("--client", choices=["claude-code", "claude-desktop"], default="claude-code")
-    i.add_argument("--transport", choices=["stdio", "http"], default="stdio",
-                   help="stdio: run `treadle mcp`; http: Claude Code talks to /v1/_mcp directly")
-    i.add_argument("--url", help="the treadle URL the entry points at")
-    i.add_argument("--name", default="treadle")
-    i.add_argument("--write", action="store_true", help="merge the entry into the client's config file")
-    i.add_argument("--path", help="the config file (default: ./.mcp.json, or Claude Desktop's own)")
-    m.set_defaults(func=cmd_mcp)
+def mcp_group() -> click.Group:
+    @click.group("mcp", invoke_without_command=True, short_help="a stdio MCP server forwarding to treadle",
+                 help="a stdio MCP server forwarding to a running treadle (for claude mcp add)")
+    @click.option("--url", help=f"the treadle to forward to (default: $TREADLE_URL, else {DEFAULT_URL}); "
+                  "the bearer is $TREADLE_MCP_TOKEN, else $TREADLE_AUTH_TOKEN")
+    @click.pass_context
+    def mcp(ctx: click.Context, url: str | None) -> int:
+        if ctx.invoked_subcommand is None:
+            return cmd_mcp(Args(url=url))
+        return 0
+
+    @mcp.command("install", help="print (or --write) the Claude Code / Claude Desktop config entry")
+    @click.option("--client", type=click.Choice(["claude-code", "claude-desktop"]), default="claude-code",
+                  show_default=True)
+    @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
+                  help="stdio: run `treadle mcp`; http: Claude Code talks to /v1/_mcp directly")
+    @click.option("--url", help="the treadle URL the entry points at")
+    @click.option("--name", default="treadle", show_default=True)
+    @click.option("--write", is_flag=True, help="merge the entry into the client's config file")
+    @click.option("--path", help="the config file (default: ./.mcp.json, or Claude Desktop's own)")
+    def install(**kw: Any) -> int:
+        return cmd_install(Args(**kw))
+
+    return mcp

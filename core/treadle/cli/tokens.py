@@ -4,40 +4,65 @@ printed once; treadle keeps only its keyed hash."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
+from types import SimpleNamespace as Args
 from typing import Any
+
+import click
 
 from treadle.errors import TreadleError
 
 
-def add_token_parser(sub: Any) -> None:
-    t = sub.add_parser("token", help="create, rotate, retire or list operator bearer tokens")
-    ops = t.add_subparsers(dest="token_op", required=True)
-    c = ops.add_parser("create", help="mint a token for a tenant (printed once)")
-    c.add_argument("name", nargs="?", help="the token's name (default: <subject>)")
-    c.add_argument("--tenant", required=True)
-    c.add_argument("--subject", required=True)
-    c.add_argument("--scopes", default="substrate:admin", help="comma-separated (default: substrate:admin)")
-    c.add_argument("--description")
-    r = ops.add_parser("rotate", help="mint the next token of NAME; the old one lives on for --grace-seconds")
-    r.add_argument("name")
-    r.add_argument("--tenant", required=True)
-    r.add_argument("--grace-seconds", type=int, default=86400)
-    x = ops.add_parser("retire", help="end NAME's token now")
-    x.add_argument("name")
-    x.add_argument("--tenant", required=True)
-    ls = ops.add_parser("list", help="a tenant's tokens (never the tokens themselves)")
-    ls.add_argument("--tenant", required=True)
-    ls.add_argument("--retired", action="store_true", help="include retired versions")
-    for p in (c, r, x, ls):
-        p.add_argument("--json", action="store_true", help="print the answer as JSON")
-    t.set_defaults(func=cmd_token)
+def token_group() -> click.Group:
+    @click.group("token", help="create, rotate, retire or list operator bearer tokens")
+    def token() -> None:
+        pass
+
+    as_json = click.option("--json", "json_", is_flag=True, help="print the answer as JSON")
+    tenant = click.option("--tenant", required=True)
+
+    @token.command("create", help="mint a token for a tenant (printed once)")
+    @click.argument("name", required=False)
+    @tenant
+    @click.option("--subject", required=True)
+    @click.option("--scopes", default="substrate:admin", show_default=True, help="comma-separated")
+    @click.option("--description")
+    @as_json
+    def create(**kw: Any) -> int:
+        return cmd_token(Args(token_op="create", **_json(kw)))
+
+    @token.command("rotate", help="mint the next token of NAME; the old one lives on for --grace-seconds")
+    @click.argument("name")
+    @tenant
+    @click.option("--grace-seconds", type=int, default=86400, show_default=True)
+    @as_json
+    def rotate(**kw: Any) -> int:
+        return cmd_token(Args(token_op="rotate", **_json(kw)))
+
+    @token.command("retire", help="end NAME's token now")
+    @click.argument("name")
+    @tenant
+    @as_json
+    def retire(**kw: Any) -> int:
+        return cmd_token(Args(token_op="retire", **_json(kw)))
+
+    @token.command("list", help="a tenant's tokens (never the tokens themselves)")
+    @tenant
+    @click.option("--retired", is_flag=True, help="include retired versions")
+    @as_json
+    def list_(**kw: Any) -> int:
+        return cmd_token(Args(token_op="list", **_json(kw)))
+
+    return token
 
 
-def _op(args: argparse.Namespace) -> dict[str, Any]:
+def _json(kw: dict[str, Any]) -> dict[str, Any]:
+    return {("json" if k == "json_" else k): v for k, v in kw.items()}
+
+
+def _op(args: Args) -> dict[str, Any]:
     if args.token_op == "create":
         op: dict[str, Any] = {"op": "create", "name": args.name or args.subject, "subject": args.subject,
                               "scopes": [s.strip() for s in args.scopes.split(",") if s.strip()]}
@@ -51,7 +76,7 @@ def _op(args: argparse.Namespace) -> dict[str, Any]:
     return {"op": "list", "retired": args.retired}
 
 
-async def _token(args: argparse.Namespace) -> dict[str, Any]:
+async def _token(args: Args) -> dict[str, Any]:
     from treadle.config import load_settings
     from treadle.store.db import open_pool, resolve_database_url
     from treadle.store.defs import DefStore
@@ -70,7 +95,7 @@ async def _token(args: argparse.Namespace) -> dict[str, Any]:
         await pool.close()
 
 
-def cmd_token(args: argparse.Namespace) -> int:
+def cmd_token(args: Args) -> int:
     try:
         out = asyncio.run(_token(args))
     except TreadleError as exc:

@@ -1,55 +1,35 @@
-"""Client for the HTTP API, with an SSE reader that tracks the last seq for resumption."""
+"""The earlier dict-returning async client (kept for the code and tests that use it); new code
+uses `treadle.client.AsyncTreadle` / `Treadle`, typed and retried (docs/client.md)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from treadle.client._async.client import AsyncTreadle
+from treadle.client._base import NO_RETRY, Call, SseDecoder, SseEvent, StreamCursor
+from treadle.client.errors import ApiError
 
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"{status} {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
-
-
-@dataclass(slots=True)
-class SseEvent:
-    event: str
-    data: dict[str, Any]
-    id: int | None
+__all__ = ["ApiError", "SseEvent", "TreadleClient", "parse_sse"]
 
 
 async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
-    event: str = "message"
-    data: list[str] = []
-    event_id: int | None = None
+    decoder = SseDecoder()
     async for line in lines:
-        if line == "":
-            if data:
-                yield SseEvent(event, json.loads("\n".join(data)), event_id)
-            event, data, event_id = "message", [], None
-        elif line.startswith(":"):
-            continue
-        else:
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                event = value
-            elif field == "data":
-                data.append(value)
-            elif field == "id" and value.isascii() and value.isdigit():
-                event_id = int(value)
-    if data:
-        yield SseEvent(event, json.loads("\n".join(data)), event_id)
+        ev = decoder.line(line)
+        if ev is not None:
+            yield ev
+    last = decoder.flush()
+    if last is not None:
+        yield last
 
 
 class TreadleClient:
+    """The earlier async client, returning the answers as dicts; a thin layer over AsyncTreadle
+    (its transport and its resumable run stream), without retries (as before)."""
+
     def __init__(
         self,
         base_url: str,
@@ -58,8 +38,8 @@ class TreadleClient:
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
+        self.api = AsyncTreadle(base_url, token, timeout=timeout, transport=transport, retry=NO_RETRY)
+        self.http = self.api.http
 
     async def __aenter__(self) -> TreadleClient:
         return self
@@ -68,80 +48,37 @@ class TreadleClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        await self.api.aclose()
 
-    @staticmethod
-    def _check(resp: httpx.Response) -> dict[str, Any]:
-        if resp.status_code >= 400:
-            try:
-                body = resp.json()
-                raise ApiError(resp.status_code, body.get("code", "error"), body.get("error", resp.text))
-            except (ValueError, AttributeError):
-                raise ApiError(resp.status_code, "error", resp.text) from None
-        answer: dict[str, Any] = resp.json()
+    async def _json(self, call: Call) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.api.json(call)
         return answer
 
     async def health(self) -> dict[str, Any]:
-        return self._check(await self.http.get("/healthz"))
+        return await self._json(Call("GET", "/healthz"))
 
     async def start_run(self, agent: str, prompt: str | None = None, **fields: Any) -> dict[str, Any]:
         body = {"agent": agent, **({"prompt": prompt} if prompt is not None else {}), **fields}
-        return self._check(await self.http.post("/v1/runs", json=body))
+        return await self._json(Call("POST", "/v1/runs", json=body))
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
-        return self._check(await self.http.get(f"/v1/runs/{run_id}"))
+        return await self._json(Call("GET", f"/v1/runs/{run_id}"))
 
     async def events(self, run_id: str, from_seq: int = 0) -> list[dict[str, Any]]:
-        body = self._check(await self.http.get(f"/v1/runs/{run_id}/events", params={"from_seq": from_seq}))
+        body = await self._json(Call("GET", f"/v1/runs/{run_id}/events", params={"from_seq": from_seq}))
         events: list[dict[str, Any]] = body["events"]
         return events
 
     async def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
         """Cancel the whole run (scope "run": without it an interactive run's turn is cancelled)."""
         payload: dict[str, Any] = {"scope": "run", **({"reason": reason} if reason else {})}
-        return self._check(await self.http.post(f"/v1/runs/{run_id}/cancel", json=payload))
-
-    async def _sse(self, method: str, url: str, **kw: Any) -> AsyncIterator[SseEvent]:
-        headers = {"Accept": "text/event-stream", **kw.pop("headers", {})}
-        async with self.http.stream(method, url, headers=headers, timeout=None, **kw) as resp:
-            if resp.status_code >= 400:
-                await resp.aread()
-                self._check(resp)
-            async for ev in parse_sse(resp.aiter_lines()):
-                yield ev
+        return await self._json(Call("POST", f"/v1/runs/{run_id}/cancel", json=payload))
 
     def stream(self, run_id: str, from_seq: int = 0) -> AsyncIterator[SseEvent]:
-        return self._follow(
-            self._sse("GET", f"/v1/runs/{run_id}/stream", params={"from_seq": from_seq}), run_id, from_seq
-        )
+        """The run's events after `from_seq`, resumed after the last seq when a response ends
+        before the run does (the cloud shape ends each one after a time budget)."""
+        return self.api.runs.stream(run_id, from_seq)
 
     def run_streaming(self, agent: str, prompt: str | None = None, **fields: Any) -> AsyncIterator[SseEvent]:
         body = {"agent": agent, **({"prompt": prompt} if prompt is not None else {}), **fields}
-        return self._follow(self._sse("POST", "/v1/runs", json=body), None, 0)
-
-    async def _follow(
-        self, first: AsyncIterator[SseEvent], run_id: str | None, from_seq: int
-    ) -> AsyncIterator[SseEvent]:
-        """Events of one run across responses: a response that ends before the run does (the
-        cloud shape ends each one after a time budget) is resumed after the last seq seen.
-        loomcycle's id-less first frames (`session`, `agent`) come from the first response only."""
-        last, source, resumed = from_seq, first, False
-        while True:
-            seen = False
-            async for ev in source:
-                if ev.id is None and ev.event in ("session", "agent"):
-                    if not resumed:
-                        yield ev
-                    continue
-                seen = True
-                last = ev.id if ev.id is not None else last
-                if run_id is None and ev.event == "started":
-                    run_id = ev.data.get("run_id")
-                yield ev
-                if ev.event in ("done", "error"):
-                    return
-            if run_id is None:
-                return
-            if not seen and (await self.get_run(run_id))["status"] in ("completed", "failed", "cancelled"):
-                return
-            source, resumed = self._sse("GET", f"/v1/runs/{run_id}/stream", params={"from_seq": last}), True
+        return self.api.events(Call("POST", "/v1/runs", json=body), StreamCursor(None, 0))

@@ -1,0 +1,257 @@
+"""The live view of a run (`treadle run`, `treadle attach`): streamed text, each tool call and
+result, a spinner with the elapsed time of the current iteration, the time each iteration took,
+pending questions with the command that answers them; and Ctrl-C: once detaches (the run goes on;
+the attach command is printed), twice within GRACE_S cancels the run. When the CLI serves
+in-process, the first Ctrl-C stops that server cleanly instead (the run stays in the database
+and goes on at the next `treadle serve`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.status import Status
+from rich.text import Text
+
+from treadle.cli.ui import animated, console, escape
+from treadle.client import AsyncTreadle, SseEvent
+
+GRACE_S = 2.0
+OK_STOPS = ("end_turn", "max_iterations")
+
+
+def _dur(seconds: float) -> str:
+    return f"{seconds:.1f}s" if seconds < 60 else f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
+
+
+class _Ticker:
+    """The spinner's text, computed at each redraw (so the seconds tick)."""
+
+    def __init__(self, view: LiveView) -> None:
+        self.view = view
+
+    def __rich__(self) -> Text:
+        v = self.view
+        now = time.monotonic()
+        if v.waiting:
+            return Text(f"{v.waiting} · {_dur(now - v.wait_since)}", style="yellow")
+        return Text(f"iteration {v.iteration} · {_dur(now - v.iter_since)}  (run {_dur(now - v.started)})",
+                    style="dim")
+
+
+class LiveView:
+    """Renders a run's events on `out` (Rich)."""
+
+    def __init__(self, run_id: str | None = None, out: Console | None = None) -> None:
+        self.out = out or console()
+        self.run_id = run_id
+        self.animate = animated(self.out)
+        self.started = self.iter_since = self.wait_since = time.monotonic()
+        self.iteration = 1
+        self.waiting = ""
+        self.streaming = False
+        self._streamed: set[object] = set()
+        self._status: Status | None = None
+
+    # the spinner ----------------------------------------------------------------------------------
+
+    def spin(self) -> None:
+        if self.animate and self._status is None and not self.streaming:
+            self._status = Status(_Ticker(self), console=self.out, spinner="dots")
+            self._status.start()
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def _p(self, text: str | Text, style: str | None = None) -> None:
+        self.out.print(text, style=style, markup=False, highlight=False)
+
+    def _end_stream(self) -> None:
+        if self.streaming:
+            self.out.file.write("\n")
+            self.out.file.flush()
+            self.streaming = False
+
+    # events ---------------------------------------------------------------------------------------
+
+    def event(self, ev: SseEvent) -> None:
+        etype, data = ev.event, ev.data
+        if etype == "text_delta":
+            self.stop()
+            self.streaming = True
+            self._streamed.add(data.get("iteration"))
+            self.out.file.write(str(data.get("text", "")))
+            self.out.file.flush()
+            return
+        if etype in ("thinking_delta", "session", "agent"):
+            return
+        if etype != "text":
+            self._end_stream()
+        self.stop()
+        self._render(etype, data)
+        if etype not in ("done", "error"):
+            self.spin()
+
+    def _render(self, etype: str, data: dict[str, Any]) -> None:
+        if etype == "started":
+            self.run_id = str(data.get("run_id") or self.run_id)
+            self._p(f"▶ run {self.run_id} · agent {data.get('agent')}", "bold")
+            self.iter_since = time.monotonic()
+        elif etype == "text":
+            if data.get("iteration") in self._streamed:
+                self._end_stream()
+            else:
+                self._p(str(data.get("text", "")))
+        elif etype == "thinking":
+            self._p(f"(thinking) {data.get('text', '')}", "dim")
+        elif etype == "tool_call":
+            tu = data.get("tool_use") or {}
+            self._p(f"→ {tu.get('name')} {json.dumps(tu.get('input'), sort_keys=True)}", "cyan")
+        elif etype == "tool_result":
+            tu = data.get("tool_use") or {}
+            text = str(data.get("text", ""))
+            text = text if len(text) <= 300 else text[:300] + "…"
+            if data.get("is_error"):
+                self._p(f"✗ {tu.get('name')} {text}", "red")
+            else:
+                self._p(f"← {tu.get('name')} {text}", "green")
+            self.waiting = ""
+        elif etype == "retry":
+            r = data.get("retry") or {}
+            self._p(f"↻ retry {r.get('attempt')} in {r.get('wait_ms')} ms ({r.get('reason')})", "yellow")
+        elif etype == "usage":
+            u = data.get("usage") or {}
+            now = time.monotonic()
+            self._p(f"  · iteration {data.get('iteration')} took {_dur(now - self.iter_since)} · "
+                    f"{u.get('input_tokens')} in / {u.get('output_tokens')} out tokens "
+                    f"({u.get('provider')}/{u.get('model')})", "dim")
+            self.iteration = int(data.get("iteration") or self.iteration) + 1
+            self.iter_since = now
+        elif etype == "interruption_pending":
+            self.question(data)
+        elif etype == "awaiting_input":
+            self.waiting = "waiting for input"
+            self.wait_since = _since(data)
+            self._p(f"… the run waits for your input: treadle input {self.run_id} \"your message\"", "yellow")
+        elif etype in ("user_input", "steer"):
+            self.waiting = ""
+            if data.get("source") in ("input", "steer"):
+                text = data.get("user_input", {}).get("text") if etype == "steer" else _segments_text(data)
+                self._p(f"» {text}", "magenta")
+        elif etype == "turn_cancelled":
+            self._p(f"■ turn cancelled ({data.get('reason')})", "yellow")
+        elif etype == "done":
+            u = data.get("usage") or {}
+            self._p(f"■ done: {data.get('stop_reason')} · {u.get('input_tokens', 0)} in / "
+                    f"{u.get('output_tokens', 0)} out tokens · {_dur(time.monotonic() - self.started)}", "bold")
+        elif etype == "error":
+            self._p(f"■ error {data.get('code')}: {data.get('error')}", "bold red")
+
+    def question(self, data: dict[str, Any]) -> None:
+        """A pending question, its options, and how to answer it."""
+        iid = data.get("interrupt_id")
+        self.waiting = "waiting for an answer"
+        self.wait_since = _since(data)
+        self._p(f"? {data.get('question')}", "bold yellow")
+        options = data.get("options") or []
+        for n, opt in enumerate(options, 1):
+            label = opt.get("label") if isinstance(opt, dict) else opt
+            self._p(f"    {n}. {label}", "yellow")
+        how = f"treadle answer {self.run_id} \"your answer\""
+        self._p(f"  answer: {how}" + ("   or: --option N" if options else "") + f"   (question {iid})", "yellow")
+
+    def print_note(self, text: str, style: str = "yellow") -> None:
+        self.stop()
+        self._end_stream()
+        console(stderr=True).print(escape(text), style=style, highlight=False)
+
+
+def _since(data: dict[str, Any]) -> float:
+    """The monotonic time of a stored event (its `ts`), so a replayed wait shows its real age."""
+    now = time.monotonic()
+    try:
+        ts = datetime.fromisoformat(str(data["ts"]))
+    except (KeyError, ValueError):
+        return now
+    return now - max(0.0, (datetime.now(UTC) - ts).total_seconds())
+
+
+def _segments_text(data: dict[str, Any]) -> str:
+    return " ".join(str(b.get("text", "")) for seg in data.get("segments") or []
+                    for b in seg.get("content") or [] if isinstance(b, dict))
+
+
+def exit_status(ev: SseEvent | None) -> int:
+    if ev is None:
+        return 0
+    if ev.event == "done":
+        return 0 if ev.data.get("stop_reason") in OK_STOPS else 1
+    return 1 if ev.event == "error" else 0
+
+
+async def follow(
+    client: AsyncTreadle,
+    run_id: str,
+    *,
+    from_seq: int = 0,
+    as_json: bool = False,
+    in_process: bool = False,
+) -> int:
+    """Stream the run until it ends, or until Ctrl-C (module docstring). `in_process`: the run's
+    server lives in this process (the caller stops it once this returns)."""
+    view = LiveView(run_id)
+    last: list[SseEvent] = []
+
+    async def consume() -> int:
+        if not as_json:  # JSON lines are for programs: no spinner between them
+            view.spin()
+        async for ev in client.runs.stream(run_id, from_seq):
+            if as_json:
+                print(json.dumps({"event": ev.event, "id": ev.id, **ev.data}), flush=True)
+            else:
+                view.event(ev)
+            if ev.id is not None:
+                last[:] = [ev]
+        view.stop()
+        return exit_status(last[0] if last else None)
+
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    try:
+        task = asyncio.create_task(consume())
+        stop = asyncio.create_task(interrupted.wait())
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            stop.cancel()
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        view.stop()
+        interrupted.clear()
+        if not in_process:
+            view.print_note(f"detached: run {run_id} keeps running. Attach again: treadle attach {run_id}\n"
+                            f"  (Ctrl-C again within {GRACE_S:.0f} s cancels the run)")
+        else:
+            view.print_note(f"stopping the in-process server: run {run_id} stays in the database and goes on "
+                            f"at the next `treadle serve` (then: treadle attach {run_id})\n"
+                            f"  (Ctrl-C again within {GRACE_S:.0f} s cancels the run)")
+        try:
+            await asyncio.wait_for(interrupted.wait(), GRACE_S)
+        except TimeoutError:
+            return 130
+        result = await client.runs.cancel(run_id, "cancelled from the console (Ctrl-C twice)")
+        view.print_note(f"cancelled run {run_id} (status {result.status})", "red")
+        return 130
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        view.stop()

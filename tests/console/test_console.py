@@ -1,0 +1,225 @@
+"""The console as a user drives it: `treadle runs | attach | answer | input | cancel | events` as
+real subprocesses against a real `treadle serve`; on a pseudo-terminal (pexpect) for the live view,
+the spinner, NO_COLOR and Ctrl-C (SIGINT, as the terminal sends it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+
+from tests.client.served import AGENTS
+from tests.support import db
+from tests.support.e2e import ServerProcess, free_port, write_config
+from treadle.client import AsyncTreadle
+
+ANSI = re.compile(r"\x1b[\[\]()]")
+
+
+def env_for(url: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TREADLE_") and k not in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS")}
+    env.update(TERM="xterm-256color", PYTHONUNBUFFERED="1", **extra)
+    if url:
+        env["TREADLE_URL"] = url
+    return env
+
+
+def treadle(url: str, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "treadle.cli.main", *args], env=env_for(url, **extra),
+                          capture_output=True, text=True, timeout=120)
+
+
+def spawn(url: str | None, *args: str, cwd: Path | None = None, **extra: str) -> pexpect.spawn:
+    return pexpect.spawn(sys.executable, ["-m", "treadle.cli.main", *args], env=env_for(url, **extra),
+                         encoding="utf-8", timeout=60, dimensions=(50, 200), cwd=str(cwd) if cwd else None)
+
+
+async def waiting_run(url: str, agent: str = "asker", **fields: object) -> str:
+    """A run parked on its question (or, interactive, on input)."""
+    async with AsyncTreadle(url) as tl:
+        run_id = (await tl.runs.start(agent, "go", **fields)).run_id  # type: ignore[arg-type]
+        async for ev in tl.runs.stream(run_id):
+            if ev.event in ("interruption_pending", "awaiting_input"):
+                return run_id
+    raise AssertionError("the run never parked")
+
+
+async def test_runs_lists_and_filters(server: ServerProcess) -> None:
+    asker = await waiting_run(server.url, user_id="ann")
+    async with AsyncTreadle(server.url) as tl:
+        echo = (await tl.runs.start("echo", "hi", user_id="bob")).run_id
+        await tl.runs.wait(echo)
+    out = treadle(server.url, "runs")
+    assert out.returncode == 0, out.stderr
+    assert echo in out.stdout and asker in out.stdout and "STATUS" in out.stdout
+    only_echo = treadle(server.url, "runs", "--agent", "echo").stdout
+    assert echo in only_echo and asker not in only_echo
+    waiting = treadle(server.url, "runs", "--status", "waiting").stdout
+    assert asker in waiting and echo not in waiting and "interrupt" in waiting
+    lines = [json.loads(line) for line in treadle(server.url, "runs", "--user", "bob", "--json").stdout.splitlines()]
+    assert [r["run_id"] for r in lines] == [echo] and lines[0]["status"] == "completed"
+    assert not ANSI.search(out.stdout), "a pipe gets no escapes"
+
+
+async def test_attach_shows_the_question_and_how_to_answer_it_without_colour(server: ServerProcess) -> None:
+    run_id = await waiting_run(server.url)
+    child = spawn(server.url, "attach", run_id, NO_COLOR="1")
+    child.expect("Which colour\\?")
+    child.expect("1. red")
+    child.expect("2. blue")
+    child.expect(f"treadle answer {run_id}")
+    listed = treadle(server.url, "answer", run_id)
+    assert "Which colour?" in listed.stdout and "2. blue" in listed.stdout and "--option N" in listed.stdout
+    answered = treadle(server.url, "answer", run_id, "--option", "2")
+    assert answered.returncode == 0 and "resolved" in answered.stdout and "blue" in answered.stdout
+    child.expect("Thanks for answering.")
+    child.expect("■ done: end_turn")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert not ANSI.search(child.before or ""), "NO_COLOR: not one escape sequence"
+    again = treadle(server.url, "answer", run_id)
+    assert "no pending question" in again.stdout
+
+
+async def test_answer_on_a_terminal_asks_for_the_answer(server: ServerProcess) -> None:
+    run_id = await waiting_run(server.url)
+    child = spawn(server.url, "answer", run_id, NO_COLOR="1")
+    child.expect("2. blue")
+    child.expect("your answer")
+    child.sendline("1")
+    child.expect("resolved: Which colour\\? → red")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    async with AsyncTreadle(server.url) as tl:
+        assert (await tl.runs.wait(run_id)).status == "completed"
+        [q] = (await tl.runs.interrupts(run_id)).interrupts
+        assert (q.answer, q.resolved_by) == ("red", "cli")
+
+
+async def test_a_terminal_gets_colour_a_spinner_and_iteration_times(server: ServerProcess) -> None:
+    async with AsyncTreadle(server.url) as tl:
+        run_id = (await tl.runs.start("slow", "go")).run_id
+    child = spawn(server.url, "attach", run_id)
+    child.expect("iteration 1 ·")  # the spinner, with the iteration's elapsed time
+    child.expect("iteration 1 took")
+    child.expect("done: end_turn")
+    child.expect(pexpect.EOF)
+    transcript = child.before or ""
+    child.close()
+    assert child.exitstatus == 0
+    assert ANSI.search(transcript), "without NO_COLOR a terminal gets colour"
+    plain = spawn(server.url, "attach", run_id, NO_COLOR="1")
+    plain.expect(pexpect.EOF)
+    text = plain.before or ""
+    plain.close()
+    assert "iteration 3 took" in text and "done: end_turn" in text and not ANSI.search(text)
+
+
+async def test_json_lines_on_a_terminal_are_plain(server: ServerProcess) -> None:
+    async with AsyncTreadle(server.url) as tl:
+        run_id = (await tl.runs.start("echo", "hi")).run_id
+        await tl.runs.wait(run_id)
+    child = spawn(server.url, "attach", run_id, "--json")
+    child.expect(pexpect.EOF)
+    child.close()
+    lines = [json.loads(line) for line in (child.before or "").replace("\r", "").splitlines() if line]
+    assert child.exitstatus == 0 and not ANSI.search(child.before or "")
+    stored = [e["event"] for e in lines if e["id"] is not None]
+    assert stored[0] == "user_input" and stored[-1] == "done"
+    assert [e["id"] for e in lines if e["id"] is not None] == list(range(1, len(stored) + 1))
+
+
+async def test_ctrl_c_once_detaches_and_says_how_to_attach(server: ServerProcess) -> None:
+    run_id = await waiting_run(server.url)
+    child = spawn(server.url, "attach", run_id, NO_COLOR="1")
+    child.expect("Which colour\\?")
+    child.sendintr()
+    child.expect(f"detached: run {run_id} keeps running. Attach again: treadle attach {run_id}")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+    async with AsyncTreadle(server.url) as tl:
+        assert (await tl.runs.get(run_id)).status == "waiting"
+
+
+async def test_ctrl_c_twice_cancels_the_run(server: ServerProcess) -> None:
+    run_id = await waiting_run(server.url)
+    child = spawn(server.url, "attach", run_id, NO_COLOR="1")
+    child.expect("Which colour\\?")
+    child.sendintr()
+    child.expect("Ctrl-C again")
+    child.sendintr()
+    child.expect(f"cancelled run {run_id}")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+    async with AsyncTreadle(server.url) as tl:
+        assert (await tl.runs.wait(run_id)).status == "cancelled"
+
+
+async def test_input_events_and_cancel_of_an_interactive_run(server: ServerProcess) -> None:
+    run_id = await waiting_run(server.url, "chat", interactive=True)
+    sent = treadle(server.url, "input", run_id, "second message")
+    assert sent.returncode == 0 and f"delivered to run {run_id}" in sent.stdout
+    async with AsyncTreadle(server.url) as tl:
+        async for ev in tl.runs.stream(run_id):
+            if ev.event == "text" and ev.data["text"] == "second message":
+                break
+    events = [json.loads(line) for line in treadle(server.url, "events", run_id, "--json").stdout.splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["text"] for e in events if e["type"] == "text"] == ["go", "second message"]
+    human = treadle(server.url, "events", run_id).stdout
+    assert "user_input" in human and "awaiting_input" in human
+    turn = treadle(server.url, "cancel", run_id, "--turn")
+    assert turn.returncode == 1 and "not_mid_turn" in turn.stderr  # it waits for input: no turn to stop
+    cancelled = treadle(server.url, "cancel", run_id, "--reason", "done here")
+    assert cancelled.returncode == 0 and "cancel requested" in cancelled.stdout
+    async with AsyncTreadle(server.url) as tl:
+        assert (await tl.runs.wait(run_id)).status == "cancelled"
+
+
+def test_errors_are_one_line(server: ServerProcess) -> None:
+    missing = treadle(server.url, "attach", "r_nope")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "error: run_not_found: run 'r_nope' not found"
+    down = treadle(f"http://127.0.0.1:{free_port()}", "runs")
+    assert down.returncode == 1 and len(down.stderr.strip().splitlines()) == 2 and "cannot reach" in down.stderr
+    bad = treadle(server.url, "answer", "r_x", "yes", "--decline")
+    assert bad.returncode == 1 and "give one of" in bad.stderr
+
+
+async def test_in_process_mode_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    """`treadle run` with no server serves in-process; Ctrl-C stops that server (the process exits)
+    and the run stays in the database, parked, for the next `treadle serve`."""
+    admin = db.server_url()
+    url = db.create_database(admin, "inproc")
+    try:
+        write_config(tmp_path / "treadle.yaml", AGENTS)
+        child = spawn(None, "run", "asker", "go", cwd=tmp_path, NO_COLOR="1", DATABASE_URL=url,
+                      TREADLE_LISTEN=f"127.0.0.1:{free_port()}", TREADLE_HOME=str(tmp_path / "home"))
+        child.expect("starting one in this process")
+        child.expect("Which colour\\?")
+        child.sendintr()
+        child.expect("stopping the in-process server")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 130
+        rows = await _query(url, "SELECT status FROM runs")
+        assert rows == [("waiting",)]
+    finally:
+        db.drop_database(admin, url)
+
+
+async def _query(url: str, sql: str) -> list[tuple[object, ...]]:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        return await (await conn.execute(sql)).fetchall()
