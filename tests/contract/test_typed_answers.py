@@ -72,6 +72,7 @@ def runs_and_agents(api: Checked) -> None:
     api.call("GET", "/v1/runs/{run_id}/events", 200, path={"run_id": run_id})
     api.call("GET", "/v1/runs/{run_id}/interrupts", 200, path={"run_id": run_id})
     api.call("GET", "/v1/users/{user_id}/interrupts", 200, path={"user_id": user}, params={"status": "all"})
+    api.call("GET", "/v1/interrupts", 200, params={"status": "all"})
     api.call("POST", "/v1/runs/{run_id}/interrupts/{interrupt_id}/resolve", 404,
              path={"run_id": run_id, "interrupt_id": "i_nope"}, json={"answer": "yes"})
     api.call("GET", "/v1/agents/{agent_id}", 200, path={"agent_id": agent_id})

@@ -254,3 +254,34 @@ async def test_runs_are_listed_by_user_and_by_agent(http: Http) -> None:
     page = (await http.client.get("/v1/runs", params={"user_id": "ada", "limit": 1})).json()
     rest = await listed(user_id="ada", cursor=page["next_cursor"])
     assert [r["run_id"] for r in page["runs"]] + rest == ada[::-1]
+
+
+async def test_the_tenants_inbox_holds_every_runs_questions_and_no_other_tenants(http: Http) -> None:
+    """GET /v1/interrupts: the pending questions of every run of the tenant (any user, sub-agents
+    with their parent), newest first, in one call; another tenant's question stays out."""
+    ada = await http.start("asker", user_id="ada")
+    anonymous = await http.start("asker")
+    boss = await http.start("boss", user_id="bob")
+    other = await http.client.post("/v1/runs", json={"agent": "asker", "prompt": "x", "user_id": "ada"},
+                                   headers={"X-Treadle-Tenant": "other-tenant"})
+    assert other.status_code == 202, other.text
+    await http.disp.drain()
+
+    inbox = (await http.client.get("/v1/interrupts")).json()["interrupts"]
+    children = {q["run_id"] for q in inbox if q["parent_run_id"] == boss}
+    assert len(children) == 2 and all(q["user_id"] == "bob" for q in inbox if q["run_id"] in children)
+    assert {q["run_id"] for q in inbox} == {ada, anonymous, *children}      # not the other tenant's
+    assert [q["created_at"] for q in inbox] == sorted((q["created_at"] for q in inbox), reverse=True)
+    by_run = {q["run_id"]: q for q in inbox}
+    assert (by_run[ada]["user_id"], by_run[ada]["agent"], by_run[ada]["parent_run_id"]) == ("ada", "asker", None)
+    assert by_run[anonymous]["user_id"] is None
+
+    q = by_run[ada]
+    resolved = await http.post(f"/v1/runs/{ada}/interrupts/{q['interrupt_id']}/resolve", {"answer": "yes"})
+    assert resolved.status_code == 200, resolved.text
+    assert ada not in {p["run_id"] for p in (await http.client.get("/v1/interrupts")).json()["interrupts"]}
+    every = (await http.client.get("/v1/interrupts", params={"status": "all", "limit": 100})).json()["interrupts"]
+    assert {p["run_id"]: p["status"] for p in every}[ada] == "resolved"
+    theirs = (await http.client.get("/v1/interrupts", headers={"X-Treadle-Tenant": "other-tenant"})).json()
+    assert [p["run_id"] for p in theirs["interrupts"]] == [other.json()["run_id"]]
+    error(await http.client.get("/v1/interrupts", params={"status": "maybe"}), 422, "validation_error")

@@ -45,6 +45,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/runs/{run_id}/input"): W,
     ("GET", "/v1/runs/{run_id}/interrupts"): R,
     ("GET", "/v1/users/{user_id}/interrupts"): R,
+    ("GET", "/v1/interrupts"): R,
     ("POST", "/v1/runs/{run_id}/interrupts/{interrupt_id}/resolve"): W,
     ("GET", "/v1/_channels"): sc.CHANNEL_READ,
     ("POST", "/v1/_channels"): sc.TENANT,

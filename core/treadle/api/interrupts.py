@@ -1,7 +1,8 @@
 """Interruptions over HTTP: list a run's questions, a user's inbox, and answer (or decline) one.
 
 `GET /v1/users/{user_id}/interrupts?status=pending|…|all&limit=` → `{user_id, interrupts: [... +
-agent]}`, newest first, the questions of every run started for that user (default: pending).
+agent]}`, newest first, the questions of every run started for that user (default: pending);
+`GET /v1/interrupts?…` → `{interrupts: [... + agent, user_id, parent_run_id]}`: the whole tenant's.
 
 `POST /v1/runs/{run_id}/interrupts/{interrupt_id}/resolve` `{answer, disposition: answer|declined}`
 → `{interrupt_id, status, resolved_at}`; 404 unknown run or interruption, 409 already settled,
@@ -25,7 +26,7 @@ from treadle.errors import (
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.interrupts import STATUSES, InterruptStore, interrupt_key
-from treadle.wire import InterruptResolved, ResolveRequest, RunInterrupts, UserInterrupts
+from treadle.wire import InterruptResolved, ResolveRequest, RunInterrupts, TenantInterrupts, UserInterrupts
 
 router = APIRouter(prefix="/v1", tags=["interrupts"])
 
@@ -47,6 +48,12 @@ async def list_interrupts(
     return {"run_id": run_id, "interrupts": [r.to_api() for r in rows]}
 
 
+def _inbox_status(status: str) -> str | None:
+    if status != "all" and status not in STATUSES:
+        raise ValidationFailed(f"status: must be one of {', '.join(STATUSES)} or all")
+    return None if status == "all" else status
+
+
 @router.get("/users/{user_id}/interrupts", response_model=UserInterrupts, response_model_exclude_unset=True,
             responses=errors(*AUTHED))
 async def list_user_interrupts(
@@ -56,11 +63,23 @@ async def list_user_interrupts(
     status: Annotated[str, Query(max_length=16)] = "pending",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    if status != "all" and status not in STATUSES:
-        raise ValidationFailed(f"status: must be one of {', '.join(STATUSES)} or all")
-    rows = await InterruptStore(rt.pool).list_for_user(who.tenant_id, user_id, None if status == "all" else status,
-                                                       limit)
-    return {"user_id": user_id, "interrupts": [{**row.to_api(), "agent": agent} for row, agent in rows]}
+    rows = await InterruptStore(rt.pool).list_for_user(who.tenant_id, user_id, _inbox_status(status), limit)
+    return {"user_id": user_id, "interrupts": [{**row.to_api(), "agent": run["agent"]} for row, run in rows]}
+
+
+@router.get("/interrupts", response_model=TenantInterrupts, response_model_exclude_unset=True,
+            responses=errors(*AUTHED))
+async def list_tenant_interrupts(
+    rt: Rt,
+    who: Who,
+    status: Annotated[str, Query(max_length=16)] = "pending",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """The tenant's inbox: the questions of all its runs, newest first (default: pending), each
+    with its run's agent, user and parent — one call for a whole inbox."""
+    rows = await InterruptStore(rt.pool).list_for_user(who.tenant_id, None, _inbox_status(status), limit)
+    return {"interrupts": [{**row.to_api(), "agent": run["agent"], "user_id": run["user_id"],
+                            "parent_run_id": run["parent_run_id"]} for row, run in rows]}
 
 
 @router.post("/runs/{run_id}/interrupts/{interrupt_id}/resolve", response_model=InterruptResolved,

@@ -50,6 +50,7 @@ from treadle.wire import (
     Subscribed,
     TenantCancelled,
     TenantErased,
+    TenantInterrupts,
     ToolResultAccepted,
     Transcript,
     TurnCancelled,
@@ -70,6 +71,6 @@ __all__ = [
     "MemorySearchResult", "MemoryWritten", "Message", "Names", "OpResult", "Peeked", "Published", "Run",
     "RunCancelled", "RunCreated", "RunEvents", "RunInterrupts", "RunList", "RunStatus", "ScheduleDetail",
     "ScheduleFired", "ScheduleList", "ScheduleState", "Subscribed", "TenantCancelled", "TenantErased",
-    "ToolResultAccepted", "Transcript", "TurnCancelled", "UserInterrupts", "WebhookAccepted", "WebhookDeliveries",
-    "WebhookDryRun", "Whoami",
+    "TenantInterrupts", "ToolResultAccepted", "Transcript", "TurnCancelled", "UserInterrupts", "WebhookAccepted",
+    "WebhookDeliveries", "WebhookDryRun", "Whoami",
 ]

@@ -152,19 +152,22 @@ class InterruptStore:
         return [_row(r) for r in rows]
 
     async def list_for_user(
-        self, tenant_id: str, user_id: str, status: str | None = None, limit: int = 100
-    ) -> list[tuple[Interrupt, str]]:
-        """The interruptions of the user's runs, newest first, each with its run's agent."""
+        self, tenant_id: str, user_id: str | None, status: str | None = None, limit: int = 100
+    ) -> list[tuple[Interrupt, dict[str, Any]]]:
+        """The interruptions of the user's runs (None: of every run of the tenant), newest first,
+        each with its run's `agent`, `user_id` and `parent_run_id`."""
         columns = ", ".join(f"i.{f}" for f in _FIELDS) + ", " + _EXPIRED.format(p="i.")
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                f"SELECT {columns}, r.agent FROM interrupts i JOIN runs r ON r.id = i.run_id"
-                " WHERE i.tenant_id = %s AND r.tenant_id = %s AND r.user_id = %s"
-                " AND (%s::text IS NULL OR i.status = %s) ORDER BY i.created_at DESC, i.id LIMIT %s",
-                (tenant_id, tenant_id, user_id, status, status, limit),
+                f"SELECT {columns}, r.agent AS run_agent, r.user_id AS run_user_id,"
+                " r.parent_run_id AS run_parent_run_id FROM interrupts i JOIN runs r ON r.id = i.run_id"
+                " WHERE i.tenant_id = %(t)s AND r.tenant_id = %(t)s AND (%(u)s::text IS NULL OR r.user_id = %(u)s)"
+                " AND (%(s)s::text IS NULL OR i.status = %(s)s) ORDER BY i.created_at DESC, i.id LIMIT %(n)s",
+                {"t": tenant_id, "u": user_id, "s": status, "n": limit},
             )
             rows = await cur.fetchall()
-        return [(_row({k: v for k, v in r.items() if k != "agent"}), str(r["agent"])) for r in rows]
+        of_run = ("run_agent", "run_user_id", "run_parent_run_id")
+        return [(_row({k: v for k, v in r.items() if k not in of_run}), {k[4:]: r[k] for k in of_run}) for r in rows]
 
     async def resolve(
         self, tenant_id: str, run_id: str, iid: str, *, answer: str | None, status: str, resolved_by: str

@@ -57,7 +57,14 @@ from treadle.wire.defs import (
 )
 from treadle.wire.errors import ErrorBody, ErrorDetail
 from treadle.wire.hooks import Hook, HookList, HookRequest
-from treadle.wire.interrupts import Interrupt, InterruptResolved, ResolveRequest, RunInterrupts, UserInterrupts
+from treadle.wire.interrupts import (
+    Interrupt,
+    InterruptResolved,
+    ResolveRequest,
+    RunInterrupts,
+    TenantInterrupts,
+    UserInterrupts,
+)
 from treadle.wire.memory import (
     MemoryDeleted,
     MemoryEntries,
@@ -195,6 +202,7 @@ __all__ = [
     "Subscribed",
     "TenantCancelled",
     "TenantErased",
+    "TenantInterrupts",
     "ToolResultAccepted",
     "ToolResultRequest",
     "Transcript",

@@ -34,8 +34,11 @@ class Interrupt(Response):
     expires_at: str | None = None
     created_at: str | None = None
     resolved_at: str | None = None
-    #: in a user's inbox: the agent of the run that asks
+    #: in an inbox: the agent of the run that asks
     agent: str | None = None
+    #: in the tenant's inbox: the run's user and, for a sub-agent, its parent run
+    user_id: str | None = None
+    parent_run_id: str | None = None
 
 
 class RunInterrupts(Response):
@@ -45,6 +48,10 @@ class RunInterrupts(Response):
 
 class UserInterrupts(Response):
     user_id: str
+    interrupts: list[Interrupt]
+
+
+class TenantInterrupts(Response):
     interrupts: list[Interrupt]
 
 

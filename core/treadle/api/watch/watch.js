@@ -576,14 +576,10 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   // -- the inbox --------------------------------------------------------------------------------------
 
   async function scanQuestions() {
-    const body = await json("/v1/runs?status=waiting&limit=500");
-    const found = [];
-    for (const r of body.runs.filter(asks)) {
-      const qs = await json(`/v1/runs/${r.run_id}/interrupts?status=pending`);
-      for (const q of qs.interrupts) found.push({ q, run: r });
-    }
-    found.sort((a, b) => String(b.q.created_at).localeCompare(String(a.q.created_at)));
-    return found;
+    const body = await json("/v1/interrupts?status=pending&limit=500");
+    // each question comes with its run's agent, user and parent: what a card shows
+    return body.interrupts.map((q) => ({ q, run: { run_id: q.run_id, agent: q.agent, user_id: q.user_id,
+      parent_run_id: q.parent_run_id } }));
   }
 
   async function refreshInbox() {

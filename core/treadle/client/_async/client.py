@@ -306,6 +306,12 @@ class AsyncRuns(AsyncResource):
         return await self.client.model(Call("GET", f"/v1/users/{user_id}/interrupts", params=params),
                                        m.UserInterrupts)
 
+    async def inbox(self, status: str | None = None, limit: int | None = None) -> m.TenantInterrupts:
+        """The tenant's inbox: every run's questions, newest first (default: pending), each with
+        its run's agent, user and parent."""
+        params = clean({"status": status, "limit": limit})
+        return await self.client.model(Call("GET", "/v1/interrupts", params=params), m.TenantInterrupts)
+
     async def answer(self, run_id: str, interrupt_id: str, answer: str | None = None, *,
                      decline: bool = False,
                      resolved_by: Literal["webui", "mcp", "cli", "api", "client"] = "client") -> m.InterruptResolved:
