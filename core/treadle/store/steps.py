@@ -81,6 +81,12 @@ class LeasedRun:
     #: loomcycle's parent_context (inherited by sub-agents) and per-run options (tools, sampling, user_tier)
     parent_context: dict[str, Any] | None = None
     run_options: dict[str, Any] | None = None
+    #: the engine's replay state of `events` (engine/replay.py `Replayer`), kept across the steps of
+    #: one lease chain so a chained step replays only what the last commit added; opaque here
+    replayed: Any = None
+    #: set when a chained commit found `last_seq` moved by a writer other than this lease chain:
+    #: `events` no longer matches the database and must be re-read (`StepStore.reload_events`)
+    events_stale: bool = False
 
 
 @dataclass(slots=True)
@@ -296,6 +302,16 @@ class StepStore:
         )
         leased.events = [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
 
+    async def reload_events(self, leased: LeasedRun) -> None:
+        """Re-read the run's transcript (a chained step found it changed by another writer)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT seq, type, payload FROM events WHERE run_id = %s ORDER BY seq", (leased.run_id,)
+            )
+            leased.events = [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
+        leased.last_seq = leased.events[-1][0] if leased.events else 0
+        leased.replayed, leased.events_stale = None, False
+
     async def renew(self, leased: LeasedRun, owner: str) -> bool:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
@@ -430,7 +446,7 @@ class StepStore:
                 updated_at = now()
             WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
               AND NOT (%(yields_to_cancel)s AND cancel_requested)
-            RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason
+            RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason, input_seq
         ), ev AS (
             INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
             SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, t.payload, t.tool_use_id
@@ -454,7 +470,7 @@ class StepStore:
             UPDATE interrupts SET status = 'cancelled', resolved_at = now(), resolved_by = 'agent_cancel'
             WHERE run_id = %(run_id)s AND status = 'pending' AND %(final)s AND EXISTS (SELECT 1 FROM g)
         )
-        SELECT g.step_no, g.cancel_requested, g.cancel_reason,
+        SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq,
                CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM g
         """
         params = {
@@ -492,7 +508,10 @@ class StepStore:
         base = leased.last_seq
         leased.last_seq += len(events)
         if chain:
+            if int(row["base"]) != base:  # someone else appended to the transcript: re-read it
+                leased.events_stale = True
             leased.events.extend((base + i + 1, e.type, e.payload) for i, e in enumerate(events))
+            leased.input_seq = int(row["input_seq"] or 0)
             leased.step_no = int(row["step_no"])
             leased.iterations += outcome.iterations_delta
             leased.step_failures = 0
