@@ -80,6 +80,7 @@ from bench_support import (  # noqa: E402
     first_seam,
     ms,
     pct,
+    round_trips,
     runs_updates,
     scratch_database,
     seam,
@@ -229,7 +230,7 @@ async def bench_treadle(
         "cycle": probe.cycles(),
         "times": probe.times,
         "per_iter": {k: v / iters for k, v in counts.items()},
-        "round_trips": (sum(counts.values()) - counts["autocommit"]) / iters,
+        "round_trips": round_trips(counts) / iters,
         "transactions": (counts["autocommit"] + counts["BEGIN"]) / iters,
         "commits": (counts["autocommit"] + counts["COMMIT"]) / iters,
         "server_commits": server_commits / iters,
@@ -533,7 +534,7 @@ async def main() -> int:
     print("Per iteration (client-side counts, see the docstring; server commits: pg_stat_database.xact_commit,"
           " autovacuum included):")
     print()
-    kinds = ["query", "BEGIN", "SAVEPOINT", "RELEASE", "COMMIT", "ROLLBACK", "autocommit"]
+    kinds = ["query", "BEGIN", "SAVEPOINT", "RELEASE", "COMMIT", "ROLLBACK", "autocommit", "pipelined", "sync"]
     print("| pass | " + " | ".join(kinds) + " | round trips | transactions | commits | server commits |"
           " runs row updates (HOT) |")
     print("|---|" + "---:|" * (len(kinds) + 5))

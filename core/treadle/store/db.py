@@ -80,6 +80,8 @@ class StepTransaction:
     #: the task that opened it: tasks it starts (which inherit the context) do not join it
     task: asyncio.Task[Any] | None
     callbacks: list[AfterCommit] = field(default_factory=list)
+    #: the connection's pipeline while the transaction runs in pipeline mode (`Pool.pipelined`)
+    pipeline: psycopg.AsyncPipeline | None = None
 
 
 _CURRENT: ContextVar[StepTransaction | None] = ContextVar("treadle_step_transaction", default=None)
@@ -106,13 +108,31 @@ def in_step_transaction() -> bool:
     return _current() is not None
 
 
+class _StepCursor(psycopg.AsyncCursor[DictRow]):
+    """The cursor of a pipelined step transaction's connection: each statement is sent with
+    whatever the pipeline has queued (BEGIN, SAVEPOINT, RELEASE) and synced at once, so its result
+    — rows, `rowcount`, an error — is there when `execute` returns, exactly as without a pipeline
+    (store code reads `rowcount` and catches errors around `execute`)."""
+
+    async def execute(self, *args: Any, **kwargs: Any) -> _StepCursor:
+        await super().execute(*args, **kwargs)
+        tx = _current()
+        if tx is not None and tx.conn is self.connection and tx.pipeline is not None:
+            await tx.pipeline.sync()
+        return self
+
+
 class Pool:
     """The connection pool, aware of the current step transaction: `connection()` lends that
     transaction's connection while one is current in this task (a store's own `transaction()`
     then becomes a savepoint), else a pooled connection in autocommit mode."""
 
-    def __init__(self, inner: AsyncConnectionPool[Connection]) -> None:
+    def __init__(self, inner: AsyncConnectionPool[Connection], *, pipelined: bool = True) -> None:
         self.inner = inner
+        #: run step transactions in libpq's pipeline mode: BEGIN travels with the transaction's
+        #: first statement and COMMIT with its last, instead of each costing a round trip (off
+        #: behind a transaction pooler, see `open_pool`)
+        self.pipelined = pipelined
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -133,8 +153,20 @@ class Pool:
             tx = StepTransaction(self, conn, asyncio.current_task())
             token = _CURRENT.set(tx)
             try:
-                async with conn.transaction():
-                    yield tx
+                if self.pipelined:
+                    # BEGIN (and a SAVEPOINT, a RELEASE) is queued and travels with the next
+                    # statement; every statement is synced at once (`_StepCursor`), so it runs, and
+                    # fails, where it is executed, as without a pipeline; COMMIT goes with the
+                    # pipeline's last Sync
+                    plain, conn.cursor_factory = conn.cursor_factory, _StepCursor
+                    try:
+                        async with conn.pipeline() as tx.pipeline, conn.transaction():
+                            yield tx
+                    finally:
+                        conn.cursor_factory = plain
+                else:
+                    async with conn.transaction():
+                        yield tx
             finally:
                 _CURRENT.reset(token)
         for callback in tx.callbacks:
@@ -214,7 +246,8 @@ async def open_pool(
     except Exception as exc:
         await pool.close()
         raise StoreError(f"database unreachable: {redact_url(url)}: {exc}") from exc
-    return Pool(pool)
+    # a pooler may not take a pipeline (RDS Proxy does not document it): plain round trips there
+    return Pool(pool, pipelined=not behind_pooler)
 
 
 def redact_url(url: str) -> str:
