@@ -169,7 +169,6 @@ class SqlCounter:
             async def sync(pipeline: Any) -> Any:
                 if not _COUNTED.get():
                     return await orig(pipeline)
-                counts["sync"] += 1
                 t0 = time.perf_counter()
                 try:
                     return await orig(pipeline)
@@ -180,9 +179,8 @@ class SqlCounter:
 
         def wrap_pipeline_exit(orig: Any) -> Any:
             async def aexit(pipeline: Any, *exc: Any) -> Any:
-                if not _COUNTED.get() or pipeline.level != 1:
+                if not _COUNTED.get():
                     return await orig(pipeline, *exc)
-                counts["sync"] += 1
                 t0 = time.perf_counter()
                 try:
                     return await orig(pipeline, *exc)
@@ -240,6 +238,15 @@ class SqlCounter:
 
         self._patch(psycopg.AsyncCursor, "execute", wrap_execute)
         self._patch(psycopg.AsyncConnection, "_exec_command", wrap_command)
+        def wrap_enqueue_sync(orig: Any) -> Any:
+            def enqueue_sync(pipeline: Any) -> Any:
+                if _COUNTED.get():
+                    counts["sync"] += 1  # every Sync psycopg sends: pipeline.sync(), a block's exit, ...
+                return orig(pipeline)
+
+            return enqueue_sync
+
+        self._patch(psycopg.AsyncPipeline, "_enqueue_sync", wrap_enqueue_sync)
         self._patch(psycopg.AsyncPipeline, "sync", wrap_sync)
         self._patch(psycopg.AsyncPipeline, "__aexit__", wrap_pipeline_exit)
         return self

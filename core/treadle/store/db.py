@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.abc import Buffer
+from psycopg import pq
+from psycopg.abc import Buffer, Params, QueryNoTemplate
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import set_json_dumps
 from psycopg.types.string import StrDumperUnknown
@@ -80,8 +81,42 @@ class StepTransaction:
     #: the task that opened it: tasks it starts (which inherit the context) do not join it
     task: asyncio.Task[Any] | None
     callbacks: list[AfterCommit] = field(default_factory=list)
-    #: the connection's pipeline while the transaction runs in pipeline mode (`Pool.pipelined`)
+    #: the connection's pipeline while the transaction runs in pipeline mode (`Pool.pipelined`),
+    #: and the transaction itself (psycopg's)
     pipeline: psycopg.AsyncPipeline | None = None
+    block: psycopg.AsyncTransaction | None = None
+    #: ended by `finish_with` (committed, or rolled back when its statement failed)
+    finished: bool = False
+
+    @property
+    def can_finish(self) -> bool:
+        """Whether `finish_with` may end this transaction: pipelined, not ended, and no savepoint
+        (a store's own `transaction()`) open on its connection."""
+        return (self.pipeline is not None and self.block is not None and not self.finished
+                and self.conn._num_transactions == 1)
+
+    async def finish_with(self, query: QueryNoTemplate, params: Params) -> DictRow | None:
+        """Send `query` and COMMIT in one round trip (one pipeline Sync) and return the query's
+        first row. The query must fail when the transaction must not commit (e.g. its lease fence
+        matched no row): a failing statement makes the server skip the COMMIT; the transaction is
+        then rolled back and the error raised. Either way the transaction has ended; the
+        connection stays lent to the task, in autocommit mode, until the `step_transaction` block
+        ends."""
+        if not self.can_finish:
+            raise RuntimeError("finish_with: not a pipelined step transaction at its top level")
+        assert self.pipeline is not None and self.block is not None
+        cur = psycopg.AsyncCursor(self.conn)  # a plain cursor: queued until the Sync below
+        self.finished = True
+        try:
+            await cur.execute(query, params)
+            await self.block.__aexit__(None, None, None)  # queues COMMIT
+            await self.pipeline.sync()
+        except psycopg.Error:
+            if self.conn.closed:
+                raise
+            await self.conn.execute("ROLLBACK")  # the statement failed: the COMMIT was skipped
+            raise
+        return await cur.fetchone()
 
 
 _CURRENT: ContextVar[StepTransaction | None] = ContextVar("treadle_step_transaction", default=None)
@@ -106,6 +141,33 @@ async def after_commit(callback: AfterCommit) -> None:
 
 def in_step_transaction() -> bool:
     return _current() is not None
+
+
+def current_step_transaction(pool: Pool) -> StepTransaction | None:
+    """The step transaction current in this task on `pool`, if any."""
+    tx = _current()
+    return tx if tx is not None and tx.pool is pool else None
+
+
+class _Connection(psycopg.AsyncConnection[DictRow]):
+    """The pool's connections. Inside a pipelined step transaction `transaction()` (a store's own
+    transaction: a savepoint there) queues SAVEPOINT and RELEASE to travel with the next statement,
+    without the Syncs psycopg adds around a transaction block in pipeline mode — every statement
+    is synced where it runs (`_StepCursor`), so errors surface inside the block all the same."""
+
+    @asynccontextmanager
+    async def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> AsyncIterator[psycopg.AsyncTransaction]:
+        tx = _current()
+        if tx is None or tx.conn is not self or tx.pipeline is None or tx.finished:
+            async with super().transaction(savepoint_name, force_rollback) as block:
+                yield block
+            return
+        if self.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+            await tx.pipeline.sync()  # BEGIN still queued: send it, so that this block is a savepoint
+        async with psycopg.AsyncTransaction(self, savepoint_name, force_rollback) as block:
+            yield block
 
 
 class _StepCursor(psycopg.AsyncCursor[DictRow]):
@@ -160,13 +222,30 @@ class Pool:
                     # pipeline's last Sync
                     plain, conn.cursor_factory = conn.cursor_factory, _StepCursor
                     try:
-                        async with conn.pipeline() as tx.pipeline, conn.transaction():
-                            yield tx
+                        async with conn.pipeline() as tx.pipeline:
+                            # psycopg's transaction(), not the connection's: no Syncs of its own
+                            tx.block = psycopg.AsyncTransaction(conn)
+                            await tx.block.__aenter__()
+                            try:
+                                yield tx
+                            except BaseException as exc:
+                                if not tx.finished:
+                                    await tx.block.__aexit__(type(exc), exc, exc.__traceback__)
+                                raise
+                            if not tx.finished:
+                                await tx.block.__aexit__(None, None, None)
                     finally:
                         conn.cursor_factory = plain
                 else:
                     async with conn.transaction():
                         yield tx
+            except BaseException:
+                if tx.finished and tx.block is not None and tx.block.status is tx.block.Status.COMMITTED:
+                    # `finish_with` committed, then the block raised: what waited for the commit
+                    # still runs
+                    for callback in tx.callbacks:
+                        await callback()
+                raise
             finally:
                 _CURRENT.reset(token)
         for callback in tx.callbacks:
@@ -232,7 +311,7 @@ async def open_pool(
         kwargs["options"] = f"-c idle_in_transaction_session_timeout={max(1, int(idle_in_transaction_s * 1000))}"
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         url,
-        connection_class=psycopg.AsyncConnection[DictRow],
+        connection_class=_Connection,
         min_size=min(size, 4),
         max_size=size,
         kwargs=kwargs,

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from psycopg.errors import DivisionByZero
 from psycopg.types.json import Jsonb
 
 from treadle.domain.runs import NewEvent
 from treadle.errors import CancelPending, LeaseLost
-from treadle.store.db import Pool, StepTransaction
+from treadle.store.db import Pool, StepTransaction, current_step_transaction
 from treadle.store.runs import JOBS_CHANNEL
 
 _LEASED_COLUMNS = (
@@ -392,8 +393,10 @@ class StepStore:
         enqueued; `leased` is updated in place (step_no, events, counters) for the caller to go on."""
         if outcome.waits:
             return await self._commit_parking(leased, owner, events, outcome)
+        tx = current_step_transaction(self.pool)
         async with self.pool.connection() as conn:
-            return await self._commit(conn, leased, owner, events, outcome)
+            return await self._commit(conn, leased, owner, events, outcome,
+                                      finish=tx if tx is not None and tx.can_finish else None)
 
     async def _commit_parking(
         self, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
@@ -421,12 +424,19 @@ class StepStore:
         return step
 
     async def _commit(
-        self, conn: Any, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
+        self, conn: Any, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome,
+        finish: StepTransaction | None = None,
     ) -> int:
+        """The commit statement. With `finish` (the pipelined step transaction it ends) the
+        statement travels with the COMMIT in one round trip; its fence then must fail loudly
+        instead of matching no row, so that the server skips the COMMIT (and the tool writes before
+        it roll back): `fence` divides by the number of rows the fenced UPDATE matched."""
         usage = outcome.usage or {}
         chain = outcome.chain_owner is not None and not outcome.final
         parked = bool(outcome.waits)
         enqueue_here = outcome.enqueue_next and self.jobs_in_db and not chain and not parked
+        fence = ", fence AS (SELECT 1 / count(*) AS fenced FROM g)" if finish is not None else ""
+        source = ", fence.fenced FROM fence LEFT JOIN g ON true" if finish is not None else "FROM g"
         sql = f"""
         WITH g AS (
             UPDATE runs SET
@@ -469,9 +479,9 @@ class StepStore:
             -- a question nobody can answer any more (the run ended) leaves the user's inbox
             UPDATE interrupts SET status = 'cancelled', resolved_at = now(), resolved_by = 'agent_cancel'
             WHERE run_id = %(run_id)s AND status = 'pending' AND %(final)s AND EXISTS (SELECT 1 FROM g)
-        )
+        ){fence}
         SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq,
-               CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM g
+               CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n {source}
         """
         params = {
             "n": len(events),
@@ -499,8 +509,14 @@ class StepStore:
             "waits": Jsonb([w.to_json() for w in outcome.waits or []]),
             "lease": self.lease_s,
         }
-        cur = await conn.execute(sql, params)
-        row = await cur.fetchone()
+        if finish is not None:
+            try:
+                row = await finish.finish_with(sql, params)
+            except DivisionByZero:  # the fence matched no row; the transaction rolled back
+                row = None
+        else:
+            cur = await conn.execute(sql, params)
+            row = await cur.fetchone()
         if row is None:
             if await self._cancel_pending(conn, leased, owner):
                 raise CancelPending(f"run {leased.run_id}: a cancel landed before step {leased.step_no} committed")
