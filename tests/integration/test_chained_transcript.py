@@ -5,6 +5,7 @@ what a full replay of the stored transcript gives."""
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from typing import Any
 
 from treadle.domain.content import Message, TextBlock
@@ -13,6 +14,7 @@ from treadle.store.runs import NewRun
 from treadle.store.steps import LeasedRun
 
 Event = tuple[int, str, dict[str, Any]]
+TENANT = f"t_chain_{secrets.token_hex(4)}"
 
 
 def transcript_events() -> list[Event]:
@@ -100,7 +102,8 @@ def test_the_scrub_is_remembered_for_closed_messages_until_its_key_changes() -> 
 
 async def test_a_chained_run_sends_the_model_what_a_full_replay_gives(open_runtime: Any) -> None:
     agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 6}}
-    rt, disp = await open_runtime({"a": agent}, chain_steps=4, chain_budget_seconds=60)
+    # its own agent and tenant: the tool-caller counts in the agent's Memory, which other tests read
+    rt, disp = await open_runtime({"replayed": agent}, chain_steps=4, chain_budget_seconds=60)
     sent: list[tuple[list[Message], list[Event], Any]] = []
     inner = rt.engine._call_model
 
@@ -109,10 +112,10 @@ async def test_a_chained_run_sends_the_model_what_a_full_replay_gives(open_runti
         return await inner(leased, agent, transcript, iteration, retry)
 
     rt.engine._call_model = recording  # type: ignore[method-assign]
-    run, _ = await rt.start_run(NewRun(tenant_id="default", agent="a", segments=[
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="replayed", segments=[
         {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
     assert await disp.drain() == 2  # steps 0-3 chained, 4-6 chained after a new message
-    stored = await rt.runs.get("default", run.id)
+    stored = await rt.runs.get(TENANT, run.id)
     assert stored is not None and (stored.status, stored.iterations) == ("completed", 7)
     assert len(sent) == 7
     for messages, events, _ in sent:
@@ -121,5 +124,5 @@ async def test_a_chained_run_sends_the_model_what_a_full_replay_gives(open_runti
     states = [s for _, _, s in sent]
     assert states[0] is states[1] is states[2] is states[3]
     assert states[4] is not states[3] and states[4] is states[5] is states[6]
-    events = await rt.runs.events("default", run.id)
+    events = await rt.runs.events(TENANT, run.id)
     assert [(s, t, p) for s, t, p in sent[-1][1]] == [(e.seq, e.type, e.payload) for e in events][:len(sent[-1][1])]
