@@ -195,9 +195,10 @@ class SqlCounter:
                     return await orig(cur, query, *a, **kw)
                 counts["query"] += 1
                 conn = cur.connection
-                if conn.autocommit and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+                queued = pipelined(conn, fingerprint(query)[:40])
+                if not queued and conn.autocommit and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
                     counts["autocommit"] += 1
-                if pipelined(conn, fingerprint(query)[:40]) or not self.timed:
+                if queued or not self.timed:
                     return await orig(cur, query, *a, **kw)
                 t0 = time.perf_counter()
                 try:

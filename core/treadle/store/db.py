@@ -8,7 +8,7 @@ import logging
 import os
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +87,26 @@ class StepTransaction:
     block: psycopg.AsyncTransaction | None = None
     #: ended by `finish_with` (committed, or rolled back when its statement failed)
     finished: bool = False
+    committed: bool = False
+    _pipeline_cm: AbstractAsyncContextManager[psycopg.AsyncPipeline] | None = None
+    _plain_cursor: Any = None
+
+    async def enter_pipeline(self) -> None:
+        self._pipeline_cm = self.conn.pipeline()
+        self.pipeline = await self._pipeline_cm.__aenter__()
+        self._plain_cursor, self.conn.cursor_factory = self.conn.cursor_factory, _StepCursor
+
+    async def leave_pipeline(self, exc: BaseException | None) -> None:
+        """End pipeline mode with a last Sync (which carries whatever is queued: the COMMIT)."""
+        cm, self._pipeline_cm = self._pipeline_cm, None
+        if cm is None:
+            return
+        self.pipeline = None
+        self.conn.cursor_factory = self._plain_cursor
+        if exc is None:
+            await cm.__aexit__(None, None, None)
+        else:
+            await cm.__aexit__(type(exc), exc, exc.__traceback__)
 
     @property
     def can_finish(self) -> bool:
@@ -110,7 +130,8 @@ class StepTransaction:
         try:
             await cur.execute(query, params)
             await self.block.__aexit__(None, None, None)  # queues COMMIT
-            await self.pipeline.sync()
+            await self.leave_pipeline(None)  # its Sync sends both; the block goes on without a pipeline
+            self.committed = True
         except psycopg.Error:
             if self.conn.closed:
                 raise
@@ -220,27 +241,28 @@ class Pool:
                     # statement; every statement is synced at once (`_StepCursor`), so it runs, and
                     # fails, where it is executed, as without a pipeline; COMMIT goes with the
                     # pipeline's last Sync
-                    plain, conn.cursor_factory = conn.cursor_factory, _StepCursor
+                    await tx.enter_pipeline()
                     try:
-                        async with conn.pipeline() as tx.pipeline:
-                            # psycopg's transaction(), not the connection's: no Syncs of its own
-                            tx.block = psycopg.AsyncTransaction(conn)
-                            await tx.block.__aenter__()
-                            try:
-                                yield tx
-                            except BaseException as exc:
-                                if not tx.finished:
-                                    await tx.block.__aexit__(type(exc), exc, exc.__traceback__)
-                                raise
+                        # psycopg's transaction(), not the connection's: no Syncs of its own
+                        tx.block = psycopg.AsyncTransaction(conn)
+                        await tx.block.__aenter__()
+                        try:
+                            yield tx
+                        except BaseException as exc:
                             if not tx.finished:
-                                await tx.block.__aexit__(None, None, None)
-                    finally:
-                        conn.cursor_factory = plain
+                                await tx.block.__aexit__(type(exc), exc, exc.__traceback__)
+                            raise
+                        if not tx.finished:
+                            await tx.block.__aexit__(None, None, None)
+                    except BaseException as exc:
+                        await tx.leave_pipeline(exc)
+                        raise
+                    await tx.leave_pipeline(None)
                 else:
                     async with conn.transaction():
                         yield tx
             except BaseException:
-                if tx.finished and tx.block is not None and tx.block.status is tx.block.Status.COMMITTED:
+                if tx.committed:
                     # `finish_with` committed, then the block raised: what waited for the commit
                     # still runs
                     for callback in tx.callbacks:
