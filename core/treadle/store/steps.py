@@ -338,7 +338,10 @@ class StepStore:
         included, rolls back; it also takes the run row's lock and re-checks a pending cancel after
         any wait, so a cancel either committed before (then `commit` refuses to complete the run)
         or waits for this commit. A worker that stalls inside (SIGSTOP, a hung tool) is ended by
-        Postgres after a lease (`open_pool`'s idle-in-transaction limit) and swept like a dead one."""
+        Postgres after a lease (`open_pool`'s idle-in-transaction limit) and swept like a dead one.
+        Pipelined (`Pool.pipelined`): BEGIN goes with the first statement, and `commit` sends its
+        statement with the COMMIT (`StepTransaction.finish_with`) — 2 round trips for a step with
+        one transactional call."""
         async with self.pool.step_transaction() as tx:
             yield tx
 
