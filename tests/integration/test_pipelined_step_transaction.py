@@ -128,3 +128,29 @@ async def test_the_first_statement_may_open_a_savepoint(pool_and_table: tuple[Po
                 await conn.execute(f"INSERT INTO {table} VALUES ('a', 1)")
             raise RuntimeError("the step fails after the store's block ended")
     assert await rows(pool, table) == {}  # rolled back with the step transaction
+
+
+async def test_a_commit_statement_that_cannot_be_sent_leaves_the_connection_clean(db_url: str) -> None:
+    """`finish_with` raising before anything was sent (a parameter that cannot be adapted): the
+    block's exit rolls back as for any error, and the pool's only connection serves the next step."""
+    pool = await open_pool(db_url, 1)
+    table = f"pipe_{secrets.token_hex(4)}"
+    try:
+        async with pool.connection() as conn:
+            await conn.execute(f"CREATE TABLE {table} (k text PRIMARY KEY, n int NOT NULL)")
+        with pytest.raises(psycopg.ProgrammingError):
+            async with pool.step_transaction() as tx:
+                async with pool.connection() as conn:
+                    await conn.execute(f"INSERT INTO {table} VALUES ('a', 1)")
+                await tx.finish_with(f"SELECT %(x)s FROM {table}", {"x": object()})  # type: ignore[arg-type]
+        assert not tx.finished and not tx.committed
+        async with pool.step_transaction() as tx2, pool.connection() as conn:
+            async with conn.transaction():
+                await conn.execute(f"INSERT INTO {table} VALUES ('b', 1)")
+            assert tx2.can_finish
+            assert await tx2.finish_with(f"SELECT count(*) AS c FROM {table}", {}) == {"c": 1}  # type: ignore[arg-type]
+        assert await rows(pool, table) == {"b": 1}
+    finally:
+        async with pool.connection() as conn:
+            await conn.execute(f"DROP TABLE IF EXISTS {table}")
+        await pool.close()

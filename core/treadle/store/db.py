@@ -88,6 +88,8 @@ class StepTransaction:
     #: ended by `finish_with` (committed, or rolled back when its statement failed)
     finished: bool = False
     committed: bool = False
+    #: open store transactions (savepoints) inside it, see `_Connection.transaction`
+    savepoints: int = 0
     _pipeline_cm: AbstractAsyncContextManager[psycopg.AsyncPipeline] | None = None
     _plain_cursor: Any = None
 
@@ -112,8 +114,7 @@ class StepTransaction:
     def can_finish(self) -> bool:
         """Whether `finish_with` may end this transaction: pipelined, not ended, and no savepoint
         (a store's own `transaction()`) open on its connection."""
-        return (self.pipeline is not None and self.block is not None and not self.finished
-                and self.conn._num_transactions == 1)
+        return self.pipeline is not None and self.block is not None and not self.finished and not self.savepoints
 
     async def finish_with(self, query: QueryNoTemplate, params: Params) -> DictRow | None:
         """Send `query` and COMMIT in one round trip (one pipeline Sync) and return the query's
@@ -126,10 +127,10 @@ class StepTransaction:
             raise RuntimeError("finish_with: not a pipelined step transaction at its top level")
         assert self.pipeline is not None and self.block is not None
         cur = psycopg.AsyncCursor(self.conn)  # a plain cursor: queued until the Sync below
+        await cur.execute(query, params)  # (raising here, the block's exit rolls back as usual)
+        await self.block.__aexit__(None, None, None)  # queues COMMIT; psycopg's block has ended
         self.finished = True
         try:
-            await cur.execute(query, params)
-            await self.block.__aexit__(None, None, None)  # queues COMMIT
             await self.leave_pipeline(None)  # its Sync sends both; the block goes on without a pipeline
             self.committed = True
         except psycopg.Error:
@@ -187,8 +188,12 @@ class _Connection(psycopg.AsyncConnection[DictRow]):
             return
         if self.pgconn.transaction_status == pq.TransactionStatus.IDLE:
             await tx.pipeline.sync()  # BEGIN still queued: send it, so that this block is a savepoint
-        async with psycopg.AsyncTransaction(self, savepoint_name, force_rollback) as block:
-            yield block
+        tx.savepoints += 1
+        try:
+            async with psycopg.AsyncTransaction(self, savepoint_name, force_rollback) as block:
+                yield block
+        finally:
+            tx.savepoints -= 1
 
 
 class _StepCursor(psycopg.AsyncCursor[DictRow]):
