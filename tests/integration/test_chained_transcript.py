@@ -126,3 +126,34 @@ async def test_a_chained_run_sends_the_model_what_a_full_replay_gives(open_runti
     assert states[4] is not states[3] and states[4] is states[5] is states[6]
     events = await rt.runs.events(TENANT, run.id)
     assert [(s, t, p) for s, t, p in sent[-1][1]] == [(e.seq, e.type, e.payload) for e in events][:len(sent[-1][1])]
+
+
+async def test_steering_input_queued_mid_chain_is_taken_by_the_next_chained_step(open_runtime: Any) -> None:
+    """The chained commit hands the run's `input_seq` back: input queued while a chained step runs
+    lands at the top of the next iteration, not after the chain."""
+    from treadle.store.inputs import InputStore
+
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 5}}
+    rt, disp = await open_runtime({"steered_chain": agent}, chain_steps=20, chain_budget_seconds=60)
+    inner = rt.engine._call_model
+    calls = 0
+    run_id = ""
+
+    async def steering(leased: LeasedRun, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # while the second iteration's step runs under the chained lease
+            queued = await InputStore(rt.pool).add(TENANT, run_id, "input", "also count this")
+            assert queued.input_id is not None
+        return await inner(leased, agent, transcript, iteration, retry)
+
+    rt.engine._call_model = steering  # type: ignore[method-assign]
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="steered_chain", segments=[
+        {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
+    run_id = run.id
+    assert await disp.drain() == 1  # one chain did it all
+    evs = [(e.type, e.payload) for e in await rt.runs.events(TENANT, run.id)]
+    steered = next(i for i, (t, p) in enumerate(evs) if t == "user_input" and p.get("source") == "steer")
+    # right after the second iteration's tool result, before the third iteration's turn
+    assert [t for t, _ in evs[steered - 1:steered + 2]] == ["tool_result", "user_input", "tool_call"]
+    assert sum(1 for t, _ in evs[:steered] if t == "usage") == 2
