@@ -29,12 +29,15 @@ A seam that is gone ends the script with a message: the numbers would silently m
 Counted per iteration (scripts/bench_support.py `SqlCounter`, the whole process while the workers
 run, minus the benchmark's own polling): queries (every cursor execute = one SQL statement),
 transaction-control commands psycopg sends for `conn.transaction()` (BEGIN, SAVEPOINT, RELEASE,
-COMMIT, ROLLBACK), round trips (the two together); transactions = autocommit statements (a
+COMMIT, ROLLBACK), round trips (the two together — except in libpq's pipeline mode, the step
+transaction's since loopspeed: there statements and commands are queued, `pipelined`, and each
+pipeline Sync, `sync`, is one round trip); transactions = autocommit statements (a
 statement on an autocommit connection with no transaction open is a transaction of its own) +
 BEGIN blocks; commits = autocommit statements + COMMITs. The server's own count
 (`pg_stat_database.xact_commit`, read after the pass's connections closed) is printed beside it;
 it also counts autovacuum's transactions (visible with chaining off: the jobs table churns).
-With 1 worker each statement's await is timed too: where the wall time of an iteration goes.
+With 1 worker each statement's await is timed too: where the wall time of an iteration goes (in
+pipeline mode, each Sync's await, named by what it carried).
 Measured around each pass and each floor: the CPU of this process and of the Postgres server
 (postmaster, its live and its exited children, from /proc) and the WAL written (LSN difference);
 and the `runs` row updates per iteration, with how many were HOT (pg_stat_user_tables: a non-HOT
@@ -80,6 +83,7 @@ from bench_support import (  # noqa: E402
     first_seam,
     ms,
     pct,
+    round_trips,
     runs_updates,
     scratch_database,
     seam,
@@ -229,7 +233,7 @@ async def bench_treadle(
         "cycle": probe.cycles(),
         "times": probe.times,
         "per_iter": {k: v / iters for k, v in counts.items()},
-        "round_trips": (sum(counts.values()) - counts["autocommit"]) / iters,
+        "round_trips": round_trips(counts) / iters,
         "transactions": (counts["autocommit"] + counts["BEGIN"]) / iters,
         "commits": (counts["autocommit"] + counts["COMMIT"]) / iters,
         "server_commits": server_commits / iters,
@@ -533,7 +537,7 @@ async def main() -> int:
     print("Per iteration (client-side counts, see the docstring; server commits: pg_stat_database.xact_commit,"
           " autovacuum included):")
     print()
-    kinds = ["query", "BEGIN", "SAVEPOINT", "RELEASE", "COMMIT", "ROLLBACK", "autocommit"]
+    kinds = ["query", "BEGIN", "SAVEPOINT", "RELEASE", "COMMIT", "ROLLBACK", "autocommit", "pipelined", "sync"]
     print("| pass | " + " | ".join(kinds) + " | round trips | transactions | commits | server commits |"
           " runs row updates (HOT) |")
     print("|---|" + "---:|" * (len(kinds) + 5))

@@ -106,7 +106,9 @@ class SqlCounter:
       sends itself for `conn.transaction()` (psycopg's `_exec_command`, a private method: its
       absence ends the benchmark with a message);
     - `autocommit`: queries sent on an autocommit connection with no transaction open — each is a
-      transaction of its own that commits when the statement ends.
+      transaction of its own that commits when the statement ends;
+    - `pipelined`: queries and commands sent while the connection is in pipeline mode (queued,
+      not a round trip each), and `sync`: the pipeline's Syncs — a round trip each.
 
     transactions = autocommit + BEGIN; commits = autocommit + COMMIT (read-only ones included: the
     client cannot tell them apart; the server-side count of `pg_stat_database` is printed beside).
@@ -121,7 +123,7 @@ class SqlCounter:
 
     @property
     def round_trips(self) -> int:
-        return sum(self.counts.values()) - self.counts["autocommit"]
+        return round_trips(self.counts)
 
     @property
     def transactions(self) -> int:
@@ -146,6 +148,46 @@ class SqlCounter:
 
     def __enter__(self) -> SqlCounter:
         counts = self.counts
+        #: per connection in pipeline mode: what its next Sync carries (for the timed table)
+        queued: dict[int, str] = {}
+
+        def pipelined(conn: Any, what: str) -> bool:
+            if getattr(conn, "_pipeline", None) is None:
+                return False
+            counts["pipelined"] += 1
+            queued[id(conn)] = what if id(conn) not in queued else queued[id(conn)] + " + " + what
+            return True
+
+        def timed_sync(label: str, conn: Any, t0: float) -> None:
+            what = queued.pop(id(conn), "nothing queued")
+            if self.timed:
+                slot = self.waits.setdefault(f"pipeline Sync ({label}): {what}"[:110], [0.0, 0])
+                slot[0] += time.perf_counter() - t0
+                slot[1] += 1
+
+        def wrap_sync(orig: Any) -> Any:
+            async def sync(pipeline: Any) -> Any:
+                if not _COUNTED.get():
+                    return await orig(pipeline)
+                t0 = time.perf_counter()
+                try:
+                    return await orig(pipeline)
+                finally:
+                    timed_sync("sync", pipeline._conn, t0)
+
+            return sync
+
+        def wrap_pipeline_exit(orig: Any) -> Any:
+            async def aexit(pipeline: Any, *exc: Any) -> Any:
+                if not _COUNTED.get():
+                    return await orig(pipeline, *exc)
+                t0 = time.perf_counter()
+                try:
+                    return await orig(pipeline, *exc)
+                finally:
+                    timed_sync("end", pipeline._conn, t0)
+
+            return aexit
 
         def wrap_execute(orig: Any) -> Any:
             async def execute(cur: Any, query: Any, *a: Any, **kw: Any) -> Any:
@@ -153,9 +195,10 @@ class SqlCounter:
                     return await orig(cur, query, *a, **kw)
                 counts["query"] += 1
                 conn = cur.connection
-                if conn.autocommit and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+                queued = pipelined(conn, fingerprint(query)[:40])
+                if not queued and conn.autocommit and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
                     counts["autocommit"] += 1
-                if not self.timed:
+                if queued or not self.timed:
                     return await orig(cur, query, *a, **kw)
                 t0 = time.perf_counter()
                 try:
@@ -186,6 +229,8 @@ class SqlCounter:
                     word = word if word in ("BEGIN", "COMMIT", "ROLLBACK", "ROLLBACK TO", "SAVEPOINT",
                                             "RELEASE") else "query"
                     counts[word] += 1
+                    if pipelined(conn, word):
+                        return orig(conn, command, *a, **kw)
                     if self.timed:
                         return timed_gen(orig(conn, command, *a, **kw), word)
                 return orig(conn, command, *a, **kw)
@@ -194,12 +239,30 @@ class SqlCounter:
 
         self._patch(psycopg.AsyncCursor, "execute", wrap_execute)
         self._patch(psycopg.AsyncConnection, "_exec_command", wrap_command)
+        def wrap_enqueue_sync(orig: Any) -> Any:
+            def enqueue_sync(pipeline: Any) -> Any:
+                if _COUNTED.get():
+                    counts["sync"] += 1  # every Sync psycopg sends: pipeline.sync(), a block's exit, ...
+                return orig(pipeline)
+
+            return enqueue_sync
+
+        self._patch(psycopg.AsyncPipeline, "_enqueue_sync", wrap_enqueue_sync)
+        self._patch(psycopg.AsyncPipeline, "sync", wrap_sync)
+        self._patch(psycopg.AsyncPipeline, "__aexit__", wrap_pipeline_exit)
         return self
 
     def __exit__(self, *exc: object) -> None:
         for klass, name, orig in reversed(self._patched):
             setattr(klass, name, orig)
         self._patched.clear()
+
+
+def round_trips(counts: Counter[str]) -> int:
+    """Statements and transaction commands, each a round trip of its own — except in pipeline mode,
+    where they are queued (`pipelined`) and each Sync (`sync`) is one round trip."""
+    sent = sum(v for k, v in counts.items() if k not in ("autocommit", "pipelined", "sync"))
+    return sent - counts["pipelined"] + counts["sync"]
 
 
 def fingerprint(query: Any) -> str:

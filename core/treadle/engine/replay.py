@@ -12,6 +12,7 @@ Rules (invariant 2 — a tool_use is never separated from its tool_result):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,51 +49,95 @@ class Transcript:
     parked: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def replay(events: list[tuple[int, str, dict[str, Any]]]) -> Transcript:
-    t = Transcript()
-    system_parts: list[str] = []
-    assistant: Message | None = None  # the assistant turn being assembled
-    assistant_iter: object = None
-    results: dict[str, ToolResultBlock] = {}  # answers to `assistant`'s tool_uses
+class Replayer:
+    """The replay as a state that events are fed to, in seq order: a worker that chains steps feeds
+    each step only the events its last commit added (`feed`), instead of replaying the whole
+    transcript again; `transcript()` renders the state without changing it."""
 
-    def close_turn(final: bool) -> None:
-        nonlocal assistant, assistant_iter, results
+    __slots__ = (
+        "_assistant",
+        "_assistant_iter",
+        "_closed",
+        "_finished",
+        "_iterations",
+        "_parked",
+        "_results",
+        "_scrubbed",
+        "_system",
+        "_usage",
+        "fed",
+        "last_seq",
+    )
+
+    def __init__(self) -> None:
+        self._closed: list[Message] = []  # messages no later event can change
+        self._system: list[str] = []
+        self._assistant: Message | None = None  # the assistant turn being assembled
+        self._assistant_iter: object = None
+        self._results: dict[str, ToolResultBlock] = {}  # answers to `_assistant`'s tool_uses
+        self._iterations = 0
+        self._usage = dict.fromkeys(USAGE_KEYS, 0)
+        self._finished = False
+        self._parked: dict[str, dict[str, Any]] = {}
+        #: how many events were fed, and the seq of the last one
+        self.fed = 0
+        self.last_seq = 0
+        #: (the scrub's key, the scrubbed form of each closed message): see `scrubbed`
+        self._scrubbed: tuple[object, list[Message]] = (None, [])
+
+    def _close_turn(self) -> None:
+        """A later event closed the assistant turn: its unanswered tool_uses get the orphan answer."""
+        if self._assistant is not None:
+            self._closed.extend(self._render_turn(final=False)[0])
+            self._assistant, self._assistant_iter, self._results = None, None, {}
+
+    def _render_turn(self, final: bool) -> tuple[list[Message], list[ToolUseBlock]]:
+        assistant = self._assistant
         if assistant is None:
-            return
-        uses = assistant.tool_uses()
-        t.messages.append(assistant)
+            return [], []
         answered: list[Block] = []
         missing: list[ToolUseBlock] = []
-        for tu in uses:
-            r = results.get(tu.id)
+        for tu in assistant.tool_uses():
+            r = self._results.get(tu.id)
             if r is not None:
                 answered.append(r)
             else:
                 missing.append(tu)
+        pending: list[ToolUseBlock] = []
         if missing and final:
-            t.pending = missing
+            pending = missing
         else:
             answered.extend(ToolResultBlock(tu.id, ORPHAN_RESULT_TEXT, True) for tu in missing)
+        # a copy: the open turn may still grow while this rendering is in use
+        out = [Message("assistant", list(assistant.content)) if final else assistant]
         if answered:
-            t.messages.append(Message("user", answered))
-        assistant, assistant_iter, results = None, None, {}
+            out.append(Message("user", answered))
+        return out, pending
 
-    for _seq, etype, payload in events:
+    def feed(self, events: list[tuple[int, str, dict[str, Any]]]) -> Replayer:
+        for seq, etype, payload in events:
+            self._one(etype, payload)
+            self.last_seq = seq
+        self.fed += len(events)
+        return self
+
+    def _one(self, etype: str, payload: dict[str, Any]) -> None:
         if etype == "user_input":
-            close_turn(final=False)
+            self._close_turn()
             segs = payload.get("segments") or []
             sys_text, user_text = split_segments(segs if isinstance(segs, list) else [])
             if sys_text:
-                system_parts.append(sys_text)
+                self._system.append(sys_text)
             images: list[Block] = [ImageBlock(mt, data) for mt, data in
                                    user_images(segs if isinstance(segs, list) else [])]
             if user_text or images:
-                t.messages.append(Message("user", [*([TextBlock(user_text)] if user_text else []), *images]))
+                self._closed.append(Message("user", [*([TextBlock(user_text)] if user_text else []), *images]))
         elif etype in ("text", "thinking", "tool_call"):
             iteration = payload.get("iteration")
-            if assistant is None or results or iteration != assistant_iter:
-                close_turn(final=False)
-                assistant, assistant_iter = Message("assistant"), iteration
+            if self._assistant is None or self._results or iteration != self._assistant_iter:
+                self._close_turn()
+                self._assistant, self._assistant_iter = Message("assistant"), iteration
+            assistant = self._assistant
             if etype == "text":
                 assistant.content.append(TextBlock(str(payload.get("text", ""))))
             elif etype == "thinking":
@@ -109,22 +154,56 @@ def replay(events: list[tuple[int, str, dict[str, Any]]]) -> Transcript:
         elif etype == "tool_result":
             tu = payload.get("tool_use") or {}
             tid = str(tu.get("id"))
-            if assistant is not None and any(u.id == tid for u in assistant.tool_uses()):
-                results[tid] = ToolResultBlock(tid, str(payload.get("text", "")), bool(payload.get("is_error")))
+            if self._assistant is not None and any(u.id == tid for u in self._assistant.tool_uses()):
+                self._results[tid] = ToolResultBlock(tid, str(payload.get("text", "")), bool(payload.get("is_error")))
         elif etype == "usage":
-            t.iterations += 1
+            self._iterations += 1
             usage = payload.get("usage") or {}
-            for k in t.usage:
+            for k in self._usage:
                 v = usage.get(k)
                 if isinstance(v, int):
-                    t.usage[k] += v
+                    self._usage[k] += v
         elif etype == "tool_parked":
             tu = payload.get("tool_use") or {}
             wait = payload.get("wait")
             if isinstance(wait, dict):
-                t.parked.setdefault(str(tu.get("id")), wait)
+                self._parked.setdefault(str(tu.get("id")), wait)
         elif etype in ("done", "error"):
-            t.finished = True
-    close_turn(final=True)
-    t.system_extra = "\n\n".join(system_parts)
-    return t
+            self._finished = True
+
+    def transcript(self) -> Transcript:
+        """The transcript of the events fed so far (a new object; the caller may change it)."""
+        tail, pending = self._render_turn(final=True)
+        return Transcript(
+            system_extra="\n\n".join(self._system),
+            messages=[*self._closed, *tail],
+            pending=pending,
+            iterations=self._iterations,
+            usage=dict(self._usage),
+            finished=self._finished,
+            parked=dict(self._parked),
+        )
+
+    def scrubbed(self, transcript: Transcript, key: object, scrub: Callable[[list[Message]], list[Message]]) -> (
+            list[Message]):
+        """`scrub(transcript.messages)` for a transcript this replayer rendered, reusing the scrubbed
+        form of the closed messages from earlier calls while `key` (the scrub's configuration)
+        is the same: each step scrubs only what is new."""
+        closed = len(self._closed)
+        if len(transcript.messages) < closed or any(
+                a is not b for a, b in zip(transcript.messages, self._closed, strict=False)):
+            return scrub(transcript.messages)  # not this replayer's rendering (a caller rebuilt it)
+        cached_key, done = self._scrubbed
+        if cached_key != key:
+            done = []
+        if len(done) < closed:
+            done = [*done, *scrub(self._closed[len(done):closed])]
+        self._scrubbed = (key, done)
+        return [*done, *scrub(transcript.messages[closed:])]
+
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def replay(events: list[tuple[int, str, dict[str, Any]]]) -> Transcript:
+    return Replayer().feed(events).transcript()

@@ -42,3 +42,9 @@ def scrub_messages(messages: list[Message]) -> list[Message]:
         content = [_scrub_block(b) for b in m.content]
         out.append(m if all(a is b for a, b in zip(content, m.content, strict=True)) else Message(m.role, content))
     return out
+
+
+def scrub_key() -> object:
+    """What `scrub_messages`'s output depends on besides the messages: whether the scrub is on and
+    the known secret values (the set only grows, so its size tells when it changed)."""
+    return (SECRETS.enabled, len(SECRETS))

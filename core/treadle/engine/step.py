@@ -25,15 +25,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from treadle.domain.content import Block, TextBlock, ThinkingBlock, ToolUseBlock
+from treadle.domain.content import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent, StepMessage, StopReason
 from treadle.engine.agents import Candidate, ResolvedAgent
 from treadle.engine.cancelling import CancelWatch, StepInterrupted, interruptible
 from treadle.engine.hub import RunEventHub
 from treadle.engine.outcomes import ParkedCall, StepResult, tool_result_event
-from treadle.engine.replay import Transcript, replay
+from treadle.engine.replay import Replayer, Transcript
 from treadle.engine.routing import Call, RetryPolicy, call_route
-from treadle.engine.scrub import scrub_messages
+from treadle.engine.scrub import scrub_key, scrub_messages
 from treadle.engine.sending import StepSender
 from treadle.engine.toolcalls import Outcome, ToolRaised, ToolRunner, TurnCalls
 from treadle.engine.waiting import Steering, at_rest, consumed_input_id, iteration_cap
@@ -208,13 +208,13 @@ class Engine:
         """A cancel landed while the step worked: a run cancel ends the run (pending calls answered
         "cancelled"); a turn cancel ends the turn, as the steering queue does at a step's top."""
         if isinstance(exc, StepInterrupted) and not exc.state.cancel_requested:
-            steered = await self.steering.take_inputs(leased, owner, replay(leased.events))
+            steered = await self.steering.take_inputs(leased, owner, self._transcript(leased))
             if steered.result is not None:
                 return steered.result
             return await self._step(leased, owner)  # the queue held input only: go on with it
         if isinstance(exc, StepInterrupted):
             leased.cancel_requested, leased.cancel_reason = True, exc.state.cancel_reason
-        return await self._finish_cancelled(leased, owner, replay(leased.events))
+        return await self._finish_cancelled(leased, owner, self._transcript(leased))
 
     # -- the step ----------------------------------------------------------------------------------
 
@@ -231,8 +231,21 @@ class Engine:
             agent = dataclasses.replace(agent, tools=[*agent.tools, *await self.mcp_tools(leased, agent)])
         return agent
 
+    @staticmethod
+    def _transcript(leased: LeasedRun) -> Transcript:
+        """`replay(leased.events)`, fed incrementally: a chained step's commit appended its events
+        to `leased.events`, and the replay state kept on `leased` takes just those (issue 12: a
+        worker that chains steps keeps the transcript it holds). A list that no longer extends
+        what was fed (re-read) is replayed from its start."""
+        events, r = leased.events, leased.replayed
+        if not isinstance(r, Replayer) or r.fed > len(events) or (r.fed and events[r.fed - 1][0] != r.last_seq):
+            r = leased.replayed = Replayer()
+        return r.feed(events[r.fed:]).transcript()
+
     async def _step(self, leased: LeasedRun, owner: str) -> StepResult:
-        transcript = replay(leased.events)
+        if leased.events_stale:
+            await self.steps.reload_events(leased)
+        transcript = self._transcript(leased)
         agent = await self._agent_for(leased)
 
         if leased.cancel_requested:
@@ -355,7 +368,7 @@ class Engine:
         results = [*turn, *(e for o in outcomes if isinstance(o, NewEvent) for e in o.flattened())]
         if iteration >= iteration_cap(agent, leased):
             if totals is None:
-                totals = replay(leased.events).usage
+                totals = self._transcript(leased).usage
             done = NewEvent("done", {"stop_reason": StopReason.MAX_ITERATIONS.value, "usage": totals})
             await self.steps.commit(
                 leased,
@@ -453,7 +466,7 @@ class Engine:
             agent=leased.agent,
             iteration=iteration,
             system=SECRETS.scrub_text(system),
-            messages=scrub_messages(transcript.messages),
+            messages=self._scrubbed(leased, transcript),
             request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens, "options": {
                 "mock": cfg.mock, **(cfg.sampling.model_dump(exclude_none=True) if cfg.sampling else {}),
                 **({"effort": cfg.effort} if cfg.effort else {}),
@@ -462,6 +475,14 @@ class Engine:
         )
         policy = RetryPolicy(retries=self.settings.provider_retries, max_wait_s=self.settings.max_retry_wait_s)
         return await call_route(agent.route, call, policy, retry_events, self._delta_sink(leased.run_id, iteration))
+
+    @staticmethod
+    def _scrubbed(leased: LeasedRun, transcript: Transcript) -> list[Message]:
+        """The outbound scrub of the transcript's messages; along a lease chain only the messages
+        that are new since the last step are scrubbed (the rest is remembered by the replay state)."""
+        if isinstance(leased.replayed, Replayer):
+            return leased.replayed.scrubbed(transcript, scrub_key(), scrub_messages)
+        return scrub_messages(transcript.messages)
 
     def _delta_sink(self, run_id: str, iteration: int) -> Callable[[Candidate, int], DeltaSink | None]:
         """Live `text_delta`/`thinking_delta` frames for the run's SSE readers (never persisted)."""
@@ -512,7 +533,7 @@ class Engine:
         message: str,
         details: dict[str, Any] | None = None,
     ) -> StepResult:
-        transcript = replay(leased.events)
+        transcript = self._transcript(leased)
         closing = [tool_result_event(tu, f"run failed: {message}", True) for tu in transcript.pending]
         error: dict[str, Any] = {**(details or {}), "code": code, "error": message}
         await self.steps.commit(

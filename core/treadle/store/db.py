@@ -9,14 +9,15 @@ import os
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.abc import Buffer
+from psycopg import pq
+from psycopg.abc import Buffer, Params, QueryNoTemplate
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import set_json_dumps
 from psycopg.types.string import StrDumperUnknown
@@ -83,6 +84,64 @@ class StepTransaction:
     #: the task that opened it: tasks it starts (which inherit the context) do not join it
     task: asyncio.Task[Any] | None
     callbacks: list[AfterCommit] = field(default_factory=list)
+    #: the connection's pipeline while the transaction runs in pipeline mode (`Pool.pipelined`),
+    #: and the transaction itself (psycopg's)
+    pipeline: psycopg.AsyncPipeline | None = None
+    block: psycopg.AsyncTransaction | None = None
+    #: ended by `finish_with` (committed, or rolled back when its statement failed)
+    finished: bool = False
+    committed: bool = False
+    #: open store transactions (savepoints) inside it, see `_Connection.transaction`
+    savepoints: int = 0
+    _pipeline_cm: AbstractAsyncContextManager[psycopg.AsyncPipeline] | None = None
+    _plain_cursor: Any = None
+
+    async def enter_pipeline(self) -> None:
+        self._pipeline_cm = self.conn.pipeline()
+        self.pipeline = await self._pipeline_cm.__aenter__()
+        self._plain_cursor, self.conn.cursor_factory = self.conn.cursor_factory, _StepCursor
+
+    async def leave_pipeline(self, exc: BaseException | None) -> None:
+        """End pipeline mode with a last Sync (which carries whatever is queued: the COMMIT)."""
+        cm, self._pipeline_cm = self._pipeline_cm, None
+        if cm is None:
+            return
+        self.pipeline = None
+        self.conn.cursor_factory = self._plain_cursor
+        if exc is None:
+            await cm.__aexit__(None, None, None)
+        else:
+            await cm.__aexit__(type(exc), exc, exc.__traceback__)
+
+    @property
+    def can_finish(self) -> bool:
+        """Whether `finish_with` may end this transaction: pipelined, not ended, and no savepoint
+        (a store's own `transaction()`) open on its connection."""
+        return self.pipeline is not None and self.block is not None and not self.finished and not self.savepoints
+
+    async def finish_with(self, query: QueryNoTemplate, params: Params) -> DictRow | None:
+        """Send `query` and COMMIT in one round trip (one pipeline Sync) and return the query's
+        first row. The query must fail when the transaction must not commit (e.g. its lease fence
+        matched no row): a failing statement makes the server skip the COMMIT; the transaction is
+        then rolled back and the error raised. Either way the transaction has ended; the
+        connection stays lent to the task, in autocommit mode, until the `step_transaction` block
+        ends."""
+        if not self.can_finish:
+            raise RuntimeError("finish_with: not a pipelined step transaction at its top level")
+        assert self.pipeline is not None and self.block is not None
+        cur = psycopg.AsyncCursor(self.conn)  # a plain cursor: queued until the Sync below
+        await cur.execute(query, params)  # (raising here, the block's exit rolls back as usual)
+        await self.block.__aexit__(None, None, None)  # queues COMMIT; psycopg's block has ended
+        self.finished = True
+        try:
+            await self.leave_pipeline(None)  # its Sync sends both; the block goes on without a pipeline
+            self.committed = True
+        except psycopg.Error:
+            if self.conn.closed:
+                raise
+            await self.conn.execute("ROLLBACK")  # the statement failed: the COMMIT was skipped
+            raise
+        return await cur.fetchone()
 
 
 _CURRENT: ContextVar[StepTransaction | None] = ContextVar("treadle_step_transaction", default=None)
@@ -109,6 +168,51 @@ def in_step_transaction() -> bool:
     return _current() is not None
 
 
+def current_step_transaction(pool: Pool) -> StepTransaction | None:
+    """The step transaction current in this task on `pool`, if any."""
+    tx = _current()
+    return tx if tx is not None and tx.pool is pool else None
+
+
+class _Connection(psycopg.AsyncConnection[DictRow]):
+    """The pool's connections. Inside a pipelined step transaction `transaction()` (a store's own
+    transaction: a savepoint there) queues SAVEPOINT and RELEASE to travel with the next statement,
+    without the Syncs psycopg adds around a transaction block in pipeline mode — every statement
+    is synced where it runs (`_StepCursor`), so errors surface inside the block all the same."""
+
+    @asynccontextmanager
+    async def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> AsyncIterator[psycopg.AsyncTransaction]:
+        tx = _current()
+        if tx is None or tx.conn is not self or tx.pipeline is None or tx.finished:
+            async with super().transaction(savepoint_name, force_rollback) as block:
+                yield block
+            return
+        if self.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+            await tx.pipeline.sync()  # BEGIN still queued: send it, so that this block is a savepoint
+        tx.savepoints += 1
+        try:
+            async with psycopg.AsyncTransaction(self, savepoint_name, force_rollback) as block:
+                yield block
+        finally:
+            tx.savepoints -= 1
+
+
+class _StepCursor(psycopg.AsyncCursor[DictRow]):
+    """The cursor of a pipelined step transaction's connection: each statement is sent with
+    whatever the pipeline has queued (BEGIN, SAVEPOINT, RELEASE) and synced at once, so its result
+    — rows, `rowcount`, an error — is there when `execute` returns, exactly as without a pipeline
+    (store code reads `rowcount` and catches errors around `execute`)."""
+
+    async def execute(self, *args: Any, **kwargs: Any) -> _StepCursor:
+        await super().execute(*args, **kwargs)
+        tx = _current()
+        if tx is not None and tx.conn is self.connection and tx.pipeline is not None:
+            await tx.pipeline.sync()
+        return self
+
+
 class Pool:
     """The connection pool, aware of the current step transaction: `connection()` lends that
     transaction's connection while one is current in this task (a store's own `transaction()`
@@ -118,6 +222,10 @@ class Pool:
     def __init__(self, inner: AsyncConnectionPool[Connection], *, behind_pooler: bool = False) -> None:
         self.inner = inner
         self.behind_pooler = behind_pooler
+        #: run step transactions in libpq's pipeline mode: BEGIN travels with the transaction's
+        #: first statement and COMMIT with its last, instead of each costing a round trip (off
+        #: behind a transaction pooler: RDS Proxy does not document taking a pipeline)
+        self.pipelined = not behind_pooler
         #: the tenant each pooled connection's session acts for (absent: the owner)
         self._acting: weakref.WeakKeyDictionary[Connection, str] = weakref.WeakKeyDictionary()
 
@@ -167,8 +275,38 @@ class Pool:
             tx = StepTransaction(self, conn, asyncio.current_task())
             token = _CURRENT.set(tx)
             try:
-                async with conn.transaction():
-                    yield tx
+                if self.pipelined:
+                    # BEGIN (and a SAVEPOINT, a RELEASE) is queued and travels with the next
+                    # statement; every statement is synced at once (`_StepCursor`), so it runs, and
+                    # fails, where it is executed, as without a pipeline; COMMIT goes with the
+                    # pipeline's last Sync
+                    await tx.enter_pipeline()
+                    try:
+                        # psycopg's transaction(), not the connection's: no Syncs of its own
+                        tx.block = psycopg.AsyncTransaction(conn)
+                        await tx.block.__aenter__()
+                        try:
+                            yield tx
+                        except BaseException as exc:
+                            if not tx.finished:
+                                await tx.block.__aexit__(type(exc), exc, exc.__traceback__)
+                            raise
+                        if not tx.finished:
+                            await tx.block.__aexit__(None, None, None)
+                    except BaseException as exc:
+                        await tx.leave_pipeline(exc)
+                        raise
+                    await tx.leave_pipeline(None)
+                else:
+                    async with conn.transaction():
+                        yield tx
+            except BaseException:
+                if tx.committed:
+                    # `finish_with` committed, then the block raised: what waited for the commit
+                    # still runs
+                    for callback in tx.callbacks:
+                        await callback()
+                raise
             finally:
                 _CURRENT.reset(token)
         for callback in tx.callbacks:
@@ -234,7 +372,7 @@ async def open_pool(
         kwargs["options"] = f"-c idle_in_transaction_session_timeout={max(1, int(idle_in_transaction_s * 1000))}"
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         url,
-        connection_class=psycopg.AsyncConnection[DictRow],
+        connection_class=_Connection,
         min_size=min(size, 4),
         max_size=size,
         kwargs=kwargs,

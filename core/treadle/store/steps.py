@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from psycopg.errors import DivisionByZero
 from psycopg.types.json import Jsonb
 
 from treadle.domain.runs import NewEvent
 from treadle.errors import CancelPending, LeaseLost
-from treadle.store.db import Pool, StepTransaction
+from treadle.store.db import Pool, StepTransaction, current_step_transaction
 from treadle.store.runs import JOBS_CHANNEL
 
 _LEASED_COLUMNS = (
@@ -81,6 +82,12 @@ class LeasedRun:
     #: loomcycle's parent_context (inherited by sub-agents) and per-run options (tools, sampling, user_tier)
     parent_context: dict[str, Any] | None = None
     run_options: dict[str, Any] | None = None
+    #: the engine's replay state of `events` (engine/replay.py `Replayer`), kept across the steps of
+    #: one lease chain so a chained step replays only what the last commit added; opaque here
+    replayed: Any = None
+    #: set when a chained commit found `last_seq` moved by a writer other than this lease chain:
+    #: `events` no longer matches the database and must be re-read (`StepStore.reload_events`)
+    events_stale: bool = False
 
 
 @dataclass(slots=True)
@@ -296,6 +303,16 @@ class StepStore:
         )
         leased.events = [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
 
+    async def reload_events(self, leased: LeasedRun) -> None:
+        """Re-read the run's transcript (a chained step found it changed by another writer)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT seq, type, payload FROM events WHERE run_id = %s ORDER BY seq", (leased.run_id,)
+            )
+            leased.events = [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
+        leased.last_seq = leased.events[-1][0] if leased.events else 0
+        leased.replayed, leased.events_stale = None, False
+
     async def renew(self, leased: LeasedRun, owner: str) -> bool:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
@@ -321,7 +338,10 @@ class StepStore:
         included, rolls back; it also takes the run row's lock and re-checks a pending cancel after
         any wait, so a cancel either committed before (then `commit` refuses to complete the run)
         or waits for this commit. A worker that stalls inside (SIGSTOP, a hung tool) is ended by
-        Postgres after a lease (`open_pool`'s idle-in-transaction limit) and swept like a dead one."""
+        Postgres after a lease (`open_pool`'s idle-in-transaction limit) and swept like a dead one.
+        Pipelined (`Pool.pipelined`): BEGIN goes with the first statement, and `commit` sends its
+        statement with the COMMIT (`StepTransaction.finish_with`) — 2 round trips for a step with
+        one transactional call."""
         async with self.pool.step_transaction() as tx:
             yield tx
 
@@ -376,8 +396,10 @@ class StepStore:
         enqueued; `leased` is updated in place (step_no, events, counters) for the caller to go on."""
         if outcome.waits:
             return await self._commit_parking(leased, owner, events, outcome)
+        tx = current_step_transaction(self.pool)
         async with self.pool.connection() as conn:
-            return await self._commit(conn, leased, owner, events, outcome)
+            return await self._commit(conn, leased, owner, events, outcome,
+                                      finish=tx if tx is not None and tx.can_finish else None)
 
     async def _commit_parking(
         self, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
@@ -405,12 +427,19 @@ class StepStore:
         return step
 
     async def _commit(
-        self, conn: Any, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
+        self, conn: Any, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome,
+        finish: StepTransaction | None = None,
     ) -> int:
+        """The commit statement. With `finish` (the pipelined step transaction it ends) the
+        statement travels with the COMMIT in one round trip; its fence then must fail loudly
+        instead of matching no row, so that the server skips the COMMIT (and the tool writes before
+        it roll back): `fence` divides by the number of rows the fenced UPDATE matched."""
         usage = outcome.usage or {}
         chain = outcome.chain_owner is not None and not outcome.final
         parked = bool(outcome.waits)
         enqueue_here = outcome.enqueue_next and self.jobs_in_db and not chain and not parked
+        fence = ", fence AS (SELECT 1 / count(*) AS fenced FROM g)" if finish is not None else ""
+        source = ", fence.fenced FROM fence LEFT JOIN g ON true" if finish is not None else "FROM g"
         sql = f"""
         WITH g AS (
             UPDATE runs SET
@@ -430,7 +459,7 @@ class StepStore:
                 updated_at = now()
             WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
               AND NOT (%(yields_to_cancel)s AND cancel_requested)
-            RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason
+            RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason, input_seq
         ), ev AS (
             INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
             SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, t.payload, t.tool_use_id
@@ -453,9 +482,9 @@ class StepStore:
             -- a question nobody can answer any more (the run ended) leaves the user's inbox
             UPDATE interrupts SET status = 'cancelled', resolved_at = now(), resolved_by = 'agent_cancel'
             WHERE run_id = %(run_id)s AND status = 'pending' AND %(final)s AND EXISTS (SELECT 1 FROM g)
-        )
-        SELECT g.step_no, g.cancel_requested, g.cancel_reason,
-               CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n FROM g
+        ){fence}
+        SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq,
+               CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n {source}
         """
         params = {
             "n": len(events),
@@ -483,8 +512,14 @@ class StepStore:
             "waits": Jsonb([w.to_json() for w in outcome.waits or []]),
             "lease": self.lease_s,
         }
-        cur = await conn.execute(sql, params)
-        row = await cur.fetchone()
+        if finish is not None:
+            try:
+                row = await finish.finish_with(sql, params)
+            except DivisionByZero:  # the fence matched no row; the transaction rolled back
+                row = None
+        else:
+            cur = await conn.execute(sql, params)
+            row = await cur.fetchone()
         if row is None:
             if await self._cancel_pending(conn, leased, owner):
                 raise CancelPending(f"run {leased.run_id}: a cancel landed before step {leased.step_no} committed")
@@ -492,7 +527,10 @@ class StepStore:
         base = leased.last_seq
         leased.last_seq += len(events)
         if chain:
+            if int(row["base"]) != base:  # someone else appended to the transcript: re-read it
+                leased.events_stale = True
             leased.events.extend((base + i + 1, e.type, e.payload) for i, e in enumerate(events))
+            leased.input_seq = int(row["input_seq"] or 0)
             leased.step_no = int(row["step_no"])
             leased.iterations += outcome.iterations_delta
             leased.step_failures = 0

@@ -1,0 +1,159 @@
+"""A worker that chains steps keeps the transcript it holds (issue 12, item 4): each chained step
+feeds the replay only the events its last commit added, and what the model is sent is exactly
+what a full replay of the stored transcript gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from typing import Any
+
+from treadle.domain.content import Message, TextBlock
+from treadle.engine.replay import Replayer, replay
+from treadle.store.runs import NewRun
+from treadle.store.steps import LeasedRun
+
+Event = tuple[int, str, dict[str, Any]]
+TENANT = f"t_chain_{secrets.token_hex(4)}"
+
+
+def transcript_events() -> list[Event]:
+    """Every kind of event replay knows, in a plausible order (two tool turns, a parked call, a
+    second prompt, an orphaned tool_use, the end)."""
+    ev: list[tuple[str, dict[str, Any]]] = [
+        ("user_input", {"segments": [{"role": "system", "content": [{"type": "trusted-text", "text": "be brief"}]},
+                                     {"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]}),
+        ("started", {"agent": "a"}),
+        ("thinking", {"text": "hmm", "signature": "s", "iteration": 1}),
+        ("text", {"text": "calling", "iteration": 1}),
+        ("tool_call", {"tool_use": {"id": "t1", "name": "Memory", "input": {"op": "get"}}, "iteration": 1}),
+        ("tool_call", {"tool_use": {"id": "t2", "name": "Memory", "input": {"op": "set"}}, "iteration": 1}),
+        ("usage", {"usage": {"input_tokens": 10, "output_tokens": 2}, "iteration": 1}),
+        ("tool_result", {"tool_use": {"id": "t2"}, "text": "ok2", "is_error": False}),
+        ("tool_result", {"tool_use": {"id": "t1"}, "text": "ok1", "is_error": True}),
+        ("tool_call", {"tool_use": {"id": "t3", "name": "Channel", "input": {}}, "iteration": 2}),
+        ("usage", {"usage": {"input_tokens": 5, "output_tokens": 1}, "iteration": 2}),
+        ("tool_parked", {"tool_use": {"id": "t3"}, "wait": {"kind": "channel", "keys": ["k"]}}),
+        ("tool_result", {"tool_use": {"id": "t3"}, "text": "woken", "is_error": False}),
+        ("tool_call", {"tool_use": {"id": "t4", "name": "Memory", "input": {}}, "iteration": 3}),
+        ("usage", {"usage": {"input_tokens": 1}, "iteration": 3}),
+        ("user_input", {"segments": [{"role": "user", "content": [{"type": "trusted-text", "text": "more"}]}],
+                        "input_id": 7}),
+        ("text", {"text": "done", "iteration": 4}),
+        ("usage", {"usage": {"output_tokens": 3}, "iteration": 4}),
+        ("done", {"stop_reason": "end_turn"}),
+    ]
+    return [(i + 1, t, p) for i, (t, p) in enumerate(ev)]
+
+
+def test_fed_in_any_pieces_the_replay_equals_the_full_replay() -> None:
+    events = transcript_events()
+    for cut in range(len(events) + 1):
+        for second in range(cut, len(events) + 1):
+            r = Replayer()
+            seen = [r.feed(events[:cut]).transcript(), r.feed(events[cut:second]).transcript(),
+                    r.feed(events[second:]).transcript()]
+            expected = [replay(events[:cut]), replay(events[:second]), replay(events)]
+            assert seen == expected, (cut, second)
+            assert (r.fed, r.last_seq) == (len(events), len(events))
+
+
+def test_a_rendered_transcript_is_not_changed_by_later_events() -> None:
+    events = transcript_events()
+    r = Replayer().feed(events[:5])  # inside iteration 1's assistant turn
+    before = r.transcript()
+    snapshot = dataclasses.replace(before, messages=[Message(m.role, list(m.content)) for m in before.messages])
+    r.feed(events[5:])
+    assert before == snapshot
+
+
+def test_the_scrub_is_remembered_for_closed_messages_until_its_key_changes() -> None:
+    scrubbed: list[str] = []
+
+    def scrub(messages: list[Message]) -> list[Message]:
+        out = []
+        for m in messages:
+            scrubbed.append(m.role)
+            out.append(Message(m.role, [TextBlock("x")] if any(isinstance(b, TextBlock) for b in m.content)
+                               else list(m.content)))
+        return out
+
+    events = transcript_events()
+    r = Replayer()
+    for n in range(1, len(events) + 1):
+        r.feed(events[n - 1:n])
+        t = r.transcript()
+        assert r.scrubbed(t, "k1", scrub) == scrub(t.messages)
+    calls_with_memory = len(scrubbed)
+    scrubbed.clear()
+    t = r.transcript()
+    r.scrubbed(t, "k1", scrub)
+    assert scrubbed == ["assistant"]  # only the open turn (the last one): the closed ones are remembered
+    scrubbed.clear()
+    r.scrubbed(t, "k2", scrub)
+    assert len(scrubbed) == len(t.messages)  # a new key (a secret was added): everything again
+    assert calls_with_memory > 0
+    # a transcript this replayer did not render (rebuilt by a caller) is scrubbed whole
+    scrubbed.clear()
+    other = replay(events)
+    assert r.scrubbed(other, "k2", scrub) == scrub(other.messages)
+    assert len(scrubbed) == 2 * len(other.messages)
+
+
+async def test_a_chained_run_sends_the_model_what_a_full_replay_gives(open_runtime: Any) -> None:
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 6}}
+    # its own agent and tenant: the tool-caller counts in the agent's Memory, which other tests read
+    rt, disp = await open_runtime({"replayed": agent}, chain_steps=4, chain_budget_seconds=60)
+    sent: list[tuple[list[Message], list[Event], Any]] = []
+    inner = rt.engine._call_model
+
+    async def recording(leased: LeasedRun, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
+        sent.append((list(transcript.messages), list(leased.events), leased.replayed))
+        return await inner(leased, agent, transcript, iteration, retry)
+
+    rt.engine._call_model = recording  # type: ignore[method-assign]
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="replayed", segments=[
+        {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
+    assert await disp.drain() == 2  # steps 0-3 chained, 4-6 chained after a new message
+    stored = await rt.runs.get(TENANT, run.id)
+    assert stored is not None and (stored.status, stored.iterations) == ("completed", 7)
+    assert len(sent) == 7
+    for messages, events, _ in sent:
+        assert messages == replay(events).messages
+    # one replay state per lease chain: the chained steps fed it only what their commits added
+    states = [s for _, _, s in sent]
+    assert states[0] is states[1] is states[2] is states[3]
+    assert states[4] is not states[3] and states[4] is states[5] is states[6]
+    events = await rt.runs.events(TENANT, run.id)
+    assert [(s, t, p) for s, t, p in sent[-1][1]] == [(e.seq, e.type, e.payload) for e in events][:len(sent[-1][1])]
+
+
+async def test_steering_input_queued_mid_chain_is_taken_by_the_next_chained_step(open_runtime: Any) -> None:
+    """The chained commit hands the run's `input_seq` back: input queued while a chained step runs
+    lands at the top of the next iteration, not after the chain."""
+    from treadle.store.inputs import InputStore
+
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 5}}
+    rt, disp = await open_runtime({"steered_chain": agent}, chain_steps=20, chain_budget_seconds=60)
+    inner = rt.engine._call_model
+    calls = 0
+    run_id = ""
+
+    async def steering(leased: LeasedRun, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # while the second iteration's step runs under the chained lease
+            queued = await InputStore(rt.pool).add(TENANT, run_id, "input", "also count this")
+            assert queued.input_id is not None
+        return await inner(leased, agent, transcript, iteration, retry)
+
+    rt.engine._call_model = steering  # type: ignore[method-assign]
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="steered_chain", segments=[
+        {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
+    run_id = run.id
+    assert await disp.drain() == 1  # one chain did it all
+    evs = [(e.type, e.payload) for e in await rt.runs.events(TENANT, run.id)]
+    steered = next(i for i, (t, p) in enumerate(evs) if t == "user_input" and p.get("source") == "steer")
+    # right after the second iteration's tool result, before the third iteration's turn
+    assert [t for t, _ in evs[steered - 1:steered + 2]] == ["tool_result", "user_input", "tool_call"]
+    assert sum(1 for t, _ in evs[:steered] if t == "usage") == 2
