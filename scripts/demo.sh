@@ -27,6 +27,7 @@ treadle run --url "$url" demo "Count your calls, then tell me how many you made.
 echo
 echo "treadle is serving at $url — watch runs live at $url/ui, API docs at $url/docs. Try:"
 echo "  .venv/bin/treadle run --url $url scripted 'hello'"
+echo "  .venv/bin/treadle runs --url $url          # then: treadle attach RUN, treadle answer RUN"
 echo "  curl -s $url/v1/runs | python3 -m json.tool"
 if [ -n "$server" ] && [ -z "${TREADLE_DEMO_EXIT:-}" ]; then
   echo "Ctrl-C stops it."
