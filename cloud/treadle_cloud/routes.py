@@ -56,7 +56,7 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.runs", "router", ("/v1/runs",)),
     ("treadle.api.clienttools", "router", ("/v1/runs/",)),
     ("treadle.api.steering", "router", ("/v1/runs/",)),
-    ("treadle.api.interrupts", "router", ("/v1/runs/", "/v1/users/")),
+    ("treadle.api.interrupts", "router", ("/v1/runs/", "/v1/users/", "/v1/interrupts")),
     ("treadle.api.channels", "router", ("/v1/_channels",)),
     ("treadle.api.triggers", "router", ("/v1/_scheduledef", "/v1/_schedules/", "/v1/_webhookdef")),
     ("treadle.api.hooks", "router", ("/v1/hooks",)),
