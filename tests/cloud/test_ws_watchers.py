@@ -309,3 +309,45 @@ def test_the_watcher_tables_are_unlogged_and_tenant_isolated(ws_env: dict[str, s
     finally:
         ws.close()
 
+
+
+async def test_the_relay_posts_live_deltas_and_drops_those_a_commit_stored(
+    cloud_db: str, ws_env: dict[str, str], mgmt: ManagementApi
+) -> None:
+    from treadle.engine.hub import RunEventHub
+    from treadle_cloud.live import RelayHub
+
+    api = LambdaEnv("api")
+    try:
+        run_id = start_run(api, "echo")
+    finally:
+        api.close()
+    pool = await open_pool(cloud_db, 2, name="ws-relay-test")
+    try:
+        cid = new_connection_id()
+        async with pool.connection() as conn:
+            await conn.execute("INSERT INTO ws_connections (connection_id, tenant_id, subject)"
+                               " VALUES (%s, 'default', 't')", (cid,))
+            await conn.execute("INSERT INTO ws_watchers (connection_id, run_id, tenant_id, cursor)"
+                               " SELECT %s, id, tenant_id, last_seq FROM runs WHERE id = %s", (cid, run_id))
+        relay = RelayHub(RunEventHub(), pool, notify=False, ws=WsPusher(pool, Connections(mgmt.url)))
+        frame = {"iteration": 1, "attempt": 0, "provider": "p"}
+        for piece in ("Hel", "lo"):
+            relay.publish(run_id, "text_delta", {**frame, "text": piece})
+        await relay.flush()
+        assert mgmt.to(cid) == [{"run_id": run_id, "event": "text_delta", "data": {**frame, "text": "Hello"}}]
+        # a delta, then the commit of its turn, then the next turn's delta: the first is stored, not posted
+        relay.publish(run_id, "text_delta", {**frame, "text": " world"})
+        async with pool.connection() as conn:
+            await conn.execute("INSERT INTO events (run_id, tenant_id, seq, type, payload) SELECT id, tenant_id,"
+                               " last_seq + 1, 'text', %s FROM runs WHERE id = %s",
+                               (json.dumps({"text": "Hello world"}), run_id))
+            await conn.execute("UPDATE runs SET last_seq = last_seq + 1 WHERE id = %s", (run_id,))
+        relay.notify(run_id)
+        relay.publish(run_id, "text_delta", {**frame, "iteration": 2, "text": "Next"})
+        await relay.flush()
+        assert mgmt.to(cid)[1:] == [
+            {"run_id": run_id, "seq": last_seq(cloud_db, run_id), "event": "text", "data": {"text": "Hello world"}},
+            {"run_id": run_id, "event": "text_delta", "data": {**frame, "iteration": 2, "text": "Next"}}]
+    finally:
+        await pool.close()
