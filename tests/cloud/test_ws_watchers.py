@@ -13,6 +13,7 @@ import asyncio
 import json
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -35,6 +36,8 @@ class ManagementApi:
 
     def __init__(self) -> None:
         self.posted: list[tuple[str, dict[str, Any]]] = []
+        #: (connection id, seq) → when it arrived (wall clock, for the figures)
+        self.arrived: dict[tuple[str, int], float] = {}
         self.deleted: list[str] = []
         self.gone: set[str] = set()
         self.lock = threading.Lock()
@@ -64,8 +67,11 @@ class ManagementApi:
                     return self._answer(404, b'{"message":"not found"}')
                 if cid in api.gone:
                     return self._answer(410, b'{"message":"gone"}', gone=True)
+                message = json.loads(data)
                 with api.lock:
-                    api.posted.append((cid, json.loads(data)))
+                    api.posted.append((cid, message))
+                    if "seq" in message:
+                        api.arrived[(cid, message["seq"])] = time.time()
                 self._answer(200)
 
             def do_DELETE(self) -> None:
@@ -232,7 +238,12 @@ def test_replay_and_live_pushes_arrive_in_order_once_while_the_worker_commits(
         assert rows(cloud_db, "SELECT 1 FROM ws_connections WHERE connection_id = %s", watcher) != []
         assert rows(cloud_db, "SELECT 1 FROM ws_connections WHERE connection_id = %s", gone) == []  # 410: forgotten
         assert final > replayed  # the worker's relay pushed the rest (no other pusher ran)
-        print(f"\nws: {len(seqs(got, run_id))} events to the watcher, {replayed} replayed at subscribe,"
+        created = {seq: float(ts) for seq, ts in rows(
+            cloud_db, "SELECT seq, extract(epoch FROM created_at) FROM events WHERE run_id = %s", run_id)}
+        lags = sorted(1000 * (mgmt.arrived[(watcher, s)] - created[s]) for s in range(replayed + 1, final + 1))
+        print(f"\nws: event written (transaction start) → posted, pushed by the worker: min {lags[0]:.0f} ms,"
+              f" median {lags[len(lags) // 2]:.0f} ms, max {lags[-1]:.0f} ms")
+        print(f"ws: {len(seqs(got, run_id))} events to the watcher, {replayed} replayed at subscribe,"
               f" {final - replayed} pushed by the worker;"
               f" {sum(1 for m in got if m.get('event') in ('text_delta', 'thinking_delta'))} live deltas")
     finally:
