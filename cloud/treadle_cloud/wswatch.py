@@ -15,8 +15,8 @@ API Gateway holds the connection, and the functions that already run push to it:
   watcher's events in seq order. The coalesced deltas follow, without a seq.
 - a connection that is gone (`GoneException`, 410) is deleted with its watchers; a watcher whose
   run posted `done` or `error` is deleted (the connection stays: it may watch other runs);
-- the maintenance function (`catch_up`) posts what any watcher is behind (a commit made where no
-  relay runs: the API's inputs and cancels), keeps quiet connections alive, and forgets watchers
+- the maintenance function (`catch_up`) posts what any watcher is behind (a failed post, a worker
+  that died between its commit and its flush), keeps quiet connections alive, and forgets watchers
   of runs that ended or were purged.
 
 Messages (JSON text frames): `{"run_id", "seq", "event", "data"}` for a stored event (the SSE
