@@ -427,6 +427,19 @@ def test_websocket_api_pushes_to_watchers_without_a_lambda_each(synth: dict[str,
     assert perms and all(p["Principal"] == "apigateway.amazonaws.com" for p in perms)
     assert "WebSocketUrl" in t["Outputs"]
 
+    # -c websocket=false: no WebSocket API, no ws function, nobody may post to connections
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from treadle_infra import TreadleRuntimeProps, TreadleStack
+
+    tmp = synth["tmp"]
+    off = Template.from_stack(TreadleStack(cdk.App(), "NoWs", props=TreadleRuntimeProps(
+        layer_dir=tmp / "layer", staging_dir=tmp / "app-nows", byte_compile=False, websocket=False))).to_json()
+    assert not resources_of_protocol(off, "WEBSOCKET") and "WebSocketUrl" not in off["Outputs"]
+    assert "functions.ws.handler.handler" not in {r["Properties"]["Handler"] for r in python_functions(off).values()}
+    assert "ManageConnections" not in json.dumps(off) and "TREADLE_WS_ENDPOINT" not in json.dumps(off)
+
 
 def resources_of_protocol(t: dict[str, Any], protocol: str) -> dict[str, dict[str, Any]]:
     return {k: r for k, r in resources(t, "AWS::ApiGatewayV2::Api").items()
