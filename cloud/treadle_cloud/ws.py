@@ -43,11 +43,12 @@ def credentials(headers: dict[str, str]) -> tuple[str | None, str | None]:
     """(the Authorization value to check, the subprotocol to answer with)."""
     offered = [p.strip() for p in headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     bearer = next((p for p in offered if p.startswith(BEARER_PROTOCOL)), None)
+    # a client (a browser) closes a connection whose answer names none of the subprotocols it offered
+    answer = PROTOCOL if PROTOCOL in offered else bearer
     if "authorization" in headers:
-        return headers["authorization"], (PROTOCOL if PROTOCOL in offered else None)
+        return headers["authorization"], answer
     if bearer is not None:
-        # a browser closes a connection whose answer names none of the offered subprotocols
-        return f"Bearer {bearer.removeprefix(BEARER_PROTOCOL)}", (PROTOCOL if PROTOCOL in offered else bearer)
+        return f"Bearer {bearer.removeprefix(BEARER_PROTOCOL)}", answer
     return None, None
 
 

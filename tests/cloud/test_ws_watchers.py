@@ -362,3 +362,17 @@ async def test_the_relay_posts_live_deltas_and_drops_those_a_commit_stored(
             {"run_id": run_id, "event": "text_delta", "data": {**frame, "iteration": 2, "text": "Next"}}]
     finally:
         await pool.close()
+
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    ({}, (None, None)),
+    ({"authorization": "Bearer t"}, ("Bearer t", None)),
+    ({"authorization": "Bearer t", "sec-websocket-protocol": "treadle.v1"}, ("Bearer t", "treadle.v1")),
+    ({"sec-websocket-protocol": "treadle.v1, treadle.bearer.t"}, ("Bearer t", "treadle.v1")),
+    ({"sec-websocket-protocol": "treadle.bearer.t"}, ("Bearer t", "treadle.bearer.t")),
+    ({"sec-websocket-protocol": "chat, other"}, (None, None)),
+])
+def test_where_the_bearer_comes_from(headers: dict[str, str], expected: tuple[str | None, str | None]) -> None:
+    from treadle_cloud.ws import credentials
+
+    assert credentials(headers) == expected
