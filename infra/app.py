@@ -15,12 +15,15 @@ Context (`cdk deploy -c key=value`; every knob of docs/deploy-aws.md is one of t
   require_pgvector      "false" lets a deploy proceed without pgvector (default true)
   reserved_concurrency  "false" leaves the functions in the account's unreserved pool (an account
                         whose concurrency quota is 10 cannot reserve any)
-  worker_concurrency    concurrent workers (default 20), api_concurrency (20), stream_concurrency (20)
+  worker_concurrency    concurrent workers (default 20), api_concurrency (20), stream_concurrency (20),
+                        ws_concurrency (10)
   worker_timeout_s      the worker's timeout (default 900, Lambda's maximum)
   db_pool_size          database connections per function environment (default 2)
   stream                "false" leaves out the stream function and its URL
   live_deltas           "false": the stream function streams committed events only (no text deltas
                         relayed through Postgres NOTIFY; no listener connection per stream environment)
+  websocket             "false" leaves out the WebSocket API and its ws function (watchers pushed to,
+                        no Lambda held per watcher)
   lwa_layer_version     the Lambda Web Adapter layer version the stream function runs (default 25)
   architecture          x86_64 (default) or arm64 (build the layer with --arch arm64 too)
   snap_start            "false" turns SnapStart off
@@ -68,7 +71,7 @@ def props_from_context(ctx: Any) -> TreadleRuntimeProps:
         raise SystemExit(f"-c architecture: x86_64 or arm64, not {arch!r}")
     base = TreadleRuntimeProps()
     concurrency = dict(base.concurrency)
-    for name in ("api", "stream"):
+    for name in ("api", "stream", "ws"):
         concurrency[name] = int(number(ctx(f"{name}_concurrency"), concurrency[name], f"{name}_concurrency"))
     return TreadleRuntimeProps(
         config_file=Path(config) if config else None,
@@ -88,6 +91,7 @@ def props_from_context(ctx: Any) -> TreadleRuntimeProps:
                                                    "worker_timeout_s")),
         db_pool_size=int(number(ctx("db_pool_size"), base.db_pool_size, "db_pool_size")),
         stream=flag(ctx("stream"), base.stream),
+        websocket=flag(ctx("websocket"), base.websocket),
         live_deltas=flag(ctx("live_deltas"), base.live_deltas),
         lwa_layer_version=int(number(ctx("lwa_layer_version"), base.lwa_layer_version, "lwa_layer_version")),
         architecture=lambda_.Architecture.ARM_64 if arch == "arm64" else lambda_.Architecture.X86_64,

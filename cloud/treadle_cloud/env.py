@@ -55,6 +55,10 @@ class CloudSettings(EnvSettings):
     #: the host the stream function's live listener connects to when the pools go through RDS
     #: Proxy (the Aurora cluster endpoint: a LISTEN session must not pin a proxy connection)
     live_db_host: str | None = None
+    #: the WebSocket API stage's management endpoint (https://{api}.execute-api.{region}.amazonaws.com/{stage}):
+    #: the worker, the ws and the maintenance functions push runs' events to its connections
+    #: (treadle_cloud/wswatch.py); unset: no WebSocket watchers
+    ws_endpoint: str = ""
 
 
 @cache

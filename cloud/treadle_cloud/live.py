@@ -42,6 +42,7 @@ from treadle.store.db import Pool
 
 if TYPE_CHECKING:
     from treadle.runtime import Runtime
+    from treadle_cloud.wswatch import WsPusher
 
 log = logging.getLogger("treadle.cloud.live")
 
@@ -120,10 +121,15 @@ class RelayHub(RunEventHub):
     functions watching the run (module docstring). Waiting and subscribing stay in-process."""
 
     def __init__(self, inner: RunEventHub, pool: Pool, *, window_s: float = RELAY_WINDOW_S,
-                 presence_ttl_s: float = PRESENCE_TTL_S, absence_ttl_s: float = ABSENCE_TTL_S) -> None:
+                 presence_ttl_s: float = PRESENCE_TTL_S, absence_ttl_s: float = ABSENCE_TTL_S,
+                 notify: bool = True, ws: WsPusher | None = None) -> None:
         super().__init__()
         self.inner = inner
         self.pool = pool
+        #: NOTIFY the stream functions' listeners (TREADLE_LIVE_DELTAS)
+        self.notify_listeners = notify
+        #: push to WebSocket watchers (treadle_cloud/wswatch.py; TREADLE_WS_ENDPOINT)
+        self.ws = ws
         self.window_s = window_s
         self.presence_ttl_s = presence_ttl_s
         self.absence_ttl_s = absence_ttl_s
@@ -177,6 +183,10 @@ class RelayHub(RunEventHub):
         frames, self._pending = self._pending, []
         if not frames:
             return
+        if self.ws is not None:
+            await self._push_ws(frames)
+        if not self.notify_listeners:
+            return
         try:
             watched = await self._watched_runs({run_id for run_id, _, _ in frames})
             payloads: list[str] = []
@@ -191,6 +201,25 @@ class RelayHub(RunEventHub):
                 self.sent += len(payloads)
         except Exception as exc:  # best effort: the stored events carry everything
             log.warning("live frames of %d run(s) not relayed: %s", len({f[0] for f in frames}), exc)
+
+    async def _push_ws(self, frames: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """The committed events past each WebSocket watcher's cursor, then the deltas still
+        live (one query when no run of the flush has a watcher)."""
+        assert self.ws is not None
+        from treadle_cloud.wswatch import live_frames_to_post
+
+        try:
+            watched = await self.ws.watched({run_id for run_id, _, _ in frames})
+            if not watched:
+                return
+            poked = {run_id for run_id, event, _ in frames if event == POKE and run_id in watched}
+            if poked:
+                await self.ws.push(poked)
+            deltas = _coalesce([f for f in live_frames_to_post(frames) if f[0] in watched])
+            if deltas:
+                await self.ws.post_deltas(deltas)
+        except Exception as exc:  # best effort: the maintenance function catches the watchers up
+            log.warning("WebSocket watchers of %d run(s) not pushed: %s", len({f[0] for f in frames}), exc)
 
     async def _watched_runs(self, runs: set[str]) -> set[str]:
         now = time.monotonic()
@@ -213,13 +242,13 @@ class RelayHub(RunEventHub):
         return {r for r in runs if self._watched[r][0]}
 
 
-def install_relay(rt: Runtime) -> RelayHub:
+def install_relay(rt: Runtime, *, notify: bool = True, ws: WsPusher | None = None) -> RelayHub:
     """The runtime's hub replaced by a relay wherever the engine's parts hold it (the engine's
     deltas and commits, steering's appended inputs, the waker's wake-ups). The core builds one
     hub in `Runtime.__post_init__` and has no parameter for it; a `hub=` argument of
     `Runtime.open` would make this a plain argument."""
     inner = rt.hub
-    relay = RelayHub(inner, rt.pool)
+    relay = RelayHub(inner, rt.pool, notify=notify, ws=ws)
     for holder in (rt, rt.engine, rt.engine.steering, rt.waker):
         if getattr(holder, "hub", None) is inner:
             holder.hub = relay

@@ -2,18 +2,23 @@
 
 It re-enqueues every step whose lease expired (its worker died or timed out) or whose re-queue
 deadline passed (its message was lost, or it waits longer than SQS can delay a message), and wakes
-the parked runs whose wait deadline passed (timers). The lease sweep is a singleton per database
-(advisory lock) and a woken run is enqueued once, so overlapping invocations are harmless.
+the parked runs whose wait deadline passed (timers); WebSocket watchers behind their run are
+caught up and quiet connections kept alive (treadle_cloud/wswatch.py). The lease sweep is a
+singleton per database (advisory lock) and a woken run is enqueued once, so overlapping
+invocations are harmless.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treadle.engine.workers import Sweeper
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.metrics import observed_invocation
+
+if TYPE_CHECKING:
+    from treadle_cloud.wswatch import WsPusher
 
 log = logging.getLogger("treadle.cloud.maintenance")
 
@@ -24,6 +29,7 @@ MARGIN_S = 5.0
 class MaintenanceFunction:
     def __init__(self, container: Container | None = None) -> None:
         self.container = container or Container()
+        self.ws: WsPusher | None = None
 
     @observed_invocation  # EMF metrics, spans flushed (treadle_cloud/metrics.py)
     def __call__(self, event: dict[str, Any] | None, context: Any) -> dict[str, Any]:
@@ -39,5 +45,13 @@ class MaintenanceFunction:
         purged = self.container.run(rt.volumes.purge_ended())  # ephemeral volumes a crash left behind
         if rt.triggers.schedules.scheduler is not None:  # only where the stack grants scheduler:* (the API today)
             self.container.run(rt.triggers.schedules.reconcile())
-        return {"requeued": total, **({"hooks": hooks} if hooks else {}),
+        ws: dict[str, int] = {}
+        cloud = self.container.cloud
+        if cloud is not None and cloud.ws_endpoint:  # WebSocket watchers: caught up, kept alive
+            from treadle_cloud.wswatch import Connections, WsPusher
+
+            if self.ws is None:
+                self.ws = WsPusher(rt.pool, Connections(cloud.ws_endpoint))
+            ws = {k: v for k, v in self.container.run(self.ws.catch_up()).items() if v}
+        return {"requeued": total, **({"hooks": hooks} if hooks else {}), **({"ws": ws} if ws else {}),
                 **({"volume_files_purged": purged} if purged else {})}

@@ -71,9 +71,15 @@ class SqsWorker:
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         rt = self.container.runtime()
         cloud = self.container.cloud or CloudSettings()
-        if self.relay is None and cloud.live_deltas:
+        if self.relay is None and (cloud.live_deltas or cloud.ws_endpoint):
             # the engine publishes text deltas and commit pokes to its hub; this one relays them
-            self.relay = install_relay(rt)
+            # (NOTIFY to the stream functions, PostToConnection to the WebSocket watchers)
+            ws = None
+            if cloud.ws_endpoint:
+                from treadle_cloud.wswatch import Connections, WsPusher
+
+                ws = WsPusher(rt.pool, Connections(cloud.ws_endpoint))
+            self.relay = install_relay(rt, notify=cloud.live_deltas, ws=ws)
 
         def record_handler(record: SQSRecord) -> str:
             return self.step(rt, cloud, record, context)

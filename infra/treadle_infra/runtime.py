@@ -2,6 +2,7 @@
 
     HTTP API ──► api / webhook / mcp functions ──┐
     function URL (RESPONSE_STREAM) ──► stream ───┤
+    WebSocket API ──► ws ($connect, subscribe) ──┤   worker, ws, maintenance ──► @connections (push)
                                                  ├──► (RDS Proxy) ──► Aurora PostgreSQL Serverless v2 (pgvector)
     SQS step queue ──► worker function ──────────┤
         └─► dead-letter queue ──► alarm ──► SNS  │
@@ -131,7 +132,7 @@ class TreadleRuntimeProps:
     reserved_concurrency: bool = True
     #: concurrent environments per function: the database connection budget is checked against them
     concurrency: dict[str, int] = field(default_factory=lambda: {
-        "api": 20, "webhook": 5, "mcp": 5, "stream": 20, "scheduler": 5, "maintenance": 2, "migrate": 1,
+        "api": 20, "webhook": 5, "mcp": 5, "stream": 20, "scheduler": 5, "maintenance": 2, "migrate": 1, "ws": 10,
     })
     #: the database's max_connections (default: Aurora's formula at db_max_capacity); treadle's
     #: functions may use at most 90% of it (the rest: operators, Aurora's own)
@@ -145,6 +146,10 @@ class TreadleRuntimeProps:
     #: environment LISTENs on one connection of its own (treadle_cloud/live.py) — always straight
     #: to Aurora, never through RDS Proxy (a LISTEN session would pin a proxy connection)
     live_deltas: bool = True
+    #: watchers without a Lambda each: an API Gateway WebSocket API whose `ws` function answers
+    #: $connect / subscribe / $disconnect, and the worker (and maintenance) push runs' events to
+    #: its connections (treadle_cloud/wswatch.py)
+    websocket: bool = True
     #: the Lambda Web Adapter layer version (pinned: a new adapter is a deliberate upgrade)
     lwa_layer_version: int = 25
     log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
@@ -488,6 +493,33 @@ class TreadleRuntime(Construct):
             )
 
 
+        # -- WebSocket watchers (no Lambda held per watcher) ------------------------------------------
+        self.ws_api: apigw.WebSocketApi | None = None
+        self.ws_stage: apigw.WebSocketStage | None = None
+        self.ws_function: lambda_.Function | None = None
+        if p.websocket:
+            self.ws_function = function(
+                "ws", "treadle: WebSocket watchers ($connect auth, subscribe with replay, $disconnect)",
+                timeout=Duration.seconds(30), env=http_env, sends_steps=False,
+            )
+            self.api_token.grant_read(self.ws_function)  # $connect checks the API's bearer
+
+            def route(title: str) -> apigw.WebSocketRouteOptions:
+                return apigw.WebSocketRouteOptions(
+                    integration=integrations.WebSocketLambdaIntegration(f"Ws{title}Integration", self.entry["ws"]))
+
+            self.ws_api = apigw.WebSocketApi(
+                self, "WebSocketApi", description="treadle: run events pushed to watchers",
+                route_selection_expression="$request.body.action",
+                connect_route_options=route("Connect"), disconnect_route_options=route("Disconnect"),
+                default_route_options=route("Default"),
+            )
+            for action in ("subscribe", "unsubscribe"):
+                self.ws_api.add_route(action, integration=integrations.WebSocketLambdaIntegration(
+                    f"Ws{action.capitalize()}Integration", self.entry["ws"]))
+            self.ws_stage = apigw.WebSocketStage(self, "WebSocketStage", web_socket_api=self.ws_api,
+                                                 stage_name="live", auto_deploy=True)
+
         self.maintenance_function = function(
             "maintenance", "treadle: re-enqueue expired leases and due steps, reconcile schedules (every minute)",
             timeout=Duration.seconds(60),
@@ -496,6 +528,14 @@ class TreadleRuntime(Construct):
         # VolumeDef purge (api) and the purge of ephemeral volumes a crashed run left (maintenance)
         for fn in (self.api_function, self.maintenance_function):
             self.volumes_bucket.grant_read_write(fn)
+
+        if self.ws_stage is not None:
+            # who pushes: the worker (its relay's flush), the ws function (a subscribe's replay),
+            # maintenance (catch-up, keepalives) — execute-api:ManageConnections on this stage only
+            for fn in (self.worker_function, self.ws_function, self.maintenance_function):
+                assert fn is not None
+                fn.add_environment("TREADLE_WS_ENDPOINT", self.ws_stage.callback_url)
+                self.ws_stage.grant_management_api_access(fn)
 
         # no function's new version is served before the deploy's migrations succeeded
         for name, target in self.entry.items():
@@ -582,6 +622,9 @@ class TreadleRuntime(Construct):
                 integration=integrations.HttpLambdaIntegration(f"{title}Integration", fn),
             )
 
+        # (the WebSocket stage has no access logs: a WebSocket API logs only where the account's
+        # API Gateway CloudWatch role is set — an account-wide setting a stack should not own)
+
         # -- alarms -------------------------------------------------------------------------------
         self.alarm_topic = sns.Topic(self, "AlarmTopic", display_name="treadle alarms", enforce_ssl=True)
         if p.alarm_email:
@@ -667,7 +710,8 @@ class TreadleRuntime(Construct):
         """Every function at its concurrency, each environment with a full pool (and each stream
         environment with its live listener's connection)."""
         p = self.props
-        names = ["worker", *(n for n in p.concurrency if n != "stream" or p.stream)]
+        optional = {"stream": p.stream, "ws": p.websocket}
+        names = ["worker", *(n for n in p.concurrency if optional.get(n, True))]
         listeners = self.concurrency("stream") if p.stream and p.live_deltas else 0
         return p.db_pool_size * sum(self.concurrency(n) for n in names) + listeners
 
@@ -698,6 +742,9 @@ class TreadleRuntime(Construct):
             "FailedInvocationsQueueUrl": (self.failed_invocations.queue_url, "failed asynchronous invocations"),
             "AccessLogGroup": (self.access_logs.log_group_name, "the HTTP API's access logs"),
         }
+        if self.ws_stage is not None:
+            outputs["WebSocketUrl"] = (self.ws_stage.url, 'wss: connect with the API token, send'
+                                       ' {"action": "subscribe", "run_id": ..., "from_seq": 0}')
         if self.stream_url is not None:
             outputs["StreamUrl"] = (self.stream_url.url, "GET {StreamUrl}v1/runs/{id}/stream: events as they commit")
         for name, (value, description) in outputs.items():

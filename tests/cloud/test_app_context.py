@@ -31,7 +31,7 @@ def test_every_knob_the_guide_mentions_is_a_context_option() -> None:
     app = app_module()
     guide = documented_keys((ROOT / "docs" / "deploy-aws.md").read_text())
     options = set(re.findall(r"^  (\w+)\s", app.__doc__ or "", re.M))
-    options |= {"api_concurrency", "stream_concurrency"}  # listed on the worker_concurrency line
+    options |= {"api_concurrency", "stream_concurrency", "ws_concurrency"}  # listed on the worker_concurrency line
     assert guide and guide <= options, guide - options
 
 
@@ -40,7 +40,8 @@ def test_context_values_reach_the_props() -> None:
     ctx = {"rds_proxy": "true", "stream": "false", "worker_concurrency": "7", "api_concurrency": "3",
            "db_max_acu": "8", "worker_timeout_s": "600", "reserved_concurrency": "false", "architecture": "arm64",
            "require_pgvector": "false", "db_pool_size": "3", "lwa_layer_version": "26", "nat_gateways": "2",
-           "sse_budget_s": "20", "byte_compile": "false", "snap_start": "false"}
+           "sse_budget_s": "20", "byte_compile": "false", "snap_start": "false", "websocket": "false",
+           "ws_concurrency": "4"}
     p = app.props_from_context(ctx.get)
     assert (p.rds_proxy, p.stream, p.worker_max_concurrency, p.concurrency["api"], p.db_max_capacity) == (
         True, False, 7, 3, 8.0)
@@ -48,8 +49,10 @@ def test_context_values_reach_the_props() -> None:
         600, False, "arm64", False)
     assert (p.db_pool_size, p.lwa_layer_version, p.nat_gateways, p.sse_budget_seconds, p.byte_compile,
             p.snap_start) == (3, 26, 2, 20, False, False)
+    assert (p.websocket, p.concurrency["ws"]) == (False, 4)
     defaults = app.props_from_context({}.get)
     assert (defaults.rds_proxy, defaults.stream, defaults.worker_batch_size) == (False, True, 1)
+    assert (defaults.websocket, defaults.concurrency["ws"]) == (True, 10)
     with pytest.raises(SystemExit, match="true or false"):
         app.props_from_context({"rds_proxy": "yes"}.get)
     with pytest.raises(SystemExit, match="expected a number"):

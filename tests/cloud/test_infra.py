@@ -24,9 +24,9 @@ agents:
     model: tool-caller
     tools: [Memory]
 """
-FUNCTIONS = ("api", "worker", "webhook", "mcp", "scheduler", "maintenance", "migrate", "stream")
+FUNCTIONS = ("api", "worker", "webhook", "mcp", "scheduler", "maintenance", "migrate", "stream", "ws")
 #: what invokes a SnapStart version through its `live` alias (migrate and stream run unsnapshotted)
-SNAPPED = ("api", "worker", "webhook", "mcp", "scheduler", "maintenance")
+SNAPPED = ("api", "worker", "webhook", "mcp", "scheduler", "maintenance", "ws")
 
 
 @pytest.fixture(scope="module")
@@ -221,10 +221,12 @@ def test_the_volumes_bucket(synth: dict[str, Any]) -> None:
 
 def test_http_api_routes(synth: dict[str, Any]) -> None:
     tpl, t = synth["template"], synth["json"]
-    routes = {r["Properties"]["RouteKey"] for r in resources(t, "AWS::ApiGatewayV2::Route").values()}
+    [http_id] = resources_of_protocol(t, "HTTP")
+    routes = {r["Properties"]["RouteKey"] for r in resources(t, "AWS::ApiGatewayV2::Route").values()
+              if r["Properties"]["ApiId"] == {"Ref": http_id}}
     assert routes == {"ANY /{proxy+}", "ANY /v1/_webhooks/{proxy+}", "ANY /v1/_mcp"}
-    tpl.has_resource_properties("AWS::ApiGatewayV2::Api", {"ProtocolType": "HTTP"})
-    tpl.resource_count_is("AWS::ApiGatewayV2::Integration", 3)
+    assert len([r for r in resources(t, "AWS::ApiGatewayV2::Integration").values()
+                if r["Properties"]["ApiId"] == {"Ref": http_id}]) == 3
     tpl.has_resource_properties("AWS::ApiGatewayV2::Integration", {"PayloadFormatVersion": "2.0"})
     assert set(t["Outputs"]) >= {"ApiUrl", "QueueUrl"}
 
@@ -295,7 +297,7 @@ def test_alarms(synth: dict[str, Any]) -> None:
     assert find("Errors", function_id(t, "worker"))["Threshold"] == 5
     assert find("Throttles", function_id(t, "worker"))["Threshold"] == 1
     assert find("Throttles", function_id(t, "stream"))["Threshold"] == 1
-    [api_id] = resources(t, "AWS::ApiGatewayV2::Api")
+    [api_id] = resources_of_protocol(t, "HTTP")
     assert find("5xx", api_id)["Namespace"] == "AWS/ApiGateway"
     [cluster_id] = resources(t, "AWS::RDS::DBCluster")
     assert find("ACUUtilization", cluster_id)["Threshold"] == 90
@@ -304,9 +306,11 @@ def test_alarms(synth: dict[str, Any]) -> None:
 
 def test_api_access_logs_and_failure_destinations(synth: dict[str, Any]) -> None:
     t = synth["json"]
-    [stage] = resources(t, "AWS::ApiGatewayV2::Stage").values()
-    settings = stage["Properties"]["AccessLogSettings"]
     [logs_id] = [k for k in resources(t, "AWS::Logs::LogGroup") if "ApiAccessLogs" in k]
+    [http_id] = resources_of_protocol(t, "HTTP")
+    [stage] = [s for s in resources(t, "AWS::ApiGatewayV2::Stage").values()
+               if s["Properties"]["ApiId"] == {"Ref": http_id}]
+    settings = stage["Properties"]["AccessLogSettings"]
     assert settings["DestinationArn"] == {"Fn::GetAtt": [logs_id, "Arn"]}
     assert {"status", "integrationError", "latencyMs"} <= set(json.loads(settings["Format"]))
     [failed_id] = [k for k in resources(t, "AWS::SQS::Queue") if "FailedInvocations" in k]
@@ -381,12 +385,73 @@ def test_stream_function_url_streams_behind_the_api_token(synth: dict[str, Any])
     assert "StreamUrl" in t["Outputs"]
 
 
+def test_websocket_api_pushes_to_watchers_without_a_lambda_each(synth: dict[str, Any]) -> None:
+    t = synth["json"]
+    [(api_id, api)] = resources_of_protocol(t, "WEBSOCKET").items()
+    assert api["Properties"]["RouteSelectionExpression"] == "$request.body.action"
+    routes = {r["Properties"]["RouteKey"]: r["Properties"] for r in resources(t, "AWS::ApiGatewayV2::Route").values()
+              if r["Properties"]["ApiId"] == {"Ref": api_id}}
+    assert set(routes) == {"$connect", "$disconnect", "$default", "subscribe", "unsubscribe"}
+    # every route goes to the ws function's SnapStart alias (the $connect auth is the function's own)
+    integrations = {k: r["Properties"] for k, r in resources(t, "AWS::ApiGatewayV2::Integration").items()
+                    if r["Properties"]["ApiId"] == {"Ref": api_id}}
+    for props in routes.values():
+        assert props.get("AuthorizationType", "NONE") == "NONE"
+        target = props["Target"]["Fn::Join"][1][-1]
+        uri = json.dumps(integrations[target["Ref"]]["IntegrationUri"])
+        assert entry_ref(t, "ws")["Ref"] in uri and integrations[target["Ref"]]["IntegrationType"] == "AWS_PROXY"
+    [stage] = [r for r in resources(t, "AWS::ApiGatewayV2::Stage").values()
+               if r["Properties"]["ApiId"] == {"Ref": api_id}]
+    assert stage["Properties"]["StageName"] == "live" and stage["Properties"]["AutoDeploy"] is True
+    # the pushers: the worker, ws and maintenance — ManageConnections on this stage's @connections only
+    for name in FUNCTIONS:
+        fid = function_id(t, name)
+        env = t["Resources"][fid]["Properties"]["Environment"]["Variables"]
+        grants = [s for s in role_statements(t, fid) if "execute-api:ManageConnections" in actions([s])]
+        if name in ("worker", "ws", "maintenance"):
+            assert "live" in json.dumps(env["TREADLE_WS_ENDPOINT"]) and api_id in json.dumps(env["TREADLE_WS_ENDPOINT"])
+            [grant] = grants
+            arn = json.dumps(grant["Resource"])
+            assert api_id in arn and "/live/*/@connections/*" in arn, arn
+            assert actions([grant]) == {"execute-api:ManageConnections"}
+        else:
+            assert not grants and "TREADLE_WS_ENDPOINT" not in env, name
+    ws = t["Resources"][function_id(t, "ws")]["Properties"]
+    [token_id] = [k for k in resources(t, "AWS::SecretsManager::Secret") if "ApiToken" in k]
+    assert ws["Environment"]["Variables"]["TREADLE_API_TOKEN_SECRET_ARN"] == {"Ref": token_id}
+    assert ws["Timeout"] == 30 and "SnapStart" in ws
+    assert "sqs:SendMessage" not in actions(role_statements(t, function_id(t, "ws")))
+    # API Gateway may invoke the alias
+    perms = [r["Properties"] for r in resources(t, "AWS::Lambda::Permission").values()
+             if r["Properties"]["FunctionName"] == entry_ref(t, "ws")]
+    assert perms and all(p["Principal"] == "apigateway.amazonaws.com" for p in perms)
+    assert "WebSocketUrl" in t["Outputs"]
+
+    # -c websocket=false: no WebSocket API, no ws function, nobody may post to connections
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from treadle_infra import TreadleRuntimeProps, TreadleStack
+
+    tmp = synth["tmp"]
+    off = Template.from_stack(TreadleStack(cdk.App(), "NoWs", props=TreadleRuntimeProps(
+        layer_dir=tmp / "layer", staging_dir=tmp / "app-nows", byte_compile=False, websocket=False))).to_json()
+    assert not resources_of_protocol(off, "WEBSOCKET") and "WebSocketUrl" not in off["Outputs"]
+    assert "functions.ws.handler.handler" not in {r["Properties"]["Handler"] for r in python_functions(off).values()}
+    assert "ManageConnections" not in json.dumps(off) and "TREADLE_WS_ENDPOINT" not in json.dumps(off)
+
+
+def resources_of_protocol(t: dict[str, Any], protocol: str) -> dict[str, dict[str, Any]]:
+    return {k: r for k, r in resources(t, "AWS::ApiGatewayV2::Api").items()
+            if r["Properties"]["ProtocolType"] == protocol}
+
+
 def test_reserved_concurrency_fits_the_connection_budget(synth: dict[str, Any]) -> None:
     t = synth["json"]
     reserved = {n: t["Resources"][function_id(t, n)]["Properties"]["ReservedConcurrentExecutions"]
                 for n in FUNCTIONS}
     assert reserved == {"api": 20, "worker": 20, "webhook": 5, "mcp": 5, "stream": 20, "scheduler": 5,
-                        "maintenance": 2, "migrate": 1}
+                        "maintenance": 2, "migrate": 1, "ws": 10}
     pool = {t["Resources"][function_id(t, n)]["Properties"]["Environment"]["Variables"]["TREADLE_DB_POOL_SIZE"]
             for n in FUNCTIONS}
     assert pool == {"2"}
@@ -403,7 +468,7 @@ def test_reserved_concurrency_fits_the_connection_budget(synth: dict[str, Any]) 
     tmp = synth["tmp"]
     too_many = TreadleRuntimeProps(layer_dir=tmp / "layer", staging_dir=tmp / "app-big", byte_compile=False,
                                    worker_max_concurrency=500)
-    with pytest.raises(ValueError, match=r"could hold 1136 database connections .* over the budget of 810"):
+    with pytest.raises(ValueError, match=r"could hold 1156 database connections .* over the budget of 810"):
         TreadleStack(cdk.App(), "TooMany", props=too_many)
 
 

@@ -1,0 +1,5 @@
+"""WebSocket function: $connect, $disconnect and subscribe of the WebSocket API (watchers without a Lambda each)."""
+
+from treadle_cloud.ws import WebSocketFunction
+
+handler = WebSocketFunction()
