@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import queue as queues
 import secrets
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -27,16 +24,15 @@ import psycopg
 import pytest
 import yaml
 
-from tests.cloud.test_stream_function import free_port
 from tests.support.lambda_sim import EventSourceMapping, LambdaEnv, http_event
 from tests.support.localcloud import API_TOKEN
+from tests.support.streamfn import stream_server
 from tests.support.vendors.anthropic import FakeAnthropic
 from tests.support.vendors.base import text
 from treadle.engine.hub import RunEventHub
 from treadle.store.db import Pool, open_pool
 from treadle_cloud.live import PRESENCE_NS, TEXT_PER_NOTIFY, LiveListener, RelayHub, WatchedHub, presence_key
 
-ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
 KEY_ENV = "TREADLE_TEST_LIVE_ANTHROPIC_KEY"
 
@@ -145,28 +141,8 @@ def config_file(tmp_path_factory: pytest.TempPathFactory, anthropic: FakeAnthrop
 @pytest.fixture
 def stream_url(cloud_env: dict[str, str], anthropic: FakeAnthropic, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv(KEY_ENV, anthropic.key)
-    port = free_port()
-    env = {**os.environ, **cloud_env, KEY_ENV: anthropic.key, "PORT": str(port), "TREADLE_SSE_BUDGET_SECONDS": "120"}
-    proc = subprocess.Popen([sys.executable, "-m", "treadle_cloud.stream"], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the stream server did not become ready"
-            time.sleep(0.05)
+    with stream_server({**cloud_env, KEY_ENV: anthropic.key}) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def read_all_frames(url: str, run_id: str, out: queues.Queue[tuple[float, dict[str, Any]]]) -> None:

@@ -5,15 +5,10 @@ HTTP client while the worker commits a run's steps one by one."""
 from __future__ import annotations
 
 import json
-import os
 import queue as queues
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,41 +17,15 @@ import pytest
 
 from tests.support.lambda_sim import EventSourceMapping, LambdaEnv, http_event
 from tests.support.localcloud import API_TOKEN
+from tests.support.streamfn import stream_server
 
-ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
 def stream_url(cloud_env: dict[str, str]) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, **cloud_env, "PORT": str(port), "TREADLE_SSE_BUDGET_SECONDS": "120"}
-    proc = subprocess.Popen([sys.executable, "-m", "treadle_cloud.stream"], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # what the adapter does before the first invocation: wait for the readiness path
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the stream server did not become ready"
-            time.sleep(0.05)
+    with stream_server(cloud_env) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def read_frames(url: str, run_id: str, out: queues.Queue[tuple[float, dict[str, Any]]]) -> None:
