@@ -136,12 +136,26 @@ class StepTransaction:
         try:
             await self.leave_pipeline(None)  # its Sync sends both; the block goes on without a pipeline
             self.committed = True
-        except psycopg.Error:
+        except psycopg.Error as exc:
             if self.conn.closed:
                 raise
             await self.conn.execute("ROLLBACK")  # the statement failed: the COMMIT was skipped
-            raise
+            failure = statement_error(exc)
+            if failure is exc:
+                raise
+            raise failure from None
         return await cur.fetchone()
+
+
+def statement_error(exc: psycopg.Error) -> psycopg.Error:
+    """The error of the statement that failed in a pipeline. Leaving a pipeline whose statement
+    failed raises that statement's error — or, depending on how the server's answers arrive,
+    `PipelineAborted` (for the skipped COMMIT) with the statement's error as its context; callers
+    match on the statement's error (e.g. the step commit's fence, DivisionByZero)."""
+    found: BaseException = exc
+    while isinstance(found, psycopg.errors.PipelineAborted) and isinstance(found.__context__, psycopg.Error):
+        found = found.__context__
+    return found if isinstance(found, psycopg.Error) else exc
 
 
 _CURRENT: ContextVar[StepTransaction | None] = ContextVar("treadle_step_transaction", default=None)
