@@ -21,6 +21,7 @@ from typing import Any
 from treadle.api.auth import TENANT_HEADER, Authenticator, authorize
 from treadle.errors import TreadleError
 from treadle.runtime import Runtime
+from treadle.store.scope import bound_tenant
 from treadle_cloud.container import Container
 from treadle_cloud.env import CloudSettings
 from treadle_cloud.metrics import observed_invocation
@@ -123,7 +124,9 @@ class WebSocketFunction:
         if row is None:  # lost (the table is unlogged) or never connected: the client connects again
             return self._refuse(pusher, connection_id, run_id, "reconnect", "this connection is unknown; connect again")
         tenant = row["tenant_id"]
-        if await rt.runs.get(tenant, run_id) is None:
+        with bound_tenant(tenant):  # the database, too, shows this connection only its tenant's runs
+            found = await rt.runs.get(tenant, run_id)
+        if found is None:
             return self._refuse(pusher, connection_id, run_id, "run_not_found", f"no run {run_id}")
         try:
             await _post(pusher, connection_id, {"event": "subscribed", "run_id": run_id, "from_seq": from_seq})
