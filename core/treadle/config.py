@@ -17,7 +17,6 @@ names are honoured.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from pathlib import Path
@@ -635,6 +634,8 @@ def _did_you_mean(error: Any) -> str | None:
     model = _model_at(loc) if loc else None
     if model is None:
         return None
+    import difflib  # only on a config error
+
     close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
     return close[0] if close else None
 

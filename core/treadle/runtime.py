@@ -71,6 +71,32 @@ def default_providers(config: TreadleConfig | None = None) -> dict[str, Provider
     return build_providers(config) if config is not None else {"mock": MockProvider()}
 
 
+def build_deferred() -> list[str]:
+    """Build now what the runtime otherwise builds on first use: every built-in tool's module, the
+    evaluations, and each pydantic model declared `defer_build` (the config sections, specs and
+    segments few invocations validate on their own). For a SnapStart INIT, so the snapshot holds
+    them; a plain cold start never calls it. Answers the models it built."""
+    import sys
+
+    from pydantic import BaseModel
+
+    from treadle.builtins.registry import import_all
+
+    import_all()
+    import treadle.substrate.evaluation  # noqa: F401
+
+    built: list[str] = []
+    todo: list[type[BaseModel]] = [BaseModel]
+    while todo:
+        for cls in todo.pop().__subclasses__():
+            todo.append(cls)
+            module = sys.modules.get(cls.__module__)
+            if cls.__module__.startswith("treadle.") and module is not None and not cls.__pydantic_complete__:
+                cls.model_rebuild()
+                built.append(f"{cls.__module__}.{cls.__qualname__}")
+    return built
+
+
 class _OpServices(Mapping[str, OpService]):
     """The op services the *Def and Evaluation tools reach, by tool name; the trigger families are
     built on first use (a worker that never runs a ScheduleDef call never imports them)."""

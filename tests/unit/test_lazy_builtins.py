@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import subprocess
 import sys
 from typing import Any
@@ -59,8 +60,25 @@ def test_a_loader_that_builds_another_tool_is_refused() -> None:
 
 def test_the_runtime_module_imports_no_tool_module() -> None:
     code = ("import sys, treadle.runtime\n"
-            "print(sorted(m for m in sys.modules if m.startswith('treadle.builtins.')"
-            " or m == 'treadle.substrate.evaluation'))")
+            "import json; print(json.dumps(sorted(m for m in sys.modules if m.startswith('treadle.builtins.')"
+            " or m == 'treadle.substrate.evaluation')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    loaded: list[Any] = eval(out)  # noqa: S307 — our own print of a list of str
+    loaded: list[Any] = json.loads(out)
     assert loaded == ["treadle.builtins.client", "treadle.builtins.registry"]
+
+
+def test_build_deferred_leaves_nothing_for_the_first_invocation() -> None:
+    code = ("import json, sys\nfrom pydantic import BaseModel\nfrom treadle.runtime import build_deferred\n"
+            "built = build_deferred()\n"
+            "def every(c):\n    for s in c.__subclasses__():\n        yield s\n        yield from every(s)\n"
+            "left = sorted(c.__qualname__ for c in every(BaseModel)"
+            " if c.__module__.startswith('treadle.') and not c.__pydantic_complete__)\n"
+            "from treadle.builtins.registry import BUILTINS\n"
+            "tools = sorted(m for m, _, _ in BUILTINS.values()"
+            " if m not in sys.modules)\n"
+            "print(json.dumps([built, left, tools, 'treadle.substrate.evaluation' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    built, left, tools, evaluation = json.loads(out)
+    assert "treadle.specs.schedule.ScheduleSpec" in built and "treadle.config.RetentionConfig" in built
+    assert "treadle.config.TreadleConfig" not in built  # built at import: every invocation validates it
+    assert left == [] and tools == [] and evaluation

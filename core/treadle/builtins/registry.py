@@ -48,6 +48,13 @@ def load_builtin(name: str, network: NetworkSetup) -> Tool:
     return tool
 
 
+def import_all() -> None:
+    """Import every built-in tool's module (what a SnapStart INIT puts in its snapshot: a restored
+    environment then builds a tool without importing)."""
+    for module, _, _ in BUILTINS.values():
+        import_module(module)
+
+
 def default_registry(network: NetworkSetup | None = None) -> ToolRegistry:
     """`network`: where the network tools (HTTP, WebFetch, WebSearch) read their process settings
     and resolve names (default: the environment and the system resolver; tests inject both)."""
