@@ -43,6 +43,13 @@ DEFAULT_MAX_ITERATIONS = 16
 MemoryScope = Literal["agent", "user", "tenant"]
 DEFAULT_MEMORY_SCOPES: tuple[MemoryScope, ...] = ("agent", "user")
 
+# Cold starts: `TreadleConfig` (every process validates its treadle.yaml) and `AgentConfig` (a step
+# of a run pinned to an AgentDef validates its body) are built at import. The sections below, and
+# the specs they nest (treadle/specs, domain.segments, domain.substrate), say `defer_build=True`:
+# TreadleConfig's schema holds them all the same, but their own validators — for a ScheduleDef,
+# WebhookDef, VolumeDef, MCPServerDef, SkillDef call, a trigger firing — are built on that first
+# use. `treadle.runtime.build_deferred()` builds them all (for a SnapStart INIT).
+
 
 class ScriptTurn(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
