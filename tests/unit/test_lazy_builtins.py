@@ -82,3 +82,21 @@ def test_build_deferred_leaves_nothing_for_the_first_invocation() -> None:
     assert "treadle.specs.schedule.ScheduleSpec" in built and "treadle.config.RetentionConfig" in built
     assert "treadle.config.TreadleConfig" not in built  # built at import: every invocation validates it
     assert left == [] and tools == [] and evaluation
+
+
+def test_threads_asking_at_once_get_one_tool() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    built: list[int] = []
+
+    class Slow:
+        name = "Slow"
+
+        def __init__(self) -> None:
+            built.append(1)
+
+    reg = ToolRegistry()
+    reg.register_lazy("Slow", Slow)  # type: ignore[arg-type]
+    with ThreadPoolExecutor(8) as pool:
+        tools = list(pool.map(lambda _: reg.get("Slow"), range(32)))
+    assert built == [1] and all(t is tools[0] for t in tools) and reg.names() == ["Slow"]

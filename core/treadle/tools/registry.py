@@ -7,6 +7,7 @@ A tool is registered built (`register`) or by name with a loader (`register_lazy
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 
 from treadle.errors import ConfigError
@@ -18,6 +19,7 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._lazy: dict[str, Callable[[], Tool]] = {}
+        self._loading = threading.Lock()
         for t in tools:
             self.register(t)
 
@@ -34,20 +36,26 @@ class ToolRegistry:
 
     def get(self, name: str) -> Tool | None:
         tool = self._tools.get(name)
-        if tool is None and name in self._lazy:
-            tool = self._lazy[name]()
-            if tool.name != name:
-                raise ConfigError(f"tool {name!r} was registered, but its loader built {tool.name!r}")
-            self._tools[name] = tool
-            del self._lazy[name]
+        if tool is not None:
+            return tool
+        with self._loading:  # a sync route runs in a thread pool: one build per tool
+            tool = self._tools.get(name)
+            if tool is None and name in self._lazy:
+                tool = self._lazy[name]()
+                if tool.name != name:
+                    raise ConfigError(f"tool {name!r} was registered, but its loader built {tool.name!r}")
+                self._tools[name] = tool
+                del self._lazy[name]
         return tool
 
     def loaded(self) -> list[str]:
         """The names of the tools built so far (the others are imported on first use)."""
-        return sorted(self._tools)
+        with self._loading:
+            return sorted(self._tools)
 
     def names(self) -> list[str]:
-        return sorted({*self._tools, *self._lazy})
+        with self._loading:
+            return sorted({*self._tools, *self._lazy})
 
     def for_agent(self, agent: str, names: list[str], *, source: str = "treadle.yaml") -> list[Tool]:
         """The agent's tools, in the order its `tools:` list gives; unknown names are a config error."""
