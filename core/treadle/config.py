@@ -17,7 +17,6 @@ names are honoured.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from pathlib import Path
@@ -44,9 +43,16 @@ DEFAULT_MAX_ITERATIONS = 16
 MemoryScope = Literal["agent", "user", "tenant"]
 DEFAULT_MEMORY_SCOPES: tuple[MemoryScope, ...] = ("agent", "user")
 
+# Cold starts: `TreadleConfig` (every process validates its treadle.yaml) and `AgentConfig` (a step
+# of a run pinned to an AgentDef validates its body) are built at import. The sections below, and
+# the specs they nest (treadle/specs, domain.segments, domain.substrate), say `defer_build=True`:
+# TreadleConfig's schema holds them all the same, but their own validators — for a ScheduleDef,
+# WebhookDef, VolumeDef, MCPServerDef, SkillDef call, a trigger firing — are built on that first
+# use. `treadle.runtime.build_deferred()` builds them all (for a SnapStart INIT).
+
 
 class ScriptTurn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     text: str | None = None
     tool: str | None = None
     input: dict[str, Any] = Field(default_factory=dict)
@@ -61,7 +67,7 @@ class ScriptTurn(BaseModel):
 class MockSettings(BaseModel):
     """Knobs of the deterministic mock provider."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     tool_calls: int = Field(default=3, ge=0)
     latency_ms: float = Field(default=0.0, ge=0)
     jitter_ms: float = Field(default=0.0, ge=0)
@@ -84,7 +90,7 @@ class ProviderTimeouts(BaseModel):
     """Seconds. `first_byte` bounds the wait for the response to begin (cold local models are
     slow here), `idle` the silence between two stream chunks, `total` the whole call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     connect: float = Field(default=10.0, gt=0)
     first_byte: float | None = Field(default=None, gt=0)  # None: the driver's default
     idle: float = Field(default=120.0, gt=0)
@@ -92,7 +98,7 @@ class ProviderTimeouts(BaseModel):
 
 
 class ProviderConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     driver: DriverName
     base_url: BaseUrl | None = None  # None: the driver's default endpoint
     api_key_env: EnvVarName | None = None  # None: the driver's default variable (e.g. ANTHROPIC_API_KEY)
@@ -106,7 +112,7 @@ class PrincipalSpec(BaseModel):
     """A static bearer token from the environment (yaml `principals:`): `token_env` names the
     variable holding it; treadle.yaml never holds the token itself."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     tenant: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     subject: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
     scopes: list[str] = Field(default_factory=lambda: ["substrate:tenant"], min_length=1, max_length=64)
@@ -129,7 +135,7 @@ class PrincipalSpec(BaseModel):
 class ModelRef(BaseModel):
     """A concrete model on a provider (a `models:` alias, or a tier candidate)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     provider: str = Field(min_length=1)
     model: str = Field(min_length=1)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -138,7 +144,7 @@ class ModelRef(BaseModel):
 class TierConfig(BaseModel):
     """Ordered candidates; `pin_after_success` keeps a run on the candidate that first answered it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     candidates: list[str | ModelRef] = Field(min_length=1)
     pin_after_success: bool = False
 
@@ -151,7 +157,7 @@ class TierConfig(BaseModel):
 class SamplingConfig(BaseModel):
     """loomcycle's `sampling:` (an agent's; a run's merges over it per field), passed to the provider."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     top_k: int | None = Field(default=None, ge=1)
@@ -166,7 +172,7 @@ class UserTierConfig(BaseModel):
     run of that user tier may use; `fallback_on_error: false` keeps it on the first candidate,
     `max_fallback_attempts` bounds the switches."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     provider_priority: list[str] | None = None
     tiers: dict[str, list[str | ModelRef]] = Field(default_factory=dict)
     fallback_on_error: bool = True
@@ -225,7 +231,7 @@ class AgentConfig(BaseModel):
 class ChannelConfig(BaseModel):
     """A channel declared by the operator (shared by every tenant)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     scope: Literal["agent", "user", "global"] = "global"
     semantic: Literal["queue", "broadcast"] = "broadcast"
     default_ttl: int | None = Field(default=None, gt=0, description="seconds")
@@ -242,7 +248,7 @@ class RetentionConfig(BaseModel):
     tenant, `tenants.<id>` overrides it (null = keep forever). Enforced by the sweeper (sidecar)
     and the maintenance function (cloud) in bounded batches."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     days: int | None = Field(default=None, ge=1, le=36_500)
     tenants: dict[str, int | None] = Field(default_factory=dict)
 
@@ -260,7 +266,7 @@ class RetentionConfig(BaseModel):
 class InterruptionConfig(BaseModel):
     """`interruption:` — the operator's bounds on Interruption.ask (loomcycle's keys)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     default_timeout_ms: int = Field(default=3_600_000, ge=1, le=INTERRUPTION_TIMEOUT_CAP_MS)  # 1 h
     max_timeout_ms: int = Field(default=86_400_000, ge=1, le=INTERRUPTION_TIMEOUT_CAP_MS)  # 24 h
     max_pending_per_run: int = Field(default=10, ge=1, le=1000)
@@ -277,7 +283,7 @@ class HttpConfig(BaseModel):
     hosts agents may reach (with `TREADLE_HTTP_ALLOWED_HOSTS`; an agent's and a run's
     `allowed_hosts` narrow it) and the limits of each call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     allowed_hosts: list[HostPatternStr] = Field(default_factory=list, max_length=1024)
     max_request_bytes: int = Field(default=256 * 1024, ge=1, le=64 << 20)
     max_response_bytes: int = Field(default=256 * 1024, ge=1, le=64 << 20)
@@ -291,7 +297,7 @@ class SearchConfig(BaseModel):
     """`search:` — the WebSearch tool's provider. `searxng`: a SearXNG instance's JSON API
     (`GET {base_url}/search?q=…&format=json`; the instance must list `json` in `search.formats`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     driver: Literal["searxng"]
     base_url: BaseUrl
     timeout_seconds: float = Field(default=15.0, gt=0, le=120)
@@ -635,6 +641,8 @@ def _did_you_mean(error: Any) -> str | None:
     model = _model_at(loc) if loc else None
     if model is None:
         return None
+    import difflib  # only on a config error
+
     close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
     return close[0] if close else None
 

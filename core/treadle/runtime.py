@@ -51,7 +51,6 @@ from treadle.substrate import Substrate
 from treadle.tools.base import Principal, Tool, ToolContext, ToolServices
 from treadle.tools.registry import ToolRegistry
 from treadle.volumes.base import VolumeStorage
-from treadle.volumes.host import HostDirStorage
 from treadle.volumes.service import VolumeService
 
 if TYPE_CHECKING:
@@ -70,6 +69,32 @@ DispatcherFactory = Callable[[Pool, str], Dispatcher]
 def default_providers(config: TreadleConfig | None = None) -> dict[str, Provider]:
     """`mock`, plus the configured `providers:` when a config is given."""
     return build_providers(config) if config is not None else {"mock": MockProvider()}
+
+
+def build_deferred() -> list[str]:
+    """Build now what the runtime otherwise builds on first use: every built-in tool's module, the
+    evaluations, and each pydantic model declared `defer_build` (the config sections, specs and
+    segments few invocations validate on their own). For a SnapStart INIT, so the snapshot holds
+    them; a plain cold start never calls it. Answers the models it built."""
+    import sys
+
+    from pydantic import BaseModel
+
+    from treadle.builtins.registry import import_all
+
+    import_all()
+    import treadle.substrate.evaluation  # noqa: F401
+
+    built: list[str] = []
+    todo: list[type[BaseModel]] = [BaseModel]
+    while todo:
+        for cls in todo.pop().__subclasses__():
+            todo.append(cls)
+            module = sys.modules.get(cls.__module__)
+            if cls.__module__.startswith("treadle.") and module is not None and not cls.__pydantic_complete__:
+                cls.model_rebuild()
+                built.append(f"{cls.__module__}.{cls.__qualname__}")
+    return built
 
 
 class _OpServices(Mapping[str, OpService]):
@@ -102,6 +127,31 @@ class _OpServices(Mapping[str, OpService]):
 
     def __len__(self) -> int:
         return len(self.NAMES)
+
+
+class _ToolCatalogue(Mapping[str, tuple[str, dict[str, Any]]]):
+    """Every registered tool's (description, input schema), by name — the registry's names when the
+    runtime was built; a tool's module is imported when its entry is first read (the Context tool's
+    `tools` op), not at start."""
+
+    def __init__(self, registry: ToolRegistry) -> None:
+        self._registry = registry
+        self._names = registry.names()
+
+    def __getitem__(self, name: str) -> tuple[str, dict[str, Any]]:
+        tool = self._registry.get(name) if name in self._names else None
+        if tool is None:
+            raise KeyError(name)
+        return tool.description, tool.input_schema
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass(eq=False)
@@ -174,6 +224,8 @@ class Runtime:
         self.substrate = Substrate(pool, self.catalogue, self.runs, self.memory, build_embedder(config.memory.embedder))
         storage = self.volume_storage
         if storage == "host":
+            from treadle.volumes.host import HostDirStorage  # the sidecar's; the cloud keeps volumes in S3
+
             storage = self.volume_storage = HostDirStorage(settings.volumes_root or settings.home / "volumes")
         self.volumes = VolumeService(storage, config, VolumeStore(pool), DefStore(pool), self.subruns)
         tools = ToolServices(
@@ -182,8 +234,7 @@ class Runtime:
             waker=self,
             starter=self, agents=self.substrate.agents, vector_memory=self.substrate.memory,
             ops=_OpServices(self),
-            catalogue={t.name: (t.description, t.input_schema) for t in map(self.registry.get, self.registry.names())
-                       if t is not None},
+            catalogue=_ToolCatalogue(self.registry),
             volumes=self.volumes,
         )
         self.engine = Engine(

@@ -23,14 +23,14 @@ UNTRUSTED_KINDS = frozenset(
 
 
 class TrustedText(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: Literal["trusted-text"]
     text: str
     cacheable: bool | None = None
 
 
 class UntrustedBlock(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: Literal["untrusted-block"]
     kind: str = "untrusted"
     text: str
@@ -44,7 +44,7 @@ class UntrustedBlock(BaseModel):
 class ImageContent(BaseModel):
     """An image for the model (user segments only): base64 data without a `data:` prefix."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: Literal["image"]
     media_type: Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
     data: str = Field(min_length=1, max_length=16 << 20)
@@ -63,7 +63,7 @@ SegmentBlock = Annotated[TrustedText | UntrustedBlock | ImageContent, Field(disc
 
 
 class Segment(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     role: Literal["system", "user"]
     content: list[SegmentBlock] = Field(min_length=1)
 

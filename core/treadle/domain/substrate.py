@@ -19,7 +19,7 @@ class SkillSpec(BaseModel):
     """A skill: text added to the system prompt of every agent that lists it in `skills:`.
     `tools` names the tools the skill expects the agent to have (informational; hashed)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     body: str = Field(min_length=1, max_length=MAX_SKILL_BODY_CHARS)
     description: str = Field(default="", max_length=4096)
     tools: list[str] = Field(default_factory=list, max_length=128)

@@ -52,7 +52,7 @@ def split_tool_name(name: str) -> tuple[str, str] | None:
 
 
 class McpServerSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     transport: Literal["http", "streamable-http", "stdio"] = "http"
     url: str | None = Field(default=None, max_length=2048)
     headers: dict[str, str] = Field(default_factory=dict, max_length=64)

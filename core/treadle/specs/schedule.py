@@ -22,7 +22,7 @@ class MemorySetHook(BaseModel):
     """After a completed run: Memory[scope][key] = payload (or, without a payload, the run's
     outcome `{run_id, status, final_text, ...}`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     kind: Literal["memory.set"]
     scope: Literal["agent", "user", "tenant"]
     key: str = Field(min_length=1, max_length=512)
@@ -34,7 +34,7 @@ class ChannelPublishHook(BaseModel):
     """After a completed run: publish `{schedule_name|webhook_name, run_id, status, final_text,
     payload}` to `channel` (waking runs parked on it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     kind: Literal["channel.publish"]
     channel: str = Field(pattern=CHANNEL_NAME)
     payload: Any = None
@@ -44,7 +44,7 @@ class McpCallHook(BaseModel):
     """After a completed run: call `tool` of the MCP server `server` (treadle.yaml's mcp_servers or
     an MCPServerDef) with `args` (loomcycle's fields)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     kind: Literal["mcp.call"]
     server: str = Field(pattern=r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$", max_length=64)
     tool: str = Field(min_length=1, max_length=128)
@@ -61,7 +61,7 @@ def _ident(v: str | None, what: str) -> str | None:
 
 
 class ScheduleSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     agent: str
     schedule: str
     timezone: str = "UTC"

@@ -36,7 +36,7 @@ def narrower(a: VolumeMode, b: VolumeMode) -> VolumeMode:
 class VolumeSpec(BaseModel):
     """One `volumes:` entry (also the body of a runtime VolumeDef)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     mode: VolumeMode = "rw"
     #: one instance per top-level run (shared by its sub-agents), purged when that run ends
     ephemeral: bool = False
@@ -48,7 +48,7 @@ class VolumeSpec(BaseModel):
 class VolumeBinding(BaseModel):
     """An agent's binding of a volume by name; `mode` may narrow the volume's own mode."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     name: Identifier
     mode: VolumeMode | None = None
     default: bool = False
@@ -74,7 +74,7 @@ def binding_grants(bindings: list[VolumeBinding] | list[dict[str, Any]]) -> list
 class BashConfig(BaseModel):
     """The restricted Bash tool (sidecar only). It is NOT a sandbox: see docs/workspace.md."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     enabled: bool = False
     timeout_seconds: float = Field(default=30.0, gt=0, le=300)
     max_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
@@ -86,7 +86,7 @@ class BashConfig(BaseModel):
 class WorkspaceConfig(BaseModel):
     """`workspace:` — the file tools' caps (loomcycle's defaults) and Bash."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     read_max_bytes: int = Field(default=256 * 1024, ge=1024, le=64 << 20)
     write_max_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
     notebook_max_bytes: int = Field(default=8 << 20, ge=1024, le=64 << 20)

@@ -32,7 +32,7 @@ DEFAULT_HMAC_HEADER = "X-Treadle-Signature"
 
 
 class WebhookAuth(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     kind: Literal["hmac", "bearer"] = "hmac"
     algorithm: Literal["sha256", "hmac-sha256"] = "sha256"
     #: treadle addition: the signature format; default inferred from `header`
@@ -78,19 +78,19 @@ class WebhookAuth(BaseModel):
 
 
 class RateLimit(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     requests_per_minute: float = Field(default=60.0, gt=0, le=1_000_000)
     burst: int = Field(default=10, ge=1, le=100_000)
 
 
 class MappingEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     path: str
     required: bool = True
 
 
 class WebhookSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     enabled: bool = True
     delivery: Literal["spawn", "channel"] = "spawn"
     agent: str | None = None

@@ -10,7 +10,6 @@ later never changes a running run — and appends the skill bodies to its system
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 from collections import OrderedDict
 from typing import Any
@@ -51,6 +50,8 @@ class AgentPinning:
     async def _unknown(self, tenant_id: str, agent: str) -> str:
         """`unknown agent 'x'`, with the closest known name and the known ones (yaml + promoted defs)."""
         known = sorted({*self.catalogue.static, *(r.name for r in await self.defs.list(tenant_id, AGENT) if r.active)})
+        import difflib  # only on an unknown agent
+
         close = difflib.get_close_matches(agent, known, n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         listing = ", ".join(known[:50]) + (" …" if len(known) > 50 else "") if known else "none"
