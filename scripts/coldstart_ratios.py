@@ -97,9 +97,12 @@ def describe(floor: str) -> str:
 
 
 def tree_env(tree: Path) -> dict[str, str]:
-    """The environment that imports treadle from `tree` (a checkout: core/, sidecar/, cloud/)."""
+    """The environment that imports treadle from `tree` (a checkout: core/, sidecar/, cloud/), with
+    bytecode written and read, as Lambda runs it (infra and the layer ship it compiled) — an
+    inherited PYTHONDONTWRITEBYTECODE would time treadle compiled from source in every process."""
     paths = [tree / "core", tree / "sidecar", tree / "cloud", tree]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": os.pathsep.join(map(str, paths))}
 
 
 def export_tree(rev: str, into: Path) -> Path:

@@ -58,7 +58,10 @@ class Container:
         self.loop = asyncio.new_event_loop()
         # under SnapStart: first-invocation imports into the snapshot (and the function's own
         # deferred ones, e.g. the API's routers: every one, as any request may come first)
-        prepare_snapshot(imports=(*SNAPSHOT_IMPORTS, *snapshot_imports))
+        if prepare_snapshot(imports=(*SNAPSHOT_IMPORTS, *snapshot_imports)):
+            from treadle.runtime import build_deferred
+
+            build_deferred()  # what treadle defers to first use (tool modules, rare models) goes in too
         self.cloud: CloudSettings | None = None
         self._runtime: Runtime | None = None
         self._last_used = 0.0

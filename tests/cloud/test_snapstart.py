@@ -31,7 +31,7 @@ PLAY = """\
 import json, random, sys
 import functions.worker.handler  # INIT
 import snapshot_restore_py
-imported = {m: m in sys.modules for m in ("boto3", "botocore.config", "httpx")}
+imported = {m: m in sys.modules for m in ("boto3", "botocore.config", "httpx", "treadle.builtins.files.bash")}
 random.seed(7)
 snapshot_state = random.random()
 random.seed(7)  # the snapshot's state, as every restored environment would start with it
@@ -55,7 +55,9 @@ def play(tmp_path: Path, init_type: str) -> dict[str, object]:
 def test_a_snapstart_init_primes_imports_and_reseeds_after_restore(tmp_path: Path) -> None:
     out = play(tmp_path, "snap-start")
     assert out["hooks"] == 1
-    assert out["imported"] == {"boto3": True, "botocore.config": True, "httpx": True}
+    # and what treadle defers to first use (a tool module no agent may name: build_deferred)
+    assert out["imported"] == {"boto3": True, "botocore.config": True, "httpx": True,
+                               "treadle.builtins.files.bash": True}
     assert out["same_draw_after_restore"] is False
 
 
@@ -63,6 +65,7 @@ def test_an_on_demand_init_registers_nothing_and_imports_lazily(tmp_path: Path) 
     out = play(tmp_path, "on-demand")
     assert out["hooks"] == 0
     assert out["imported"]["boto3"] is False  # boto3 waits for the first AWS call
+    assert out["imported"]["treadle.builtins.files.bash"] is False  # a tool module, for its first use
     assert out["same_draw_after_restore"] is True
 
 
