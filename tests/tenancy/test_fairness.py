@@ -4,6 +4,7 @@ refused). Without the cap the queue is first come, first served and B waits behi
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -52,3 +53,21 @@ async def test_a_tenants_backlog_cannot_starve_another_tenant(
     else:
         assert a_finished >= BACKLOG // 2, a_finished  # first come, first served: B waited
     assert (await rt.runs.get("globex", b_id)).status == "completed"  # type: ignore[union-attr]
+
+
+async def test_claims_at_once_never_lease_past_the_cap(open_runtime: Any, migrated_db_url: str) -> None:
+    """Eight workers claiming at the same moment, a tenant's cap of 1 and eight of its jobs due:
+    exactly one run is leased (claims under a cap take turns; counted at once, each would have
+    seen room — the flake the fairness test above showed under load: 3 running with a cap of 2)."""
+    rt, _queue = await open_runtime({"slow": SLOW}, inline=False, url=migrated_db_url, tenant_max_running=1,
+                                    db_pool_size=12)
+    for i in range(8):
+        await rt.start_run(NewRun(tenant_id="acme", agent="slow", segments=prompt(f"a{i}")))
+    for round_no in range(5):
+        owners = [f"w{round_no}-{n}" for n in range(8)]
+        claims = await asyncio.gather(*(rt.steps.claim_job(owner) for owner in owners))
+        leased = [(owner, run) for owner, (_found, run) in zip(owners, claims, strict=True) if run is not None]
+        assert len(leased) <= 1, [run.run_id for _owner, run in leased]
+        for owner, run in leased:  # hand the lease and the job back for the next round
+            await rt.steps.release_after_failure(run, owner, 0)
+    assert (await rt.runs.concurrency("acme"))["running"] <= 1

@@ -1,5 +1,5 @@
 """Transaction-level advisory locks: singletons (the schedule sweeper) and serialized starts
-(treadle.yaml trigger sync). Held until the caller's transaction ends."""
+(treadle.yaml trigger sync, job claims under a fairness cap). Held until the caller's transaction ends."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import psycopg
 
 #: pg advisory lock key of the schedule sweeper ("tr-sched")
 SWEEPER_LOCK_KEY = 0x7472_2D73_6368_6564
+#: pg advisory lock key of a job claim under a fairness cap ("tr-claim")
+CLAIM_LOCK_KEY = 0x7472_2D63_6C61_696D
 #: pg advisory lock key of the treadle.yaml trigger sync ("tr-yaml")
 STATIC_TRIGGERS_LOCK_KEY = 0x7472_2D79_616D_6C00
 

@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 from treadle.domain.runs import NewEvent
 from treadle.errors import CancelPending, LeaseLost
 from treadle.store.db import Pool, StepTransaction, current_step_transaction
+from treadle.store.locks import CLAIM_LOCK_KEY, xact_lock
 from treadle.store.runs import JOBS_CHANNEL
 
 _LEASED_COLUMNS = (
@@ -241,12 +242,22 @@ class StepStore:
         )
         SELECT l.*, j.run_id AS job_run_id FROM s, j LEFT JOIN l ON l.id = j.run_id
         """
+        params = {
+            "owner": owner, "lease": self.lease_s, "commit_mode": self.mid_step_commit,
+            "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running,
+        }
         async with self.pool.connection() as conn:
-            cur = await conn.execute(sql, {
-                "owner": owner, "lease": self.lease_s, "commit_mode": self.mid_step_commit,
-                "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running,
-            })
-            row = await cur.fetchone()
+            if self.tenant_max_running or self.user_max_running:
+                # under a cap, claims take turns: two claims counting the same leases at once would
+                # both see room and lease past the cap (the statement's snapshot starts after the
+                # lock, so it sees the previous claimer's committed lease)
+                async with conn.transaction():
+                    await xact_lock(conn, CLAIM_LOCK_KEY)
+                    cur = await conn.execute(sql, params)
+                    row = await cur.fetchone()
+            else:
+                cur = await conn.execute(sql, params)
+                row = await cur.fetchone()
             if row is None:
                 return False, None
             if row["id"] is None:
