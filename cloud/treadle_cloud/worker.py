@@ -120,13 +120,13 @@ class SqsWorker:
         """`Engine.handle`, with the lease in hand: a step whose model call meets the deadline is
         handed back — its lease released, its (possibly chained) step enqueued again — and the
         record acknowledged (None)."""
-        if await rt.steps.over_cap(msg.run_id):
+        owner = rt.engine.new_owner()
+        over_cap, leased = await rt.steps.lease_within_cap(msg.run_id, msg.step_no, owner)
+        if over_cap:
             # fairness: its tenant (user) is at its cap — sent again with a delay and this record
             # acknowledged (a released record would count toward the dead-letter queue)
             await rt.dispatcher.enqueue(msg, delay_s=FAIRNESS_RETRY_S)
             return StepResult.DEFERRED
-        owner = rt.engine.new_owner()
-        leased = await rt.steps.lease(msg.run_id, msg.step_no, owner)
         if leased is None:
             return StepResult.DROPPED
         try:

@@ -71,3 +71,15 @@ async def test_claims_at_once_never_lease_past_the_cap(open_runtime: Any, migrat
         for owner, run in leased:  # hand the lease and the job back for the next round
             await rt.steps.release_after_failure(run, owner, 0)
     assert (await rt.runs.concurrency("acme"))["running"] <= 1
+
+
+async def test_the_sqs_paths_leases_at_once_never_pass_the_cap(open_runtime: Any, migrated_db_url: str) -> None:
+    """The cloud worker's check-and-lease (`lease_within_cap`), eight at the same moment for eight
+    runs of a tenant capped at 1: one leases, seven are told the tenant is at its cap."""
+    rt, _queue = await open_runtime({"slow": SLOW}, inline=False, url=migrated_db_url, tenant_max_running=1,
+                                    db_pool_size=12)
+    ids = [(await rt.start_run(NewRun(tenant_id="acme", agent="slow", segments=prompt(f"a{i}"))))[0].id
+           for i in range(8)]
+    answers = await asyncio.gather(*(rt.steps.lease_within_cap(rid, 0, f"w{n}") for n, rid in enumerate(ids)))
+    assert sum(1 for _over, leased in answers if leased is not None) == 1
+    assert sum(1 for over, _leased in answers if over) == 7

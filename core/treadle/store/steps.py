@@ -204,25 +204,40 @@ class StepStore:
 
     async def lease(self, run_id: str, step_no: int, owner: str) -> LeasedRun | None:
         """Lease the run for `step_no`; None when the message is stale or the lease is held."""
+        async with self.pool.connection() as conn:
+            return await self._lease_on(conn, run_id, step_no, owner)
+
+    async def lease_within_cap(self, run_id: str, step_no: int, owner: str) -> tuple[bool, LeasedRun | None]:
+        """(over_cap, leased): lease the run for `step_no` unless its tenant (or user) already has
+        its fairness cap of runs under a live lease — checked and leased in one turn of the claim
+        lock, so that workers at the same moment cannot all see room (the SQS path's lease)."""
+        if not (self.tenant_max_running or self.user_max_running):
+            return False, await self.lease(run_id, step_no, owner)
+        async with self.pool.connection() as conn, conn.transaction():
+            await xact_lock(conn, CLAIM_LOCK_KEY)
+            if await self._over_cap_on(conn, run_id):
+                return True, None
+            return False, await self._lease_on(conn, run_id, step_no, owner)
+
+    async def _lease_on(self, conn: Any, run_id: str, step_no: int, owner: str) -> LeasedRun | None:
         sql = f"""UPDATE runs SET {self._LEASE_SET}
                   FROM (SELECT set_config('synchronous_commit', %(commit_mode)s, true)) AS s
                   WHERE runs.id = %(run_id)s AND runs.step_no = %(step)s AND {self._LEASE_FREE}
                   RETURNING {_LEASED_COLUMNS}, {_EVENTS_AGG}"""
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                sql,
-                {
-                    "owner": owner,
-                    "lease": self.lease_s,
-                    "run_id": run_id,
-                    "step": step_no,
-                    "commit_mode": self.mid_step_commit,
-                },
-            )
-            row = await cur.fetchone()
-            leased = _leased(row) if row else None
-            if leased is not None:
-                await self._ensure_complete(conn, leased)
+        cur = await conn.execute(
+            sql,
+            {
+                "owner": owner,
+                "lease": self.lease_s,
+                "run_id": run_id,
+                "step": step_no,
+                "commit_mode": self.mid_step_commit,
+            },
+        )
+        row = await cur.fetchone()
+        leased = _leased(row) if row else None
+        if leased is not None:
+            await self._ensure_complete(conn, leased)
         return leased
 
     async def claim_job(self, owner: str) -> tuple[bool, LeasedRun | None]:
@@ -268,21 +283,24 @@ class StepStore:
 
     async def over_cap(self, run_id: str) -> bool:
         """Whether the run's tenant (or user) already has its fairness cap of runs under a live
-        lease — the SQS path's check before it leases (the Postgres queue's claim skips such jobs)."""
+        lease (the Postgres queue's claim skips such jobs; the SQS path uses `lease_within_cap`)."""
         if not (self.tenant_max_running or self.user_max_running):
             return False
+        async with self.pool.connection() as conn:
+            return await self._over_cap_on(conn, run_id)
+
+    async def _over_cap_on(self, conn: Any, run_id: str) -> bool:
         checks = []
         if self.tenant_max_running:
             checks.append(self._RUNNING.format(match="x.tenant_id = r.tenant_id") + " >= %(tenant_cap)s")
         if self.user_max_running:
             checks.append("(r.user_id IS NOT NULL AND " + self._RUNNING.format(
                 match="x.tenant_id = r.tenant_id AND x.user_id = r.user_id") + " >= %(user_cap)s)")
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT (" + " OR ".join(checks) + ") AS over FROM runs r WHERE r.id = %(run_id)s",
-                {"run_id": run_id, "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running},
-            )
-            row = await cur.fetchone()
+        cur = await conn.execute(
+            "SELECT (" + " OR ".join(checks) + ") AS over FROM runs r WHERE r.id = %(run_id)s",
+            {"run_id": run_id, "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running},
+        )
+        row = await cur.fetchone()
         return bool(row and row["over"])
 
     #: how many runs like `r` (`match`) hold a live lease, `r` itself not counted
