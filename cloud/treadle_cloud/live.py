@@ -206,8 +206,6 @@ class RelayHub(RunEventHub):
         """The committed events past each WebSocket watcher's cursor, then the deltas still
         live (one query when no run of the flush has a watcher)."""
         assert self.ws is not None
-        from treadle_cloud.wswatch import live_frames_to_post
-
         try:
             watched = await self.ws.watched({run_id for run_id, _, _ in frames})
             if not watched:
@@ -338,3 +336,11 @@ class LiveListener:
             self.hub.notify(run_id)
         else:
             self.hub.publish(run_id, event, data)
+
+
+def live_frames_to_post(frames: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str, dict[str, Any]]]:
+    """Of a flush's coalesced frames, the deltas worth posting: a run's deltas queued before its
+    last commit poke belong to a turn that commit stored (its `text` event carries them)."""
+    last_poke = {run_id: i for i, (run_id, event, _) in enumerate(frames) if event == POKE}
+    return [(run_id, event, data) for i, (run_id, event, data) in enumerate(frames)
+            if event != POKE and i > last_poke.get(run_id, -1)]

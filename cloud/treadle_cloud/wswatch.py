@@ -289,13 +289,3 @@ class WsPusher:
                 await conn.execute("UPDATE ws_connections SET pushed_at = now() WHERE connection_id = ANY(%s)",
                                    (alive,))
         return {"caught_up": caught_up, "keepalives": len(alive), "gone": len(gone), "forgotten": forgotten}
-
-
-def live_frames_to_post(frames: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str, dict[str, Any]]]:
-    """Of a flush's coalesced frames, the deltas worth posting: a run's deltas queued before its
-    last commit poke belong to a turn that commit stored (its `text` event carries them)."""
-    from treadle_cloud.live import POKE
-
-    last_poke = {run_id: i for i, (run_id, event, _) in enumerate(frames) if event == POKE}
-    return [(run_id, event, data) for i, (run_id, event, data) in enumerate(frames)
-            if event != POKE and i > last_poke.get(run_id, -1)]

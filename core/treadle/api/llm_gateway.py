@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import BODY, errors
-from treadle.api.modelcall import Chosen, ModelCall, TextDelta, call_once, gateway_route, log_call, stream_once
+from treadle.api.modelcall import Chosen, ModelCall, TextDelta, call_logged, gateway_route, log_call, stream_once
 from treadle.api.sse import SSE_HEADERS
 from treadle.domain.content import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from treadle.domain.ids import is_identifier
@@ -165,15 +165,7 @@ async def llm_chat(body: GatewayRequest, rt: Rt, who: Who) -> dict[str, Any] | S
     if body.stream:
         return StreamingResponse(_stream(rt, route, mc, who, body.user_id), media_type="text/event-stream",
                                  headers=SSE_HEADERS)
-    started, events = time.monotonic(), list[NewEvent]()
-    try:
-        resp = await call_once(rt, route, mc, events)
-    except ProviderError as exc:
-        log_call("llm_gateway", mc, route, who=who.tenant_id, user_id=body.user_id, started=started, response=None,
-                 error=exc, events=events)
-        raise
-    log_call("llm_gateway", mc, route, who=who.tenant_id, user_id=body.user_id, started=started, response=resp,
-             error=None, events=events)
+    resp = await call_logged(rt, route, mc, "llm_gateway", who=who.tenant_id, user_id=body.user_id)
     return {"id": _new_id(), "request_id": mc.request_id, "provider": resp.provider, "model": resp.model,
             "content": content_json(resp), "stop_reason": resp.stop_reason, "usage": usage_json(resp)}
 

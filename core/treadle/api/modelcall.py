@@ -132,6 +132,19 @@ async def call_once(rt: Runtime, route: ModelRoute, mc: ModelCall, events: list[
     return await call_route(route, mc.routing_call(), _policy(rt), events)
 
 
+async def call_logged(rt: Runtime, route: ModelRoute, mc: ModelCall, kind: str, *, who: str,
+                      user_id: str | None) -> ModelResponse:
+    """`call_once`, with its audit line (`log_call`) whether it answers or fails."""
+    started, events = time.monotonic(), list[NewEvent]()
+    try:
+        resp = await call_once(rt, route, mc, events)
+    except ProviderError as exc:
+        log_call(kind, mc, route, who=who, user_id=user_id, started=started, response=None, error=exc, events=events)
+        raise
+    log_call(kind, mc, route, who=who, user_id=user_id, started=started, response=resp, error=None, events=events)
+    return resp
+
+
 class StreamRestarted(ProviderError):
     code = "stream_restarted"
 

@@ -26,7 +26,7 @@ from treadle.api.modelcall import (
     ModelCall,
     TextDelta,
     alias_route,
-    call_once,
+    call_logged,
     gateway_route,
     log_call,
     pinned_route,
@@ -124,17 +124,9 @@ async def _direct(rt: Runtime, who: Principal, req: ChatRequest, route: ModelRou
     mc = ModelCall(system, messages, tools=[t.spec() for t in req.tools or ()], max_tokens=req.token_cap or 4096,
                    options={} if req.temperature is None else {"temperature": req.temperature})
     comp = Completion(req.model, {"request_id": mc.request_id})
-    started, events = time.monotonic(), list[NewEvent]()
     if req.stream:
-        return _sse(_direct_stream(rt, who, req, route, mc, comp, started, events))
-    try:
-        resp = await call_once(rt, route, mc, events)
-    except ProviderError as exc:
-        log_call("chat_completions", mc, route, who=who.tenant_id, user_id=req.user, started=started, response=None,
-                 error=exc, events=events)
-        raise
-    log_call("chat_completions", mc, route, who=who.tenant_id, user_id=req.user, started=started, response=resp,
-             error=None, events=events)
+        return _sse(_direct_stream(rt, who, req, route, mc, comp, time.monotonic(), list[NewEvent]()))
+    resp = await call_logged(rt, route, mc, "chat_completions", who=who.tenant_id, user_id=req.user)
     comp.extension.update(provider=resp.provider, model=resp.model)
     text = "".join(b.text for b in resp.content if isinstance(b, TextBlock))
     calls = [tool_call_json(b.id, b.name, b.input) for b in resp.content if isinstance(b, ToolUseBlock)]
