@@ -227,23 +227,30 @@ class WsPusher:
         targets: dict[str, list[str]] = {}
         for row in rows:
             targets.setdefault(row["run_id"], []).append(row["connection_id"])
+        await self._post_each([(connection_id, {"run_id": run_id, "event": event, "data": data})
+                                for run_id, event, data in frames for connection_id in targets.get(run_id, [])],
+                               "a live frame")
+
+    async def _post_each(self, posts: list[tuple[str, dict[str, Any]]], what: str) -> set[str]:
+        """Post each message (on a thread, in order; best effort), skip connections found gone
+        and forget them; answers those gone."""
         gone: set[str] = set()
 
         def send() -> None:
-            for run_id, event, data in frames:
-                for connection_id in targets.get(run_id, []):
-                    if connection_id in gone:
-                        continue
-                    try:
-                        self.connections.post(connection_id, {"run_id": run_id, "event": event, "data": data})
-                    except ConnectionGone:
-                        gone.add(connection_id)
-                    except Exception as exc:
-                        log.warning("a live frame to %s was not posted: %s", connection_id, exc)
+            for connection_id, message in posts:
+                if connection_id in gone:
+                    continue
+                try:
+                    self.connections.post(connection_id, message)
+                except ConnectionGone:
+                    gone.add(connection_id)
+                except Exception as exc:
+                    log.warning("%s to %s was not posted: %s", what, connection_id, exc)
 
         await asyncio.to_thread(send)
         if gone:
             await self.forget(gone)
+        return gone
 
     async def forget(self, connection_ids: Iterable[str]) -> None:
         ids = sorted(set(connection_ids))
@@ -269,20 +276,7 @@ class WsPusher:
                 "SELECT connection_id FROM ws_connections WHERE pushed_at < now() - make_interval(secs => %s)",
                 (keepalive_after_s,))
             quiet = [row["connection_id"] for row in await cur.fetchall()]
-        gone: set[str] = set()
-
-        def ping() -> None:
-            for connection_id in quiet:
-                try:
-                    self.connections.post(connection_id, {"event": "keepalive"})
-                except ConnectionGone:
-                    gone.add(connection_id)
-                except Exception as exc:
-                    log.warning("keepalive to %s failed: %s", connection_id, exc)
-
-        await asyncio.to_thread(ping)
-        if gone:
-            await self.forget(gone)
+        gone = await self._post_each([(cid, {"event": "keepalive"}) for cid in quiet], "a keepalive")
         alive = sorted(set(quiet) - gone)
         if alive:
             async with self.pool.connection() as conn:

@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import Any
 
+from tests.support.e2e import wait_until
 from tests.support.waiting import ECHO, answer, asker, result_json, spawner, start
 from treadle.engine.waiting import input_key
 from treadle.engine.workers import WorkerPool
@@ -55,7 +56,12 @@ async def test_children_questions_and_input_on_the_postgres_queue(open_runtime: 
             assert time.monotonic() < deadline, kids
             await asyncio.sleep(0.02)
         await wait_for(rt, parent, ("waiting",))
-        assert await jobs(rt) == 0  # three parked runs, no job, no worker busy
+        # three parked runs, no job, no worker busy: a wake that raced the parent's last step leaves
+        # a stale job the workers consume and drop, so "none left" is waited for, not sampled once
+        async def no_jobs() -> bool:
+            return await jobs(rt) == 0
+
+        await wait_until(no_jobs, timeout=10, interval=0.02, what="the queue to drain")
 
         await answer(rt, ask["id"])
         await InputStore(rt.pool).add("default", chat, "input", "again")
