@@ -119,13 +119,19 @@ class VolumeStore:
                  effect.result),
             )
 
-    async def forget_effects(self, run_id: str) -> None:
-        """A finished run never runs a step again: its journal is no longer needed."""
+    async def ended(self, run_id: str) -> list[Instance]:
+        """After a run's last commit, in one statement: forget its effect journal (it never runs a
+        step again) and return the instances it is the top-level run of (none for most runs)."""
         async with self.pool.connection() as conn:
-            await conn.execute("DELETE FROM volume_effects WHERE run_id = %s", (run_id,))
+            cur = await conn.execute(
+                "WITH forget AS (DELETE FROM volume_effects WHERE run_id = %(run)s)"
+                " SELECT tenant_id, root_run_id, name, location FROM volume_instances WHERE root_run_id = %(run)s",
+                {"run": run_id},
+            )
+            return [Instance(**r) for r in await cur.fetchall()]
 
     async def forget_ended_effects(self, limit: int = 1000) -> int:
-        """The sweeper's pass over journals of ended runs (a crash skipped `forget_effects`)."""
+        """The sweeper's pass over journals of ended runs (a crash skipped `ended`)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 """DELETE FROM volume_effects WHERE ctid IN (

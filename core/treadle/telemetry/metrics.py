@@ -8,7 +8,7 @@ Labels are names and outcomes only — a tool name the agent does not hold is co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -29,11 +29,22 @@ class Metrics:
 
     def __init__(self, *, prometheus: bool = True) -> None:
         self.sinks: list[MetricsSink] = []
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self.prom: PromInstruments | None = None
         if prometheus:
             from treadle.telemetry.prometheus import PromInstruments
 
             self.prom = PromInstruments()
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, remembered: prometheus_client's `labels` validates and locks on
+        every call (a few µs, several times per step); the label values are names and outcomes, a
+        small set, as prometheus_client's own table of children is."""
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     @property
     def registry(self) -> CollectorRegistry | None:
@@ -45,8 +56,8 @@ class Metrics:
 
     def step(self, result: str, seconds: float) -> None:
         if self.prom is not None:
-            self.prom.steps.labels(result).inc()
-            self.prom.step_seconds.labels(result).observe(seconds)
+            self._child(self.prom.steps, result).inc()
+            self._child(self.prom.step_seconds, result).observe(seconds)
         self._emit("StepDuration", seconds * 1000, "Milliseconds", result=result)
 
     def run_finished(self, seconds: float) -> None:
@@ -57,34 +68,34 @@ class Metrics:
     def model_call(self, provider: str, model: str, outcome: str, seconds: float,
                    input_tokens: int = 0, output_tokens: int = 0) -> None:
         if self.prom is not None:
-            self.prom.model_calls.labels(provider, model, outcome).inc()
-            self.prom.model_seconds.labels(provider, model).observe(seconds)
+            self._child(self.prom.model_calls, provider, model, outcome).inc()
+            self._child(self.prom.model_seconds, provider, model).observe(seconds)
             if input_tokens:
-                self.prom.model_tokens.labels(provider, model, "input").inc(input_tokens)
+                self._child(self.prom.model_tokens, provider, model, "input").inc(input_tokens)
             if output_tokens:
-                self.prom.model_tokens.labels(provider, model, "output").inc(output_tokens)
+                self._child(self.prom.model_tokens, provider, model, "output").inc(output_tokens)
         self._emit("ModelCallDuration", seconds * 1000, "Milliseconds", provider=provider, outcome=outcome)
         self._emit("ModelTokens", input_tokens + output_tokens, "Count", provider=provider)
 
     def tool_call(self, tool: str, outcome: str) -> None:
         if self.prom is not None:
-            self.prom.tool_calls.labels(tool, outcome).inc()
+            self._child(self.prom.tool_calls, tool, outcome).inc()
         self._emit("ToolCalls", 1, "Count", outcome=outcome)
 
     def sweeper_action(self, action: str, n: int) -> None:
         if n:
             if self.prom is not None:
-                self.prom.sweeper.labels(action).inc(n)
+                self._child(self.prom.sweeper, action).inc(n)
             self._emit("SweeperActions", n, "Count", action=action)
 
     def webhook_delivery(self, outcome: str) -> None:
         if self.prom is not None:
-            self.prom.webhooks.labels(outcome).inc()
+            self._child(self.prom.webhooks, outcome).inc()
         self._emit("WebhookDeliveries", 1, "Count", outcome=outcome)
 
     def schedule_fire(self, outcome: str) -> None:
         if self.prom is not None:
-            self.prom.schedules.labels(outcome).inc()
+            self._child(self.prom.schedules, outcome).inc()
         self._emit("ScheduleFires", 1, "Count", outcome=outcome)
 
 

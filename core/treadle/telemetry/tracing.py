@@ -46,6 +46,12 @@ def tracer() -> trace.Tracer:
     return _tracer
 
 
+def _recording() -> bool:
+    """Whether spans go anywhere: a provider was handed to `use_tracer_provider`, or an SDK (or
+    any provider but the API's proxy) is installed globally — the proxy's spans are no-ops."""
+    return _provider is not None or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def current_carrier() -> dict[str, str]:
     """The current span's context as W3C headers (`traceparent`, `tracestate`); {} when no
     recording span is current (tracing off)."""
@@ -93,7 +99,11 @@ def span(
     links: list[Link] | None = None,
 ) -> Iterator[Span]:
     """A span current for the block; an escaping exception marks it failed with `error.type`
-    (no message, no stack trace: both may quote content)."""
+    (no message, no stack trace: both may quote content). Tracing off, the block runs under the
+    API's invalid span without building one (what the no-op tracer would do, minus its cost)."""
+    if not _recording():
+        yield trace.INVALID_SPAN
+        return
     attrs = {k: v for k, v in attributes.items() if v is not None}
     with tracer().start_as_current_span(
         name, context=parent, kind=kind, attributes=attrs, links=links,

@@ -194,13 +194,8 @@ class VolumeService:
     async def run_ended(self, run_id: str) -> int:
         """After a run's last commit: drop its effect journal, and purge its ephemeral volumes when
         it is a top-level run; returns the files deleted."""
-        await self.store.forget_effects(run_id)
-        return await self.purge_run(run_id)
-
-    async def purge_run(self, root_run_id: str) -> int:
-        """Purge the ephemeral volumes of a top-level run that has ended; returns files deleted."""
-        instances = await self.store.instances(root_run_id)
-        if not instances or not await self.store.run_ended(root_run_id):
+        instances = await self.store.ended(run_id)
+        if not instances or not await self.store.run_ended(run_id):
             return 0
         return await self._purge(instances)
 

@@ -1,0 +1,56 @@
+"""Chained step commits update the run row in place (issue 12; migration 0023): a commit that hands
+the lease to the chain's next step rewrites only columns no index of `runs` holds, so Postgres
+writes a heap-only tuple instead of an entry in each of the table's indexes."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Any
+
+import psycopg
+
+from treadle.store.runs import NewRun
+from treadle.store.steps import LeasedRun
+
+TENANT = f"t_hot_{secrets.token_hex(4)}"
+
+#: what a chained commit (StepStore._commit with a chain owner) changes on the run row; the lease
+#: deadline is kept while half a lease is left, `status` stays 'running'
+CHAINED_COMMIT_CHANGES = (
+    "last_seq", "step_no", "step_failures", "lease_owner", "iterations", "input_tokens", "output_tokens",
+    "cache_creation_tokens", "cache_read_tokens", "updated_at",
+)
+
+
+def test_no_index_of_runs_holds_a_column_a_chained_commit_changes(migrated_db_url: str) -> None:
+    with psycopg.connect(migrated_db_url) as conn:
+        defs = [r[0] for r in conn.execute(
+            "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = 'runs'::regclass").fetchall()]
+    assert len(defs) >= 9
+    held = {(col, d) for d in defs for col in CHAINED_COMMIT_CHANGES if re.search(rf"\b{col}\b", d)}
+    assert held == set(), "an index on these columns makes every chained commit a non-HOT update"
+
+
+async def test_a_chain_keeps_its_lease_deadline_and_the_commits_are_heap_only(open_runtime: Any) -> None:
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 5}}
+    rt, disp = await open_runtime({"hot": agent}, chain_steps=10, chain_budget_seconds=60)
+    inner = rt.engine._call_model
+    seen: list[tuple[int, Any]] = []
+
+    async def recording(leased: LeasedRun, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
+        async with rt.pool.connection() as conn:
+            cur = await conn.execute("SELECT step_no, lease_until FROM runs WHERE id = %s", (leased.run_id,))
+            row = await cur.fetchone()
+        assert row is not None
+        seen.append((row["step_no"], row["lease_until"]))
+        return await inner(leased, agent, transcript, iteration, retry)
+
+    rt.engine._call_model = recording  # type: ignore[method-assign]
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="hot", segments=[
+        {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
+    assert await disp.drain() == 1  # one lease chain ran every step
+    stored = await rt.runs.get(TENANT, run.id)
+    assert stored is not None and (stored.status, stored.iterations) == ("completed", 6)
+    assert [s for s, _ in seen] == list(range(len(seen))) and len(seen) == 6
+    assert len({deadline for _, deadline in seen}) == 1  # every chained step under the first deadline
