@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from treadle.domain.ids import is_identifier
 from treadle.domain.segments import Segment
 from treadle.specs.cron import Cron, CronError, normalize_cron, zone
+from treadle.specs.fieldtypes import DefScope as DefScope  # re-exported: the specs' users import it here
+from treadle.specs.fieldtypes import validation_message as validation_message
 
 CHANNEL_NAME = r"^[A-Za-z0-9_.:/-]{1,128}$"
 MAX_HOOKS = 16
@@ -128,15 +130,3 @@ class ScheduleSpec(BaseModel):
         return out
 
 
-def validation_message(exc: ValidationError, prefix: str = "") -> str:
-    """`field.path: message; ...` — short, for tool results and 422 bodies."""
-    parts = []
-    for e in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in e.get("loc", ()) if not str(p).startswith("function-"))
-        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{prefix}{loc}: {msg}" if loc else f"{prefix}{msg}")
-    return "; ".join(parts)
-
-
-#: an entry of an agent's `schedule_def_scopes` / `webhook_def_scopes`
-DefScope = Annotated[str, Field(pattern=r"^(self|descendants|any|named:[A-Za-z0-9_-]{1,128})$")]
