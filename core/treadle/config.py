@@ -68,7 +68,7 @@ class ScriptTurn(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     text: str | None = None
     tool: str | None = None
-    input: dict[str, Any] = Field(default_factory=dict)
+    input: dict[str, Any] = {}
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScriptTurn:
@@ -118,7 +118,7 @@ class ProviderConfig(BaseModel):
     max_concurrent: int = Field(default=16, ge=1, le=10_000)
     timeouts: ProviderTimeouts = Field(default_factory=ProviderTimeouts)
     retries: int | None = Field(default=None, ge=0, le=10)  # None: TREADLE_PROVIDER_RETRIES
-    options: dict[str, Any] = Field(default_factory=dict)  # driver knobs (thinking budget, temperature, ...)
+    options: dict[str, Any] = {}  # driver knobs (thinking budget, temperature, ...)
 
 
 class PrincipalSpec(BaseModel):
@@ -151,7 +151,7 @@ class ModelRef(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     provider: str = Field(min_length=1)
     model: str = Field(min_length=1)
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = {}
 
 
 class TierConfig(BaseModel):
@@ -187,7 +187,7 @@ class UserTierConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     provider_priority: list[str] | None = None
-    tiers: dict[str, list[str | ModelRef]] = Field(default_factory=dict)
+    tiers: dict[str, list[str | ModelRef]] = {}
     fallback_on_error: bool = True
     max_fallback_attempts: int | None = Field(default=None, ge=0, le=32)
 
@@ -199,20 +199,20 @@ class AgentConfig(BaseModel):
     tier: str | None = None
     description: str = ""
     system_prompt: str = ""
-    tools: list[str] = Field(default_factory=list)
+    tools: list[str] = []
     max_iterations: int = Field(default=DEFAULT_MAX_ITERATIONS, ge=1, le=1 << 20)
     max_tokens: int = Field(default=4096, ge=1)
     memory_scopes: list[MemoryScope] = Field(default_factory=lambda: list(DEFAULT_MEMORY_SCOPES))
     # which ScheduleDef / WebhookDef targets the agent's tools may author: self | named:<agent> | any (empty = deny)
-    schedule_def_scopes: list[DefScope] = Field(default_factory=list)
-    webhook_def_scopes: list[DefScope] = Field(default_factory=list)
+    schedule_def_scopes: list[DefScope] = []
+    webhook_def_scopes: list[DefScope] = []
     # substrate (default-deny): which AgentDefs / SkillDefs its tools may author (self | named:<name> | any),
     # and what its Evaluation tool may do (submit_self | submit_descendants | submit_any | read_any)
-    agent_def_scopes: list[DefScope] = Field(default_factory=list)
-    skill_def_scopes: list[DefScope] = Field(default_factory=list)
-    evaluation_scopes: list[EvaluationScope] = Field(default_factory=list)
+    agent_def_scopes: list[DefScope] = []
+    skill_def_scopes: list[DefScope] = []
+    evaluation_scopes: list[EvaluationScope] = []
     # skills whose bodies are added to the system prompt (yaml `skills:` or a promoted SkillDef)
-    skills: list[str] = Field(default_factory=list, max_length=32)
+    skills: list[str] = Field(default=[], max_length=32)
     # byte quota of this agent's `agent` Memory scope (default: memory.max_scope_bytes)
     memory_quota_bytes: int | None = Field(default=None, ge=16)
     # sub-agents (tool Agent): how many children of one call run at once
@@ -221,9 +221,9 @@ class AgentConfig(BaseModel):
     # (None: the operator's list; []: none). It narrows, never widens (security/network.py).
     allowed_hosts: list[HostPatternStr] | None = Field(default=None, max_length=256)
     # the volumes its file tools (Read, Write, Edit, Grep, Glob, NotebookEdit, Bash) reach (none: no files)
-    volumes: list[VolumeBinding] = Field(default_factory=list, max_length=32)
+    volumes: list[VolumeBinding] = Field(default=[], max_length=32)
     # which VolumeDefs its tools may author: named:<volume> | any (empty = deny)
-    volume_def_scopes: list[DefScope] = Field(default_factory=list)
+    volume_def_scopes: list[DefScope] = []
     mock: MockSettings = Field(default_factory=MockSettings)
     #: loomcycle's: sampling passed to the provider; no iteration cap but a backstop of 2^20
     sampling: SamplingConfig | None = None
@@ -263,7 +263,7 @@ class RetentionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     days: int | None = Field(default=None, ge=1, le=36_500)
-    tenants: dict[str, int | None] = Field(default_factory=dict)
+    tenants: dict[str, int | None] = {}
 
     @field_validator("tenants")
     @classmethod
@@ -297,7 +297,7 @@ class HttpConfig(BaseModel):
     `allowed_hosts` narrow it) and the limits of each call."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    allowed_hosts: list[HostPatternStr] = Field(default_factory=list, max_length=1024)
+    allowed_hosts: list[HostPatternStr] = Field(default=[], max_length=1024)
     max_request_bytes: int = Field(default=256 * 1024, ge=1, le=64 << 20)
     max_response_bytes: int = Field(default=256 * 1024, ge=1, le=64 << 20)
     #: WebFetch reads this much of a page before converting it (its output is capped at max_response_bytes)

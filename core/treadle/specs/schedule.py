@@ -50,7 +50,7 @@ class McpCallHook(BaseModel):
     kind: Literal["mcp.call"]
     server: str = Field(pattern=r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$", max_length=64)
     tool: str = Field(min_length=1, max_length=128)
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = {}
 
 
 Hook = Annotated[MemorySetHook | ChannelPublishHook | McpCallHook, Field(discriminator="kind")]
@@ -69,13 +69,13 @@ class ScheduleSpec(BaseModel):
     timezone: str = "UTC"
     prompt: list[Segment] | str
     user_id: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = {}
     #: 0 = unbounded; N = the schedule retires itself after its Nth fire
     max_fires: int = Field(default=0, ge=0)
     enabled: bool = True
     #: missed fires (older than the grace window) run after downtime: the newest N; 0 = skip them all
     catch_up_max: int = Field(default=1, ge=0, le=1000)
-    on_complete: list[Hook] = Field(default_factory=list, max_length=MAX_HOOKS)
+    on_complete: list[Hook] = Field(default=[], max_length=MAX_HOOKS)
 
     @field_validator("agent")
     @classmethod
