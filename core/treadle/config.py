@@ -28,7 +28,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -349,7 +348,11 @@ class TreadleConfig(BaseModel):
     raw_mcp_servers: Any = Field(default=None, alias="mcp_servers")
     raw_volumes: Any = Field(default=None, alias="volumes")
     raw_workspace: Any = Field(default=None, alias="workspace")
-    _source: str = PrivateAttr(default="treadle.yaml")
+
+    @cached_property
+    def source(self) -> str:
+        """Where it was read from (parse_config sets it; not a field: equal configs from two files are equal)."""
+        return "treadle.yaml"
 
     @cached_property
     def scheduled_runs(self) -> dict[str, ScheduleSpec]:
@@ -396,7 +399,7 @@ class TreadleConfig(BaseModel):
         """A lazy section, validated (ConfigError on the first read of an invalid one)."""
         value, errors = _validate_section(name, getattr(self, f"raw_{name}"))
         if errors:
-            raise ConfigError(_invalid(self._source, [], errors))
+            raise ConfigError(_invalid(self.source, [], errors))
         return value
 
     @field_validator("agents")
@@ -795,9 +798,9 @@ def parse_config(data: object, source: str = "treadle.yaml", *, lazy: bool = Fal
             errors += section_errors
     if config is None or errors or refused:
         raise ConfigError(_invalid(source, refused, errors))
-    config._source = source
+    config.__dict__["source"] = source  # what the cached properties answer
     if not lazy:
-        config.__dict__.update(sections)  # what the lazy sections' properties would answer
+        config.__dict__.update(sections)
     errs = config.reference_errors(lazy=lazy)
     if errs:
         raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}: {m}" for p, m in errs))
