@@ -127,7 +127,9 @@ async def open_cloud_runtime(
     if settings.db_pool_size == 0:
         shape["db_pool_size"] = DEFAULT_POOL_SIZE
     settings = settings.model_copy(update=shape)
-    config = load_config(settings.config)
+    # validated in full at synth and by the deploy's migrate function: the sections this function
+    # never reads (a worker's webhooks, say) are validated if and when it reads them
+    config = load_config(settings.config, lazy=True)
     sqs = LazySqsClient()
     providers = None
     if clock is not None:

@@ -19,24 +19,36 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cache, cached_property
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from treadle.domain.ids import is_identifier
 from treadle.domain.scopes import IMPLIES
 from treadle.domain.substrate import EvaluationScope, SkillSpec
 from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
-from treadle.specs.fieldtypes import BaseUrl, EnvVarName
+from treadle.specs.fieldtypes import BaseUrl, DefScope, EnvVarName
 from treadle.specs.hosts import HostPatternStr
 from treadle.specs.loomcycle import adapt as adapt_loomcycle
 from treadle.specs.mcp import McpServerSpec, check_server_names
 from treadle.specs.memory import MemoryConfig
-from treadle.specs.schedule import DefScope, ScheduleSpec
 from treadle.specs.volumes import VolumeBinding, VolumeSpec, WorkspaceConfig
-from treadle.specs.webhook import WebhookSpec
+
+if TYPE_CHECKING:
+    from treadle.specs.schedule import ScheduleSpec
+    from treadle.specs.webhook import WebhookSpec
 
 MOCK_MODELS = ("echo", "tool-caller", "script", "mock-generic")
 DEFAULT_MAX_ITERATIONS = 16
@@ -55,7 +67,7 @@ class ScriptTurn(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     text: str | None = None
     tool: str | None = None
-    input: dict[str, Any] = Field(default_factory=dict)
+    input: dict[str, Any] = {}
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScriptTurn:
@@ -105,7 +117,7 @@ class ProviderConfig(BaseModel):
     max_concurrent: int = Field(default=16, ge=1, le=10_000)
     timeouts: ProviderTimeouts = Field(default_factory=ProviderTimeouts)
     retries: int | None = Field(default=None, ge=0, le=10)  # None: TREADLE_PROVIDER_RETRIES
-    options: dict[str, Any] = Field(default_factory=dict)  # driver knobs (thinking budget, temperature, ...)
+    options: dict[str, Any] = {}  # driver knobs (thinking budget, temperature, ...)
 
 
 class PrincipalSpec(BaseModel):
@@ -138,7 +150,7 @@ class ModelRef(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     provider: str = Field(min_length=1)
     model: str = Field(min_length=1)
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = {}
 
 
 class TierConfig(BaseModel):
@@ -174,7 +186,7 @@ class UserTierConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     provider_priority: list[str] | None = None
-    tiers: dict[str, list[str | ModelRef]] = Field(default_factory=dict)
+    tiers: dict[str, list[str | ModelRef]] = {}
     fallback_on_error: bool = True
     max_fallback_attempts: int | None = Field(default=None, ge=0, le=32)
 
@@ -186,20 +198,20 @@ class AgentConfig(BaseModel):
     tier: str | None = None
     description: str = ""
     system_prompt: str = ""
-    tools: list[str] = Field(default_factory=list)
+    tools: list[str] = []
     max_iterations: int = Field(default=DEFAULT_MAX_ITERATIONS, ge=1, le=1 << 20)
     max_tokens: int = Field(default=4096, ge=1)
     memory_scopes: list[MemoryScope] = Field(default_factory=lambda: list(DEFAULT_MEMORY_SCOPES))
     # which ScheduleDef / WebhookDef targets the agent's tools may author: self | named:<agent> | any (empty = deny)
-    schedule_def_scopes: list[DefScope] = Field(default_factory=list)
-    webhook_def_scopes: list[DefScope] = Field(default_factory=list)
+    schedule_def_scopes: list[DefScope] = []
+    webhook_def_scopes: list[DefScope] = []
     # substrate (default-deny): which AgentDefs / SkillDefs its tools may author (self | named:<name> | any),
     # and what its Evaluation tool may do (submit_self | submit_descendants | submit_any | read_any)
-    agent_def_scopes: list[DefScope] = Field(default_factory=list)
-    skill_def_scopes: list[DefScope] = Field(default_factory=list)
-    evaluation_scopes: list[EvaluationScope] = Field(default_factory=list)
+    agent_def_scopes: list[DefScope] = []
+    skill_def_scopes: list[DefScope] = []
+    evaluation_scopes: list[EvaluationScope] = []
     # skills whose bodies are added to the system prompt (yaml `skills:` or a promoted SkillDef)
-    skills: list[str] = Field(default_factory=list, max_length=32)
+    skills: list[str] = Field(default=[], max_length=32)
     # byte quota of this agent's `agent` Memory scope (default: memory.max_scope_bytes)
     memory_quota_bytes: int | None = Field(default=None, ge=16)
     # sub-agents (tool Agent): how many children of one call run at once
@@ -208,9 +220,9 @@ class AgentConfig(BaseModel):
     # (None: the operator's list; []: none). It narrows, never widens (security/network.py).
     allowed_hosts: list[HostPatternStr] | None = Field(default=None, max_length=256)
     # the volumes its file tools (Read, Write, Edit, Grep, Glob, NotebookEdit, Bash) reach (none: no files)
-    volumes: list[VolumeBinding] = Field(default_factory=list, max_length=32)
+    volumes: list[VolumeBinding] = Field(default=[], max_length=32)
     # which VolumeDefs its tools may author: named:<volume> | any (empty = deny)
-    volume_def_scopes: list[DefScope] = Field(default_factory=list)
+    volume_def_scopes: list[DefScope] = []
     mock: MockSettings = Field(default_factory=MockSettings)
     #: loomcycle's: sampling passed to the provider; no iteration cap but a backstop of 2^20
     sampling: SamplingConfig | None = None
@@ -250,7 +262,7 @@ class RetentionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     days: int | None = Field(default=None, ge=1, le=36_500)
-    tenants: dict[str, int | None] = Field(default_factory=dict)
+    tenants: dict[str, int | None] = {}
 
     @field_validator("tenants")
     @classmethod
@@ -284,7 +296,7 @@ class HttpConfig(BaseModel):
     `allowed_hosts` narrow it) and the limits of each call."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    allowed_hosts: list[HostPatternStr] = Field(default_factory=list, max_length=1024)
+    allowed_hosts: list[HostPatternStr] = Field(default=[], max_length=1024)
     max_request_bytes: int = Field(default=256 * 1024, ge=1, le=64 << 20)
     max_response_bytes: int = Field(default=256 * 1024, ge=1, le=64 << 20)
     #: WebFetch reads this much of a page before converting it (its output is capped at max_response_bytes)
@@ -303,35 +315,92 @@ class SearchConfig(BaseModel):
     timeout_seconds: float = Field(default=15.0, gt=0, le=120)
 
 
+#: the sections a lazy load (`parse_config(..., lazy=True)`: the cloud functions) leaves unvalidated
+#: until first read, with their defaults — the sections few invocations read (triggers, MCP servers,
+#: volumes, the HTTP and search tools' limits, principals, retention). Their models' schemas are
+#: then built on that first read, and the spec modules behind them (schedule, cron, webhook) imported
+#: then: a worker never builds a webhook's validator. A full load validates every section at once.
+LAZY_SECTIONS: tuple[str, ...] = ("scheduled_runs", "webhooks", "interruption", "http", "search", "principals",
+                                  "retention", "mcp_servers", "volumes", "workspace")
+
+
 class TreadleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    channels: dict[str, ChannelConfig] = Field(default_factory=dict)
-    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
-    models: dict[str, ModelRef] = Field(default_factory=dict)
-    tiers: dict[str, TierConfig] = Field(default_factory=dict)
-    agents: dict[str, AgentConfig] = Field(default_factory=dict)
-    scheduled_runs: dict[str, ScheduleSpec] = Field(default_factory=dict)
-    webhooks: dict[str, WebhookSpec] = Field(default_factory=dict)
+    channels: dict[str, ChannelConfig] = {}
+    providers: dict[str, ProviderConfig] = {}
+    models: dict[str, ModelRef] = {}
+    tiers: dict[str, TierConfig] = {}
+    agents: dict[str, AgentConfig] = {}
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
-    skills: dict[str, SkillSpec] = Field(default_factory=dict)
-    interruption: InterruptionConfig = Field(default_factory=InterruptionConfig)
-    http: HttpConfig = Field(default_factory=HttpConfig)
-    search: SearchConfig | None = None
-    principals: dict[str, PrincipalSpec] = Field(default_factory=dict)
-    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    skills: dict[str, SkillSpec] = {}
     #: loomcycle's provider walk order and per-user-class routing (specs/loomcycle.py)
-    provider_priority: list[str] = Field(default_factory=list)
-    user_tiers: dict[str, UserTierConfig] = Field(default_factory=dict)
-    #: MCP servers whose tools agents may call as mcp__<server>__<tool> (specs/mcp.py)
-    mcp_servers: dict[str, McpServerSpec] = Field(default_factory=dict)
+    provider_priority: list[str] = []
+    user_tiers: dict[str, UserTierConfig] = {}
+    # The LAZY_SECTIONS as given (None: absent), each read through the property of its name, which
+    # validates it on first read (a full load has validated and set them all: parse_config).
+    raw_scheduled_runs: Any = Field(default=None, alias="scheduled_runs")
+    raw_webhooks: Any = Field(default=None, alias="webhooks")
+    raw_interruption: Any = Field(default=None, alias="interruption")
+    raw_http: Any = Field(default=None, alias="http")
+    raw_search: Any = Field(default=None, alias="search")
+    raw_principals: Any = Field(default=None, alias="principals")
+    raw_retention: Any = Field(default=None, alias="retention")
+    raw_mcp_servers: Any = Field(default=None, alias="mcp_servers")
+    raw_volumes: Any = Field(default=None, alias="volumes")
+    raw_workspace: Any = Field(default=None, alias="workspace")
 
-    @field_validator("mcp_servers")
-    @classmethod
-    def _mcp_server_names(cls, v: dict[str, McpServerSpec]) -> dict[str, McpServerSpec]:
-        check_server_names(list(v))
-        return v
-    volumes: dict[str, VolumeSpec] = Field(default_factory=dict)
-    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    @cached_property
+    def source(self) -> str:
+        """Where it was read from (parse_config sets it; not a field: equal configs from two files are equal)."""
+        return "treadle.yaml"
+
+    @cached_property
+    def scheduled_runs(self) -> dict[str, ScheduleSpec]:
+        return self._section("scheduled_runs")  # type: ignore[no-any-return]
+
+    @cached_property
+    def webhooks(self) -> dict[str, WebhookSpec]:
+        return self._section("webhooks")  # type: ignore[no-any-return]
+
+    @cached_property
+    def interruption(self) -> InterruptionConfig:
+        return self._section("interruption")  # type: ignore[no-any-return]
+
+    @cached_property
+    def http(self) -> HttpConfig:
+        return self._section("http")  # type: ignore[no-any-return]
+
+    @cached_property
+    def search(self) -> SearchConfig | None:
+        return self._section("search")  # type: ignore[no-any-return]
+
+    @cached_property
+    def principals(self) -> dict[str, PrincipalSpec]:
+        return self._section("principals")  # type: ignore[no-any-return]
+
+    @cached_property
+    def retention(self) -> RetentionConfig:
+        return self._section("retention")  # type: ignore[no-any-return]
+
+    @cached_property
+    def mcp_servers(self) -> dict[str, McpServerSpec]:
+        """MCP servers whose tools agents may call as mcp__<server>__<tool> (specs/mcp.py)."""
+        return self._section("mcp_servers")  # type: ignore[no-any-return]
+
+    @cached_property
+    def volumes(self) -> dict[str, VolumeSpec]:
+        return self._section("volumes")  # type: ignore[no-any-return]
+
+    @cached_property
+    def workspace(self) -> WorkspaceConfig:
+        return self._section("workspace")  # type: ignore[no-any-return]
+
+    def _section(self, name: str) -> Any:
+        """A lazy section, validated (ConfigError on the first read of an invalid one)."""
+        value, errors = _validate_section(name, getattr(self, f"raw_{name}"))
+        if errors:
+            raise ConfigError(_invalid(self.source, [], errors))
+        return value
 
     @field_validator("agents")
     @classmethod
@@ -398,8 +467,9 @@ class TreadleConfig(BaseModel):
     def _deref(self, c: str | ModelRef) -> ModelRef:
         return self.models[c] if isinstance(c, str) else c
 
-    def reference_errors(self) -> list[tuple[str, str]]:
-        """Cross-references the schema cannot see: providers, aliases, tiers, mock models."""
+    def reference_errors(self, *, lazy: bool = False) -> list[tuple[str, str]]:
+        """Cross-references the schema cannot see: providers, aliases, tiers, mock models. `lazy`:
+        leave out those that read a lazy section (the triggers' agents, the volume bindings)."""
         errs: list[tuple[str, str]] = []
         known = self.provider_ids()
         if "mock" in self.providers and self.providers["mock"].driver != "mock":
@@ -479,9 +549,10 @@ class TreadleConfig(BaseModel):
                 for path, ref in self.agent_candidates(name):
                     if self._driver(ref.provider) == "mock" and ref.model == "script" and agent.mock.script is None:
                         errs.append((f"agents.{name}.mock.script", f"model 'script' (from {path}) needs mock.script"))
-        errs += _trigger_errors(self)
         errs += _substrate_errors(self)
-        errs += _volume_errors(self)
+        if not lazy:
+            errs += _trigger_errors(self)
+            errs += _volume_errors(self)
         return errs
 
     def _driver(self, provider_id: str) -> str:
@@ -622,10 +693,16 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     model: type[BaseModel] = TreadleConfig
     parts, i = list(loc[:-1]), 0
     while i < len(parts):
-        field = model.model_fields.get(str(parts[i]))
-        if field is None:
-            return None
-        ann, step = field.annotation, 1
+        if model is TreadleConfig and parts[i] in LAZY_SECTIONS:
+            ann: Any = _section_type(str(parts[i]))
+        else:
+            field = model.model_fields.get(str(parts[i]))
+            if field is None:
+                return None
+            ann = field.annotation
+        step = 1
+        if get_origin(ann) is Annotated:
+            ann = get_args(ann)[0]
         if get_origin(ann) is dict:
             ann, step = get_args(ann)[1], 2
         candidates = [a for a in (get_args(ann) or (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
@@ -647,29 +724,92 @@ def _did_you_mean(error: Any) -> str | None:
     return close[0] if close else None
 
 
-def parse_config(data: object, source: str = "treadle.yaml") -> TreadleConfig:
+def _section_type(name: str) -> Any:
+    """The type a lazy section validates to (its spec module imported here, on first need)."""
+    if name == "scheduled_runs":
+        from treadle.specs.schedule import ScheduleSpec
+
+        return dict[str, ScheduleSpec]
+    if name == "webhooks":
+        from treadle.specs.webhook import WebhookSpec
+
+        return dict[str, WebhookSpec]
+    if name == "mcp_servers":
+        return Annotated[dict[str, McpServerSpec], AfterValidator(_mcp_server_names)]
+    return {"interruption": InterruptionConfig, "http": HttpConfig, "search": SearchConfig | None,
+            "principals": dict[str, PrincipalSpec], "retention": RetentionConfig, "volumes": dict[str, VolumeSpec],
+            "workspace": WorkspaceConfig}[name]
+
+
+def _mcp_server_names(v: dict[str, McpServerSpec]) -> dict[str, McpServerSpec]:
+    check_server_names(list(v))
+    return v
+
+
+@cache
+def _section_adapter(name: str) -> TypeAdapter[Any]:
+    return TypeAdapter(_section_type(name))
+
+
+def build_sections() -> None:
+    """Build every lazy section's validator now (and import its spec module): a SnapStart INIT
+    (treadle.runtime.build_deferred) leaves none to a first read."""
+    for name in LAZY_SECTIONS:
+        _section_adapter(name)
+
+
+def _validate_section(name: str, raw: Any) -> tuple[Any, list[Any]]:
+    """A lazy section's value (its default when absent), or its errors located under its name."""
+    if raw is None and name != "search":
+        raw = {}
+    elif raw is None:
+        return None, []
+    try:
+        return _section_adapter(name).validate_python(raw), []
+    except ValidationError as exc:
+        return None, [{**e, "loc": (name, *e["loc"])} for e in exc.errors()]
+
+
+def _invalid(source: str, refused: list[tuple[str, str]], errors: list[Any]) -> str:
+    lines = [f"{source}: {p}: {m}" for p, m in refused]
+    lines += [f"{source}: {_key_path(e['loc']) or '(top)'}: {_message(e)}" for e in errors]
+    return "invalid configuration\n  " + "\n  ".join(lines)
+
+
+def parse_config(data: object, source: str = "treadle.yaml", *, lazy: bool = False) -> TreadleConfig:
+    """Validate a configuration, or fail with every error (ConfigError: file, key path, message).
+    `lazy`: the LAZY_SECTIONS are validated on first read instead — for a process whose
+    configuration was validated in full before it was shipped (the cloud functions: at synth and by
+    the deploy's migrate function), so a bad one fails a deploy, not a function."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: top level must be a mapping, got {type(data).__name__}")
     data, refused = adapt_loomcycle(data)
+    errors: list[Any] = []
     try:
-        config = TreadleConfig.model_validate(data)
+        config: TreadleConfig | None = TreadleConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{source}: {p}: {m}" for p, m in refused]
-        lines += [f"{source}: {_key_path(e['loc']) or '(top)'}: {_message(e)}" for e in exc.errors()]
-        raise ConfigError("invalid configuration\n  " + "\n  ".join(lines)) from None
-    if refused:
-        raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}: {m}" for p, m in refused))
-    errs = config.reference_errors()
+        config, errors = None, exc.errors()
+    sections: dict[str, Any] = {}
+    if not lazy or config is None:
+        for name in LAZY_SECTIONS:
+            sections[name], section_errors = _validate_section(name, data.get(name))
+            errors += section_errors
+    if config is None or errors or refused:
+        raise ConfigError(_invalid(source, refused, errors))
+    config.__dict__["source"] = source  # what the cached properties answer
+    if not lazy:
+        config.__dict__.update(sections)
+    errs = config.reference_errors(lazy=lazy)
     if errs:
         raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}: {m}" for p, m in errs))
     return config
 
 
-def load_config(path: Path | str) -> TreadleConfig:
+def load_config(path: Path | str, *, lazy: bool = False) -> TreadleConfig:
     """treadle.yaml; a `.json` file is read as JSON (the cloud shape stages the YAML as JSON at
-    synth time, so its functions never import PyYAML)."""
+    synth time, so its functions never import PyYAML). `lazy`: see parse_config."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"{p}: configuration file not found (run `treadle init` to write a starter)")
@@ -678,14 +818,14 @@ def load_config(path: Path | str) -> TreadleConfig:
             data = json.loads(p.read_text())
         except ValueError as exc:
             raise ConfigError(f"{p}: not valid JSON: {exc}") from None
-        return parse_config(data, str(p))
+        return parse_config(data, str(p), lazy=lazy)
     import yaml  # only where a YAML file is read (~10 ms of a cold start otherwise)
 
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    return parse_config(data, str(p))
+    return parse_config(data, str(p), lazy=lazy)
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -81,8 +81,10 @@ def build_deferred() -> list[str]:
     from pydantic import BaseModel
 
     from treadle.builtins.registry import import_all
+    from treadle.config import build_sections
 
     import_all()
+    build_sections()  # the lazy config sections' validators (and the trigger specs they import)
     import treadle.substrate.evaluation  # noqa: F401
 
     built: list[str] = []

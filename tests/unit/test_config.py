@@ -250,3 +250,70 @@ def test_a_vendor_model_without_a_provider_never_means_the_mock() -> None:
                         "agents": {"a": {"model": "claude-sonnet-4-5"}, "e": {"model": "echo"}}})
     assert [ref.provider for _, ref in one.agent_candidates("a")] == ["claude"]  # the one configured
     assert [ref.provider for _, ref in one.agent_candidates("e")] == ["mock"]  # the mock's own model
+
+
+# --- lazy sections (parse_config(..., lazy=True): the cloud functions) ---------------------------
+
+BAD_SECTIONS: dict[str, Any] = {
+    "agents": {"a": {}},
+    "webhooks": {"gh": {"agent": "a", "auth": {"kind": "nope"}}},
+    "http": {"timeout_seconds": -1},
+    "volumes": {"work": {"mode": "rwx"}},
+}
+
+
+def test_a_full_load_reports_every_section_at_once() -> None:
+    msg = config_error({**BAD_SECTIONS, "agents": {"a": {"max_iterations": 0}}})
+    for path in ("agents.a.max_iterations", "webhooks.gh.", "http.timeout_seconds", "volumes.work.mode"):
+        assert f"treadle.yaml: {path}" in msg, (path, msg)
+
+
+def test_a_lazy_load_validates_a_section_on_its_first_read_with_the_same_error() -> None:
+    full = config_error(BAD_SECTIONS)
+    cfg = parse_config(BAD_SECTIONS, "treadle.json", lazy=True)  # the sections it never reads stay unread
+    assert set(cfg.agents) == {"a"}
+    with pytest.raises(ConfigError) as info:
+        _ = cfg.http
+    line = next(ln.strip() for ln in full.splitlines() if "http.timeout_seconds" in ln)
+    assert str(info.value).endswith(line.replace("treadle.yaml", "treadle.json"))
+    with pytest.raises(ConfigError, match=r"treadle\.json: volumes\.work\.mode"):
+        _ = cfg.volumes
+    # a valid lazy section reads as a full load gives it; an absent one as its default
+    good = {"agents": {"a": {}}, "volumes": {"work": {"default": True}}, "scheduled_runs": {
+        "tick": {"agent": "a", "schedule": "@hourly", "prompt": "hi"}}}
+    lazy, eager = parse_config(good, lazy=True), parse_config(good)
+    assert lazy.volumes == eager.volumes and lazy.volumes["work"].default
+    assert lazy.scheduled_runs == eager.scheduled_runs and set(lazy.scheduled_runs) == {"tick"}
+    assert lazy.webhooks == {} and lazy.http.max_redirects == eager.http.max_redirects and lazy.search is None
+
+
+def test_a_lazy_load_still_refuses_the_sections_every_process_reads() -> None:
+    with pytest.raises(ConfigError, match=r"agents\.a\.max_iterations"):
+        parse_config({"agents": {"a": {"max_iterations": 0}}}, lazy=True)
+    with pytest.raises(ConfigError, match=r"agents\.a\.tier: unknown tier"):
+        parse_config({"agents": {"a": {"tier": "t"}}}, lazy=True)
+
+
+def test_a_misspelled_key_in_a_lazy_section_gets_the_closest_key() -> None:
+    msg = config_error({"agents": {"a": {}}, "http": {"timeout_secs": 3}})
+    said = "Extra inputs are not permitted (not a treadle key: did you mean 'timeout_seconds'?)"
+    assert f"http.timeout_secs: {said}" in msg
+    msg = config_error({"agents": {"a": {}}, "scheduled_runs": {"t": {"agnet": "a", "schedule": "@hourly",
+                                                                      "prompt": "x"}}})
+    assert "scheduled_runs.t.agnet" in msg and "did you mean 'agent'" in msg
+
+
+def test_a_lazy_load_imports_no_trigger_spec_until_a_trigger_section_is_read(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "treadle.json"
+    path.write_text(json.dumps({"agents": {"a": {}}, "webhooks": {"gh": {
+        "agent": "a", "auth": {"kind": "bearer", "bearer_token_env": "GH_TOKEN"}}}}))
+    code = ("import sys\nfrom treadle.config import load_config\n"
+            f"cfg = load_config({str(path)!r}, lazy=True)\n"
+            "before = 'treadle.specs.webhook' in sys.modules\n"
+            "print(before, sorted(cfg.webhooks), 'treadle.specs.webhook' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "['gh']", "True"]

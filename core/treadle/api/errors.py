@@ -13,8 +13,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from treadle import wire
 from treadle.errors import Forbidden, TreadleError
-from treadle.wire import ErrorBody, OpenAIErrorBody
+from treadle.wire import ErrorBody
 
 log = logging.getLogger("treadle.api")
 
@@ -58,7 +59,7 @@ BODY = (*AUTHED, 400, 413)
 def errors(*statuses: int, openai: bool = False) -> dict[int | str, dict[str, Any]]:
     """`responses=` of an operation: each status with the error body it carries (`{code, error,
     details?}`, or OpenAI's `{error: {...}}` on the OpenAI-compatible routes)."""
-    model = OpenAIErrorBody if openai else ErrorBody
+    model = wire.OpenAIErrorBody if openai else ErrorBody  # the OpenAI models: imported by their routes
     return {status: {"model": model, "description": STATUS_DOCS.get(status, "error")}
             for status in sorted(set(statuses))}
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from treadle.errors import DefRefused
 from treadle.ports import AgentDirectory
-from treadle.specs.schedule import validation_message
+from treadle.specs.fieldtypes import validation_message
 
 #: the description of a version recorded from treadle.yaml (a yaml base, or a synced trigger)
 STATIC_DESCRIPTION = "from treadle.yaml"

@@ -22,7 +22,7 @@ class SkillSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     body: str = Field(min_length=1, max_length=MAX_SKILL_BODY_CHARS)
     description: str = Field(default="", max_length=4096)
-    tools: list[str] = Field(default_factory=list, max_length=128)
+    tools: list[str] = Field(default=[], max_length=128)
 
     @field_validator("body")
     @classmethod

@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from pydantic import ConfigDict
+
 from treadle.envsettings import EnvSettings
 from treadle.errors import ToolError
 from treadle.specs.hosts import DEFAULT_PORTS, HostPattern, normalize_host, parse_host_patterns, split_host_list
@@ -63,6 +65,7 @@ class NetworkRefused(ToolError):
 class NetworkEnv(EnvSettings):
     """TREADLE_NETWORK_POSTURE, TREADLE_HTTP_ALLOWED_HOSTS, TREADLE_HTTP_PRIVATE_HOST_ALLOWLIST."""
 
+    model_config = ConfigDict(defer_build=True)  # read when a tool or hook first reaches out
     network_posture: Posture = "managed"
     http_allowed_hosts: str = ""
     http_private_host_allowlist: str = ""

@@ -55,10 +55,10 @@ class McpServerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     transport: Literal["http", "streamable-http", "stdio"] = "http"
     url: str | None = Field(default=None, max_length=2048)
-    headers: dict[str, str] = Field(default_factory=dict, max_length=64)
+    headers: dict[str, str] = Field(default={}, max_length=64)
     command: str | None = Field(default=None, max_length=1024)
-    args: list[str] = Field(default_factory=list, max_length=256)
-    env: dict[str, str] = Field(default_factory=dict, max_length=128)
+    args: list[str] = Field(default=[], max_length=256)
+    env: dict[str, str] = Field(default={}, max_length=128)
     timeout_seconds: float = Field(default=30.0, gt=0, le=900)
     description: str = Field(default="", max_length=4096)
 

@@ -43,7 +43,7 @@ class EmbedderConfig(BaseModel):
     dimensions: int | None = Field(default=None, ge=1, le=16_000)
     timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     batch_size: int = Field(default=64, ge=1, le=2048)
-    options: dict[str, Any] = Field(default_factory=dict)  # driver knobs (local: variant original|enpt)
+    options: dict[str, Any] = {}  # driver knobs (local: variant original|enpt)
 
     @property
     def resolved_model(self) -> str:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from treadle.domain.ids import is_identifier
 from treadle.domain.segments import Segment
 from treadle.specs.cron import Cron, CronError, normalize_cron, zone
+from treadle.specs.fieldtypes import DefScope as DefScope  # re-exported: the specs' users import it here
+from treadle.specs.fieldtypes import validation_message as validation_message
 
 CHANNEL_NAME = r"^[A-Za-z0-9_.:/-]{1,128}$"
 MAX_HOOKS = 16
@@ -48,7 +50,7 @@ class McpCallHook(BaseModel):
     kind: Literal["mcp.call"]
     server: str = Field(pattern=r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$", max_length=64)
     tool: str = Field(min_length=1, max_length=128)
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = {}
 
 
 Hook = Annotated[MemorySetHook | ChannelPublishHook | McpCallHook, Field(discriminator="kind")]
@@ -67,13 +69,13 @@ class ScheduleSpec(BaseModel):
     timezone: str = "UTC"
     prompt: list[Segment] | str
     user_id: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = {}
     #: 0 = unbounded; N = the schedule retires itself after its Nth fire
     max_fires: int = Field(default=0, ge=0)
     enabled: bool = True
     #: missed fires (older than the grace window) run after downtime: the newest N; 0 = skip them all
     catch_up_max: int = Field(default=1, ge=0, le=1000)
-    on_complete: list[Hook] = Field(default_factory=list, max_length=MAX_HOOKS)
+    on_complete: list[Hook] = Field(default=[], max_length=MAX_HOOKS)
 
     @field_validator("agent")
     @classmethod
@@ -128,15 +130,3 @@ class ScheduleSpec(BaseModel):
         return out
 
 
-def validation_message(exc: ValidationError, prefix: str = "") -> str:
-    """`field.path: message; ...` — short, for tool results and 422 bodies."""
-    parts = []
-    for e in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in e.get("loc", ()) if not str(p).startswith("function-"))
-        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{prefix}{loc}: {msg}" if loc else f"{prefix}{msg}")
-    return "; ".join(parts)
-
-
-#: an entry of an agent's `schedule_def_scopes` / `webhook_def_scopes`
-DefScope = Annotated[str, Field(pattern=r"^(self|descendants|any|named:[A-Za-z0-9_-]{1,128})$")]

@@ -80,7 +80,7 @@ class BashConfig(BaseModel):
     max_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
     max_output_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
     #: environment variables passed through to the command besides PATH (names only)
-    env_passthrough: list[Identifier] = Field(default_factory=list, max_length=64)
+    env_passthrough: list[Identifier] = Field(default=[], max_length=64)
 
 
 class WorkspaceConfig(BaseModel):

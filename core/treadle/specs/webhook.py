@@ -100,9 +100,9 @@ class WebhookSpec(BaseModel):
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     body_size_limit_bytes: int = Field(default=DEFAULT_BODY_LIMIT, ge=1, le=MAX_BODY_LIMIT)
     #: target → strict JSONPath (`$.a.b[0]`, `$['k']`); a string is required, {path, required} may be optional
-    payload_mapping: dict[str, str | MappingEntry] = Field(default_factory=dict)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    on_complete: list[Hook] = Field(default_factory=list, max_length=MAX_HOOKS)
+    payload_mapping: dict[str, str | MappingEntry] = {}
+    metadata: dict[str, Any] = {}
+    on_complete: list[Hook] = Field(default=[], max_length=MAX_HOOKS)
 
     @field_validator("agent", "user_id")
     @classmethod

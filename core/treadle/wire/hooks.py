@@ -21,9 +21,9 @@ class HookRequest(Request):
     owner: str = Field(json_schema_extra={"pattern": IDENTIFIER_PATTERN})
     name: str = Field(json_schema_extra={"pattern": IDENTIFIER_PATTERN})
     phase: Literal["pre", "post"]
-    agents: list[str] = Field(default_factory=list, max_length=64,
+    agents: list[str] = Field(default=[], max_length=64,
                               json_schema_extra={"items": {"type": "string", "pattern": IDENTIFIER_PATTERN}})
-    tools: list[str] = Field(default_factory=list, max_length=64,
+    tools: list[str] = Field(default=[], max_length=64,
                              json_schema_extra={"items": {"type": "string", "pattern": TOOL_PATTERN.pattern}})
     callback_url: str = Field(max_length=2048, json_schema_extra={"pattern": "^https?://[^/?#]+"})
     #: closed (the default): a hook that cannot answer denies the call (pre) or withholds its result (post)
