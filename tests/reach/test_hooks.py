@@ -139,3 +139,41 @@ async def test_registration_refusals(rig: Any, monkeypatch: pytest.MonkeyPatch) 
     listed = (await client.get("/v1/hooks")).json()["hooks"]
     assert [h["name"] for h in listed] == ["audit"]
     assert (await client.delete("/v1/hooks/hook_nope")).status_code == 404
+
+
+INCR = {"decision": "allow", "input": {"op": "incr", "scope": "agent", "key": "n"}}
+
+
+async def test_a_call_a_pre_hook_rewrote_into_a_foldable_one_is_folded_into_the_commit(rig: Any) -> None:
+    rt, disp, client = rig
+    folded: list[str] = []
+    inner = rt.engine.steps.fold
+
+    def recording(tool_use_id: str, write: Any) -> bool:
+        taken = inner(tool_use_id, write)
+        if taken:
+            folded.append(tool_use_id)
+        return taken
+
+    rt.engine.steps.fold = recording  # type: ignore[method-assign]
+    async with Loopback({"/pre": lambda s: Answer.json(INCR)}) as srv:
+        await register(client, srv, "/pre")
+        result, _ = await run_setter(rt, disp)
+    assert (result["text"], result["is_error"]) == ('{"key":"n","value":1}', False) and len(folded) == 1
+    assert await rt.memory.get("default", "agent", "setter", "n") == (True, 1)
+
+
+async def test_a_call_whose_result_a_post_hook_reads_is_not_folded(rig: Any) -> None:
+    rt, disp, client = rig
+    folded: list[str] = []
+    inner = rt.engine.steps.fold
+    rt.engine.steps.fold = lambda tid, w: folded.append(tid) or inner(tid, w)  # type: ignore[method-assign]
+    redact = {"result": {"content": "redacted", "is_error": False}}
+    async with Loopback({"/pre": lambda s: Answer.json(INCR), "/post": lambda s: Answer.json(redact)}) as srv:
+        await register(client, srv, "/pre")
+        await register(client, srv, "/post", phase="post")
+        result, _ = await run_setter(rt, disp)
+        posted = [verified(s) for s in srv.seen if s.path == "/post"]
+    found, value = await rt.memory.get("default", "agent", "setter", "n")
+    assert result["text"] == "redacted" and folded == [] and found
+    assert [json.loads(p["result"]["content"]) for p in posted] == [{"key": "n", "value": value}]

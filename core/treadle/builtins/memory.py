@@ -9,12 +9,14 @@ name are refused (code unknown_field), and a TTL on an op that does not write is
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from treadle.builtins.args import refuse_fields, refuse_unknown, ttl_arg
 from treadle.errors import ToolError, TreadleError
 from treadle.ports import VectorMemory
-from treadle.store.memory import DEFAULT_MAX_VALUE_BYTES
+from treadle.store.folding import FoldedWrite
+from treadle.store.memory import DEFAULT_MAX_VALUE_BYTES, INCR, incr_params
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 MAX_VALUE_BYTES = DEFAULT_MAX_VALUE_BYTES
@@ -65,6 +67,32 @@ class MemoryTool:
     }
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        op, scope, scope_id = self._target(ctx, args)
+        try:
+            return await self._op(ctx, op, scope, scope_id, args)
+        except TreadleError as exc:
+            if isinstance(exc, ToolError):
+                raise
+            raise ToolError(f"Memory.{op}: {exc.code}: {exc.message.removeprefix(exc.code + ': ')}") from None
+
+    def fold(self, ctx: ToolContext, args: dict[str, Any]) -> FoldedWrite | None:
+        """`incr` as one statement the step's commit carries (store/folding.py), with the result
+        text `invoke` gives — the same statement, the new value's digits spliced into its JSON.
+        Other ops: None (they run as calls). Raises what `invoke` would raise for bad input."""
+        if args.get("op") != "incr":
+            return None
+        _, scope, scope_id = self._target(ctx, args)
+        ttl, _ = ttl_arg(args, "Memory")
+        key, delta = _key(args), _delta(args)
+        head = '{"key":' + json.dumps(key) + ',"value":'  # ToolResult.json's form: compact, keys sorted
+        return FoldedWrite(
+            INCR.format(returning="%(tool_head)s || (m.value #>> '{}') || '}' AS text"),
+            {**incr_params(ctx.tenant_id, scope, scope_id, key, delta, ttl), "tool_head": head},
+            failed=_not_an_integer(key),
+        )
+
+    def _target(self, ctx: ToolContext, args: dict[str, Any]) -> tuple[str, str, str]:
+        """(op, scope, scope_id) of a call whose fields, op, scope and permission are valid."""
         refuse_unknown(args, self.input_schema, "Memory")
         op = args.get("op")
         if op not in OPS:
@@ -77,13 +105,7 @@ class MemoryTool:
                 f"Memory: scope {scope!r} is not permitted for agent {ctx.agent!r}"
                 f" (its memory_scopes: {', '.join(ctx.memory_scopes) or 'none'})"
             )
-        scope_id = _scope_id(ctx, scope)
-        try:
-            return await self._op(ctx, op, scope, scope_id, args)
-        except TreadleError as exc:
-            if isinstance(exc, ToolError):
-                raise
-            raise ToolError(f"Memory.{op}: {exc.code}: {exc.message.removeprefix(exc.code + ': ')}") from None
+        return op, scope, _scope_id(ctx, scope)
 
     async def _op(self, ctx: ToolContext, op: str, scope: str, scope_id: str, args: dict[str, Any]) -> ToolResult:
         mem, tenant = ctx.memory, ctx.tenant_id
@@ -124,13 +146,21 @@ class MemoryTool:
         if op == "delete":
             deleted = await mem.delete(tenant, scope, scope_id, key)
             return ToolResult.json({"deleted": deleted, "key": key})
-        delta = args.get("delta", 1)
-        if not isinstance(delta, int) or isinstance(delta, bool):
-            raise ToolError("Memory.incr: delta must be an integer")
-        value = await mem.incr(tenant, scope, scope_id, key, delta, ttl)  # no ttl (or ttl 0): keeps the expiry
+        value = await mem.incr(tenant, scope, scope_id, key, _delta(args), ttl)  # no ttl (or ttl 0): keeps the expiry
         if value is None:
-            raise ToolError(f"Memory.incr: the value at {key!r} is not an integer")
+            raise ToolError(_not_an_integer(key))
         return ToolResult.json({"key": key, "value": value})
+
+
+def _delta(args: dict[str, Any]) -> int:
+    delta = args.get("delta", 1)
+    if not isinstance(delta, int) or isinstance(delta, bool):
+        raise ToolError("Memory.incr: delta must be an integer")
+    return delta
+
+
+def _not_an_integer(key: str) -> str:
+    return f"Memory.incr: the value at {key!r} is not an integer"
 
 
 def service(ctx: ToolContext) -> VectorMemory:

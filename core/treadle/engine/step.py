@@ -41,6 +41,7 @@ from treadle.errors import CancelPending, LeaseLost, ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.security.redact import SECRETS
 from treadle.store.cancels import CancelState, cancel_state
+from treadle.store.folding import FoldFailed
 from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
 from treadle.telemetry import tracing
 from treadle.telemetry.metrics import metrics
@@ -340,12 +341,21 @@ class Engine:
             return await self._decide(leased, owner, calls.agent, calls.iteration, outcomes, usage=usage,
                                       new_iteration=new_iteration, totals=totals, turn=turn)
 
-        try:
-            async with self.steps.transaction():
-                return await commit(await self.runner.run_transactional(calls))
-        except ToolRaised as raised:  # its writes rolled back with that transaction: commit its error alone
-            async with self.steps.transaction():
-                return await commit({raised.tool_use_id: raised.outcome})
+        fold = True
+        while True:
+            try:
+                async with self.steps.transaction() as tx:
+                    transactional = await self.runner.run_transactional(calls, fold=fold)
+                    result = await commit(transactional)
+                if tx.folded is not None:
+                    self.runner.count_folded(calls, tx.folded.tool_use_id, transactional)
+                return result
+            except FoldFailed as failed:  # rolled back: run the call as an ordinary one (it reports the error)
+                log.warning("step %s/%s: %s; running the call instead", leased.run_id, leased.step_no, failed)
+                fold = False
+            except ToolRaised as raised:  # its writes rolled back with that transaction: commit its error alone
+                async with self.steps.transaction():
+                    return await commit({raised.tool_use_id: raised.outcome})
 
     async def _decide(
         self,

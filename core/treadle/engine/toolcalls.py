@@ -99,39 +99,58 @@ class ToolRunner:
         results = await asyncio.gather(*(bounded(tu) for tu in uses))
         return {tu.id: r for tu, r in zip(uses, results, strict=True)}
 
-    async def run_transactional(self, calls: TurnCalls) -> dict[str, Outcome]:
+    async def run_transactional(self, calls: TurnCalls, *, fold: bool = True) -> dict[str, Outcome]:
         """Every transactional call, one by one, on the current step transaction (the caller holds
-        it open): several each in a savepoint; a single one without (ToolRaised when it raises)."""
+        it open): several each in a savepoint; a single one without (ToolRaised when it raises) —
+        or, with `fold` and a tool that can, folded into the step's commit statement (its result is
+        filled in by that statement; `count_folded` counts it once committed)."""
         uses = calls.transactional
         if len(uses) == 1:
-            return {uses[0].id: await self._call(calls, uses[0], savepoint=None)}
+            return {uses[0].id: await self._call(calls, uses[0], savepoint=None, fold=fold)}
         return {tu.id: await self._call(calls, tu, savepoint=True) for tu in uses}
+
+    @staticmethod
+    def count_folded(calls: TurnCalls, tool_use_id: str, outcomes: dict[str, Outcome]) -> None:
+        """Count a folded call by its outcome, now that its commit filled in its result."""
+        event = outcomes.get(tool_use_id)
+        name = next((tu.name for tu in calls.uses if tu.id == tool_use_id), NOT_PERMITTED)
+        if isinstance(event, NewEvent):
+            metrics().tool_call(name, "error" if event.payload.get("is_error") else "ok")
 
     @staticmethod
     def in_order(calls: TurnCalls, *parts: dict[str, Outcome]) -> list[Outcome]:
         merged = {k: v for part in parts for k, v in part.items()}
         return [merged[tu.id] for tu in calls.uses]
 
-    async def _call(self, calls: TurnCalls, tu: ToolUseBlock, *, savepoint: bool | None) -> Outcome:
+    async def _call(self, calls: TurnCalls, tu: ToolUseBlock, *, savepoint: bool | None,
+                    fold: bool = False) -> Outcome:
         """One call in its span (`execute_tool`), counted by tool and outcome; a name the agent
-        does not hold is recorded as `(not permitted)`, never as what the model wrote."""
+        does not hold is recorded as `(not permitted)`, never as what the model wrote. A folded
+        call's outcome is known at the commit: its span says `folded`, `count_folded` counts it."""
         tool = calls.tool(tu)
         name = tu.name if tool is not None else NOT_PERMITTED
-        outcome = "error"
+        outcome: str | None = "error"
         try:
             with tracing.tool_call(tool=name, call_id=tu.id, iteration=calls.iteration,
                                    effects=effects_of(tool) if tool is not None else "none") as span:
-                result = await self._run_call(calls, tu, savepoint=savepoint)
+                result = await self._run_call(calls, tu, savepoint=savepoint, fold=fold)
+                if fold and self.steps.folded_id() == tu.id:
+                    outcome = None
+                    tracing.set_outcome(span, "folded")
+                    return result
                 outcome = "parked" if isinstance(result, ParkedCall) else (
                     "error" if result.payload.get("is_error") else "ok")
                 tracing.set_outcome(span, outcome)
                 return result
         finally:
-            metrics().tool_call(name, outcome)
+            if outcome is not None:
+                metrics().tool_call(name, outcome)
 
-    async def _run_call(self, calls: TurnCalls, tu: ToolUseBlock, *, savepoint: bool | None) -> Outcome:
+    async def _run_call(self, calls: TurnCalls, tu: ToolUseBlock, *, savepoint: bool | None,
+                        fold: bool = False) -> Outcome:
         """`savepoint`: True — in a savepoint; False — outside any transaction (external); None —
-        on the step transaction itself, raising ToolRaised when the tool raises."""
+        on the step transaction itself, raising ToolRaised when the tool raises, or (`fold`)
+        folded into its commit statement when the tool can."""
         tool = calls.tool(tu)
         result: ToolResult | Park
         if tool is None:
@@ -144,6 +163,8 @@ class ToolRunner:
             if self.hooks is not None:  # the operator's pre-call hooks may rewrite or deny the call
                 verdict = await self.hooks.pre(ctx, tu.name, args)
                 args, denied = verdict.args, verdict.denied
+            if denied is None and fold and savepoint is None and await self._fold(ctx, tool, tu, args):
+                return tool_result_event(tu, "", False)  # the commit statement fills in the result
             result = denied if denied is not None else await self._invoke(ctx, tool, tu, args, savepoint)
             if isinstance(result, Park):
                 if not result.keys:
@@ -155,6 +176,19 @@ class ToolRunner:
         event = tool_result_event(tu, result.content, result.is_error)
         event.preceding = [NewEvent(t, p) for t, p in result.events]
         return event
+
+    async def _fold(self, ctx: ToolContext, tool: Tool, tu: ToolUseBlock, args: dict[str, Any]) -> bool:
+        """Hand the call to the step's commit statement (tools/base.py `Foldable`); False when
+        the tool cannot fold it, a post-call hook would read its result, the input is bad (the
+        call then reports that) or the transaction cannot carry it."""
+        fold = getattr(tool, "fold", None)
+        if fold is None or (self.hooks is not None and await self.hooks.has_post(ctx, tu.name)):
+            return False
+        try:
+            write = fold(ctx, args)
+        except ToolError:
+            return False
+        return write is not None and self.steps.fold(tu.id, write)
 
     def _context(self, calls: TurnCalls, tu: ToolUseBlock) -> ToolContext:
         leased, agent = calls.leased, calls.agent

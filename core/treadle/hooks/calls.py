@@ -86,6 +86,9 @@ class HttpToolHooks:
                 args = rewritten
         return PreHookVerdict(args)
 
+    async def has_post(self, ctx: ToolContext, tool: str) -> bool:
+        return bool(await self._hooks(ctx.tenant_id, "post", ctx.agent, tool))
+
     async def post(self, ctx: ToolContext, tool: str, args: dict[str, Any], result: ToolResult) -> ToolResult:
         for hook in await self._hooks(ctx.tenant_id, "post", ctx.agent, tool):
             shown = {"content": result.content, "is_error": result.is_error}

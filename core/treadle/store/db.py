@@ -26,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 from treadle.errors import StoreError
 from treadle.security.redact import SECRETS
 from treadle.store import scope
+from treadle.store.folding import Folded
 from treadle.store.scope import current_tenant
 
 log = logging.getLogger("treadle.store")
@@ -93,6 +94,8 @@ class StepTransaction:
     committed: bool = False
     #: open store transactions (savepoints) inside it, see `_Connection.transaction`
     savepoints: int = 0
+    #: a transactional call's write the commit statement carries (store/folding.py)
+    folded: Folded | None = None
     _pipeline_cm: AbstractAsyncContextManager[psycopg.AsyncPipeline] | None = None
     _plain_cursor: Any = None
 
@@ -118,6 +121,15 @@ class StepTransaction:
         """Whether `finish_with` may end this transaction: pipelined, not ended, and no savepoint
         (a store's own `transaction()`) open on its connection."""
         return self.pipeline is not None and self.block is not None and not self.finished and not self.savepoints
+
+    def fold(self, folded: Folded) -> bool:
+        """Let the commit statement carry a call's write (store/folding.py); False when this
+        transaction cannot: not pipelined (no failing fence), ended, a savepoint open, or a write
+        already folded (one per step: two upserts of one row in one statement would fail)."""
+        if not self.can_finish or self.folded is not None:
+            return False
+        self.folded = folded
+        return True
 
     async def finish_with(self, query: QueryNoTemplate, params: Params) -> DictRow | None:
         """Send `query` and COMMIT in one round trip (one pipeline Sync) and return the query's

@@ -33,6 +33,28 @@ INDEXED_DIMENSIONS = (384, 768, 1024, 1536)
 _ABSENT_RECHECK_S = 60.0
 
 
+#: `incr` (`MemoryStore.incr`, and `Memory.incr` folded into a step commit, builtins/memory.py):
+#: add `tool_d` to the key's integer (an absent or expired key counts from 0). A live value that is
+#: not an integer is left untouched and the statement returns no row. `{returning}`: what it returns.
+INCR = """INSERT INTO memory AS m (tenant_id, scope, scope_id, key, value, expires_at)
+   VALUES (%(tool_t)s, %(tool_s)s, %(tool_i)s, %(tool_k)s, to_jsonb(%(tool_d)s::bigint),
+           CASE WHEN %(tool_ttl)s::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => %(tool_ttl)s) END)
+   ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE SET
+     value = CASE WHEN m.expires_at IS NOT NULL AND m.expires_at <= now() THEN excluded.value
+                  ELSE to_jsonb((m.value #>> '{{}}')::bigint + %(tool_d)s::bigint) END,
+     expires_at = CASE WHEN %(tool_ttl)s::float8 IS NULL AND (m.expires_at IS NULL OR m.expires_at > now())
+                       THEN m.expires_at ELSE excluded.expires_at END,
+     updated_at = now()
+   WHERE (m.expires_at IS NOT NULL AND m.expires_at <= now())
+      OR (jsonb_typeof(m.value) = 'number' AND (m.value #>> '{{}}') ~ '^-?[0-9]+$')
+   RETURNING {returning}"""
+
+
+def incr_params(tenant: str, scope: str, scope_id: str, key: str, delta: int, ttl_s: float | None) -> dict[str, Any]:
+    return {"tool_t": tenant, "tool_s": scope, "tool_i": scope_id, "tool_k": key, "tool_d": delta,
+            "tool_ttl": ttl_s}
+
+
 def value_size(value: Any) -> int:
     """Bytes a value counts against the limits: its compact JSON in UTF-8."""
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
@@ -183,24 +205,8 @@ class MemoryStore:
         """Atomically add `delta` (an absent or expired key counts from 0). None if the stored
         value is not an integer."""
         async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                """INSERT INTO memory AS m (tenant_id, scope, scope_id, key, value, expires_at)
-                   VALUES (%(t)s, %(s)s, %(i)s, %(k)s, to_jsonb(%(d)s::bigint),
-                           CASE WHEN %(ttl)s::float8 IS NULL THEN NULL
-                                ELSE now() + make_interval(secs => %(ttl)s) END)
-                   ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE SET
-                     value = CASE
-                        WHEN m.expires_at IS NOT NULL AND m.expires_at <= now() THEN excluded.value
-                        WHEN jsonb_typeof(m.value) = 'number' AND (m.value #>> '{}') ~ '^-?[0-9]+$'
-                          THEN to_jsonb((m.value #>> '{}')::bigint + %(d)s::bigint)
-                        ELSE m.value END,
-                     expires_at = CASE WHEN %(ttl)s::float8 IS NULL AND (m.expires_at IS NULL
-                                                                     OR m.expires_at > now())
-                                       THEN m.expires_at ELSE excluded.expires_at END,
-                     updated_at = now()
-                   RETURNING value""",
-                {"t": tenant, "s": scope, "i": scope_id, "k": key, "d": delta, "ttl": ttl_s},
-            )
+            cur = await conn.execute(INCR.format(returning="value"), incr_params(tenant, scope, scope_id, key, delta,
+                                                                                  ttl_s))
             row = await cur.fetchone()
         value = row["value"] if row else None
         return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg.errors import DivisionByZero
 from psycopg.types.json import Jsonb
 
 from treadle.domain.runs import NewEvent
 from treadle.errors import CancelPending, LeaseLost
 from treadle.store.db import Pool, StepTransaction, current_step_transaction
+from treadle.store.folding import Folded, FoldedWrite, FoldFailed, fill_result
 from treadle.store.locks import CLAIM_LOCK_KEY, xact_lock
 from treadle.store.runs import JOBS_CHANNEL
 
@@ -380,6 +382,17 @@ class StepStore:
         async with self.pool.step_transaction() as tx:
             yield tx
 
+    def fold(self, tool_use_id: str, write: FoldedWrite) -> bool:
+        """Hand a transactional call's write to the current step transaction's commit statement
+        (store/folding.py); False when there is none that can carry it — run the call instead."""
+        tx = current_step_transaction(self.pool)
+        return tx is not None and tx.fold(Folded(tool_use_id, write))
+
+    def folded_id(self) -> str | None:
+        """The tool_use_id whose write the current step transaction's commit carries, if any."""
+        tx = current_step_transaction(self.pool)
+        return tx.folded.tool_use_id if tx is not None and tx.folded is not None else None
+
     async def append(self, leased: LeasedRun, owner: str, events: list[NewEvent]) -> list[int]:
         """Append events mid-step (e.g. the assistant turn before its tools run)."""
         if not events:
@@ -429,9 +442,12 @@ class StepStore:
 
         With `outcome.chain_owner` the lease passes to that token for the next step and nothing is
         enqueued; `leased` is updated in place (step_no, events, counters) for the caller to go on."""
+        tx = current_step_transaction(self.pool)
+        if tx is not None and tx.folded is not None and (outcome.waits or not tx.can_finish):
+            # only the pipelined commit statement carries a folded write: never drop one
+            raise FoldFailed(tx.folded.tool_use_id, RuntimeError("this commit cannot carry a folded write"))
         if outcome.waits:
             return await self._commit_parking(leased, owner, events, outcome)
-        tx = current_step_transaction(self.pool)
         async with self.pool.connection() as conn:
             return await self._commit(conn, leased, owner, events, outcome,
                                       finish=tx if tx is not None and tx.can_finish else None)
@@ -475,6 +491,15 @@ class StepStore:
         enqueue_here = outcome.enqueue_next and self.jobs_in_db and not chain and not parked
         fence = ", fence AS (SELECT 1 / count(*) AS fenced FROM g)" if finish is not None else ""
         source = ", fence.fenced FROM fence LEFT JOIN g ON true" if finish is not None else "FROM g"
+        folded = finish.folded if finish is not None else None
+        # a folded write (store/folding.py) is a CTE of this statement, its result filled into the
+        # tool_result it answers; the fence fails the whole statement, the write with it
+        tool = f"), tool AS ({folded.write.statement}" if folded is not None else ""
+        payload = ("CASE WHEN t.type = 'tool_result' AND t.tool_use_id = %(fold_id)s THEN t.payload"
+                   " || jsonb_build_object('text', coalesce((SELECT text FROM tool), %(fold_failed)s),"
+                   " 'is_error', (SELECT text FROM tool) IS NULL) ELSE t.payload END"
+                   if folded is not None else "t.payload")
+        fold_text = ", (SELECT text FROM tool) AS fold_text" if folded is not None else ""
         sql = f"""
         WITH g AS (
             UPDATE runs SET
@@ -495,9 +520,9 @@ class StepStore:
             WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
               AND NOT (%(yields_to_cancel)s AND cancel_requested)
             RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason, input_seq
-        ), ev AS (
+        {tool}), ev AS (
             INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
-            SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, t.payload, t.tool_use_id
+            SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, {payload}, t.tool_use_id
             FROM g, ROWS FROM (jsonb_to_recordset(%(events)s::jsonb) AS (type text, payload jsonb, tool_use_id text))
                  WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
         ), jb AS (
@@ -519,7 +544,7 @@ class StepStore:
             WHERE run_id = %(run_id)s AND status = 'pending' AND %(final)s AND EXISTS (SELECT 1 FROM g)
         ){fence}
         SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq,
-               CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n {source}
+               CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n{fold_text} {source}
         """
         params = {
             "n": len(events),
@@ -547,11 +572,17 @@ class StepStore:
             "waits": Jsonb([w.to_json() for w in outcome.waits or []]),
             "lease": self.lease_s,
         }
+        if folded is not None:
+            params.update(folded.write.params, fold_id=folded.tool_use_id, fold_failed=folded.write.failed)
         if finish is not None:
             try:
                 row = await finish.finish_with(sql, params)
             except DivisionByZero:  # the fence matched no row; the transaction rolled back
                 row = None
+            except psycopg.Error as exc:
+                if folded is None or finish.conn.closed:
+                    raise
+                raise FoldFailed(folded.tool_use_id, exc) from exc
         else:
             cur = await conn.execute(sql, params)
             row = await cur.fetchone()
@@ -559,6 +590,8 @@ class StepStore:
             if await self._cancel_pending(conn, leased, owner):
                 raise CancelPending(f"run {leased.run_id}: a cancel landed before step {leased.step_no} committed")
             raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
+        if folded is not None:
+            fill_result(events, folded, row["fold_text"])
         base = leased.last_seq
         leased.last_seq += len(events)
         if chain:

@@ -14,6 +14,7 @@ from treadle.ports import AgentDirectory, OpService, RunStarter, VectorMemory, W
 from treadle.store.channels import ChannelStore
 from treadle.store.clienttools import ClientToolStore
 from treadle.store.defs import DefStore
+from treadle.store.folding import FoldedWrite
 from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
 from treadle.store.runs import RunStore
@@ -175,6 +176,18 @@ class Tool(Protocol):
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park: ...
 
 
+class Foldable(Protocol):
+    """A transactional tool that can state some calls as one SQL statement which the step's
+    commit statement carries (store/folding.py): the call, its `tool_result` and the step advance
+    then take one round trip. The engine folds a call only when it is the turn's one transactional
+    call, no post-call hook would read its result, and the step transaction is pipelined; else,
+    or when `fold` returns None, it invokes the call. `fold` validates like `invoke` and raises
+    what `invoke` would (the engine then invokes the call, which reports the error); the result
+    text it builds must equal `invoke`'s for the same outcome."""
+
+    def fold(self, ctx: ToolContext, args: dict[str, Any]) -> FoldedWrite | None: ...
+
+
 def effects_of(tool: Tool) -> ToolEffects:
     value = getattr(tool, "effects", "external")
     return "transactional" if value == "transactional" else "external"
@@ -195,4 +208,8 @@ class ToolHooks(Protocol):
     async def pre(self, ctx: ToolContext, tool: str, args: dict[str, Any]) -> PreHookVerdict: ...
 
     async def post(self, ctx: ToolContext, tool: str, args: dict[str, Any], result: ToolResult) -> ToolResult: ...
+
+    async def has_post(self, ctx: ToolContext, tool: str) -> bool:
+        """Whether a post-call hook would see this call's result (such a call is never folded)."""
+        ...
 
