@@ -189,19 +189,26 @@ class Instrumented:
         return [b - a for a, b in itertools.pairwise(ends)]
 
 
-async def bench_treadle(
-    url: str, runs: int, iterations: int, workers: int, tenant: str, chain_steps: int, agent: str = "bench"
-) -> dict[str, Any]:
+async def open_with_runs(url: str, runs: int, iterations: int, workers: int, tenant: str, chain_steps: int,
+                         agent: str = "bench") -> tuple[Any, Settings, Any]:
+    """A runtime on `url` with `runs` runs of `agent` started (one user each): (runtime, settings, config)."""
     settings = Settings(
         database_url=url, home=ROOT / ".treadle" / "bench", workers=workers, chain_steps=chain_steps
     )
     config = parse_config({"agents": agents(iterations)})
-    # the server counts a backend's commits when it exits: start the runs, and calibrate what
-    # opening and closing a runtime costs, with runtimes closed before the measured one opens
     rt = await Runtime.open(settings, config)
     segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
     for i in range(runs):
         await rt.start_run(NewRun(tenant_id=tenant, agent=agent, segments=segments, user_id=f"u{i}"))
+    return rt, settings, config
+
+
+async def bench_treadle(
+    url: str, runs: int, iterations: int, workers: int, tenant: str, chain_steps: int, agent: str = "bench"
+) -> dict[str, Any]:
+    # the server counts a backend's commits when it exits: start the runs, and calibrate what
+    # opening and closing a runtime costs, with runtimes closed before the measured one opens
+    rt, settings, config = await open_with_runs(url, runs, iterations, workers, tenant, chain_steps, agent)
     await rt.close()
     await asyncio.sleep(0.3)
     idle_before = server_xact_commits(url)
@@ -255,14 +262,7 @@ async def bench_rate(url: str, runs: int, iterations: int, workers: int, tenant:
     no statement counting, no seam wrappers but the step's (two clock reads per step, as the floor
     reads the clock around each transaction) — the counting and the inner seams cost CPU per
     statement that the floor's bare loop does not pay. The ratios to the floor use these passes."""
-    settings = Settings(
-        database_url=url, home=ROOT / ".treadle" / "bench", workers=workers, chain_steps=chain_steps
-    )
-    config = parse_config({"agents": agents(iterations)})
-    rt = await Runtime.open(settings, config)
-    segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
-    for i in range(runs):
-        await rt.start_run(NewRun(tenant_id=tenant, agent="bench", segments=segments, user_id=f"u{i}"))
+    rt, _, _ = await open_with_runs(url, runs, iterations, workers, tenant, chain_steps)
     probe = Instrumented(rt, steps_only=True)
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
     meter = ServerMeter(url).start()

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support.folds import recording_folds
 from treadle.store.folding import FoldedWrite, FoldFailed
 from treadle.store.memory import INCR, incr_params
 from treadle.store.runs import NewRun
@@ -33,20 +34,6 @@ async def run(rt: Any, disp: Any, agent: str) -> list[dict[str, Any]]:
     stored = await rt.runs.get(TENANT, r.id)
     assert stored is not None and stored.status == "completed", stored
     return [e.payload for e in await rt.runs.events(TENANT, r.id) if e.type == "tool_result"]
-
-
-def recording_folds(rt: Any) -> list[str]:
-    folded: list[str] = []
-    inner = rt.engine.steps.fold
-
-    def fold(tool_use_id: str, write: Any) -> bool:
-        taken = inner(tool_use_id, write)
-        if taken:
-            folded.append(tool_use_id)
-        return bool(taken)
-
-    rt.engine.steps.fold = fold
-    return folded
 
 
 async def test_a_folded_incr_answers_as_the_call_would(open_runtime: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.folds import recording_folds
 from tests.support.loopback import Answer, Loopback, Seen, TableResolver
 from treadle.api.app import create_app
 from treadle.config import Settings, parse_config
@@ -146,16 +147,7 @@ INCR = {"decision": "allow", "input": {"op": "incr", "scope": "agent", "key": "n
 
 async def test_a_call_a_pre_hook_rewrote_into_a_foldable_one_is_folded_into_the_commit(rig: Any) -> None:
     rt, disp, client = rig
-    folded: list[str] = []
-    inner = rt.engine.steps.fold
-
-    def recording(tool_use_id: str, write: Any) -> bool:
-        taken = inner(tool_use_id, write)
-        if taken:
-            folded.append(tool_use_id)
-        return taken
-
-    rt.engine.steps.fold = recording  # type: ignore[method-assign]
+    folded = recording_folds(rt)
     async with Loopback({"/pre": lambda s: Answer.json(INCR)}) as srv:
         await register(client, srv, "/pre")
         result, _ = await run_setter(rt, disp)
@@ -165,9 +157,7 @@ async def test_a_call_a_pre_hook_rewrote_into_a_foldable_one_is_folded_into_the_
 
 async def test_a_call_whose_result_a_post_hook_reads_is_not_folded(rig: Any) -> None:
     rt, disp, client = rig
-    folded: list[str] = []
-    inner = rt.engine.steps.fold
-    rt.engine.steps.fold = lambda tid, w: folded.append(tid) or inner(tid, w)  # type: ignore[method-assign]
+    folded = recording_folds(rt)
     redact = {"result": {"content": "redacted", "is_error": False}}
     async with Loopback({"/pre": lambda s: Answer.json(INCR), "/post": lambda s: Answer.json(redact)}) as srv:
         await register(client, srv, "/pre")
