@@ -1,0 +1,93 @@
+"""Routes built on first use.
+
+Building a FastAPI route is most of what declaring it costs: the endpoint's dependency analysis
+and a pydantic adapter per body and response model (~1 ms a route, and the wire models' schemas
+with them). A cloud function serves a few of the API's ~65 routes per execution environment, so
+treadle's routers declare `LazyAPIRoute`: what routing needs to match a request — the path, its
+compiled regex and parameter convertors, the methods, the name — is set when the route is
+declared, and the rest (`APIRoute.__init__`, in place) on the first read of anything else: the
+route's `app` when a request first matches it, its fields when the OpenAPI document is built
+(every route, on the document's first request), its attributes when `include_router` reads them.
+After that it is an ordinary APIRoute.
+
+`build_all()` builds every route declared so far: a SnapStart INIT calls it, so the snapshot holds
+built routes (`treadle_cloud.container`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fastapi.routing import APIRoute
+from pydantic.warnings import UnsupportedFieldAttributeWarning
+from starlette.routing import compile_path, get_name
+
+#: every lazy route declared in this process (route objects live as long as their module)
+_DECLARED: list[LazyAPIRoute] = []
+
+
+class LazyAPIRoute(APIRoute):
+    """An APIRoute whose build waits for its first use (see the module's docstring)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        # what matching a request and reversing a name read; all else is built on first read
+        self.path = path
+        self.endpoint = endpoint
+        name = kwargs.get("name")
+        self.name = get_name(endpoint) if name is None else name
+        self.path_regex, self.path_format, self.param_convertors = compile_path(path)
+        methods = kwargs.get("methods")
+        self.methods = {method.upper() for method in (["GET"] if methods is None else methods)}
+        self.include_in_schema = kwargs.get("include_in_schema", True)
+        self._lazy_args: tuple[str, Callable[..., Any], dict[str, Any]] | None = (path, endpoint, kwargs)
+        _DECLARED.append(self)
+
+    @property
+    def built(self) -> bool:
+        return self._lazy_args is None
+
+    def build(self) -> None:
+        """Build the route now (once): what APIRoute does when it is declared."""
+        args = self._lazy_args
+        if args is None:
+            return
+        self._lazy_args = None
+        path, endpoint, kwargs = args
+        with warnings.catch_warnings():
+            # what FastAPI ignores when it makes a field's adapter (a body's `alias`): treadle's wire
+            # models defer their build (treadle.wire._base), and so do the adapters FastAPI makes
+            # for them — they are built here, with the route, not on its first validation
+            warnings.simplefilter("ignore", UnsupportedFieldAttributeWarning)
+            super().__init__(path, endpoint, **kwargs)
+            for adapter in self._adapters():
+                adapter.rebuild()
+
+    def _adapters(self) -> Iterator[Any]:
+        """The pydantic adapters of the route's fields: body, parameters, responses."""
+        fields = [self.body_field, self.response_field, self.stream_item_field, *self.response_fields.values()]
+        todo = [self.dependant]
+        while todo:
+            dep = todo.pop()
+            fields += [*dep.path_params, *dep.query_params, *dep.header_params, *dep.cookie_params, *dep.body_params]
+            todo += dep.dependencies
+        for field in fields:
+            adapter = getattr(field, "_type_adapter", None)  # FastAPI's ModelField (fastapi._compat.v2)
+            if adapter is not None and not adapter.pydantic_complete:
+                yield adapter
+
+    def __getattr__(self, name: str) -> Any:
+        # only called for an attribute the instance does not have yet: everything the build sets
+        if name.startswith("__") or self.__dict__.get("_lazy_args") is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.build()
+        return getattr(self, name)
+
+
+def build_all() -> int:
+    """Build every lazy route declared so far; answers how many were built now."""
+    todo = [route for route in _DECLARED if not route.built]
+    for route in todo:
+        route.build()
+    return len(todo)
