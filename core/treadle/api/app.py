@@ -9,7 +9,6 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 
 from treadle import __version__
-from treadle.api import runs
 from treadle.api.auth import Authenticator
 from treadle.api.errors import install_error_handlers
 from treadle.api.limits import BodySizeLimit
@@ -22,13 +21,14 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     """The routers of the authenticated API (/v1/...), in mount order. `webhooks=False` leaves
     out /v1/_webhooks/* (the cloud shape routes it to the webhook function)."""
-    from treadle.api import (
+    from treadle.api import (  # here, not at the top: a function serving other routes never imports them
         admin,
         channels,
         clienttools,
         hooks,
         interrupts,
         memory,
+        runs,
         steering,
         substrate,
         tokens,
@@ -68,8 +68,8 @@ def create_app(
     watch_page: bool = True,
     public_docs: bool = False,
 ) -> FastAPI:
-    """The app with `/healthz` and `routers` (default: the runs API). Each cloud function mounts
-    only the routers it serves."""
+    """The app with `/healthz` and `routers` (default: the whole API, `api_routers()`). Each cloud
+    function mounts only the routers it serves."""
     app = FastAPI(
         title="treadle",
         version=__version__,
