@@ -27,7 +27,7 @@ from fastapi import APIRouter, FastAPI
 from mangum import Mangum
 
 from treadle.api.app import create_app, mount
-from treadle.api.lazyroute import build_all
+from treadle.api.lazyroute import build_all, prime_fastapi
 from treadle.errors import TreadleError
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.metrics import observed_invocation
@@ -55,6 +55,8 @@ class HttpFunction:
         self.container = container or Container(snapshot_imports=modules(r for r in self.lazy if not r.loaded))
         if self.container.snapshot:
             build_all()  # every router was imported for the snapshot: its routes go in built
+        else:
+            prime_fastapi()  # what FastAPI does once, on whichever route a request first builds
         self.app: FastAPI | None = None
         self._adapter: Mangum | None = None
         self._base_routes: list[Any] = []

@@ -85,6 +85,23 @@ class LazyAPIRoute(APIRoute):
         return getattr(self, name)
 
 
+def prime_fastapi() -> None:
+    """FastAPI's once-per-process work, done on the first route it builds whichever that is (it
+    imports pydantic.v1 for a compatibility check, ~15 ms): every request builds a route, so an
+    HTTP function does it at INIT (treadle_cloud.http) with a route of its own that serves nothing —
+    what the cold-start floor's one route costs (scripts/coldstart_ratios.py) — not at its first
+    request."""
+    from pydantic import BaseModel
+
+    class _Body(BaseModel):
+        x: int = 0
+
+    async def _echo(body: _Body) -> _Body:
+        return body
+
+    APIRoute("/_prime", _echo, methods=["POST"])
+
+
 def build_all() -> int:
     """Build every lazy route declared so far; answers how many were built now."""
     todo = [route for route in _DECLARED if not route.built]
