@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, get_args
 
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from pydantic.warnings import UnsupportedFieldAttributeWarning
 from starlette.routing import compile_path, get_name
 
@@ -61,11 +62,14 @@ class LazyAPIRoute(APIRoute):
             # for them — they are built here, with the route, not on its first validation
             warnings.simplefilter("ignore", UnsupportedFieldAttributeWarning)
             super().__init__(path, endpoint, **kwargs)
-            for adapter in self._adapters():
+            for annotation, adapter in self._adapters():
+                for model in _models(annotation):
+                    _complete(model, set())  # the models' own validators, which the adapter then reuses
                 adapter.rebuild()
 
-    def _adapters(self) -> Iterator[Any]:
-        """The pydantic adapters of the route's fields: body, parameters, responses."""
+    def _adapters(self) -> Iterator[tuple[Any, Any]]:
+        """The pydantic adapters of the route's fields (body, parameters, responses), with the
+        annotation each validates."""
         fields = [self.body_field, self.response_field, self.stream_item_field, *self.response_fields.values()]
         todo = [self.dependant]
         while todo:
@@ -74,8 +78,8 @@ class LazyAPIRoute(APIRoute):
             todo += dep.dependencies
         for field in fields:
             adapter = getattr(field, "_type_adapter", None)  # FastAPI's ModelField (fastapi._compat.v2)
-            if adapter is not None and not adapter.pydantic_complete:
-                yield adapter
+            if field is not None and adapter is not None and not adapter.pydantic_complete:
+                yield field.field_info.annotation, adapter
 
     def __getattr__(self, name: str) -> Any:
         # only called for an attribute the instance does not have yet: everything the build sets
@@ -85,20 +89,40 @@ class LazyAPIRoute(APIRoute):
         return getattr(self, name)
 
 
+def _models(annotation: Any) -> Iterator[type[BaseModel]]:
+    """The pydantic models an annotation names (`X | None`, `list[X]`, `Annotated[X, ...]` …)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for arg in get_args(annotation):
+        yield from _models(arg)
+
+
+def _complete(model: type[BaseModel], seen: set[type[BaseModel]]) -> None:
+    """Build a deferred model's validator, the models its fields name first: each is built once
+    and reused by those that contain it (built inside another, a deferred model stays deferred)."""
+    if model in seen or model.__pydantic_complete__:
+        return
+    seen.add(model)
+    for field in model.model_fields.values():
+        for inner in _models(field.annotation):
+            _complete(inner, seen)
+    model.model_rebuild()
+
+
 def prime_fastapi() -> None:
     """FastAPI's once-per-process work, done on the first route it builds whichever that is (it
     imports pydantic.v1 for a compatibility check, ~15 ms): every request builds a route, so an
     HTTP function does it at INIT (treadle_cloud.http) with a route of its own that serves nothing —
     what the cold-start floor's one route costs (scripts/coldstart_ratios.py) — not at its first
     request."""
-    from pydantic import BaseModel
 
     class _Body(BaseModel):
         x: int = 0
 
-    async def _echo(body: _Body) -> _Body:
+    async def _echo(body: Any) -> Any:
         return body
 
+    _echo.__annotations__ = {"body": _Body, "return": _Body}  # a body and an answer, as the floor's route
     APIRoute("/_prime", _echo, methods=["POST"])
 
 
