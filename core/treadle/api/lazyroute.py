@@ -1,17 +1,19 @@
 """Routes built on first use.
 
 Building a FastAPI route is most of what declaring it costs: the endpoint's dependency analysis
-and a pydantic adapter per body and response model (~1 ms a route, and the wire models' schemas
-with them). A cloud function serves a few of the API's ~65 routes per execution environment, so
-treadle's routers declare `LazyAPIRoute`: what routing needs to match a request — the path, its
-compiled regex and parameter convertors, the methods, the name — is set when the route is
-declared, and the rest (`APIRoute.__init__`, in place) on the first read of anything else: the
-route's `app` when a request first matches it, its fields when the OpenAPI document is built
+and a pydantic adapter per body and response model, and with them the schemas of the wire models
+it names (`treadle.wire` models defer their build). A cloud function serves a few of the API's
+~65 routes per execution environment, so treadle's routers declare `LazyAPIRoute`: what routing
+needs to match a request — the path, its compiled regex and parameter convertors, the methods,
+the name — is set when the route is declared, and the rest (`APIRoute.__init__`, in place, then
+the wire models it names and its adapters) on the first read of anything else: the route's `app`
+when a request first matches it (~2 ms, at most ~5), its fields when the OpenAPI document is built
 (every route, on the document's first request), its attributes when `include_router` reads them.
 After that it is an ordinary APIRoute.
 
 `build_all()` builds every route declared so far: a SnapStart INIT calls it, so the snapshot holds
-built routes (`treadle_cloud.container`).
+built routes (`treadle_cloud.http`). `prime_fastapi()` does at INIT what FastAPI does once per
+process on whichever route it builds first.
 """
 
 from __future__ import annotations
