@@ -58,7 +58,9 @@ class Container:
         self.loop = asyncio.new_event_loop()
         # under SnapStart: first-invocation imports into the snapshot (and the function's own
         # deferred ones, e.g. the API's routers: every one, as any request may come first)
-        if prepare_snapshot(imports=(*SNAPSHOT_IMPORTS, *snapshot_imports)):
+        #: whether this is the INIT SnapStart snapshots (the function adds what it defers, e.g. routes)
+        self.snapshot = prepare_snapshot(imports=(*SNAPSHOT_IMPORTS, *snapshot_imports))
+        if self.snapshot:
             from treadle.runtime import build_deferred
 
             build_deferred()  # what treadle defers to first use (tool modules, rare models) goes in too

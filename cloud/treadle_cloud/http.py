@@ -10,7 +10,10 @@ wants events as they are committed uses the stream function's URL (`treadle_clou
 Routers may be given lazily (`treadle_cloud.routes.LazyRouter`): the API function imports a
 router when a request first needs it. Either way a router's routes are added to the app as they
 are — FastAPI's `include_router` would build every route a second time (its dependencies, its
-pydantic fields), on the cold start's first request.
+pydantic fields), on the cold start's first request. And a route itself is built when a request
+first matches it (`treadle.api.lazyroute`): the routes an environment never serves cost nothing
+but their declaration; the OpenAPI document builds them all on its first request. A SnapStart
+INIT builds every route before the snapshot.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from mangum import Mangum
 
-from treadle.api.app import create_app
+from treadle.api.app import create_app, mount
+from treadle.api.lazyroute import build_all, prime_fastapi
 from treadle.errors import TreadleError
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.metrics import observed_invocation
@@ -45,19 +49,14 @@ def error_response(status: int, code: str, message: str) -> dict[str, Any]:
     }
 
 
-def mount(app: FastAPI, routers: Sequence[APIRouter]) -> None:
-    """Add `routers`' routes to `app` as built (what `include_router` does without a prefix,
-    tags or dependencies of its own, minus rebuilding each route)."""
-    for router in routers:
-        if router.on_startup or router.on_shutdown:
-            raise ValueError("a router with startup/shutdown handlers must be included, not mounted")
-        app.router.routes.extend(router.routes)
-
-
 class HttpFunction:
     def __init__(self, routers: Sequence[APIRouter | LazyRouter], container: Container | None = None) -> None:
         self.lazy = [r if isinstance(r, LazyRouter) else LazyRouter("", (), _routers=[r]) for r in routers]
         self.container = container or Container(snapshot_imports=modules(r for r in self.lazy if not r.loaded))
+        if self.container.snapshot:
+            build_all()  # every router was imported for the snapshot: its routes go in built
+        else:
+            prime_fastapi()  # what FastAPI does once, on whichever route a request first builds
         self.app: FastAPI | None = None
         self._adapter: Mangum | None = None
         self._base_routes: list[Any] = []

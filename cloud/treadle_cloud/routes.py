@@ -72,7 +72,14 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 
+#: imported at INIT all the same: the runs API, which most of the API function's requests use (its
+#: routes are built on first use: treadle.api.lazyroute)
+INIT_IMPORTS = ("treadle.api.runs",)
+
+
 def api_lazy_routers() -> list[LazyRouter]:
+    for module in INIT_IMPORTS:
+        importlib.import_module(module)
     return [LazyRouter(module, prefixes, attr) for module, attr, prefixes in API_ROUTERS]
 
 

@@ -33,6 +33,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from treadle.dispatch.sqs import decode_step_message, trace_carrier
 from treadle.domain.runs import StepMessage
 from treadle.engine.outcomes import StepResult
+from treadle.engine.step import Engine  # every invocation runs it: its modules load at INIT
 from treadle.runtime import Runtime
 from treadle.telemetry import tracing
 from treadle_cloud.container import Container, remaining_s
@@ -120,7 +121,8 @@ class SqsWorker:
         """`Engine.handle`, with the lease in hand: a step whose model call meets the deadline is
         handed back — its lease released, its (possibly chained) step enqueued again — and the
         record acknowledged (None)."""
-        owner = rt.engine.new_owner()
+        engine: Engine = rt.engine
+        owner = engine.new_owner()
         over_cap, leased = await rt.steps.lease_within_cap(msg.run_id, msg.step_no, owner)
         if over_cap:
             # fairness: its tenant (user) is at its cap — sent again with a delay and this record
@@ -130,7 +132,7 @@ class SqsWorker:
         if leased is None:
             return StepResult.DROPPED
         try:
-            return await rt.engine.run_leased(leased, owner)
+            return await engine.run_leased(leased, owner)
         except InvocationEnding as exc:
             current = leased.chain_owner or owner  # a chained step runs under the token its commit handed over
             log.warning("step %s/%s handed back: %s", leased.run_id, leased.step_no, exc)

@@ -14,7 +14,6 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from treadle.builtins.client import ClientTool
 from treadle.builtins.registry import default_registry
 from treadle.config import AgentConfig, Settings, TreadleConfig
 from treadle.dispatch.base import Dispatcher
@@ -22,7 +21,6 @@ from treadle.embeddings.registry import build_embedder
 from treadle.engine.agents import AgentCatalogue, ResolvedAgent
 from treadle.engine.hub import RunEventHub
 from treadle.engine.sending import StepSender
-from treadle.engine.step import Engine, EngineSettings
 from treadle.engine.waiting import Steering
 from treadle.engine.waking import RunWaker
 from treadle.hooks.calls import HttpToolHooks
@@ -54,6 +52,7 @@ from treadle.volumes.base import VolumeStorage
 from treadle.volumes.service import VolumeService
 
 if TYPE_CHECKING:
+    from treadle.engine.step import Engine
     from treadle.mcp.defs import McpServerDefs
     from treadle.mcp.tools import McpToolSource
     from treadle.store.tokens import AuthTokenStore
@@ -73,9 +72,10 @@ def default_providers(config: TreadleConfig | None = None) -> dict[str, Provider
 
 def build_deferred() -> list[str]:
     """Build now what the runtime otherwise builds on first use: every built-in tool's module, the
-    evaluations, and each pydantic model declared `defer_build` (the config sections, specs and
-    segments few invocations validate on their own). For a SnapStart INIT, so the snapshot holds
-    them; a plain cold start never calls it. Answers the models it built."""
+    engine's and the evaluations' modules, and each pydantic model declared `defer_build` (the
+    config sections, specs, segments and wire models few invocations validate on their own).
+    For a SnapStart INIT, so the snapshot holds them; a plain cold start never calls it. Answers the
+    models it built."""
     import sys
 
     from pydantic import BaseModel
@@ -85,6 +85,7 @@ def build_deferred() -> list[str]:
 
     import_all()
     build_sections()  # the lazy config sections' validators (and the trigger specs they import)
+    import treadle.engine.step  # Runtime.engine is built on first use
     import treadle.substrate.evaluation  # noqa: F401
 
     built: list[str] = []
@@ -97,6 +98,15 @@ def build_deferred() -> list[str]:
                 cls.model_rebuild()
                 built.append(f"{cls.__module__}.{cls.__qualname__}")
     return built
+
+
+def _client_tools(leased: LeasedRun) -> list[Tool]:
+    """The tools a run's client declared (none for most runs: their module is imported for one)."""
+    if not leased.client_tools:
+        return []
+    from treadle.builtins.client import ClientTool
+
+    return [ClientTool.from_spec(spec, leased.client_tool_timeout_s) for spec in leased.client_tools]
 
 
 class _OpServices(Mapping[str, OpService]):
@@ -180,7 +190,6 @@ class Runtime:
     sender: StepSender = field(init=False)
     waker: RunWaker = field(init=False)
     substrate: Substrate = field(init=False)
-    engine: Engine = field(init=False)
     #: the cloud shape bounds an SSE response by the invocation's remaining time
     sse_budget_s: float | None = None
     #: ... and, since API Gateway delivers a response only once it ends, ends it this long after
@@ -222,7 +231,7 @@ class Runtime:
         self.sender = StepSender(self.dispatcher)
         self.hooks = HttpToolHooks(HookStore(pool), self.network)
         self.waker = RunWaker(self.waits, self.subruns, self.sender, self.hub)
-        interrupts = InterruptStore(pool)
+        self.interrupts = InterruptStore(pool)
         self.substrate = Substrate(pool, self.catalogue, self.runs, self.memory, build_embedder(config.memory.embedder))
         storage = self.volume_storage
         if storage == "host":
@@ -230,31 +239,39 @@ class Runtime:
 
             storage = self.volume_storage = HostDirStorage(settings.volumes_root or settings.home / "volumes")
         self.volumes = VolumeService(storage, config, VolumeStore(pool), DefStore(pool), self.subruns)
+
+    @cached_property
+    def engine(self) -> Engine:
+        """The engine and what its steps use (tools' services, steering), built on first use: the
+        worker's every invocation and the sidecar's workers use it; the API, webhook, MCP and
+        scheduler functions only for a rare route (a client tool's result, an op over MCP) or never,
+        and do not import its modules."""
+        from treadle.engine.step import Engine, EngineSettings
+
+        settings, pool = self.settings, self.pool
         tools = ToolServices(
-            config=config, runs=self.runs, memory=self.memory, waits=self.waits, channels=self.channels,
-            interrupts=interrupts, subruns=self.subruns, defs=DefStore(pool), client_results=ClientToolStore(pool),
-            waker=self,
+            config=self.config, runs=self.runs, memory=self.memory, waits=self.waits, channels=self.channels,
+            interrupts=self.interrupts, subruns=self.subruns, defs=DefStore(pool),
+            client_results=ClientToolStore(pool), waker=self,
             starter=self, agents=self.substrate.agents, vector_memory=self.substrate.memory,
             ops=_OpServices(self),
             catalogue=_ToolCatalogue(self.registry),
             volumes=self.volumes,
         )
-        self.engine = Engine(
+        return Engine(
             steps=self.steps,
             agents=self.catalogue.static,
             tools=tools,
             sender=self.sender,
             steering=Steering(
-                steps=self.steps, waits=self.waits, inputs=InputStore(pool), interrupts=interrupts,
+                steps=self.steps, waits=self.waits, inputs=InputStore(pool), interrupts=self.interrupts,
                 subruns=self.subruns, sender=self.sender, waker=self.waker, hub=self.hub,
             ),
             hub=self.hub,
             resolve_agent=self.substrate.pinning.resolve,
             cancels=self.cancels,
             hooks=self.hooks,
-            client_tools=lambda leased: [
-                ClientTool.from_spec(spec, leased.client_tool_timeout_s) for spec in leased.client_tools or ()
-            ],
+            client_tools=_client_tools,
             mcp_tools=self._mcp_tools,
             settings=EngineSettings(
                 tool_parallelism=settings.tool_parallelism,

@@ -21,12 +21,17 @@ NOT_IMPORTED = {
     "worker": (*EVERYWHERE, "fastapi", "mangum", "treadle.triggers.static", "treadle.triggers.eventbridge",
                "treadle.triggers.webhooks", "treadle.api"),
     # the api function imports a router when a request first needs it (treadle_cloud/routes.py)
-    "api": (*EVERYWHERE, "treadle.api.webhooks", "aws_lambda_powertools.utilities.batch", "treadle.api.admin",
+    "api": (*EVERYWHERE, "treadle.engine.step", "treadle.api.webhooks", "aws_lambda_powertools.utilities.batch",
+            "treadle.api.admin",
             "treadle.api.channels", "treadle.api.memory", "treadle.api.openai_compat", "treadle.api.mcp",
             "treadle.api.substrate", "treadle.api.triggers"),
     "migrate": (*EVERYWHERE, "treadle.runtime", "treadle.engine", "fastapi"),
-    "scheduler": EVERYWHERE,
+    # the engine is built on first use (Runtime.engine): only the worker and maintenance run it
+    "scheduler": (*EVERYWHERE, "treadle.engine.step"),
     "maintenance": EVERYWHERE,
+    # one router each: not the runs API the api function serves
+    "webhook": (*EVERYWHERE, "treadle.engine.step", "treadle.api.runs", "treadle.api.loomcycle", "treadle.api.mcp"),
+    "mcp": (*EVERYWHERE, "treadle.engine.step", "treadle.api.runs", "treadle.api.loomcycle", "treadle.api.webhooks"),
 }
 
 

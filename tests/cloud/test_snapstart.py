@@ -78,19 +78,26 @@ def test_prepare_snapshot_survives_a_trimmed_layer() -> None:
 API_INIT = """\
 import json, sys
 import functions.api.handler  # INIT
+from treadle.api.lazyroute import _DECLARED
 from treadle_cloud.routes import API_ROUTERS
-print(json.dumps({"routers": sorted({m for m, _a, _p in API_ROUTERS if m in sys.modules})}))
+print(json.dumps({"routers": sorted({m for m, _a, _p in API_ROUTERS if m in sys.modules}),
+                  "routes": len(_DECLARED), "built": sum(r.built for r in _DECLARED),
+                  "engine": "treadle.engine.step" in sys.modules}))
 """
 
 
-def api_init(tmp_path: Path, init_type: str) -> list[str]:
+def api_init_out(tmp_path: Path, init_type: str) -> dict[str, object]:
     (tmp_path / "snapshot_restore_py.py").write_text(STAND_IN)
     env = {**os.environ, "AWS_LAMBDA_INITIALIZATION_TYPE": init_type,
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", API_INIT], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return list(json.loads(proc.stdout.strip().splitlines()[-1])["routers"])
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def api_init(tmp_path: Path, init_type: str) -> list[str]:
+    return list(api_init_out(tmp_path, init_type)["routers"])  # type: ignore[call-overload]
 
 
 def test_the_api_functions_snapshot_holds_every_router_and_an_on_demand_init_only_the_runs_api(
@@ -101,3 +108,15 @@ def test_the_api_functions_snapshot_holds_every_router_and_an_on_demand_init_onl
     every = sorted({m for m, _a, _p in API_ROUTERS})
     assert api_init(tmp_path, "snap-start") == every
     assert len(api_init(tmp_path, "on-demand")) < len(every)
+
+
+def test_the_api_functions_snapshot_holds_every_route_built_and_an_on_demand_init_none() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        snap = api_init_out(Path(tmp), "snap-start")
+        cold = api_init_out(Path(tmp), "on-demand")
+    assert snap["routes"] == snap["built"] and int(snap["routes"]) > 60  # type: ignore[call-overload]
+    assert snap["engine"] is True  # build_deferred: the engine's modules too
+    assert cold["built"] == 0 and int(cold["routes"]) > 0  # type: ignore[call-overload]
+    assert cold["engine"] is False  # Runtime.engine: built on first use

@@ -21,13 +21,15 @@ def _models(annotation: object) -> list[type]:
     args = typing.get_args(annotation)
     if args:
         return [m for a in args for m in _models(a)]
-    return [annotation] if isinstance(annotation, type) else []
+    return [annotation] if isinstance(annotation, type) and annotation is not type(None) else []  # `X | None`: X
 
 
 def test_every_route_takes_and_answers_wire_models() -> None:
     app = create_app(auth_token=None, max_request_bytes=1 << 20)
     outside = []
-    for route in app.routes:
+    routes = [r for r in app.routes if isinstance(r, APIRoute) and r.include_in_schema]
+    assert len(routes) > 60  # the app's own routes (FastAPI's include_router would hide them behind a wrapper)
+    for route in routes:
         if not isinstance(route, APIRoute) or not route.include_in_schema:
             continue
         if route.body_field is not None:

@@ -13,6 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import AUTHED, BODY, errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.domain.ids import is_identifier
 from treadle.errors import Forbidden, ValidationFailed
 from treadle.runtime import Runtime
@@ -20,8 +21,8 @@ from treadle.security.principal import Principal
 from treadle.store.tenants import TenantData
 from treadle.wire import AdminRuns, CancelTenantRequest, Concurrency, TenantCancelled, TenantErased
 
-router = APIRouter(prefix="/v1/_admin", tags=["admin"])
-tenant_router = APIRouter(prefix="/v1", tags=["runs"])
+router = APIRouter(prefix="/v1/_admin", tags=["admin"], route_class=LazyAPIRoute)
+tenant_router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 #: how many runs one kill-switch call cancels at most (call again for the rest)

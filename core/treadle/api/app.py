@@ -9,7 +9,6 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 
 from treadle import __version__
-from treadle.api import runs
 from treadle.api.auth import Authenticator
 from treadle.api.errors import install_error_handlers
 from treadle.api.limits import BodySizeLimit
@@ -22,13 +21,14 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     """The routers of the authenticated API (/v1/...), in mount order. `webhooks=False` leaves
     out /v1/_webhooks/* (the cloud shape routes it to the webhook function)."""
-    from treadle.api import (
+    from treadle.api import (  # here, not at the top: a function serving other routes never imports them
         admin,
         channels,
         clienttools,
         hooks,
         interrupts,
         memory,
+        runs,
         steering,
         substrate,
         tokens,
@@ -48,6 +48,17 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers(), mcp.router]
 
 
+def mount(app: FastAPI, routers: Sequence[APIRouter]) -> None:
+    """Add `routers`' routes to `app` as they are: what `include_router` does for a router without
+    a prefix, tags or dependencies of its own, minus building each route again per app (FastAPI
+    builds an included route's fields once more for the app that includes it). treadle's routes are
+    built on first use (treadle.api.lazyroute), whichever app serves them."""
+    for router in routers:
+        if router.on_startup or router.on_shutdown:
+            raise ValueError("a router with startup/shutdown handlers must be included, not mounted")
+        app.router.routes.extend(router.routes)
+
+
 def create_app(
     *,
     auth_token: str | None,
@@ -57,8 +68,8 @@ def create_app(
     watch_page: bool = True,
     public_docs: bool = False,
 ) -> FastAPI:
-    """The app with `/healthz` and `routers` (default: the runs API). Each cloud function mounts
-    only the routers it serves."""
+    """The app with `/healthz` and `routers` (default: the whole API, `api_routers()`). Each cloud
+    function mounts only the routers it serves."""
     app = FastAPI(
         title="treadle",
         version=__version__,
@@ -80,14 +91,13 @@ def create_app(
 
     from treadle.api import metrics as metrics_route
 
-    app.include_router(metrics_route.router)  # GET /metrics (Prometheus text), bearer-authed
-    for router in api_routers() if routers is None else routers:
-        app.include_router(router)
+    mount(app, [metrics_route.router])  # GET /metrics (Prometheus text), bearer-authed
+    mount(app, api_routers() if routers is None else routers)
     install_docs(app, behind_auth=not public_docs)
     if watch_page:
         from treadle.api import watchpage
 
-        app.include_router(watchpage.router)
+        mount(app, [watchpage.router])
     from treadle.api.tenantscope import TenantBindingMiddleware
 
     app.add_middleware(TenantBindingMiddleware)  # a request's queries see only its tenant's rows

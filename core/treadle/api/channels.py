@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import AUTHED, BODY, errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.errors import NotFound, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
@@ -32,7 +33,7 @@ from treadle.wire import (
     SubscribeRequest,
 )
 
-router = APIRouter(prefix="/v1/_channels", tags=["channels"])
+router = APIRouter(prefix="/v1/_channels", tags=["channels"], route_class=LazyAPIRoute)
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 #: the earlier names of the bodies (api/mcp/tools.py uses them)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import BODY, errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.errors import ValidationFailed
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
@@ -17,7 +18,7 @@ from treadle.store.clienttools import client_tool_key
 from treadle.wire import ClientToolSpec, ToolResultAccepted, ToolResultRequest
 from treadle.wire.runs import TOOL_NAME, ClientTools, ClientToolTimeout
 
-router = APIRouter(prefix="/v1", tags=["runs"])
+router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 

@@ -9,13 +9,14 @@ from fastapi import APIRouter, Depends, Response
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import AUTHED, BODY, errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.errors import NotFound, ValidationFailed
 from treadle.hooks.calls import DEFAULT_SECRET_ENV
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.wire import Hook, HookList, HookRequest
 
-router = APIRouter(prefix="/v1", tags=["hooks"])
+router = APIRouter(prefix="/v1", tags=["hooks"], route_class=LazyAPIRoute)
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Query
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import AUTHED, BODY, errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.errors import (
     InterruptExpired,
     InterruptNotFound,
@@ -28,7 +29,7 @@ from treadle.security.principal import Principal
 from treadle.store.interrupts import STATUSES, InterruptStore, interrupt_key
 from treadle.wire import InterruptResolved, ResolveRequest, RunInterrupts, TenantInterrupts, UserInterrupts
 
-router = APIRouter(prefix="/v1", tags=["interrupts"])
+router = APIRouter(prefix="/v1", tags=["interrupts"], route_class=LazyAPIRoute)
 
 __all__ = ["ResolveRequest", "router"]
 Rt = Annotated[Runtime, Depends(get_runtime)]

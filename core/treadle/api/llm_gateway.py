@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import BODY, errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.modelcall import Chosen, ModelCall, TextDelta, call_logged, gateway_route, log_call, stream_once
 from treadle.api.sse import SSE_HEADERS
 from treadle.domain.content import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
@@ -40,7 +41,7 @@ from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.wire import GatewayResponse
 
-router = APIRouter(prefix="/v1", tags=["llm gateway"])
+router = APIRouter(prefix="/v1", tags=["llm gateway"], route_class=LazyAPIRoute)
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from treadle.api.auth import principal_view
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import AUTHED, BODY, errors, fast_json
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
@@ -41,7 +42,7 @@ from treadle.wire import (
 )
 from treadle.wire.runs import MAX_BATCH
 
-router = APIRouter(prefix="/v1", tags=["runs"])
+router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 

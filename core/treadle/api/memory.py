@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, Query
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import AUTHED, BODY, errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.domain.ids import is_identifier
 from treadle.errors import NotFound, ValidationFailed
 from treadle.runtime import Runtime
@@ -36,7 +37,7 @@ from treadle.wire import (
 )
 from treadle.wire.memory import MemoryScope as Scope
 
-router = APIRouter(prefix="/v1/_memory", tags=["memory"])
+router = APIRouter(prefix="/v1/_memory", tags=["memory"], route_class=LazyAPIRoute)
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]
 __all__ = ["MemoryPut", "MemorySearch", "Scope", "router"]

@@ -13,21 +13,35 @@ from pydantic import BaseModel
 
 #: schemas the documented bodies refer to (merged into components.schemas)
 EXTRA_SCHEMAS: dict[str, Any] = {}
+#: the models documented as bodies by `body_doc`, by name (with their `open_fields`)
+BODY_MODELS: dict[str, tuple[type[BaseModel], str | None]] = {}
+_MADE: set[str] = set()
 #: where the docs pages load their scripts and styles from (no bearer needed: public code)
 ASSETS_PATH = "/docs-assets"
 
 
 def body_doc(model: type[BaseModel], *, open_fields: str | None = None) -> dict[str, Any]:
     """`openapi_extra=` documenting `model` as the JSON body of a route that reads the body itself.
-    `open_fields`: the body may carry more fields than the model names (said so in the schema)."""
-    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-    EXTRA_SCHEMAS.update(schema.pop("$defs", {}))
-    if open_fields is not None:
-        schema["additionalProperties"] = True
-        schema["description"] = f"{schema.get('description', '')}\n\n{open_fields}".strip()
-    EXTRA_SCHEMAS.setdefault(model.__name__, schema)
+    `open_fields`: the body may carry more fields than the model names (said so in the schema).
+    The model's schema is made with the OpenAPI document (`openapi_of`), not when the route is
+    declared: a process that never serves the document never builds it."""
+    BODY_MODELS.setdefault(model.__name__, (model, open_fields))
     ref = {"$ref": f"#/components/schemas/{model.__name__}"}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+def _body_schemas() -> None:
+    """EXTRA_SCHEMAS gets the schemas of the models `body_doc` named (and the schemas they use)."""
+    for name, (model, open_fields) in list(BODY_MODELS.items()):
+        if name in _MADE:
+            continue
+        _MADE.add(name)
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        EXTRA_SCHEMAS.update(schema.pop("$defs", {}))
+        if open_fields is not None:
+            schema["additionalProperties"] = True
+            schema["description"] = f"{schema.get('description', '')}\n\n{open_fields}".strip()
+        EXTRA_SCHEMAS.setdefault(name, schema)
 
 
 def openapi_of(app: FastAPI) -> dict[str, Any]:
@@ -36,6 +50,7 @@ def openapi_of(app: FastAPI) -> dict[str, Any]:
         spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes,
                            tags=app.openapi_tags)
         schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+        _body_schemas()
         for name, schema in EXTRA_SCHEMAS.items():
             schemas.setdefault(name, schema)
         _path_404s(spec)

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from treadle.api.clienttools import client_tool_specs
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import AUTHED, BODY, errors, fast_json
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.loomcycle import (
     check_agent_id,
     new_agent_id,
@@ -39,7 +40,7 @@ from treadle.wire import (
     TurnCancelled,
 )
 
-router = APIRouter(prefix="/v1", tags=["runs"])
+router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
 __all__ = ["CancelRequest", "RunRequest", "router", "run_view"]
 class EventStream(StreamingResponse):
     """The documented answer of the stream route: server-sent events."""

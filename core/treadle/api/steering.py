@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import BODY, errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.engine.waiting import input_key
 from treadle.errors import (
     NotInteractive,
@@ -30,7 +31,7 @@ from treadle.store.inputs import InputStore
 from treadle.wire import InputAccepted, InputRequest
 from treadle.wire.runs import MAX_INPUT_CHARS
 
-router = APIRouter(prefix="/v1", tags=["runs"])
+router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
 
 Rt = Annotated[Runtime, Depends(get_runtime)]
 Who = Annotated[Principal, Depends(get_principal)]

@@ -13,9 +13,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from treadle.api.defroutes import add_def_routes, add_op_route
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.wire import EvaluationOp
 
-router = APIRouter(prefix="/v1", tags=["substrate"])
+router = APIRouter(prefix="/v1", tags=["substrate"], route_class=LazyAPIRoute)
 add_def_routes(router, "/_agentdef", lambda rt: rt.substrate.agents)
 add_def_routes(router, "/_skilldef", lambda rt: rt.substrate.skills)
 add_def_routes(router, "/_volumedef", lambda rt: rt.volumedefs)

@@ -11,12 +11,13 @@ from fastapi import APIRouter, Request
 from treadle.api.auth import principal_view
 from treadle.api.defroutes import OPEN_FIELDS, Rt, Who, op_body
 from treadle.api.errors import AUTHED, BODY, errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.openapi import body_doc
 from treadle.domain.ids import is_identifier
 from treadle.errors import Forbidden, ValidationFailed
 from treadle.wire import DefOp, Names, OpResult, Whoami
 
-router = APIRouter(prefix="/v1", tags=["auth"])
+router = APIRouter(prefix="/v1", tags=["auth"], route_class=LazyAPIRoute)
 
 
 @router.post("/_operatortokendef", response_model=OpResult, response_model_exclude_unset=True,

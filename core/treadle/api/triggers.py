@@ -15,9 +15,10 @@ from fastapi import APIRouter
 
 from treadle.api.defroutes import Rt, Who, add_def_routes
 from treadle.api.errors import AUTHED, errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.wire import ScheduleDetail, ScheduleFired, ScheduleList, ScheduleState
 
-router = APIRouter(prefix="/v1", tags=["triggers"])
+router = APIRouter(prefix="/v1", tags=["triggers"], route_class=LazyAPIRoute)
 add_def_routes(router, "/_scheduledef", lambda rt: rt.triggers.schedules.family)
 add_def_routes(router, "/_webhookdef", lambda rt: rt.triggers.webhooks.family)
 

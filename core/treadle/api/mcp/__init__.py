@@ -25,6 +25,7 @@ from starlette.types import Message, Receive, Scope, Send
 from treadle.api.auth import TENANT_HEADER, Authenticator, authorize
 from treadle.api.defroutes import add_def_routes
 from treadle.api.errors import _STATUS_CODES, error_body
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.tenantscope import bind_request
 from treadle.errors import StoreError
 
@@ -97,7 +98,7 @@ class TreadleErrorShape:
         await self._send({"type": "http.response.body", "body": body})
 
 
-router = APIRouter(tags=["mcp"])
+router = APIRouter(tags=["mcp"], route_class=LazyAPIRoute)
 router.routes.append(Route(PATH, McpEndpoint(), methods=["GET", "POST", "DELETE"], include_in_schema=False))
 #: MCPServerDef ops over HTTP (as /v1/_agentdef): POST /v1/_mcpserverdef, GET /v1/_mcpserverdef/names
 add_def_routes(router, "/v1/_mcpserverdef", lambda rt: rt.mcp_defs)

@@ -12,11 +12,11 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from treadle.api.errors import errors
+from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.openai_compat.wire import UnsupportedParameter
 from treadle.errors import TreadleError
 from treadle.wire import ErrorBody, OpenAIErrorBody
@@ -81,8 +81,9 @@ def openai_error_response(exc: Exception) -> JSONResponse:
     return JSONResponse(error_doc(500, "internal error", "internal_error"), status_code=500)
 
 
-class OpenAIRoute(APIRoute):
-    """An APIRoute whose failures answer in OpenAI's error shape."""
+class OpenAIRoute(LazyAPIRoute):
+    """An APIRoute whose failures answer in OpenAI's error shape (built on first use, as treadle's
+    other routes: treadle.api.lazyroute)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
