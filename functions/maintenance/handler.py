@@ -1,5 +1,6 @@
 """Maintenance function: every minute, re-enqueue expired leases and due steps."""
 
+from functions import initialised
 from treadle_cloud.maintenance import MaintenanceFunction
 
-handler = MaintenanceFunction()
+handler = initialised(MaintenanceFunction())

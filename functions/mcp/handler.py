@@ -1,6 +1,7 @@
 """MCP function: /v1/_mcp, treadle's MCP server (stateless Streamable HTTP; treadle/api/mcp)."""
 
+from functions import initialised
 from treadle.api import mcp
 from treadle_cloud.http import HttpFunction
 
-handler = HttpFunction([mcp.router])
+handler = initialised(HttpFunction([mcp.router]))

@@ -1,5 +1,6 @@
 """Migrate function: treadle's migrations at deploy time (a custom resource) and the operator's doctor."""
 
+from functions import initialised
 from treadle_cloud.migrate import MigrateFunction
 
-handler = MigrateFunction()
+handler = initialised(MigrateFunction())

@@ -51,3 +51,16 @@ def test_a_handler_module_imports_only_what_every_invocation_needs(handler: str)
 def test_the_check_itself_sees_imports() -> None:
     assert imported_by("worker", ("psycopg", "aws_lambda_powertools.utilities.batch", "treadle.engine.step")) == [
         "psycopg", "aws_lambda_powertools.utilities.batch", "treadle.engine.step"]
+
+
+@pytest.mark.parametrize("handler", ["worker", "migrate"])
+def test_a_handler_imports_with_the_collector_paused_and_leaves_it_on(handler: str) -> None:
+    """functions/__init__.py pauses the cyclic collector for the INIT's imports; the handler's
+    `initialised` freezes what they made and turns it back on for the invocations."""
+    code = ("import gc, json; import functions; paused = not gc.isenabled(); "
+            f"import functions.{handler}.handler; "
+            "print(json.dumps([paused, gc.isenabled(), gc.get_freeze_count()]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    paused, enabled, frozen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert paused and enabled and frozen > 10_000, (paused, enabled, frozen)

@@ -4,6 +4,7 @@ the thinness of the Lambda handlers."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -106,7 +107,8 @@ def test_layer_requirements_cover_the_core_dependencies() -> None:
 
 def test_handlers_are_thin() -> None:
     for handler in sorted((ROOT / "functions").glob("*/handler.py")):
-        lines = handler.read_text().splitlines()
-        code = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith(("#", '"""'))]
-        assert len(code) <= 4, (handler, code)
-        assert re.search(r"^handler = \w+\(", handler.read_text(), re.M), handler
+        body = ast.parse(handler.read_text()).body
+        code = body[1:] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else body
+        assert len(code) <= 4, (handler, [ast.unparse(c) for c in code])
+        # the INIT ends with the collector back on (functions/__init__.py pauses it for the imports)
+        assert re.search(r"^handler = initialised\(\w+\(", handler.read_text(), re.M), handler
