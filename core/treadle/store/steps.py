@@ -493,15 +493,18 @@ class StepStore:
         source = ", fence.fenced FROM fence LEFT JOIN g ON true" if finish is not None else "FROM g"
         folded = finish.folded if finish is not None else None
         # a folded write (store/folding.py) is a CTE of this statement, its result filled into the
-        # tool_result it answers; the fence fails the whole statement, the write with it
-        tool = f"), tool AS ({folded.write.statement}" if folded is not None else ""
+        # tool_result it answers; the fence fails the whole statement, the write with it. The run
+        # row's update waits for the write (`after_tool`: an InitPlan evaluated before the row is
+        # locked), so a cancel never queues behind a slow write for the run's lock
+        tool = f"tool AS ({folded.write.statement}), " if folded is not None else ""
+        after_tool = " AND (SELECT count(*) FROM tool) >= 0" if folded is not None else ""
         payload = ("CASE WHEN t.type = 'tool_result' AND t.tool_use_id = %(fold_id)s THEN t.payload"
                    " || jsonb_build_object('text', coalesce((SELECT text FROM tool), %(fold_failed)s),"
                    " 'is_error', (SELECT text FROM tool) IS NULL) ELSE t.payload END"
                    if folded is not None else "t.payload")
         fold_text = ", (SELECT text FROM tool) AS fold_text" if folded is not None else ""
         sql = f"""
-        WITH g AS (
+        WITH {tool}g AS (
             UPDATE runs SET
                 last_seq = last_seq + %(n)s, step_no = step_no + 1, step_failures = 0,
                 lease_owner = %(chain_owner)s,
@@ -518,9 +521,9 @@ class StepStore:
                 cache_read_tokens = cache_read_tokens + %(cr_t)s,
                 updated_at = now()
             WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
-              AND NOT (%(yields_to_cancel)s AND cancel_requested)
+              AND NOT (%(yields_to_cancel)s AND cancel_requested){after_tool}
             RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason, input_seq
-        {tool}), ev AS (
+        ), ev AS (
             INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
             SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, {payload}, t.tool_use_id
             FROM g, ROWS FROM (jsonb_to_recordset(%(events)s::jsonb) AS (type text, payload jsonb, tool_use_id text))
