@@ -5,12 +5,14 @@ folded write the database refuses runs as an ordinary call, which reports the er
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from typing import Any
 
 import psycopg
 import pytest
 
+from tests.support.e2e import wait_until
 from tests.support.folds import recording_folds
 from treadle.store.folding import FoldedWrite, FoldFailed
 from treadle.store.memory import INCR, incr_params
@@ -113,3 +115,35 @@ async def test_a_commit_that_cannot_carry_a_folded_write_refuses_it(open_runtime
     assert await rt.memory.get(TENANT, "agent", "park", "p") == (False, None)
     stored = await rt.runs.get(TENANT, r.id)
     assert stored is not None and (stored.status, stored.step_no) == ("running", 0)
+
+
+async def test_a_cancel_does_not_wait_behind_a_folded_write(open_runtime: Any, db_url: str) -> None:
+    """The folded write runs before the commit locks the run's row: while it waits (here for a
+    memory row another transaction holds), a cancel flags the run at once, and the step then yields
+    to it — the run ends cancelled, the write rolled back."""
+    rt, disp = await open_runtime({"held": incr_agent("h")})
+    await rt.memory.set(TENANT, "agent", "held", "h", 5, None)
+    r, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="held", segments=[
+        {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
+    async with await psycopg.AsyncConnection.connect(db_url) as holder:
+        await holder.execute("SELECT 1 FROM memory WHERE tenant_id = %s AND key = 'h' FOR UPDATE", (TENANT,))
+        stepping = asyncio.ensure_future(disp.drain())
+
+        async def commit_waits_for_the_row() -> bool:
+            # (pg_stat_activity is read once per transaction: the holder's would never change)
+            async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as watcher:
+                cur = await watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                    ("%tool AS (INSERT INTO memory%",))
+                row = await cur.fetchone()
+            return bool(row and row[0])
+
+        await wait_until(commit_waits_for_the_row, timeout=30, interval=0.02, what="the folded commit to wait")
+        # a cancel that queued behind the commit for the run's row would never return while it waits
+        await asyncio.wait_for(rt.cancel_run(TENANT, r.id, "stop"), timeout=30)
+        await holder.rollback()
+    await stepping
+    await disp.drain()
+    stored = await rt.runs.get(TENANT, r.id)
+    assert stored is not None and stored.status == "cancelled", stored
+    assert await rt.memory.get(TENANT, "agent", "held", "h") == (True, 5)
