@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from treadle.domain.content import ToolUseBlock
 from treadle.domain.runs import NewEvent
@@ -25,6 +25,7 @@ from treadle.store.steps import LeasedRun, StepStore
 from treadle.telemetry import tracing
 from treadle.telemetry.metrics import NOT_PERMITTED, metrics
 from treadle.tools.base import (
+    Foldable,
     Park,
     Principal,
     Tool,
@@ -181,11 +182,10 @@ class ToolRunner:
         """Hand the call to the step's commit statement (tools/base.py `Foldable`); False when
         the tool cannot fold it, a post-call hook would read its result, the input is bad (the
         call then reports that) or the transaction cannot carry it."""
-        fold = getattr(tool, "fold", None)
-        if fold is None or (self.hooks is not None and await self.hooks.has_post(ctx, tu.name)):
+        if not hasattr(tool, "fold") or (self.hooks is not None and await self.hooks.has_post(ctx, tu.name)):
             return False
         try:
-            write = fold(ctx, args)
+            write = cast(Foldable, tool).fold(ctx, args)
         except ToolError:
             return False
         return write is not None and self.steps.fold(tu.id, write)

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from treadle.domain.runs import NewEvent
+
 _PARAM = re.compile(r"%\((\w+)\)s")
 
 
@@ -57,7 +59,7 @@ class FoldFailed(Exception):
         self.error = error
 
 
-def fill_result(events: list[Any], folded: Folded, text: str | None) -> None:
+def fill_result(events: list[NewEvent], folded: Folded, text: str | None) -> None:
     """Put the folded call's outcome into its `tool_result` event (the copy the worker keeps)."""
     for event in events:
         if event.type == "tool_result" and event.tool_use_id == folded.tool_use_id:
