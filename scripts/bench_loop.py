@@ -279,8 +279,10 @@ async def bench_rate(url: str, runs: int, iterations: int, workers: int, tenant:
             "server_cpu": meter.cpu / iters if meter.cpu is not None else float("nan")}
 
 
-async def bench_floor(url: str, n: int, concurrency: int) -> dict[str, float]:
-    """`n` floor transactions over `concurrency` connections: latency p50/p99 and the rate."""
+async def bench_floor(url: str, n: int, concurrency: int, batch: int = 1) -> dict[str, float]:
+    """`n` floor iterations over `concurrency` connections: latency p50/p99 (per transaction) and
+    the rate (per iteration). `batch` > 1: that many iterations per transaction, sent in a pipeline
+    — not the floor of the targets, but what group commit would amortise (docs/benchmarks.md)."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as setup:
         await setup.execute(
             "CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, body text NOT NULL);"
@@ -288,28 +290,36 @@ async def bench_floor(url: str, n: int, concurrency: int) -> dict[str, float]:
             "INSERT INTO bench_floor_state SELECT g, 0 FROM generate_series(1, 64) g ON CONFLICT DO NOTHING"
         )
     body = "x" * 1024
-    per = n // concurrency
+    per = n // concurrency // batch
     lat: list[float] = []
+
+    async def iteration(conn: psycopg.AsyncConnection[Any], worker: int) -> None:
+        for _ in range(2):
+            await conn.execute("INSERT INTO bench_floor (body) VALUES (%s)", (body,))
+        await conn.execute("UPDATE bench_floor_state SET n = n + 1 WHERE id = %s", (worker % 64 + 1,))
+        await conn.execute("NOTIFY bench_floor")
 
     async def one(worker: int) -> None:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             for _ in range(per):
                 t0 = time.perf_counter()
-                async with conn.transaction():
-                    for _ in range(2):
-                        await conn.execute("INSERT INTO bench_floor (body) VALUES (%s)", (body,))
-                    await conn.execute("UPDATE bench_floor_state SET n = n + 1 WHERE id = %s", (worker % 64 + 1,))
-                    await conn.execute("NOTIFY bench_floor")
+                if batch == 1:
+                    async with conn.transaction():
+                        await iteration(conn, worker)
+                else:
+                    async with conn.pipeline(), conn.transaction():
+                        for _ in range(batch):
+                            await iteration(conn, worker)
                 lat.append(time.perf_counter() - t0)
 
     meter = ServerMeter(url).start()
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     await asyncio.gather(*(one(w) for w in range(concurrency)))
-    rate = per * concurrency / (time.perf_counter() - t0)
+    done = per * batch * concurrency
+    rate = done / (time.perf_counter() - t0)
     cpu = time.process_time() - cpu0
     meter.stop()
-    done = per * concurrency
     return {"p50": pct(lat, 50), "p99": pct(lat, 99), "rate": rate, "cpu": cpu / done,
             "server_cpu": meter.cpu / done if meter.cpu is not None else float("nan"), "wal": meter.wal / done}
 
@@ -472,6 +482,8 @@ async def main() -> int:
     ap.add_argument("--chain-steps", type=int, default=8, help="TREADLE_CHAIN_STEPS for the main passes")
     ap.add_argument("--tracing-runs", type=int, default=50, help="runs per pass of the tracing-cost table")
     ap.add_argument("--tracing-rounds", type=int, default=3, help="rounds of the tracing-cost passes")
+    ap.add_argument("--floor-batch", type=int, default=4,
+                    help="iterations per transaction of the batched floor (what group commit amortises); 1: skip it")
     ap.add_argument("--tracing-only", action="store_true", help="print only the tracing-cost table")
     args = ap.parse_args()
     w = args.workers
@@ -498,6 +510,7 @@ async def main() -> int:
         shared = await bench_treadle(url, args.runs, args.iterations, w, "shared", args.chain_steps, "shared")
         floor1_b = await bench_floor(url, args.floor_ops, 1)
         floorn_b = await bench_floor(url, args.floor_ops * 2, w)
+        batched = await bench_floor(url, args.floor_ops * 2, w, args.floor_batch) if args.floor_batch > 1 else None
         traced = await bench_tracing(url, min(args.runs, args.tracing_runs), args.iterations, args.chain_steps,
                                      args.tracing_rounds)
     floor1, floorn = mean_floor(floor1_a, floor1_b), mean_floor(floorn_a, floorn_b)
@@ -539,6 +552,9 @@ async def main() -> int:
     for label, f_a, f_b, f in (("1 conn", floor1_a, floor1_b, floor1), (f"{w} conns", floorn_a, floorn_b, floorn)):
         print(f"| PG floor: {FLOOR_SQL}, {label} (mean of before {ms(f_a['p50'])} / after {ms(f_b['p50'])} ms,"
               f" {f_a['rate']:.0f} / {f_b['rate']:.0f}/s) | {ms(f['p50'])} | {ms(f['p99'])} | {f['rate']:.0f} |")
+    if batched is not None:
+        print(f"| not a target: the floor with {args.floor_batch} iterations per pipelined transaction, {w} conns"
+              f" (p50/p99 per transaction) | {ms(batched['p50'])} | {ms(batched['p99'])} | {batched['rate']:.0f} |")
     print()
     print("Inside a step, 1 worker (per call; `transaction` is BEGIN .. COMMIT and holds the tools and the commit"
           " statement):")
@@ -568,8 +584,11 @@ async def main() -> int:
     print()
     print("| pass | client CPU ms | server CPU ms | total CPU ms | WAL bytes |")
     print("|---|---:|---:|---:|---:|")
-    for label, r in (("treadle, 1 worker", solo), (f"treadle, {w} workers", ours), ("treadle, chaining off", unchained),
-                     ("treadle, shared key", shared), ("floor, 1 conn", floor1), (f"floor, {w} conns", floorn)):
+    passes = [("treadle, 1 worker", solo), (f"treadle, {w} workers", ours), ("treadle, chaining off", unchained),
+              ("treadle, shared key", shared), ("floor, 1 conn", floor1), (f"floor, {w} conns", floorn)]
+    if batched is not None:
+        passes.append((f"floor, {args.floor_batch} iterations per transaction, {w} conns (not a target)", batched))
+    for label, r in passes:
         print(f"| {label} | {ms(r['cpu'])} | {ms(r['server_cpu'])} | {ms(r['cpu'] + r['server_cpu'])} |"
               f" {r['wal']:.0f} |")
     print()

@@ -25,6 +25,10 @@ OPS = ("set", "get", "delete", "list", "incr", "search")
 SCOPES = ("agent", "user", "tenant")
 
 
+#: `incr` as a folded write: the new value's digits spliced into the result's JSON
+_FOLDED_INCR = INCR.format(returning="%(tool_head)s || (m.value #>> '{}') || '}' AS text")
+
+
 class MemoryTool:
     name = "Memory"
     effects: ToolEffects = "transactional"  # every write goes through the step's transaction
@@ -86,7 +90,7 @@ class MemoryTool:
         key, delta = _key(args), _delta(args)
         head = '{"key":' + json.dumps(key) + ',"value":'  # ToolResult.json's form: compact, keys sorted
         return FoldedWrite(
-            INCR.format(returning="%(tool_head)s || (m.value #>> '{}') || '}' AS text"),
+            _FOLDED_INCR,
             {**incr_params(ctx.tenant_id, scope, scope_id, key, delta, ttl), "tool_head": head},
             failed=_not_an_integer(key),
         )

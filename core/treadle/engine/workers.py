@@ -122,6 +122,7 @@ class Sweeper(PeriodicTask):
         return await self.sweep_once()
 
     async def sweep_once(self) -> int:
+        await self.end_stalled_sessions()
         due = await self.engine.steps.sweep_expired()
         for run_id, step_no in due:
             await self.sender.next_step(run_id, step_no)  # the sweep statement enqueued it with jobs_in_db
@@ -134,4 +135,20 @@ class Sweeper(PeriodicTask):
         metrics().sweeper_action("requeued", len(due))
         metrics().sweeper_action("woken", woken)
         return len(due) + woken
+
+    async def end_stalled_sessions(self) -> int:
+        """First free what a frozen process holds (store/stalled.py), so that the sweep and the
+        workers it re-enqueues for do not wait on it. A failure here never stops the sweep."""
+        try:
+            stalled = await self.engine.steps.end_stalled_sessions()
+        except Exception as exc:
+            log.warning("sweeper could not check for stalled sessions: %s", exc)
+            return 0
+        for s in stalled:
+            log.warning("sweeper %s session %d (%s): its client stalled %.1f s inside a transaction, holding"
+                        " locks others wait on; last statement: %s", "ended" if s.ended else "could not end",
+                        s.pid, s.application_name or "no application_name", s.waited_s, s.query)
+        ended = sum(1 for s in stalled if s.ended)
+        metrics().sweeper_action("ended_stalled", ended)
+        return ended
 

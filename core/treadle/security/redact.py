@@ -34,8 +34,9 @@ MIN_SECRET_LENGTH = 8
 _VENDOR_PREFIX = re.compile(r"^(sk-ant-[a-z0-9]+-|sk-proj-|sk-|ghp_|gho_|ghs_|github_pat_|xox[baprs]-|AKIA)")
 _LABEL = re.compile(r"[^A-Za-z0-9_]")
 
-#: the heuristic patterns of the outbound scrub: (pattern, replacement)
-PATTERNS: list[tuple[re.Pattern[str], str]] = [
+#: the heuristic patterns of the outbound scrub: (pattern, replacement); a tuple, because
+#: `_ANY_PATTERN` below is made from it once
+PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)(authorization\s*[:=]\s*(?:bearer|token|basic)\s+)[^\s\"',;]+"), r"\1[redacted]"),
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"), "[redacted-key]"),
     (re.compile(r"\b(?:ghp|gho|ghs|ghu|ghr)_[A-Za-z0-9]{36,}"), "[redacted-token]"),
@@ -44,7 +45,17 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bxox[baprs]-[A-Za-z0-9\-]{10,}"), "[redacted-slack]"),
     (re.compile(r"(?i)\b((?:api[_-]?key|secret|token|password|passwd)\s*[:=]\s*)[\"']?[^\s\"',;&]{6,}"),
      r"\1[redacted]"),
-]
+)
+
+
+def _either(patterns: tuple[tuple[re.Pattern[str], str], ...]) -> re.Pattern[str]:
+    """One pattern that matches wherever any of `patterns` does (a leading `(?i)` made local)."""
+    parts = [f"(?i:{p.pattern[4:]})" if p.pattern.startswith("(?i)") else f"(?:{p.pattern})" for p, _ in patterns]
+    return re.compile("|".join(parts))
+
+
+#: most text holds none of the patterns: one search tells, instead of one substitution per pattern
+_ANY_PATTERN = _either(PATTERNS)
 
 
 def _base64_forms(raw: bytes) -> set[str]:
@@ -115,6 +126,8 @@ class SecretValues:
         if not self.enabled:
             return text
         text = self.redact_text(text)
+        if not _ANY_PATTERN.search(text):
+            return text
         for pattern, replacement in PATTERNS:
             text = pattern.sub(replacement, text)
         return text

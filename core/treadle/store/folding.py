@@ -15,11 +15,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from treadle.domain.runs import NewEvent
 
 _PARAM = re.compile(r"%\((\w+)\)s")
+
+
+@lru_cache(maxsize=64)
+def _names(statement: str) -> frozenset[str]:
+    """The parameter names of a statement (a tool folds the same text again and again)."""
+    return frozenset(_PARAM.findall(statement))
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +43,7 @@ class FoldedWrite:
     failed: str
 
     def __post_init__(self) -> None:
-        names = set(_PARAM.findall(self.statement))
+        names = _names(self.statement)
         if names != set(self.params) or not all(n.startswith("tool_") for n in names):
             raise ValueError(f"a folded write's parameters must be exactly its tool_* names: {sorted(names)}")
 

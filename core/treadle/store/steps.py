@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import psycopg
@@ -31,6 +32,8 @@ from treadle.store.db import Pool, StepTransaction, current_step_transaction
 from treadle.store.folding import Folded, FoldedWrite, FoldFailed, fill_result
 from treadle.store.locks import CLAIM_LOCK_KEY, xact_lock
 from treadle.store.runs import JOBS_CHANNEL
+from treadle.store.sqltext import compact
+from treadle.store.stalled import StalledSession, end_stalled_sessions
 
 _LEASED_COLUMNS = (
     "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
@@ -489,66 +492,8 @@ class StepStore:
         chain = outcome.chain_owner is not None and not outcome.final
         parked = bool(outcome.waits)
         enqueue_here = outcome.enqueue_next and self.jobs_in_db and not chain and not parked
-        fence = ", fence AS (SELECT 1 / count(*) AS fenced FROM g)" if finish is not None else ""
-        source = ", fence.fenced FROM fence LEFT JOIN g ON true" if finish is not None else "FROM g"
         folded = finish.folded if finish is not None else None
-        # a folded write (store/folding.py) is a CTE of this statement, its result filled into the
-        # tool_result it answers; the fence fails the whole statement, the write with it. The run
-        # row's update waits for the write (`after_tool`: an InitPlan evaluated before the row is
-        # locked), so a cancel never queues behind a slow write for the run's lock
-        tool = f"tool AS ({folded.write.statement}), " if folded is not None else ""
-        after_tool = " AND (SELECT count(*) FROM tool) >= 0" if folded is not None else ""
-        payload = ("CASE WHEN t.type = 'tool_result' AND t.tool_use_id = %(fold_id)s THEN t.payload"
-                   " || jsonb_build_object('text', coalesce((SELECT text FROM tool), %(fold_failed)s),"
-                   " 'is_error', (SELECT text FROM tool) IS NULL) ELSE t.payload END"
-                   if folded is not None else "t.payload")
-        fold_text = ", (SELECT text FROM tool) AS fold_text" if folded is not None else ""
-        sql = f"""
-        WITH {tool}g AS (
-            UPDATE runs SET
-                last_seq = last_seq + %(n)s, step_no = step_no + 1, step_failures = 0,
-                lease_owner = %(chain_owner)s,
-                lease_until = CASE WHEN %(final)s OR %(parked)s THEN NULL
-                                   WHEN %(chain_owner)s::text IS NOT NULL THEN {self._KEEP_LEASE}
-                                   ELSE now() + make_interval(secs => %(requeue)s + %(delay)s) END,
-                status = %(status)s,
-                stop_reason = coalesce(%(stop)s, stop_reason),
-                error = coalesce(%(error)s, error),
-                completed_at = CASE WHEN %(final)s THEN now() ELSE completed_at END,
-                iterations = iterations + %(iters)s,
-                input_tokens = input_tokens + %(in_t)s, output_tokens = output_tokens + %(out_t)s,
-                cache_creation_tokens = cache_creation_tokens + %(cc_t)s,
-                cache_read_tokens = cache_read_tokens + %(cr_t)s,
-                updated_at = now()
-            WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
-              AND NOT (%(yields_to_cancel)s AND cancel_requested){after_tool}
-            RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason, input_seq
-        ), ev AS (
-            INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
-            SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, {payload}, t.tool_use_id
-            FROM g, ROWS FROM (jsonb_to_recordset(%(events)s::jsonb) AS (type text, payload jsonb, tool_use_id text))
-                 WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
-        ), jb AS (
-            INSERT INTO jobs (tenant_id, run_id, step_no, run_at)
-            SELECT g.tenant_id, %(run_id)s, g.step_no, now() + make_interval(secs => %(delay)s)
-            FROM g WHERE %(enqueue)s
-        ), wt AS (
-            INSERT INTO run_waits (run_id, tenant_id, tool_use_id, kind, key, deadline)
-            SELECT %(run_id)s, g.tenant_id, w.tool_use_id, w.kind, w.key,
-                   CASE WHEN w.deadline IS NULL THEN NULL ELSE to_timestamp(w.deadline) END
-            FROM g, jsonb_to_recordset(%(waits)s::jsonb)
-                 AS w(tool_use_id text, kind text, key text, deadline float8)
-            ON CONFLICT DO NOTHING
-        ), clean AS (
-            DELETE FROM run_waits WHERE run_id = %(run_id)s AND %(final)s AND EXISTS (SELECT 1 FROM g)
-        ), asked AS (
-            -- a question nobody can answer any more (the run ended) leaves the user's inbox
-            UPDATE interrupts SET status = 'cancelled', resolved_at = now(), resolved_by = 'agent_cancel'
-            WHERE run_id = %(run_id)s AND status = 'pending' AND %(final)s AND EXISTS (SELECT 1 FROM g)
-        ){fence}
-        SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq,
-               CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n{fold_text} {source}
-        """
+        sql = _commit_sql(finish is not None, folded.write.statement if folded is not None else None)
         params = {
             "n": len(events),
             "final": outcome.final,
@@ -652,6 +597,11 @@ class StepStore:
 
     # -- the sweeper ---------------------------------------------------------------------------
 
+    async def end_stalled_sessions(self) -> list[StalledSession]:
+        """End the sessions whose client froze inside a pipelined transaction for longer than a
+        lease while others wait on their locks (store/stalled.py)."""
+        return await end_stalled_sessions(self.pool, self.lease_s)
+
     async def sweep_expired(self, limit: int = 500) -> list[tuple[str, int]]:
         """Re-enqueue steps whose lease (or re-queue deadline) has passed: the worker died, or the
         step message was lost. Runs as a singleton per database (transaction advisory lock)."""
@@ -680,3 +630,69 @@ class StepStore:
             if rows and self.jobs_in_db:
                 await conn.execute(f"SELECT pg_notify('{JOBS_CHANNEL}', '')")
         return [(r["id"], r["step_no"]) for r in rows]
+
+
+@lru_cache(maxsize=16)
+def _commit_sql(fenced: bool, fold: str | None) -> str:
+    """The commit statement's text for each shape (fenced: it ends a pipelined step transaction;
+    `fold`: the folded write it carries), made once and compacted (store/sqltext.py): psycopg
+    re-parses a statement longer than 4,096 characters on every execute."""
+    fence = ", fence AS (SELECT 1 / count(*) AS fenced FROM g)" if fenced else ""
+    source = ", fence.fenced FROM fence LEFT JOIN g ON true" if fenced else "FROM g"
+    # a folded write (store/folding.py) is a CTE of this statement, its result filled into the
+    # tool_result it answers; the fence fails the whole statement, the write with it. The run
+    # row's update waits for the write (`after_tool`: an InitPlan evaluated before the row is
+    # locked), so a cancel never queues behind a slow write for the run's lock
+    tool = f"tool AS ({fold}), " if fold is not None else ""
+    after_tool = " AND (SELECT count(*) FROM tool) >= 0" if fold is not None else ""
+    payload = ("CASE WHEN t.type = 'tool_result' AND t.tool_use_id = %(fold_id)s THEN t.payload"
+               " || jsonb_build_object('text', coalesce((SELECT text FROM tool), %(fold_failed)s),"
+               " 'is_error', (SELECT text FROM tool) IS NULL) ELSE t.payload END"
+               if fold is not None else "t.payload")
+    fold_text = ", (SELECT text FROM tool) AS fold_text" if fold is not None else ""
+    return compact(f"""
+    WITH {tool}g AS (
+        UPDATE runs SET
+            last_seq = last_seq + %(n)s, step_no = step_no + 1, step_failures = 0,
+            lease_owner = %(chain_owner)s,
+            lease_until = CASE WHEN %(final)s OR %(parked)s THEN NULL
+                               WHEN %(chain_owner)s::text IS NOT NULL THEN {StepStore._KEEP_LEASE}
+                               ELSE now() + make_interval(secs => %(requeue)s + %(delay)s) END,
+            status = %(status)s,
+            stop_reason = coalesce(%(stop)s, stop_reason),
+            error = coalesce(%(error)s, error),
+            completed_at = CASE WHEN %(final)s THEN now() ELSE completed_at END,
+            iterations = iterations + %(iters)s,
+            input_tokens = input_tokens + %(in_t)s, output_tokens = output_tokens + %(out_t)s,
+            cache_creation_tokens = cache_creation_tokens + %(cc_t)s,
+            cache_read_tokens = cache_read_tokens + %(cr_t)s,
+            updated_at = now()
+        WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
+          AND NOT (%(yields_to_cancel)s AND cancel_requested){after_tool}
+        RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason, input_seq
+    ), ev AS (
+        INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
+        SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, {payload}, t.tool_use_id
+        FROM g, ROWS FROM (jsonb_to_recordset(%(events)s::jsonb) AS (type text, payload jsonb, tool_use_id text))
+             WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
+    ), jb AS (
+        INSERT INTO jobs (tenant_id, run_id, step_no, run_at)
+        SELECT g.tenant_id, %(run_id)s, g.step_no, now() + make_interval(secs => %(delay)s)
+        FROM g WHERE %(enqueue)s
+    ), wt AS (
+        INSERT INTO run_waits (run_id, tenant_id, tool_use_id, kind, key, deadline)
+        SELECT %(run_id)s, g.tenant_id, w.tool_use_id, w.kind, w.key,
+               CASE WHEN w.deadline IS NULL THEN NULL ELSE to_timestamp(w.deadline) END
+        FROM g, jsonb_to_recordset(%(waits)s::jsonb)
+             AS w(tool_use_id text, kind text, key text, deadline float8)
+        ON CONFLICT DO NOTHING
+    ), clean AS (
+        DELETE FROM run_waits WHERE run_id = %(run_id)s AND %(final)s AND EXISTS (SELECT 1 FROM g)
+    ), asked AS (
+        -- a question nobody can answer any more (the run ended) leaves the user's inbox
+        UPDATE interrupts SET status = 'cancelled', resolved_at = now(), resolved_by = 'agent_cancel'
+        WHERE run_id = %(run_id)s AND status = 'pending' AND %(final)s AND EXISTS (SELECT 1 FROM g)
+    ){fence}
+    SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq,
+           CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n{fold_text} {source}
+    """)

@@ -28,7 +28,8 @@ class PromInstruments:
                                     ["provider", "model", "direction"], registry=r)
         self.tool_calls = Counter("treadle_tool_calls", "Tool calls, by tool and outcome", ["tool", "outcome"],
                                   registry=r)
-        self.sweeper = Counter("treadle_sweeper_actions", "Sweeper actions (requeued steps, woken runs)",
+        self.sweeper = Counter("treadle_sweeper_actions",
+                               "Sweeper actions (requeued steps, woken runs, ended stalled sessions)",
                                ["action"], registry=r)
         self.webhooks = Counter("treadle_webhook_deliveries", "Webhook deliveries, by outcome", ["outcome"],
                                 registry=r)
