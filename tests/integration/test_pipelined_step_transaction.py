@@ -38,8 +38,9 @@ async def test_statements_inside_behave_as_without_a_pipeline(pool_and_table: tu
     pool, table = pool_and_table
     assert pool.pipelined
     async with pool.step_transaction() as tx:
-        assert tx.pipeline is not None
+        assert tx.pending and tx.pipeline is None  # the first statement begins it
         async with pool.connection() as conn:
+            assert tx.pipeline is not None and not tx.pending
             await conn.execute(f"INSERT INTO {table} VALUES ('a', 1), ('b', 1)")
             cur = await conn.execute(f"UPDATE {table} SET n = n + 1")
             assert cur.rowcount == 2  # known when execute returns
@@ -92,6 +93,51 @@ async def test_a_failing_commit_statement_rolls_everything_back(pool_and_table: 
     assert not tx.committed and ran == []
     assert await rows(pool, table) == {}  # the insert before it rolled back with it
     async with pool.step_transaction(), pool.connection() as conn:  # the connection is clean for the next step
+        await conn.execute(f"INSERT INTO {table} VALUES ('b', 1)")
+    assert await rows(pool, table) == {"b": 1}
+
+
+async def test_a_lone_commit_statement_runs_alone_in_autocommit(pool_and_table: tuple[Pool, str]) -> None:
+    """Nothing sent before `finish_with` (a step whose only write is its commit statement): the
+    statement is its own transaction — no BEGIN, no COMMIT, no pipeline; its transaction started
+    with it (now() is its own start)."""
+    pool, table = pool_and_table
+    ran: list[str] = []
+    async with pool.step_transaction() as tx:
+
+        async def done() -> None:
+            ran.append("after commit")
+
+        await after_commit(done)
+        assert tx.pending and tx.can_finish
+        row = await tx.finish_with(  # type: ignore[call-overload]
+            f"WITH i AS (INSERT INTO {table} VALUES ('a', 1) RETURNING n)"
+            " SELECT i.n, now() = statement_timestamp() AS own_transaction FROM i", {})
+        assert row == {"n": 1, "own_transaction": True}
+        assert tx.committed and tx.finished and tx.pipeline is None and tx.block is None
+        assert ran == []
+    assert ran == ["after commit"]
+    assert await rows(pool, table) == {"a": 1}
+
+
+async def test_a_lone_failing_commit_statement_rolls_back_whole(pool_and_table: tuple[Pool, str]) -> None:
+    pool, table = pool_and_table
+    ran: list[str] = []
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        async with pool.step_transaction() as tx:
+
+            async def done() -> None:
+                ran.append("after commit")
+
+            await after_commit(done)
+            # a folded write (the insert) and the fence failing in the same statement
+            await tx.finish_with(  # type: ignore[call-overload]
+                f"WITH i AS (INSERT INTO {table} VALUES ('a', 1)),"
+                f" g AS (UPDATE {table} SET n = n + 1 WHERE k = 'nobody' RETURNING n)"
+                " SELECT 1 / count(*) AS fenced FROM g", {})
+    assert tx.finished and not tx.committed and ran == []
+    assert await rows(pool, table) == {}  # the insert went with the failed statement
+    async with pool.step_transaction(), pool.connection() as conn:  # the connection is clean
         await conn.execute(f"INSERT INTO {table} VALUES ('b', 1)")
     assert await rows(pool, table) == {"b": 1}
 

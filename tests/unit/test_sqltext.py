@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -26,9 +27,12 @@ def test_compact_refuses_what_it_cannot_read(sql: str) -> None:
 
 @pytest.mark.parametrize("fenced", [False, True])
 @pytest.mark.parametrize("fold", [None, _FOLDED_INCR])
-def test_every_shape_of_the_step_commit_fits_psycopgs_conversion_cache(fenced: bool, fold: str | None) -> None:
+@pytest.mark.parametrize("final,parked,enqueue", list(itertools.product([False, True], repeat=3)))
+def test_every_shape_of_the_step_commit_fits_psycopgs_conversion_cache(
+    fenced: bool, fold: str | None, final: bool, parked: bool, enqueue: bool
+) -> None:
     """Past these limits psycopg re-parses the statement on every execute (the folded commit was
     4,420 characters before it was compacted)."""
-    sql = _commit_sql(fenced, fold)
+    sql = _commit_sql(fenced, fold, final=final, parked=parked, enqueue=enqueue)
     assert len(sql.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH
     assert len(set(re.findall(r"%\((\w+)\)s", sql))) <= _queries.MAX_CACHED_STATEMENT_PARAMS

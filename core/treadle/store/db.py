@@ -96,8 +96,23 @@ class StepTransaction:
     savepoints: int = 0
     #: a transactional call's write the commit statement carries (store/folding.py)
     folded: Folded | None = None
+    #: pipelined, and nothing sent yet: the pipeline and BEGIN wait for the first statement
+    #: (`Pool.connection` calls `begin`), so a transaction whose only statement is the one
+    #: `finish_with` sends runs it alone, as an autocommit statement — no BEGIN, no COMMIT
+    pending: bool = False
     _pipeline_cm: AbstractAsyncContextManager[psycopg.AsyncPipeline] | None = None
     _plain_cursor: Any = None
+
+    async def begin(self) -> None:
+        """Start a pending transaction: enter pipeline mode and queue BEGIN (it travels with the
+        first statement)."""
+        if not self.pending:
+            return
+        self.pending = False
+        await self.enter_pipeline()
+        # psycopg's transaction(), not the connection's: no Syncs of its own
+        self.block = psycopg.AsyncTransaction(self.conn)
+        await self.block.__aenter__()
 
     async def enter_pipeline(self) -> None:
         self._pipeline_cm = self.conn.pipeline()
@@ -118,9 +133,10 @@ class StepTransaction:
 
     @property
     def can_finish(self) -> bool:
-        """Whether `finish_with` may end this transaction: pipelined, not ended, and no savepoint
-        (a store's own `transaction()`) open on its connection."""
-        return self.pipeline is not None and self.block is not None and not self.finished and not self.savepoints
+        """Whether `finish_with` may end this transaction: pipelined (begun or pending), not
+        ended, and no savepoint (a store's own `transaction()`) open on its connection."""
+        begun = self.pipeline is not None and self.block is not None
+        return (self.pending or begun) and not self.finished and not self.savepoints
 
     def fold(self, folded: Folded) -> bool:
         """Let the commit statement carry a call's write (store/folding.py); False when this
@@ -137,9 +153,15 @@ class StepTransaction:
         matched no row): a failing statement makes the server skip the COMMIT; the transaction is
         then rolled back and the error raised. Either way the transaction has ended; the
         connection stays lent to the task, in autocommit mode, until the `step_transaction` block
-        ends."""
+        ends. A pending transaction (nothing sent yet) sends `query` alone, in autocommit: one
+        statement is one transaction, and failing, it rolls back whole."""
         if not self.can_finish:
             raise RuntimeError("finish_with: not a pipelined step transaction at its top level")
+        if self.pending:
+            self.pending, self.finished = False, True
+            cur = await self.conn.execute(query, params)
+            self.committed = True
+            return await cur.fetchone()
         assert self.pipeline is not None and self.block is not None
         cur = psycopg.AsyncCursor(self.conn)  # a plain cursor: queued until the Sync below
         await cur.execute(query, params)  # (raising here, the block's exit rolls back as usual)
@@ -259,6 +281,7 @@ class Pool:
     async def connection(self) -> AsyncIterator[Connection]:
         tx = _current()
         if tx is not None and tx.pool is self:
+            await tx.begin()
             yield tx.conn
             return
         tenant = current_tenant()
@@ -302,22 +325,21 @@ class Pool:
             token = _CURRENT.set(tx)
             try:
                 if self.pipelined:
-                    # BEGIN (and a SAVEPOINT, a RELEASE) is queued and travels with the next
-                    # statement; every statement is synced at once (`_StepCursor`), so it runs, and
-                    # fails, where it is executed, as without a pipeline; COMMIT goes with the
-                    # pipeline's last Sync
-                    await tx.enter_pipeline()
+                    # the first statement starts it (`begin`): BEGIN (and a SAVEPOINT, a RELEASE)
+                    # is queued and travels with the next statement; every statement is synced at
+                    # once (`_StepCursor`), so it runs, and fails, where it is executed, as without
+                    # a pipeline; COMMIT goes with the pipeline's last Sync
+                    tx.pending = True
                     try:
-                        # psycopg's transaction(), not the connection's: no Syncs of its own
-                        tx.block = psycopg.AsyncTransaction(conn)
-                        await tx.block.__aenter__()
                         try:
                             yield tx
                         except BaseException as exc:
-                            if not tx.finished:
+                            if tx.block is not None and not tx.finished:
                                 await tx.block.__aexit__(type(exc), exc, exc.__traceback__)
                             raise
-                        if not tx.finished:
+                        finally:
+                            tx.pending = False
+                        if tx.block is not None and not tx.finished:
                             await tx.block.__aexit__(None, None, None)
                     except BaseException as exc:
                         await tx.leave_pipeline(exc)

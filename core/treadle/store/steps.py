@@ -381,7 +381,8 @@ class StepStore:
         Postgres after a lease (`open_pool`'s idle-in-transaction limit) and swept like a dead one.
         Pipelined (`Pool.pipelined`): BEGIN goes with the first statement, and `commit` sends its
         statement with the COMMIT (`StepTransaction.finish_with`) — 2 round trips for a step with
-        one transactional call."""
+        one transactional call; a step whose commit statement is its only one (no transactional
+        call, or one folded into it) sends it alone, in autocommit — 1 round trip, no BEGIN."""
         async with self.pool.step_transaction() as tx:
             yield tx
 
@@ -451,9 +452,10 @@ class StepStore:
             raise FoldFailed(tx.folded.tool_use_id, RuntimeError("this commit cannot carry a folded write"))
         if outcome.waits:
             return await self._commit_parking(leased, owner, events, outcome)
+        if tx is not None and tx.can_finish:  # its own connection, never a pending transaction's BEGIN
+            return await self._commit(tx.conn, leased, owner, events, outcome, finish=tx)
         async with self.pool.connection() as conn:
-            return await self._commit(conn, leased, owner, events, outcome,
-                                      finish=tx if tx is not None and tx.can_finish else None)
+            return await self._commit(conn, leased, owner, events, outcome)
 
     async def _commit_parking(
         self, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
@@ -493,7 +495,8 @@ class StepStore:
         parked = bool(outcome.waits)
         enqueue_here = outcome.enqueue_next and self.jobs_in_db and not chain and not parked
         folded = finish.folded if finish is not None else None
-        sql = _commit_sql(finish is not None, folded.write.statement if folded is not None else None)
+        sql = _commit_sql(finish is not None, folded.write.statement if folded is not None else None,
+                          final=outcome.final, parked=parked, enqueue=enqueue_here)
         params = {
             "n": len(events),
             "final": outcome.final,
@@ -632,11 +635,14 @@ class StepStore:
         return [(r["id"], r["step_no"]) for r in rows]
 
 
-@lru_cache(maxsize=16)
-def _commit_sql(fenced: bool, fold: str | None) -> str:
+@lru_cache(maxsize=64)
+def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, enqueue: bool) -> str:
     """The commit statement's text for each shape (fenced: it ends a pipelined step transaction;
-    `fold`: the folded write it carries), made once and compacted (store/sqltext.py): psycopg
-    re-parses a statement longer than 4,096 characters on every execute."""
+    `fold`: the folded write it carries; `final`: the run ends; `parked`: it waits; `enqueue`: it
+    enqueues its next step), made once and compacted (store/sqltext.py): psycopg re-parses a
+    statement longer than 4,096 characters on every execute. A shape holds only the writes it
+    makes: every table a statement names is locked, and every index of a table it writes opened,
+    on each execution, even when a condition on a parameter skips the write."""
     fence = ", fence AS (SELECT 1 / count(*) AS fenced FROM g)" if fenced else ""
     source = ", fence.fenced FROM fence LEFT JOIN g ON true" if fenced else "FROM g"
     # a folded write (store/folding.py) is a CTE of this statement, its result filled into the
@@ -650,6 +656,21 @@ def _commit_sql(fenced: bool, fold: str | None) -> str:
                " 'is_error', (SELECT text FROM tool) IS NULL) ELSE t.payload END"
                if fold is not None else "t.payload")
     fold_text = ", (SELECT text FROM tool) AS fold_text" if fold is not None else ""
+    jobs = (", jb AS (INSERT INTO jobs (tenant_id, run_id, step_no, run_at)"
+            " SELECT g.tenant_id, %(run_id)s, g.step_no, now() + make_interval(secs => %(delay)s) FROM g)"
+            if enqueue else "")
+    notify = f", pg_notify('{JOBS_CHANNEL}', '') AS _n" if enqueue else ""
+    waits = (", wt AS (INSERT INTO run_waits (run_id, tenant_id, tool_use_id, kind, key, deadline)"
+             " SELECT %(run_id)s, g.tenant_id, w.tool_use_id, w.kind, w.key,"
+             " CASE WHEN w.deadline IS NULL THEN NULL ELSE to_timestamp(w.deadline) END"
+             " FROM g, jsonb_to_recordset(%(waits)s::jsonb)"
+             " AS w(tool_use_id text, kind text, key text, deadline float8)"
+             " ON CONFLICT DO NOTHING)" if parked else "")
+    # the run ended: its waits go, and a question nobody can answer any more leaves the inbox
+    ended = (", clean AS (DELETE FROM run_waits WHERE run_id = %(run_id)s AND EXISTS (SELECT 1 FROM g))"
+             ", asked AS (UPDATE interrupts SET status = 'cancelled', resolved_at = now(),"
+             " resolved_by = 'agent_cancel' WHERE run_id = %(run_id)s AND status = 'pending'"
+             " AND EXISTS (SELECT 1 FROM g))" if final else "")
     return compact(f"""
     WITH {tool}g AS (
         UPDATE runs SET
@@ -675,24 +696,6 @@ def _commit_sql(fenced: bool, fold: str | None) -> str:
         SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, {payload}, t.tool_use_id
         FROM g, ROWS FROM (jsonb_to_recordset(%(events)s::jsonb) AS (type text, payload jsonb, tool_use_id text))
              WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
-    ), jb AS (
-        INSERT INTO jobs (tenant_id, run_id, step_no, run_at)
-        SELECT g.tenant_id, %(run_id)s, g.step_no, now() + make_interval(secs => %(delay)s)
-        FROM g WHERE %(enqueue)s
-    ), wt AS (
-        INSERT INTO run_waits (run_id, tenant_id, tool_use_id, kind, key, deadline)
-        SELECT %(run_id)s, g.tenant_id, w.tool_use_id, w.kind, w.key,
-               CASE WHEN w.deadline IS NULL THEN NULL ELSE to_timestamp(w.deadline) END
-        FROM g, jsonb_to_recordset(%(waits)s::jsonb)
-             AS w(tool_use_id text, kind text, key text, deadline float8)
-        ON CONFLICT DO NOTHING
-    ), clean AS (
-        DELETE FROM run_waits WHERE run_id = %(run_id)s AND %(final)s AND EXISTS (SELECT 1 FROM g)
-    ), asked AS (
-        -- a question nobody can answer any more (the run ended) leaves the user's inbox
-        UPDATE interrupts SET status = 'cancelled', resolved_at = now(), resolved_by = 'agent_cancel'
-        WHERE run_id = %(run_id)s AND status = 'pending' AND %(final)s AND EXISTS (SELECT 1 FROM g)
-    ){fence}
-    SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq,
-           CASE WHEN %(enqueue)s THEN pg_notify('{JOBS_CHANNEL}', '') END AS _n{fold_text} {source}
+    ){jobs}{waits}{ended}{fence}
+    SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq{notify}{fold_text} {source}
     """)
