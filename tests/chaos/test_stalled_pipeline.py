@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -30,13 +31,14 @@ from treadle.store.stalled import end_stalled_sessions
 
 pytestmark = pytest.mark.e2e
 
+TABLE = f"stalled_probe_{secrets.token_hex(4)}"
 FROZEN_CLIENT = """
 import os, signal, sys, psycopg
 conn = psycopg.connect(sys.argv[1], autocommit=True, application_name="frozen-pipeline",
                        options="-c idle_in_transaction_session_timeout=200")
 with conn.pipeline():
     conn.execute("BEGIN")
-    conn.execute("UPDATE stalled_probe SET n = n + 100 WHERE k = 'a'")  # sent, not synced
+    conn.execute(f"UPDATE {sys.argv[2]} SET n = n + 100 WHERE k = 'a'")  # sent, not synced
     print(conn.info.backend_pid, flush=True)
     os.kill(os.getpid(), signal.SIGSTOP)
 """
@@ -45,9 +47,9 @@ with conn.pipeline():
 @pytest.fixture
 def frozen_client(db_url: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE stalled_probe (k text PRIMARY KEY, n int NOT NULL)")
-        conn.execute("INSERT INTO stalled_probe VALUES ('a', 0)")
-    proc = subprocess.Popen([sys.executable, "-c", FROZEN_CLIENT, db_url], stdout=subprocess.PIPE, text=True)
+        conn.execute(f"CREATE TABLE {TABLE} (k text PRIMARY KEY, n int NOT NULL)")
+        conn.execute(f"INSERT INTO {TABLE} VALUES ('a', 0)")
+    proc = subprocess.Popen([sys.executable, "-c", FROZEN_CLIENT, db_url, TABLE], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         backend_pid = int(proc.stdout.readline())
@@ -59,6 +61,8 @@ def frozen_client(db_url: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
         proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE {TABLE}")
 
 
 def stopped(pid: int) -> bool:
@@ -91,7 +95,7 @@ async def test_the_sweeper_ends_a_session_frozen_mid_pipeline(
 
         async def waiter() -> int:
             async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-                cur = await conn.execute("UPDATE stalled_probe SET n = n + 1 WHERE k = 'a' RETURNING n")
+                cur = await conn.execute(f"UPDATE {TABLE} SET n = n + 1 WHERE k = 'a' RETURNING n")
                 row = await cur.fetchone()
                 assert row is not None
                 return int(row[0])
@@ -123,4 +127,4 @@ async def test_the_sweeper_ends_a_session_frozen_mid_pipeline(
     await wait_until(swept_free, timeout=20, what="a sweep to end the frozen session")
     assert await asyncio.wait_for(waiting, timeout=10) == 1
     assert await session(db_url, backend_pid) is None
-    assert await query(db_url, "SELECT n FROM stalled_probe") == [{"n": 1}]
+    assert await query(db_url, f"SELECT n FROM {TABLE}") == [{"n": 1}]
