@@ -257,15 +257,12 @@ async def bench_treadle(
 
 
 async def bench_rate(url: str, runs: int, iterations: int, workers: int, tenant: str,
-                     chain_steps: int, group_commit: bool = True) -> dict[str, Any]:
+                     chain_steps: int) -> dict[str, Any]:
     """The same workload with as little of the benchmark inside the process as the floor's loop has:
     no statement counting, no seam wrappers but the step's (two clock reads per step, as the floor
     reads the clock around each transaction) — the counting and the inner seams cost CPU per
     statement that the floor's bare loop does not pay. The ratios to the floor use these passes."""
     rt, _, _ = await open_with_runs(url, runs, iterations, workers, tenant, chain_steps)
-    if not group_commit:
-        rt.pool.group_commit = None
-    gc = rt.pool.group_commit
     probe = Instrumented(rt, steps_only=True)
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
     meter = ServerMeter(url).start()
@@ -279,8 +276,7 @@ async def bench_rate(url: str, runs: int, iterations: int, workers: int, tenant:
     return {"completed": done["completed"], "iterations": done["iterations"],
             "rate": done["iterations"] / window if window > 0 else 0.0,
             "step": probe.times["step"], "cycle": probe.cycles(), "cpu": cpu / iters,
-            "server_cpu": meter.cpu / iters if meter.cpu is not None else float("nan"),
-            "batch": gc.members / gc.batches if gc is not None and gc.batches else None}
+            "server_cpu": meter.cpu / iters if meter.cpu is not None else float("nan")}
 
 
 async def bench_floor(url: str, n: int, concurrency: int, batch: int = 1) -> dict[str, float]:
@@ -510,7 +506,6 @@ async def main() -> int:
         ours = await bench_treadle(url, args.runs, args.iterations, w, "pool", args.chain_steps)
         bare1 = await bench_rate(url, solo_runs, args.iterations, 1, "bare-solo", args.chain_steps)
         bare = await bench_rate(url, args.runs, args.iterations, w, "bare", args.chain_steps)
-        lone = await bench_rate(url, args.runs, args.iterations, w, "bare-lone", args.chain_steps, group_commit=False)
         unchained = await bench_treadle(url, args.runs, args.iterations, w, "one-per-job", 1)
         shared = await bench_treadle(url, args.runs, args.iterations, w, "shared", args.chain_steps, "shared")
         floor1_b = await bench_floor(url, args.floor_ops, 1)
@@ -623,16 +618,10 @@ async def main() -> int:
     print(f"ratio p50 (bare), 1 worker / floor 1 conn: cycle x{cycle_ratio:.2f}, step x{step_ratio:.2f}"
           f" (target ≤ 1.5: {'met' if cycle_ratio <= 1.5 else 'NOT met'} by the cycle,"
           f" {'met' if step_ratio <= 1.5 else 'NOT met'} by the step)")
-    batch = f"{bare['batch']:.2f}" if bare["batch"] is not None else "n/a (not pipelined)"
-    print(f"group commit (store/groupcommit.py): the bare {w}-worker pass committed {batch} steps per"
-          f" transaction; with it off (each lone commit statement its own transaction): rate"
-          f" {lone['rate'] / floorn['rate']:.0%} of the floor, {ms(lone['cpu'])} ms client and"
-          f" {ms(lone['server_cpu'])} ms server CPU per iteration")
     print(f"ratio rate (bare), {w} workers / floor {w} conns: {rate_ratio:.0%}"
           f" (target ≥ 75 %: {'met' if rate_ratio >= 0.75 else 'NOT met'})")
     ok = (solo["completed"] == solo_runs and ours["completed"] == args.runs and unchained["completed"] == args.runs
-          and shared["completed"] == args.runs and bare1["completed"] == solo_runs and bare["completed"] == args.runs
-          and lone["completed"] == args.runs)
+          and shared["completed"] == args.runs and bare1["completed"] == solo_runs and bare["completed"] == args.runs)
     return 0 if ok else 1
 
 

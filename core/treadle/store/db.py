@@ -27,7 +27,6 @@ from treadle.errors import StoreError
 from treadle.security.redact import SECRETS
 from treadle.store import scope
 from treadle.store.folding import Folded
-from treadle.store.groupcommit import GroupCommit, lock_order
 from treadle.store.scope import current_tenant
 
 log = logging.getLogger("treadle.store")
@@ -155,22 +154,14 @@ class StepTransaction:
         then rolled back and the error raised. Either way the transaction has ended; the
         connection stays lent to the task, in autocommit mode, until the `step_transaction` block
         ends. A pending transaction (nothing sent yet) sends `query` alone, in autocommit: one
-        statement is one transaction, and failing, it rolls back whole — or, with other steps'
-        lone statements at the same time, in one transaction with them (store/groupcommit.py),
-        with the same outcome for each."""
+        statement is one transaction, and failing, it rolls back whole."""
         if not self.can_finish:
             raise RuntimeError("finish_with: not a pipelined step transaction at its top level")
         if self.pending:
             self.pending, self.finished = False, True
-            if self.pool.group_commit is None:
-                cur = await self.conn.execute(query, params)
-                row = await cur.fetchone()
-            else:
-                write = self.folded.write if self.folded is not None else None
-                order = lock_order(write.statement if write else None, write.params if write else None)
-                row = await self.pool.group_commit.run(self.conn, query, params, order)
+            cur = await self.conn.execute(query, params)
             self.committed = True
-            return row
+            return await cur.fetchone()
         assert self.pipeline is not None and self.block is not None
         cur = psycopg.AsyncCursor(self.conn)  # a plain cursor: queued until the Sync below
         await cur.execute(query, params)  # (raising here, the block's exit rolls back as usual)
@@ -283,8 +274,6 @@ class Pool:
         #: first statement and COMMIT with its last, instead of each costing a round trip (off
         #: behind a transaction pooler: RDS Proxy does not document taking a pipeline)
         self.pipelined = not behind_pooler
-        #: the lone commit statements of concurrent steps go as one transaction (None: each alone)
-        self.group_commit: GroupCommit | None = GroupCommit() if self.pipelined else None
         #: the tenant each pooled connection's session acts for (absent: the owner)
         self._acting: weakref.WeakKeyDictionary[Connection, str] = weakref.WeakKeyDictionary()
 
