@@ -50,6 +50,13 @@ protobuf to a collector stand-in on loopback, in this process). The modes altern
 rotated order, for `--tracing-rounds` rounds (3); the table gives the median over the rounds of each pass's figure.
 `--tracing-only` prints just this table.
 
+The targets' verdicts come from `--pair-rounds` rounds (3) measured last: the floor, the bare
+pass, the floor again, one right after the other, and the bare pass against the mean of the two
+floors around it; the verdict is the median round. This machine's speed drifts within minutes
+(the 4-connection floor has moved from 700 to 1,240/s within one run), so passes minutes apart
+measure the drift as much as the code. The main table's ratios (floors at the start and the end of
+the run) are printed too.
+
     .venv/bin/python scripts/bench_loop.py --runs 200 --iterations 10 --workers 4
     # the previous engine with the same script (its own venv imports its own treadle):
     cd /tmp/base && .venv/bin/python /work/main/scripts/bench_loop.py --runs 200 --iterations 10
