@@ -60,6 +60,48 @@ async def test_an_ephemeral_volume_is_purged_when_its_run_ends(db_url: str, tmp_
         assert await rt.volumes.store.instances(run.id) == []
 
 
+async def test_the_last_commit_forgets_the_journal_and_skips_the_purge_when_nothing_is_rooted(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A run that wrote to a persistent volume: its file-effect journal goes with the statement
+    that ends it, and the after-the-end purge (a round trip) is skipped — no instance is rooted at
+    the run. The ephemeral run beside it still gets its purge."""
+    storage = HostDirStorage(tmp_path / "volumes")
+    ended: list[str] = []
+
+    def model(req: ModelRequest) -> Reply:
+        volume = "scratch" if req.messages[0].text() == "ephemeral" else "shared"
+        if not tool_results(req):
+            return [tool_use("Write", {"path": "n.md", "content": "x", "volume": volume})]
+        return "done"
+
+    agents = {"w": {"provider": "scripted", "tools": ["Write"], "volumes": ["shared", "scratch"]}}
+    async with open_test_runtime(agents, database_url=db_url, config=CONFIG,
+                                 providers=[ScriptedProvider(model)]) as (rt, d):
+        rt.volumes.storage = storage
+        purge = rt.engine.on_run_end
+        assert purge is not None
+
+        async def recorded(run_id: str) -> object:
+            ended.append(run_id)
+            return await purge(run_id)
+
+        rt.engine.on_run_end = recorded
+        tenant = new_id("t")
+        kept, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="w", segments=_prompt("persistent")))
+        eph, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="w", segments=_prompt("ephemeral")))
+        await d.drain()
+        for run in (kept, eph):
+            final = await rt.runs.get(tenant, run.id)
+            assert final is not None and final.status == "completed"
+        async with rt.pool.connection() as conn:
+            cur = await conn.execute("SELECT count(*) AS n FROM volume_effects WHERE run_id = ANY(%s)",
+                                     ([kept.id, eph.id],))
+            assert (await cur.fetchone() or {})["n"] == 0
+        assert ended == [eph.id]
+        assert await rt.volumes.store.instances(eph.id) == []
+
+
 async def test_the_sweeper_purges_what_a_crash_left(db_url: str, tmp_path: Path) -> None:
     storage = HostDirStorage(tmp_path / "volumes")
     seen: list[bool] = []

@@ -91,7 +91,8 @@ class Engine:
         mcp_tools: McpTools | None = None,
         on_run_end: Callable[[str], Awaitable[object]] | None = None,
     ) -> None:
-        #: called (best effort) with a run's id after the step that ended it committed
+        #: called (best effort) with a run's id after the step that ended it committed — unless
+        #: that commit found no volume instances rooted at the run (`LeasedRun.rooted_volumes`)
         self.on_run_end = on_run_end
         self.tools = tools
         self.steps = steps
@@ -141,7 +142,7 @@ class Engine:
             result = await self._run_one(leased, owner)
             if result is StepResult.FINISHED and leased.parent_wait_key:
                 await self.steering.wake_parent(leased)  # a sub-agent ended: wake the parent's Agent call
-            if result is StepResult.FINISHED and self.on_run_end is not None:
+            if result is StepResult.FINISHED and self.on_run_end is not None and leased.rooted_volumes:
                 try:  # e.g. purge its ephemeral volumes; the sweeper repeats what fails here
                     await self.on_run_end(leased.run_id)
                 except Exception:

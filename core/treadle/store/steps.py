@@ -94,6 +94,10 @@ class LeasedRun:
     #: set when a chained commit found `last_seq` moved by a writer other than this lease chain:
     #: `events` no longer matches the database and must be re-read (`StepStore.reload_events`)
     events_stale: bool = False
+    #: after the run's final commit: whether volume instances are rooted at it (ephemeral
+    #: volumes to purge). That commit already forgot the run's file-effect journal; True (the
+    #: default) when the run ended by another statement, which did not look
+    rooted_volumes: bool = True
 
 
 @dataclass(slots=True)
@@ -543,6 +547,8 @@ class StepStore:
             raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
         if folded is not None:
             fill_result(events, folded, row["fold_text"])
+        if outcome.final:
+            leased.rooted_volumes = bool(row["rooted_volumes"])
         base = leased.last_seq
         leased.last_seq += len(events)
         if chain:
@@ -666,11 +672,17 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
              " FROM g, jsonb_to_recordset(%(waits)s::jsonb)"
              " AS w(tool_use_id text, kind text, key text, deadline float8)"
              " ON CONFLICT DO NOTHING)" if parked else "")
-    # the run ended: its waits go, and a question nobody can answer any more leaves the inbox
+    # the run ended: its waits go, a question nobody can answer any more leaves the inbox, and
+    # its file-effect journal goes (it never runs a step again; volumes/service.py `run_ended`
+    # then runs only when volume instances are rooted at the run, to purge them)
     ended = (", clean AS (DELETE FROM run_waits WHERE run_id = %(run_id)s AND EXISTS (SELECT 1 FROM g))"
              ", asked AS (UPDATE interrupts SET status = 'cancelled', resolved_at = now(),"
              " resolved_by = 'agent_cancel' WHERE run_id = %(run_id)s AND status = 'pending'"
-             " AND EXISTS (SELECT 1 FROM g))" if final else "")
+             " AND EXISTS (SELECT 1 FROM g))"
+             ", forget AS (DELETE FROM volume_effects WHERE run_id = %(run_id)s AND EXISTS (SELECT 1 FROM g))"
+             if final else "")
+    rooted = (", EXISTS (SELECT 1 FROM volume_instances WHERE root_run_id = %(run_id)s) AS rooted_volumes"
+              if final else "")
     return compact(f"""
     WITH {tool}g AS (
         UPDATE runs SET
@@ -697,5 +709,5 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
         FROM g, ROWS FROM (jsonb_to_recordset(%(events)s::jsonb) AS (type text, payload jsonb, tool_use_id text))
              WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
     ){jobs}{waits}{ended}{fence}
-    SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq{notify}{fold_text} {source}
+    SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq{notify}{rooted}{fold_text} {source}
     """)
