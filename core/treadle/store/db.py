@@ -111,12 +111,14 @@ class StepTransaction:
         self.pending = False
         await self.enter_pipeline()
         # psycopg's transaction(), not the connection's: no Syncs of its own
-        self.block = psycopg.AsyncTransaction(self.conn)
-        await self.block.__aenter__()
+        block = psycopg.AsyncTransaction(self.conn)
+        await block.__aenter__()
+        self.block = block  # only once entered: the exit paths leave what was entered
 
     async def enter_pipeline(self) -> None:
-        self._pipeline_cm = self.conn.pipeline()
-        self.pipeline = await self._pipeline_cm.__aenter__()
+        cm = self.conn.pipeline()
+        self.pipeline = await cm.__aenter__()
+        self._pipeline_cm = cm
         self._plain_cursor, self.conn.cursor_factory = self.conn.cursor_factory, _StepCursor
 
     async def leave_pipeline(self, exc: BaseException | None) -> None:
