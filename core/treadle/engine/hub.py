@@ -27,6 +27,15 @@ class LiveFrame:
     data: dict[str, Any]
 
 
+async def wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Wait until `event` is set or `timeout` passes. Not `asyncio.wait_for`: on Python 3.11 it
+    swallows a cancel that lands as the event fires (the caller goes on as if never cancelled —
+    a worker then never stops); `asyncio.timeout` does not."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()
+
+
 class LiveSubscription:
     """One reader's queue of live frames, and its wake-up (set by frames and by `notify`)."""
 
@@ -52,8 +61,7 @@ class LiveSubscription:
     async def wait(self, timeout: float) -> bool:
         """Wait for a frame or a poke (or `timeout`); True if woken."""
         if not self._wake.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await wait_event(self._wake, timeout)
         woken = self._wake.is_set()
         self._wake.clear()
         return woken
@@ -79,8 +87,7 @@ class RunEventHub:
         ev = asyncio.Event()
         self._waiters.setdefault(run_id, set()).add(ev)
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), timeout)
+            await wait_event(ev, timeout)
             return ev.is_set()
         finally:
             waiters = self._waiters.get(run_id)

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from treadle.dispatch.base import Dispatcher
 from treadle.dispatch.postgres import PostgresQueue
+from treadle.engine.hub import wait_event
 from treadle.engine.sending import StepSender
 from treadle.engine.step import Engine
 from treadle.telemetry.metrics import metrics
@@ -58,8 +59,7 @@ class WorkerPool:
                 wakeup.clear()
                 if await self._claim_and_run():  # a job may have landed before the clear
                     continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wakeup.wait(), self.idle_poll_s)
+                await wait_event(wakeup, self.idle_poll_s)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

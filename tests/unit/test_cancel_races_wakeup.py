@@ -1,0 +1,66 @@
+"""A cancel that lands in the same loop turn as the wake-up it waits for is not lost.
+
+On Python 3.11 `asyncio.wait_for` returns the inner result instead of raising when the cancel and
+the completion race, so the caller goes on as if never cancelled. The idle worker waited so:
+`WorkerPool.stop` then waited for ever on a worker that went on polling (seen as a hang of
+scripts/bench_cancel.py when a job NOTIFY raced the stop). engine/hub.py `wait_event` is the
+replacement; these tests fail with `asyncio.wait_for` in its place (checked)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from treadle.engine.hub import LiveSubscription, RunEventHub
+from treadle.engine.workers import WorkerPool
+
+
+async def until_waiting(task: asyncio.Task[Any]) -> None:
+    """Let `task` run until it is parked on something (a few loop turns, no time)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_an_idle_worker_stops_when_stopped_as_a_job_wakes_it() -> None:
+    async def claim_job(owner: str) -> tuple[bool, None]:
+        return False, None
+
+    engine = SimpleNamespace(new_owner=lambda: "o", steps=SimpleNamespace(claim_job=claim_job))
+    queue = SimpleNamespace(wakeup=asyncio.Event())
+    pool = WorkerPool(engine, queue, 1, idle_poll_s=30.0)  # type: ignore[arg-type]
+    worker = asyncio.create_task(pool._work(0))
+    await until_waiting(worker)
+    queue.wakeup.set()  # a job NOTIFY...
+    worker.cancel()  # ...and the stop, in the same turn
+    done, _ = await asyncio.wait({worker}, timeout=5)
+    assert worker in done and worker.cancelled()
+
+
+async def test_a_run_waiter_cancelled_as_it_is_poked_is_cancelled() -> None:
+    hub = RunEventHub()
+    waiter = asyncio.create_task(hub.wait("r1", 30.0))
+    await until_waiting(waiter)
+    hub.notify("r1")
+    waiter.cancel()
+    done, _ = await asyncio.wait({waiter}, timeout=5)
+    assert waiter in done and waiter.cancelled()
+
+
+async def test_a_live_reader_cancelled_as_a_frame_arrives_is_cancelled() -> None:
+    sub = LiveSubscription()
+    reader = asyncio.create_task(sub.wait(30.0))
+    await until_waiting(reader)
+    sub.poke()
+    reader.cancel()
+    done, _ = await asyncio.wait({reader}, timeout=5)
+    assert reader in done and reader.cancelled()
+
+
+async def test_a_wait_that_times_out_or_is_woken_returns() -> None:
+    hub = RunEventHub()
+    assert await hub.wait("r2", 0.01) is False
+    woken = asyncio.create_task(hub.wait("r3", 30.0))
+    await until_waiting(woken)
+    hub.notify("r3")
+    assert await woken is True
