@@ -9,9 +9,11 @@ replacement; these tests fail with `asyncio.wait_for` in its place (checked)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from types import SimpleNamespace
 from typing import Any
 
+from treadle.domain.tasks import cancel_and_wait
 from treadle.engine.hub import LiveSubscription, RunEventHub
 from treadle.engine.workers import WorkerPool
 
@@ -64,3 +66,54 @@ async def test_a_wait_that_times_out_or_is_woken_returns() -> None:
     await until_waiting(woken)
     hub.notify("r3")
     assert await woken is True
+
+
+async def test_a_caller_cancelled_while_it_ends_a_helper_is_cancelled() -> None:
+    """`cancel_and_wait` (domain/tasks.py): the helper's own CancelledError is swallowed, a cancel of
+    the caller that lands meanwhile is not (with `suppress(CancelledError)` it was)."""
+    release = asyncio.Event()
+
+    async def slow_to_end() -> None:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await release.wait()  # like a query being cancelled on the server
+
+    async def caller(helper: asyncio.Task[None]) -> str:
+        await cancel_and_wait(helper)
+        return "went on"
+
+    helper = asyncio.create_task(slow_to_end())
+    await until_waiting(helper)
+    ending = asyncio.create_task(caller(helper))
+    await until_waiting(ending)
+    ending.cancel()  # e.g. WorkerPool.stop while the step's watch ends its poll task
+    release.set()
+    done, _ = await asyncio.wait({ending}, timeout=5)
+    assert ending in done and ending.cancelled()
+
+    quiet = asyncio.create_task(asyncio.sleep(30))
+    await until_waiting(quiet)
+    assert await caller(quiet) == "went on"  # only the helper was cancelled
+    assert quiet.cancelled()
+
+
+async def test_a_worker_stops_even_when_a_call_below_it_swallows_the_stop() -> None:
+    started = asyncio.Event()
+
+    async def claim_job(owner: str) -> tuple[bool, None]:
+        if not started.is_set():
+            started.set()
+            with contextlib.suppress(asyncio.CancelledError):  # a library that cleans up and returns
+                await asyncio.sleep(30)
+        return False, None
+
+    engine = SimpleNamespace(new_owner=lambda: "o", steps=SimpleNamespace(claim_job=claim_job))
+    queue = SimpleNamespace(wakeup=asyncio.Event())
+    # it stops within one idle poll (0.5 s by default) of the swallowed stop
+    pool = WorkerPool(engine, queue, 1, idle_poll_s=0.05)  # type: ignore[arg-type]
+    worker = asyncio.create_task(pool._work(0))
+    await started.wait()
+    worker.cancel()
+    done, _ = await asyncio.wait({worker}, timeout=5)
+    assert worker in done and worker.cancelled()

@@ -10,11 +10,11 @@ notification for a cancel that was already handled) just goes on waiting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
 
+from treadle.domain.tasks import cancel_and_wait
 from treadle.store.cancels import CancelState
 
 T = TypeVar("T")
@@ -63,6 +63,4 @@ async def interruptible(
         if waiter is not None and not waiter.done():
             waiter.cancel()
         if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task)

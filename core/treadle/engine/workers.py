@@ -52,7 +52,12 @@ class WorkerPool:
 
     async def _work(self, index: int) -> None:
         wakeup = self.queue.wakeup
+        me = asyncio.current_task()
         while True:
+            if me is not None and me.cancelling():
+                # a stop that something below swallowed (Python 3.11's wait_for, a library's
+                # cleanup): it still stops this worker, at the next job boundary
+                raise asyncio.CancelledError
             try:
                 if await self._claim_and_run():
                     continue

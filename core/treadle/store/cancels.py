@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from treadle.domain.tasks import cancel_and_wait
 from treadle.store.db import Pool
 
 log = logging.getLogger("treadle.store")
@@ -81,9 +82,7 @@ class PollingCancels:
         try:
             yield signal
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
 
 class NotifyCancels:
