@@ -25,12 +25,12 @@ usual `: budget exhausted; resume with from_seq` — the client resumes from its
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 
 from treadle.api import runs
 from treadle.api.app import create_app
+from treadle.domain.tasks import cancel_and_wait
 from treadle_cloud.container import open_cloud_runtime
 from treadle_cloud.env import CloudSettings, export_secrets
 from treadle_cloud.live import LiveListener, WatchedHub, listener_url
@@ -60,9 +60,7 @@ async def serve(cloud: CloudSettings, host: str, port: int) -> None:
         await server.serve()
     finally:
         if listening is not None:
-            listening.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listening
+            await cancel_and_wait(listening)
         await rt.close()
 
 

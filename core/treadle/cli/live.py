@@ -8,7 +8,6 @@ and goes on at the next `treadle serve`)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import signal
 import time
@@ -21,6 +20,7 @@ from rich.text import Text
 
 from treadle.cli.ui import animated, console, escape
 from treadle.client import AsyncTreadle, SseEvent
+from treadle.domain.tasks import cancel_and_wait
 
 GRACE_S = 2.0
 OK_STOPS = ("end_turn", "max_iterations")
@@ -233,9 +233,7 @@ async def follow(
         if task.done():
             stop.cancel()
             return task.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await cancel_and_wait(task)
         view.stop()
         interrupted.clear()
         if not in_process:

@@ -4,13 +4,13 @@ delayed jobs by `run_at`. The store inserts the next step's job in the step's ow
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
 import psycopg
 
 from treadle.domain.runs import StepMessage
+from treadle.domain.tasks import cancel_and_wait
 from treadle.store.db import Pool
 from treadle.store.runs import JOBS_CHANNEL
 
@@ -57,9 +57,7 @@ class PostgresQueue:
 
     async def stop_listening(self) -> None:
         if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
+            await cancel_and_wait(self._listener)
             self._listener = None
 
     async def _listen(self) -> None:

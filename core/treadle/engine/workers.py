@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 
 from treadle.dispatch.base import Dispatcher
 from treadle.dispatch.postgres import PostgresQueue
+from treadle.domain.tasks import cancel_and_wait
 from treadle.engine.hub import wait_event
 from treadle.engine.sending import StepSender
 from treadle.engine.step import Engine
@@ -37,8 +37,7 @@ class WorkerPool:
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+            await cancel_and_wait(t)
         self._tasks = []
         await self.queue.stop_listening()
 
@@ -88,9 +87,7 @@ class PeriodicTask(ABC):
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _loop(self) -> None:

@@ -17,7 +17,6 @@ whose cancel is pending, and the next step's lease reads the flag.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -162,6 +161,4 @@ class NotifyCancels:
     async def close(self) -> None:
         reader = self._reader
         if reader is not None:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            await cancel_and_wait(reader)
