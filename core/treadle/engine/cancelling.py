@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
+from treadle.domain.signals import CancelSignal
 from treadle.domain.tasks import cancel_and_wait
 from treadle.store.cancels import CancelState
 
@@ -21,7 +22,7 @@ T = TypeVar("T")
 
 
 class CancelWatch(Protocol):
-    def watch(self, run_id: str) -> AbstractAsyncContextManager[asyncio.Event]: ...
+    def watch(self, run_id: str) -> AbstractAsyncContextManager[CancelSignal]: ...
 
 
 class StepInterrupted(Exception):
@@ -33,10 +34,15 @@ class StepInterrupted(Exception):
 
 
 async def interruptible(
-    work: Awaitable[T], signal: asyncio.Event | None, check: Callable[[], Awaitable[CancelState]]
+    work: Awaitable[T], signal: CancelSignal | None, check: Callable[[], Awaitable[CancelState]]
 ) -> T:
     """`await work`, unless `signal` fires and `check()` confirms a cancel: then the work is
-    cancelled and StepInterrupted raised."""
+    cancelled and StepInterrupted raised.
+
+    The work runs in the caller's task, which listens to the signal: when it fires, a task of its
+    own runs `check()` and, on a cancel, cancels the caller — that cancel, and only it, becomes
+    StepInterrupted (a cancel from outside, e.g. a worker's stop, still propagates). Nothing is
+    created per call on the path where no cancel lands."""
     if signal is None:
         return await work
     if signal.is_set():  # heard before the work began (a chained step, a notification that raced the lease)
@@ -46,21 +52,48 @@ async def interruptible(
                 work.close()  # never started
             raise StepInterrupted(state)
         signal.clear()
-    task: asyncio.Future[T] = asyncio.ensure_future(work)
-    waiter: asyncio.Task[bool] | None = None
-    try:
-        while True:
-            waiter = asyncio.create_task(signal.wait())
-            pending: set[asyncio.Future[Any]] = {task, waiter}
-            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                return task.result()
+    caller = asyncio.current_task()
+    assert caller is not None
+    listening = True
+    interrupt: BaseException | None = None  # StepInterrupted, or the check's own failure
+    checking: asyncio.Task[None] | None = None
+
+    async def confirm() -> None:
+        nonlocal interrupt
+        try:
             state = await check()
-            if state.any:
-                raise StepInterrupted(state)
-            signal.clear()
+        except Exception as exc:  # as if `check()` had failed in the caller: the step fails
+            found: BaseException = exc
+        else:
+            if not state.any:
+                if listening:
+                    signal.clear()
+                return
+            found = StepInterrupted(state)
+        if listening:  # else the work ended meanwhile: a pending cancel stays signalled for the step
+            interrupt = found
+            caller.cancel()
+
+    def heard() -> None:
+        nonlocal checking
+        if checking is None or checking.done():
+            checking = asyncio.create_task(confirm())
+
+    signal.add_listener(heard)
+    try:
+        result = await work
+    except BaseException as exc:
+        if interrupt is None:
+            raise
+        if caller.uncancel() > 0 and isinstance(exc, asyncio.CancelledError):
+            raise  # cancelled from outside as well: that cancel wins
+        raise interrupt from None
     finally:
-        if waiter is not None and not waiter.done():
-            waiter.cancel()
-        if not task.done():
-            await cancel_and_wait(task)
+        listening = False
+        signal.remove_listener(heard)
+        if checking is not None and not checking.done():
+            await cancel_and_wait(checking)
+    if interrupt is not None:  # the work swallowed the cancel; it was confirmed all the same
+        caller.uncancel()
+        raise interrupt
+    return result

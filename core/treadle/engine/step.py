@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from treadle.domain.content import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent, StepMessage, StopReason
+from treadle.domain.signals import CancelSignal
 from treadle.engine.agents import Candidate, ResolvedAgent
 from treadle.engine.cancelling import CancelWatch, StepInterrupted, interruptible
 from treadle.engine.hub import RunEventHub
@@ -106,7 +107,7 @@ class Engine:
         self.cancels = cancels
         self.client_tools = client_tools
         self.mcp_tools = mcp_tools
-        self._signals: dict[str, asyncio.Event] = {}
+        self._signals: dict[str, CancelSignal] = {}
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._owner_seq = itertools.count(1)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from treadle.domain.signals import CancelSignal
 from treadle.domain.tasks import cancel_and_wait
 from treadle.store.db import Pool
 
@@ -65,8 +66,8 @@ class PollingCancels:
         self.interval_s = interval_s
 
     @asynccontextmanager
-    async def watch(self, run_id: str) -> AsyncIterator[asyncio.Event]:
-        signal = asyncio.Event()
+    async def watch(self, run_id: str) -> AsyncIterator[CancelSignal]:
+        signal = CancelSignal()
 
         async def poll() -> None:
             while not signal.is_set():
@@ -96,7 +97,7 @@ class NotifyCancels:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._watchers: dict[str, set[CancelSignal]] = {}
         self._recent: dict[str, float] = {}
         self._reader: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -142,9 +143,9 @@ class NotifyCancels:
             log.warning("cannot listen for cancels: %s", exc)
 
     @asynccontextmanager
-    async def watch(self, run_id: str) -> AsyncIterator[asyncio.Event]:
+    async def watch(self, run_id: str) -> AsyncIterator[CancelSignal]:
         await self._ensure_listening()
-        signal = asyncio.Event()
+        signal = CancelSignal()
         self._watchers.setdefault(run_id, set()).add(signal)
         heard = self._recent.get(run_id)
         if heard is not None and time.monotonic() - heard < self.RECENT_S:

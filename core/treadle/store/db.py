@@ -161,9 +161,12 @@ class StepTransaction:
             raise RuntimeError("finish_with: not a pipelined step transaction at its top level")
         if self.pending:
             self.pending, self.finished = False, True
-            cur = await self.conn.execute(query, params)
+            if isinstance(self.conn, _Connection):
+                row = await self.conn.run_statement(query, params)
+            else:
+                row = await (await self.conn.execute(query, params)).fetchone()
             self.committed = True
-            return await cur.fetchone()
+            return row
         assert self.pipeline is not None and self.block is not None
         cur = psycopg.AsyncCursor(self.conn)  # a plain cursor: queued until the Sync below
         await cur.execute(query, params)  # (raising here, the block's exit rolls back as usual)
@@ -229,6 +232,19 @@ class _Connection(psycopg.AsyncConnection[DictRow]):
     transaction: a savepoint there) queues SAVEPOINT and RELEASE to travel with the next statement,
     without the Syncs psycopg adds around a transaction block in pipeline mode — every statement
     is synced where it runs (`_StepCursor`), so errors surface inside the block all the same."""
+
+    _statement_cursor: psycopg.AsyncCursor[DictRow] | None = None
+
+    async def run_statement(self, query: QueryNoTemplate, params: Params) -> DictRow | None:
+        """Execute a hot statement (the step's lone commit statement) on this connection's own
+        long-lived cursor and return its first row. psycopg keeps a cursor's adaptation state (its
+        dumper per parameter type) while the same query object runs again on it; `execute` on the
+        connection builds a cursor, a transformer and ~30 dumpers for each statement."""
+        cur = self._statement_cursor
+        if cur is None or cur.closed:
+            cur = self._statement_cursor = psycopg.AsyncCursor(self)
+        await cur.execute(query, params)
+        return await cur.fetchone()
 
     @asynccontextmanager
     async def transaction(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -374,8 +374,7 @@ class StepStore:
         async with self.pool.connection() as conn, conn.transaction():
             yield
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[StepTransaction]:
+    def transaction(self) -> AbstractAsyncContextManager[StepTransaction]:
         """The step's commit transaction, current for the task: the writes of transactional tools
         and the step's `commit` become one atomic commit. The commit statement is the fence — a
         worker that lost its lease gets LeaseLost there and the whole transaction, tool writes
@@ -386,9 +385,9 @@ class StepStore:
         Pipelined (`Pool.pipelined`): BEGIN goes with the first statement, and `commit` sends its
         statement with the COMMIT (`StepTransaction.finish_with`) — 2 round trips for a step with
         one transactional call; a step whose commit statement is its only one (no transactional
-        call, or one folded into it) sends it alone, in autocommit — 1 round trip, no BEGIN."""
-        async with self.pool.step_transaction() as tx:
-            yield tx
+        call, or one folded into it) sends it alone, in autocommit — 1 round trip, no BEGIN.
+        (The pool's context manager itself, not one wrapping it: a layer less on every step.)"""
+        return self.pool.step_transaction()
 
     def fold(self, tool_use_id: str, write: FoldedWrite) -> bool:
         """Hand a transactional call's write to the current step transaction's commit statement
