@@ -186,3 +186,21 @@ async def test_create_with_jobs_in_db_enqueues_step_zero(migrated_db_url: str) -
         assert rows == [{"tenant_id": "t", "run_id": run.id, "step_no": 0}]  # the replay made no second job
     finally:
         await p.close()
+
+
+async def test_deleting_runs_deletes_their_events_and_nothing_else(runs: RunStore, pool: Pool) -> None:
+    """events.run_id has no foreign key (migration 0024: its check cost every step commit); a
+    statement trigger deletes a deleted run's events, as the cascade did — whoever deletes."""
+    t = tenant()
+    gone, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt("a")))
+    kept, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt("b")))
+    async with pool.connection() as conn:
+        fks = await (await conn.execute(
+            "SELECT count(*) AS n FROM pg_constraint WHERE conrelid = 'events'::regclass AND contype = 'f'"
+        )).fetchone()
+        assert fks is not None and fks["n"] == 0
+        await conn.execute("DELETE FROM runs WHERE id = %s", (gone.id,))
+        rows = await (await conn.execute(
+            "SELECT run_id, count(*) AS n FROM events WHERE run_id = ANY(%s) GROUP BY run_id", ([gone.id, kept.id],)
+        )).fetchall()
+    assert {r["run_id"]: r["n"] for r in rows} == {kept.id: 2}

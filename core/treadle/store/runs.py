@@ -295,8 +295,8 @@ class RunStore:
     ) -> int:
         """Delete up to `limit` finished run trees (a finished top-level run ended more than `days`
         ago, with its finished sub-agent runs) of `tenant_id`, or of every tenant not in `exclude`;
-        their events, questions, inputs and waits go with them (ON DELETE CASCADE). Returns the
-        runs deleted."""
+        their events (a trigger, migration 0024), questions, inputs and waits (ON DELETE CASCADE)
+        go with them. Returns the runs deleted."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "WITH roots AS (SELECT id FROM runs WHERE parent_run_id IS NULL"
