@@ -104,7 +104,10 @@ async def test_a_nul_from_a_caller_a_model_or_a_tool_is_stored_not_fatal(open_ru
 
 
 def test_dumps_jsonb_only_rewrites_real_nul_characters() -> None:
-    assert dumps_jsonb({"a": "plain"}) == json.dumps({"a": "plain"})
+    plain = {"a": "plain", "n": [1, 2.5, None, True], "é": "ü\u2028"}
+    assert json.loads(dumps_jsonb(plain)) == plain
+    beyond = {"big": 2**70, 1: "int key", "lone": "\ud800"}  # what orjson refuses: the stdlib encodes it
+    assert json.loads(dumps_jsonb(beyond)) == {"big": 2**70, "1": "int key", "lone": "\ud800"}
     literal = {"a": "a backslash-u0000 is text: \\u0000"}
     assert json.loads(dumps_jsonb(literal)) == literal  # not a NUL: kept as written
     assert json.loads(dumps_jsonb({"k\u0000": ["x\u0000", 1, None]})) == {"k\ufffd": ["x\ufffd", 1, None]}
