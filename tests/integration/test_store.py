@@ -204,3 +204,22 @@ async def test_deleting_runs_deletes_their_events_and_nothing_else(runs: RunStor
             "SELECT run_id, count(*) AS n FROM events WHERE run_id = ANY(%s) GROUP BY run_id", ([gone.id, kept.id],)
         )).fetchall()
     assert {r["run_id"]: r["n"] for r in rows} == {kept.id: 2}
+
+
+async def test_jsonb_round_trips_exactly(pool: Pool) -> None:
+    """The stores encode and read jsonb with orjson where it is exact (store/db.py), the stdlib
+    elsewhere: integers past 64 bits (orjson would read a float), tiny floats, non-ASCII text."""
+    from psycopg.types.json import Jsonb
+
+    values = [
+        {"big": 2**70, "neg": -(2**63) - 1, "u64": 2**64 - 1, "f": 1.5e-300, "digits": "12345678901234567890123"},
+        {"text": "é ü \u2028 \"quoted\" \\ back", "list": [1, 2.5, None, True, {"k": []}]},
+        [-(2**63), 2**63 - 1, 0.1],
+    ]
+    async with pool.connection() as conn:
+        for value in values:
+            row = await (await conn.execute("SELECT %s::jsonb AS v", (Jsonb(value),))).fetchone()
+            assert row is not None
+            assert row["v"] == value and type(row["v"]) is type(value)
+            if isinstance(value, dict) and "big" in value:
+                assert isinstance(row["v"]["big"], int) and row["v"]["big"] == 2**70

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import random
 from typing import Any
+
+import orjson
 
 from treadle.config import MockSettings
 from treadle.domain.content import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
@@ -42,7 +43,7 @@ def _approx_tokens(messages: list[Message], system: str) -> int:
             elif isinstance(b, ToolResultBlock):
                 chars += len(b.content)
             elif isinstance(b, ToolUseBlock):
-                chars += len(json.dumps(b.input))
+                chars += len(orjson.dumps(b.input))  # compact: an approximation either way
     return max(1, chars // 4)
 
 
