@@ -14,7 +14,7 @@ and their context is invalid, so nothing is stored or sent then.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -27,6 +27,10 @@ TRACER_NAME = "treadle"
 _propagator = TraceContextTextMapPropagator()
 _provider: trace.TracerProvider | None = None
 _tracer: trace.Tracer | None = None
+
+#: the block of a model or tool call while tracing is off: the API's invalid span, no span built
+#: and no generator run (a step makes one of each per iteration; nullcontext is reusable)
+_NOT_RECORDING: AbstractContextManager[Span] = nullcontext(trace.INVALID_SPAN)
 
 #: attribute values a span may hold (never content)
 AttrValue = str | int | float | bool
@@ -141,6 +145,10 @@ def step(
     """A step's span: a child of its run's span (stored on the run row), linked to the span
     that sent the step message when one is current (the SQS worker attaches it). The log
     records of the block carry the run id, step and tenant."""
+    if not _recording():
+        with log_fields(run_id=run_id, step_no=step_no, tenant=tenant_id):
+            yield trace.INVALID_SPAN
+        return
     sender = trace.get_current_span().get_span_context()
     parent = context_from(run_context)
     links = [Link(sender)] if sender.is_valid and parent is not None else None
@@ -153,17 +161,17 @@ def step(
         yield sp
 
 
-@contextmanager
 def model_call(
     *, provider: str, model: str, iteration: int, attempt: int, fallback: bool
-) -> Iterator[Span]:
+) -> AbstractContextManager[Span]:
     """One model request (GenAI semantic conventions: `chat {model}`, a CLIENT span)."""
+    if not _recording():
+        return _NOT_RECORDING
     attrs: dict[str, AttrValue | None] = {
         "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model,
         "treadle.iteration": iteration, "treadle.attempt": attempt, "treadle.fallback": fallback,
     }
-    with span(f"chat {model}", attrs, kind=SpanKind.CLIENT) as sp:
-        yield sp
+    return span(f"chat {model}", attrs, kind=SpanKind.CLIENT)
 
 
 def set_model_usage(sp: Span, *, response_model: str, input_tokens: int, output_tokens: int,
@@ -175,15 +183,15 @@ def set_model_usage(sp: Span, *, response_model: str, input_tokens: int, output_
         sp.set_attribute("gen_ai.response.finish_reasons", [stop_reason])
 
 
-@contextmanager
-def tool_call(*, tool: str, call_id: str, effects: str, iteration: int) -> Iterator[Span]:
+def tool_call(*, tool: str, call_id: str, effects: str, iteration: int) -> AbstractContextManager[Span]:
     """One tool call (GenAI `execute_tool {name}`); the tool's input and result stay out."""
+    if not _recording():
+        return _NOT_RECORDING
     attrs: dict[str, AttrValue | None] = {
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool, "gen_ai.tool.call.id": call_id,
         "treadle.tool.effects": effects, "treadle.iteration": iteration,
     }
-    with span(f"execute_tool {tool}", attrs) as sp:
-        yield sp
+    return span(f"execute_tool {tool}", attrs)
 
 
 def set_outcome(sp: Span, outcome: str) -> None:
