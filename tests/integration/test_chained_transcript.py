@@ -157,3 +157,73 @@ async def test_steering_input_queued_mid_chain_is_taken_by_the_next_chained_step
     # right after the second iteration's tool result, before the third iteration's turn
     assert [t for t, _ in evs[steered - 1:steered + 2]] == ["tool_result", "user_input", "tool_call"]
     assert sum(1 for t, _ in evs[:steered] if t == "usage") == 2
+
+
+async def _run_on_the_queue(rt: Any, queue: Any, agent: str) -> tuple[str, list[tuple[int, int]], list[Any]]:
+    """One run of `agent` on the Postgres queue, one worker: (run id, [(events_after, events read)]
+    per claim, [(messages sent, events held, replay state)] per model call)."""
+    import treadle.store.steps as steps_module
+    from tests.support.e2e import wait_until
+    from treadle.engine.workers import WorkerPool
+
+    claims: list[tuple[int, int]] = []
+    sent: list[Any] = []
+    leased_from_row = steps_module._leased
+    inner = rt.engine._call_model
+
+    def spying(row: dict[str, Any]) -> LeasedRun:
+        claims.append((int(row.get("events_after") or 0), len(row["events"])))
+        return leased_from_row(row)
+
+    async def recording(leased: LeasedRun, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
+        sent.append((list(transcript.messages), list(leased.events), leased.replayed))
+        return await inner(leased, agent, transcript, iteration, retry)
+
+    rt.engine._call_model = recording
+    steps_module._leased = spying  # type: ignore[assignment]
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=[
+        {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
+    workers = WorkerPool(rt.engine, queue, 1, idle_poll_s=0.05)
+    workers.start()
+    try:
+        async def ended() -> bool:
+            got = await rt.runs.get(TENANT, run.id)
+            return got is not None and got.terminal
+
+        await wait_until(ended, timeout=60, interval=0.02, what="the run")
+    finally:
+        await workers.stop()
+        steps_module._leased = leased_from_row  # type: ignore[assignment]
+    stored = await rt.runs.get(TENANT, run.id)
+    assert stored is not None and (stored.status, stored.iterations) == ("completed", 8)
+    events = [(e.seq, e.type, e.payload) for e in await rt.runs.events(TENANT, run.id)]
+    for messages, held, _ in sent:  # what the model was sent is what a full replay gives
+        assert held == events[:len(held)] and messages == replay(held).messages
+    return run.id, claims, sent
+
+
+async def test_a_run_this_process_yielded_is_claimed_back_reading_only_what_came_after(
+        open_runtime: Any, migrated_db_url: str) -> None:
+    """A worker ends its lease chain every 3 steps and the run goes back to the job queue; the
+    claim that takes it back in this process reads none of the transcript it already held
+    (store/held.py) and goes on with the same replay state."""
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 7}}
+    rt, queue = await open_runtime({"held": agent}, inline=False, url=migrated_db_url,
+                                   chain_steps=3, chain_budget_seconds=60)
+    _, claims, sent = await _run_on_the_queue(rt, queue, "held")
+    assert len(claims) == 3  # steps 0-2, 3-5, 6-7
+    assert claims[0] == (0, 2)  # the first claim reads the whole transcript: user_input, started
+    assert all(after > 0 and read == 0 for after, read in claims[1:]), claims
+    assert (rt.steps.held.hits, rt.steps.held.misses, len(rt.steps.held)) == (2, 0, 0)
+    assert all(state is sent[0][2] for _, _, state in sent)  # one replay state for the whole run
+
+
+async def test_a_claim_whose_held_transcript_is_gone_reads_it_whole(open_runtime: Any, migrated_db_url: str) -> None:
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 7}}
+    rt, queue = await open_runtime({"forgotten": agent}, inline=False, url=migrated_db_url,
+                                   chain_steps=3, chain_budget_seconds=60)
+    rt.steps.held.max_runs = 0  # every transcript put is evicted at once
+    _, claims, sent = await _run_on_the_queue(rt, queue, "forgotten")
+    assert len(claims) == 3 and all(after > 0 for after, _ in claims[1:])
+    assert (rt.steps.held.hits, rt.steps.held.misses) == (0, 2)
+    assert sent[3][2] is not sent[2][2]  # the replay started again from the whole transcript

@@ -30,6 +30,7 @@ from treadle.domain.runs import NewEvent
 from treadle.errors import CancelPending, LeaseLost
 from treadle.store.db import Pool, StepTransaction, current_step_transaction
 from treadle.store.folding import Folded, FoldedWrite, FoldFailed, fill_result
+from treadle.store.held import HeldTranscript, HeldTranscripts
 from treadle.store.locks import CLAIM_LOCK_KEY, xact_lock
 from treadle.store.runs import JOBS_CHANNEL
 from treadle.store.sqltext import compact
@@ -46,6 +47,18 @@ _EVENTS_AGG = (
     "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
     " FROM events e WHERE e.run_id = runs.id) AS events"
 )
+#: a claim's: only the events after the job's mark when this process made it (store/held.py)
+_EVENTS_AFTER_MARK = (
+    "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
+    " FROM events e WHERE e.run_id = runs.id AND e.seq > j.after) AS events, j.after AS events_after"
+)
+
+
+def process_mark(owner: str) -> str | None:
+    """The process part of a lease token (`Engine.new_owner`: host:pid:random:n) — what marks
+    the jobs this process yields and recognises the ones it claims."""
+    mark = owner.rpartition(":")[0]
+    return mark or None
 
 
 @dataclass(slots=True)
@@ -198,6 +211,8 @@ class StepStore:
         #: many runs under a live lease; it stays queued and is claimed when one finishes its step
         self.tenant_max_running = tenant_max_running
         self.user_max_running = user_max_running
+        #: the transcripts of runs this process yielded to the job queue, for its next claim
+        self.held = HeldTranscripts()
 
     # -- taking a lease ------------------------------------------------------------------------
 
@@ -264,17 +279,18 @@ class StepStore:
         WITH s AS (SELECT set_config('synchronous_commit', %(commit_mode)s, true) AS v),
         j AS (
             DELETE FROM jobs WHERE id = ({self._next_job()})
-            RETURNING run_id, step_no
+            RETURNING run_id, step_no,
+                      CASE WHEN yielded_by = %(mark)s THEN coalesce(known_seq, 0) ELSE 0 END AS after
         ), l AS (
             UPDATE runs SET {self._LEASE_SET} FROM j
             WHERE runs.id = j.run_id AND runs.step_no = j.step_no AND {self._LEASE_FREE}
-            RETURNING {_LEASED_COLUMNS}, {_EVENTS_AGG}
+            RETURNING {_LEASED_COLUMNS}, {_EVENTS_AFTER_MARK}
         )
         SELECT l.*, j.run_id AS job_run_id FROM s, j LEFT JOIN l ON l.id = j.run_id
         """
         params = {
             "owner": owner, "lease": self.lease_s, "commit_mode": self.mid_step_commit,
-            "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running,
+            "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running, "mark": process_mark(owner),
         }
         async with self.pool.connection() as conn:
             if self.tenant_max_running or self.user_max_running:
@@ -293,6 +309,14 @@ class StepStore:
             if row["id"] is None:
                 return True, None
             leased = _leased(row)
+            after = int(row["events_after"] or 0)
+            if after:  # this process yielded the run at `after`: the rest of its transcript is held
+                held = self.held.take(leased.run_id, after)
+                if held is None:
+                    leased.events = await self._read_events(conn, leased.run_id)
+                else:
+                    held.events.extend(leased.events)
+                    leased.events, leased.replayed = held.events, held.replayed
             await self._ensure_complete(conn, leased)
         return True, leased
 
@@ -342,18 +366,17 @@ class StepStore:
         before our lease, reread them so the transcript matches `last_seq`."""
         if (leased.events[-1][0] if leased.events else 0) == leased.last_seq:
             return
-        cur = await conn.execute(
-            "SELECT seq, type, payload FROM events WHERE run_id = %s ORDER BY seq", (leased.run_id,)
-        )
-        leased.events = [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
+        leased.events, leased.replayed = await self._read_events(conn, leased.run_id), None
+
+    @staticmethod
+    async def _read_events(conn: Any, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
+        cur = await conn.execute("SELECT seq, type, payload FROM events WHERE run_id = %s ORDER BY seq", (run_id,))
+        return [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
 
     async def reload_events(self, leased: LeasedRun) -> None:
         """Re-read the run's transcript (a chained step found it changed by another writer)."""
         async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT seq, type, payload FROM events WHERE run_id = %s ORDER BY seq", (leased.run_id,)
-            )
-            leased.events = [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
+            leased.events = await self._read_events(conn, leased.run_id)
         leased.last_seq = leased.events[-1][0] if leased.events else 0
         leased.replayed, leased.events_stale = None, False
 
@@ -525,6 +548,8 @@ class StepStore:
             "parked": parked,
             "waits": Jsonb([w.to_json() for w in outcome.waits or []]),
             "lease": self.lease_s,
+            # the run goes back to the queue with the transcript this process holds: mark its job
+            "yielder": process_mark(owner) if enqueue_here and not outcome.final and not leased.events_stale else None,
         }
         if folded is not None:
             params.update(folded.write.params, fold_id=folded.tool_use_id, fold_failed=folded.write.failed)
@@ -550,6 +575,9 @@ class StepStore:
             leased.rooted_volumes = bool(row["rooted_volumes"])
         base = leased.last_seq
         leased.last_seq += len(events)
+        if params["yielder"] is not None and int(row["base"]) == base:  # keep what the mark promises
+            leased.events.extend((base + i + 1, e.type, e.payload) for i, e in enumerate(events))
+            self.held.put(leased.run_id, HeldTranscript(leased.last_seq, leased.events, leased.replayed))
         if chain:
             if int(row["base"]) != base:  # someone else appended to the transcript: re-read it
                 leased.events_stale = True
@@ -661,8 +689,9 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
                " 'is_error', (SELECT text FROM tool) IS NULL) ELSE t.payload END"
                if fold is not None else "t.payload")
     fold_text = ", (SELECT text FROM tool) AS fold_text" if fold is not None else ""
-    jobs = (", jb AS (INSERT INTO jobs (tenant_id, run_id, step_no, run_at)"
-            " SELECT g.tenant_id, %(run_id)s, g.step_no, now() + make_interval(secs => %(delay)s) FROM g)"
+    jobs = (", jb AS (INSERT INTO jobs (tenant_id, run_id, step_no, run_at, yielded_by, known_seq)"
+            " SELECT g.tenant_id, %(run_id)s, g.step_no, now() + make_interval(secs => %(delay)s),"
+            " %(yielder)s, g.base + %(n)s FROM g)"
             if enqueue else "")
     notify = f", pg_notify('{JOBS_CHANNEL}', '') AS _n" if enqueue else ""
     waits = (", wt AS (INSERT INTO run_waits (run_id, tenant_id, tool_use_id, kind, key, deadline)"
