@@ -222,8 +222,20 @@ async def test_a_claim_whose_held_transcript_is_gone_reads_it_whole(open_runtime
     agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 7}}
     rt, queue = await open_runtime({"forgotten": agent}, inline=False, url=migrated_db_url,
                                    chain_steps=3, chain_budget_seconds=60)
-    rt.steps.held.max_runs = 0  # every transcript put is evicted at once
+    rt.steps.held.put = lambda run_id, held: None  # marked, then lost (it expired, say)
     _, claims, sent = await _run_on_the_queue(rt, queue, "forgotten")
     assert len(claims) == 3 and all(after > 0 for after, _ in claims[1:])
     assert (rt.steps.held.hits, rt.steps.held.misses) == (0, 2)
     assert sent[3][2] is not sent[2][2]  # the replay started again from the whole transcript
+
+
+async def test_with_no_room_to_hold_a_transcript_the_job_is_not_marked(open_runtime: Any, migrated_db_url: str) -> None:
+    """A backlog longer than the bound: the yielding commit does not mark its job, and the claim
+    reads the whole transcript in its one statement, as without held transcripts."""
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 7}}
+    rt, queue = await open_runtime({"no_room": agent}, inline=False, url=migrated_db_url,
+                                   chain_steps=3, chain_budget_seconds=60)
+    rt.steps.held.max_runs = 0
+    _, claims, _ = await _run_on_the_queue(rt, queue, "no_room")
+    assert len(claims) == 3 and all(after == 0 and read > 2 for after, read in claims[1:]), claims
+    assert (rt.steps.held.hits, rt.steps.held.misses, len(rt.steps.held)) == (0, 0, 0)

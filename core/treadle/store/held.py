@@ -10,14 +10,18 @@ the replay state here, and a claim of a job this process marked reads only the e
 seq. Events are append-only: what is kept stays true whatever happened to the run since (another
 replica's steps, steering input) — those come back as the events after the mark.
 
-Bounded (runs, and events across them); an entry is taken by the claim that uses it. A claim
-whose entry is gone (evicted) reads the whole transcript in a second statement.
+Bounded (runs, and events across them) without evicting: a commit marks its job only while there
+is room (`has_room`), so a backlog longer than the bound costs nothing more than before (its claims
+read the whole transcript, as they did). An entry is taken by the claim that uses it; one nobody
+claimed (another replica took the run, it ended elsewhere) leaves after `max_age_s`. A claim whose
+entry left reads the whole transcript in a second statement.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Event = tuple[int, str, dict[str, Any]]
@@ -29,12 +33,14 @@ class HeldTranscript:
     events: list[Event]
     #: the engine's replay state of `events` (opaque here, see `LeasedRun.replayed`)
     replayed: Any
+    kept_at: float = field(default_factory=time.monotonic)
 
 
 class HeldTranscripts:
-    def __init__(self, max_runs: int = 256, max_events: int = 50_000) -> None:
+    def __init__(self, max_runs: int = 1024, max_events: int = 100_000, max_age_s: float = 600.0) -> None:
         self.max_runs = max_runs
         self.max_events = max_events
+        self.max_age_s = max_age_s
         self._held: OrderedDict[str, HeldTranscript] = OrderedDict()
         self._events = 0
         self.hits = 0
@@ -43,15 +49,16 @@ class HeldTranscripts:
     def __len__(self) -> int:
         return len(self._held)
 
+    def has_room(self, events: int) -> bool:
+        """Whether a transcript of `events` events may be kept (what a commit asks before marking
+        its job; workers committing at once may overshoot the bounds by one entry each)."""
+        self._expire()
+        return len(self._held) < self.max_runs and self._events + events <= self.max_events
+
     def put(self, run_id: str, held: HeldTranscript) -> None:
         self.drop(run_id)
-        if len(held.events) > self.max_events:
-            return
         self._held[run_id] = held
         self._events += len(held.events)
-        while len(self._held) > self.max_runs or self._events > self.max_events:
-            _, oldest = self._held.popitem(last=False)
-            self._events -= len(oldest.events)
 
     def take(self, run_id: str, last_seq: int) -> HeldTranscript | None:
         """The run's transcript up to `last_seq`, if held (and forget it: the claimer owns it)."""
@@ -67,3 +74,11 @@ class HeldTranscripts:
         if held is not None:
             self._events -= len(held.events)
         return held
+
+    def _expire(self) -> None:
+        horizon = time.monotonic() - self.max_age_s
+        while self._held:
+            run_id, oldest = next(iter(self._held.items()))
+            if oldest.kept_at >= horizon:
+                return
+            self.drop(run_id)

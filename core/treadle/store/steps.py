@@ -549,7 +549,8 @@ class StepStore:
             "waits": Jsonb([w.to_json() for w in outcome.waits or []]),
             "lease": self.lease_s,
             # the run goes back to the queue with the transcript this process holds: mark its job
-            "yielder": process_mark(owner) if enqueue_here and not outcome.final and not leased.events_stale else None,
+            "yielder": (process_mark(owner) if enqueue_here and not outcome.final and not leased.events_stale
+                        and self.held.has_room(len(leased.events) + len(events)) else None),
         }
         if folded is not None:
             params.update(folded.write.params, fold_id=folded.tool_use_id, fold_failed=folded.write.failed)
