@@ -350,6 +350,10 @@ async def bench_pair(url: str, args: argparse.Namespace, solo_runs: int, round_n
         "cycle": pct(one["cycle"], 50) / ((f1a["p50"] + f1b["p50"]) / 2),
         "rate": many["rate"] / ((fna["rate"] + fnb["rate"]) / 2),
         "floor1": (f1a["p50"] + f1b["p50"]) / 2, "floorn": (fna["rate"] + fnb["rate"]) / 2,
+        # the CPU (client + server) the floor needs per iteration ÷ treadle's: on 2 cores it bounds
+        # the rate, and this machine's drift moves it less than the rates (docs/benchmarks.md)
+        "cpu": ((fna["cpu"] + fna["server_cpu"] + fnb["cpu"] + fnb["server_cpu"]) / 2)
+        / (many["cpu"] + many["server_cpu"]),
         "completed": float(one["completed"] == solo_runs and many["completed"] == args.runs),
     }
 
@@ -651,14 +655,18 @@ async def main() -> int:
         print("The targets: each bare pass between two floors measured just before and just after it"
               f" ({len(pairs)} rounds; the verdict is the median):")
         print()
-        print("| round | floor 1 conn p50 ms | 1 worker cycle ÷ floor | floor {w} conns /s | {w} workers rate ÷ floor |"
-              .replace("{w}", str(w)))
-        print("|---:|---:|---:|---:|---:|")
+        print("| round | floor 1 conn p50 ms | 1 worker cycle ÷ floor | floor {w} conns /s | {w} workers rate ÷ floor"
+              " | CPU per iteration, floor ÷ {w} workers |".replace("{w}", str(w)))
+        print("|---:|---:|---:|---:|---:|---:|")
         for i, p in enumerate(pairs, 1):
-            print(f"| {i} | {ms(p['floor1'])} | x{p['cycle']:.2f} | {p['floorn']:.0f} | {p['rate']:.0%} |")
+            print(f"| {i} | {ms(p['floor1'])} | x{p['cycle']:.2f} | {p['floorn']:.0f} | {p['rate']:.0%}"
+                  f" | {p['cpu']:.2f} |")
         cycle_ratio = sorted(p["cycle"] for p in pairs)[len(pairs) // 2]
         rate_ratio = sorted(p["rate"] for p in pairs)[len(pairs) // 2]
+        cpu_ratio = sorted(p["cpu"] for p in pairs)[len(pairs) // 2]
         print()
+        print(f"not a target: CPU (client + server) per iteration, the floor's ÷ treadle's, {w} workers:"
+              f" {cpu_ratio:.2f} (median round)")
     print(f"ratio p50 (bare), 1 worker / floor 1 conn: cycle x{cycle_ratio:.2f}"
           f" (target ≤ 1.5: {'met' if cycle_ratio <= 1.5 else 'NOT met'})")
     print(f"ratio rate (bare), {w} workers / floor {w} conns: {rate_ratio:.0%}"
