@@ -351,7 +351,7 @@ async def bench_pair(url: str, args: argparse.Namespace, solo_runs: int, round_n
         "rate": many["rate"] / ((fna["rate"] + fnb["rate"]) / 2),
         "floor1": (f1a["p50"] + f1b["p50"]) / 2, "floorn": (fna["rate"] + fnb["rate"]) / 2,
         # the CPU (client + server) the floor needs per iteration ÷ treadle's: on 2 cores it bounds
-        # the rate, and this machine's drift moves it less than the rates (docs/benchmarks.md)
+        # the rate (it drifts with the machine too: 0.60 to 0.88 within one run, docs/benchmarks.md)
         "cpu": ((fna["cpu"] + fna["server_cpu"] + fnb["cpu"] + fnb["server_cpu"]) / 2)
         / (many["cpu"] + many["server_cpu"]),
         "completed": float(one["completed"] == solo_runs and many["completed"] == args.runs),
