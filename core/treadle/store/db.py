@@ -192,10 +192,7 @@ class StepTransaction:
             raise RuntimeError("finish_with: not a pipelined step transaction at its top level")
         if self.pending:
             self.pending, self.finished = False, True
-            if isinstance(self.conn, _Connection):
-                row = await self.conn.run_statement(query, params)
-            else:
-                row = await (await self.conn.execute(query, params)).fetchone()
+            row = await run_statement(self.conn, query, params)
             self.committed = True
             return row
         assert self.pipeline is not None and self.block is not None
@@ -215,6 +212,21 @@ class StepTransaction:
                 raise
             raise failure from None
         return await cur.fetchone()
+
+
+_statement_cursors: weakref.WeakKeyDictionary[Connection, psycopg.AsyncCursor[DictRow]] = weakref.WeakKeyDictionary()
+
+
+async def run_statement(conn: Connection, query: QueryNoTemplate, params: Params) -> DictRow | None:
+    """Execute a hot statement (the step's lone commit statement) on the connection's own
+    long-lived cursor and return its first row. psycopg keeps a cursor's adaptation state (its
+    dumper per parameter type) while the same query object runs again on it; `conn.execute`
+    builds a cursor, a transformer and ~30 dumpers for each statement."""
+    cur = _statement_cursors.get(conn)
+    if cur is None or cur.closed:
+        cur = _statement_cursors[conn] = psycopg.AsyncCursor(conn)
+    await cur.execute(query, params)
+    return await cur.fetchone()
 
 
 def statement_error(exc: psycopg.Error) -> psycopg.Error:
@@ -263,19 +275,6 @@ class _Connection(psycopg.AsyncConnection[DictRow]):
     transaction: a savepoint there) queues SAVEPOINT and RELEASE to travel with the next statement,
     without the Syncs psycopg adds around a transaction block in pipeline mode — every statement
     is synced where it runs (`_StepCursor`), so errors surface inside the block all the same."""
-
-    _statement_cursor: psycopg.AsyncCursor[DictRow] | None = None
-
-    async def run_statement(self, query: QueryNoTemplate, params: Params) -> DictRow | None:
-        """Execute a hot statement (the step's lone commit statement) on this connection's own
-        long-lived cursor and return its first row. psycopg keeps a cursor's adaptation state (its
-        dumper per parameter type) while the same query object runs again on it; `execute` on the
-        connection builds a cursor, a transformer and ~30 dumpers for each statement."""
-        cur = self._statement_cursor
-        if cur is None or cur.closed:
-            cur = self._statement_cursor = psycopg.AsyncCursor(self)
-        await cur.execute(query, params)
-        return await cur.fetchone()
 
     @asynccontextmanager
     async def transaction(

@@ -4,10 +4,10 @@ A worker ends a lease chain after `chain_steps` steps (fairness): its commit enq
 next step, and whichever worker claims that job reads the run's transcript again — the whole of
 it, aggregated by the server, sent and decoded, then replayed and scrubbed from its start. On the
 sidecar the claimer is nearly always a worker of the same process, which held that transcript a
-moment before. So the yielding commit marks its job with this process's key and the transcript's
-last seq (`jobs.yielded_by`, `jobs.known_seq`, migration 0025), the process keeps the events and
-the replay state here, and a claim of a job this process marked reads only the events after that
-seq. Events are append-only: what is kept stays true whatever happened to the run since (another
+moment before. So the yielding commit marks its job with the store's random key (`StepStore.mark`)
+and the transcript's last seq (`jobs.yielded_by`, `jobs.known_seq`, migration 0025), the process
+keeps the events and the replay state here, and a claim of a job this process marked reads only
+the events after that seq. Events are append-only: what is kept stays true whatever happened to the run since (another
 replica's steps, steering input) — those come back as the events after the mark.
 
 Bounded (runs, and events across them) without evicting: a commit marks its job only while there

@@ -15,6 +15,7 @@ because every later synchronous commit flushes the writes before it.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -43,22 +44,15 @@ _LEASED_COLUMNS = (
     " runs.client_tools, runs.client_tool_timeout_s, runs.allowed_hosts, runs.trace_context, runs.created_at,"
     " runs.parent_context, runs.run_options"
 )
-_EVENTS_AGG = (
-    "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
-    " FROM events e WHERE e.run_id = runs.id) AS events"
-)
+def _events_agg(after: str = "0") -> str:
+    """The run's events after seq `after` (an SQL expression) as one JSON array, `events`."""
+    return ("(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
+            f" FROM events e WHERE e.run_id = runs.id AND e.seq > {after}) AS events")
+
+
+_EVENTS_AGG = _events_agg()
 #: a claim's: only the events after the job's mark when this process made it (store/held.py)
-_EVENTS_AFTER_MARK = (
-    "(SELECT coalesce(json_agg(json_build_array(e.seq, e.type, e.payload) ORDER BY e.seq), '[]')"
-    " FROM events e WHERE e.run_id = runs.id AND e.seq > j.after) AS events, j.after AS events_after"
-)
-
-
-def process_mark(owner: str) -> str | None:
-    """The process part of a lease token (`Engine.new_owner`: host:pid:random:n) — what marks
-    the jobs this process yields and recognises the ones it claims."""
-    mark = owner.rpartition(":")[0]
-    return mark or None
+_EVENTS_AFTER_MARK = _events_agg("j.after") + ", j.after AS events_after"
 
 
 @dataclass(slots=True)
@@ -211,8 +205,10 @@ class StepStore:
         #: many runs under a live lease; it stays queued and is claimed when one finishes its step
         self.tenant_max_running = tenant_max_running
         self.user_max_running = user_max_running
-        #: the transcripts of runs this process yielded to the job queue, for its next claim
+        #: the transcripts of runs this store yielded to the job queue, for its next claim, and
+        #: the mark its yielding commits leave on their jobs (a claim by this store recognises it)
         self.held = HeldTranscripts()
+        self.mark = secrets.token_hex(8)
 
     # -- taking a lease ------------------------------------------------------------------------
 
@@ -290,7 +286,7 @@ class StepStore:
         """
         params = {
             "owner": owner, "lease": self.lease_s, "commit_mode": self.mid_step_commit,
-            "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running, "mark": process_mark(owner),
+            "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running, "mark": self.mark,
         }
         async with self.pool.connection() as conn:
             if self.tenant_max_running or self.user_max_running:
@@ -549,7 +545,7 @@ class StepStore:
             "waits": Jsonb([w.to_json() for w in outcome.waits or []]),
             "lease": self.lease_s,
             # the run goes back to the queue with the transcript this process holds: mark its job
-            "yielder": (process_mark(owner) if enqueue_here and not outcome.final and not leased.events_stale
+            "yielder": (self.mark if enqueue_here and not outcome.final and not leased.events_stale
                         and self.held.has_room(len(leased.events) + len(events)) else None),
         }
         if folded is not None:
