@@ -7,8 +7,9 @@ sidecar the claimer is nearly always a worker of the same process, which held th
 moment before. So the yielding commit marks its job with the store's random key (`StepStore.mark`)
 and the transcript's last seq (`jobs.yielded_by`, `jobs.known_seq`, migration 0025), the process
 keeps the events and the replay state here, and a claim of a job this process marked reads only
-the events after that seq. Events are append-only: what is kept stays true whatever happened to the run since (another
-replica's steps, steering input) — those come back as the events after the mark.
+the events after that seq. Events are append-only: what is kept stays true whatever happened to
+the run since (another replica's steps, steering input) — those come back as the events after
+the mark.
 
 Bounded (runs, and events across them) without evicting: a commit marks its job only while there
 is room (`has_room`), so a backlog longer than the bound costs nothing more than before (its claims
