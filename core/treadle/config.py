@@ -642,7 +642,7 @@ class Settings(EnvSettings):
     requeue_after_seconds: float = Field(default=60.0, gt=0)
     max_request_bytes: int = Field(default=1 << 20, ge=1024)
     tool_parallelism: int = Field(default=8, ge=1)
-    db_pool_size: int = Field(default=0, ge=0)  # 0 = workers + 4
+    db_pool_size: int = Field(default=0, ge=0)  # 0 = 2 x workers + 4
     provider_retries: int = Field(default=4, ge=0, le=10)
     chain_steps: int = Field(default=8, ge=1, le=1000)
     chain_budget_seconds: float = Field(default=0.5, ge=0)

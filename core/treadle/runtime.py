@@ -308,7 +308,10 @@ class Runtime:
         catalogue = AgentCatalogue(config, registry, built, source=config_source)
         url = resolve_database_url(settings.database_url, settings.home)
         await migrate(url)
-        size = settings.db_pool_size or settings.workers + 4
+        # a worker holds one connection from its claim to the end of the lease chain it runs
+        # (store/db.py `Pool.holding`), its tools may use one more meanwhile, and requests, the
+        # sweepers and the listeners take the rest
+        size = settings.db_pool_size or 2 * settings.workers + 4
         pool = await open_pool(url, size, idle_in_transaction_s=settings.lease_seconds,
                                behind_pooler=settings.db_behind_pooler)
         if dispatcher_factory is None:

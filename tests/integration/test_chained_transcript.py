@@ -239,3 +239,68 @@ async def test_with_no_room_to_hold_a_transcript_the_job_is_not_marked(open_runt
     _, claims, _ = await _run_on_the_queue(rt, queue, "no_room")
     assert len(claims) == 3 and all(after == 0 and read > 2 for after, read in claims[1:]), claims
     assert (rt.steps.held.hits, rt.steps.held.misses, len(rt.steps.held)) == (0, 0, 0)
+
+
+async def test_a_worker_checks_out_one_connection_for_its_claim_and_the_whole_lease_chain(
+        open_runtime: Any, migrated_db_url: str, monkeypatch: Any) -> None:
+    """store/db.py `Pool.holding`: the claim and every step of the chain it starts use the
+    connection the worker checked out for the claim, not one each."""
+    import asyncio
+    from collections import Counter
+
+    from treadle.engine.workers import WorkerPool
+
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 7}}
+    rt, queue = await open_runtime({"one_conn": agent}, inline=False, url=migrated_db_url,
+                                   chain_steps=3, chain_budget_seconds=60)
+    checkouts: Counter[str] = Counter()
+    inner_connection = rt.pool.inner.connection
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        task = asyncio.current_task()
+        checkouts[task.get_name() if task is not None else ""] += 1
+        return inner_connection(*args, **kwargs)
+
+    claims = 0
+    claim_and_run = WorkerPool._claim_and_run
+
+    async def counted(self: WorkerPool) -> bool:
+        nonlocal claims
+        claims += 1
+        return await claim_and_run(self)
+
+    monkeypatch.setattr(rt.pool.inner, "connection", counting)
+    monkeypatch.setattr(WorkerPool, "_claim_and_run", counted)
+    _, leases, sent = await _run_on_the_queue(rt, queue, "one_conn")
+    assert len(leases) == 3 and len(sent) == 8  # 3 chains ran the run's 8 steps
+    # one per claim (empty ones included), and one more: the last step, which ends the turn,
+    # reads the input queue (store/inputs.py, not step work) through a connection of its own
+    assert checkouts["treadle-worker-0"] == claims + 1, (checkouts, claims)
+
+
+async def test_a_held_connection_is_lent_only_to_its_task_and_only_while_idle(open_runtime: Any) -> None:
+    import asyncio
+
+    rt, _ = await open_runtime({"idle": {"model": "echo"}})
+    pool = rt.pool
+    async with pool.holding():
+        async with pool.step_connection() as held:
+            pass
+        async with pool.step_connection() as again:
+            assert again is held
+        await held.execute("BEGIN")  # inside a transaction: a pooled connection instead
+        async with pool.step_connection() as other:
+            assert other is not held
+        await held.execute("ROLLBACK")
+
+        async def elsewhere() -> Any:
+            async with pool.step_connection() as conn:
+                return conn
+
+        assert await asyncio.create_task(elsewhere()) is not held  # another task: its own
+        async with pool.step_transaction() as tx:
+            assert tx.conn is held
+            async with pool.step_connection() as inside:  # inside the step transaction: its connection
+                assert inside is held
+    async with pool.step_connection() as after:
+        assert after is not None

@@ -28,7 +28,8 @@ async def test_an_idle_worker_stops_when_stopped_as_a_job_wakes_it() -> None:
     async def claim_job(owner: str) -> tuple[bool, None]:
         return False, None
 
-    engine = SimpleNamespace(new_owner=lambda: "o", steps=SimpleNamespace(claim_job=claim_job))
+    steps = SimpleNamespace(claim_job=claim_job, holding=contextlib.nullcontext)
+    engine = SimpleNamespace(new_owner=lambda: "o", steps=steps)
     queue = SimpleNamespace(wakeup=asyncio.Event())
     pool = WorkerPool(engine, queue, 1, idle_poll_s=30.0)  # type: ignore[arg-type]
     worker = asyncio.create_task(pool._work(0))
@@ -108,7 +109,8 @@ async def test_a_worker_stops_even_when_a_call_below_it_swallows_the_stop() -> N
                 await asyncio.sleep(30)
         return False, None
 
-    engine = SimpleNamespace(new_owner=lambda: "o", steps=SimpleNamespace(claim_job=claim_job))
+    steps = SimpleNamespace(claim_job=claim_job, holding=contextlib.nullcontext)
+    engine = SimpleNamespace(new_owner=lambda: "o", steps=steps)
     queue = SimpleNamespace(wakeup=asyncio.Event())
     # it stops within one idle poll (0.5 s by default) of the swallowed stop
     pool = WorkerPool(engine, queue, 1, idle_poll_s=0.05)  # type: ignore[arg-type]

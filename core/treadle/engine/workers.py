@@ -43,10 +43,11 @@ class WorkerPool:
 
     async def _claim_and_run(self) -> bool:
         owner = self.engine.new_owner()
-        found, leased = await self.engine.steps.claim_job(owner)
-        if leased is not None:
-            await self.engine.run_leased(leased, owner)
-            self.steps_run += 1
+        async with self.engine.steps.holding():  # one connection for the claim and the chain
+            found, leased = await self.engine.steps.claim_job(owner)
+            if leased is not None:
+                await self.engine.run_leased(leased, owner)
+                self.steps_run += 1
         return found
 
     async def _work(self, index: int) -> None:

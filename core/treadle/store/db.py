@@ -309,6 +309,30 @@ class _StepCursor(psycopg.AsyncCursor[DictRow]):
         return self
 
 
+@dataclass(frozen=True, slots=True)
+class _Held:
+    conn: Connection
+    task: asyncio.Task[Any] | None
+
+
+_HELD: ContextVar[_Held | None] = ContextVar("treadle_held_connection", default=None)
+
+
+class _Lent:
+    """The held connection as a context manager that returns nothing to the pool."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    async def __aenter__(self) -> Connection:
+        return self.conn
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
 class Pool:
     """The connection pool, aware of the current step transaction: `connection()` lends that
     transaction's connection while one is current in this task (a store's own `transaction()`
@@ -362,13 +386,43 @@ class Pool:
             self._acting[conn] = tenant
 
     @asynccontextmanager
+    async def holding(self) -> AsyncIterator[None]:
+        """Lend this task one pooled connection for its steps while the block runs: a worker's
+        claim and the steps of the lease chain it runs check out no connection each
+        (`step_connection`). Only step work uses it; any other `connection()` is its own."""
+        async with self.inner.connection() as conn:
+            await self._act_for(conn, None)  # steps are the runtime's work, never a tenant's
+            token = _HELD.set(_Held(conn, asyncio.current_task()))
+            try:
+                yield
+            finally:
+                _HELD.reset(token)
+
+    def step_connection(self) -> AbstractAsyncContextManager[Connection]:
+        """A connection for a step's own work (its claim, its events, its commit), acting as the
+        tables' owner: the current step transaction's, else the one this task holds (`holding`)
+        while it is idle and sound, else a pooled one."""
+        if _current() is not None:
+            return self.connection()
+        held = _HELD.get()
+        if (held is not None and held.task is asyncio.current_task() and not held.conn.broken
+                and held.conn.pgconn.transaction_status == pq.TransactionStatus.IDLE):
+            return _Lent(held.conn)
+        return self._owner_connection()
+
+    @asynccontextmanager
+    async def _owner_connection(self) -> AsyncIterator[Connection]:
+        async with self.inner.connection() as conn:
+            await self._act_for(conn, None)
+            yield conn
+
+    @asynccontextmanager
     async def step_transaction(self) -> AsyncIterator[StepTransaction]:
         """Open a transaction and make it current for this task; on a clean exit commit it, then
         run its after-commit callbacks; on an exception roll it back and drop them."""
         if _current() is not None:
             raise RuntimeError("a step transaction is already open in this task")
-        async with self.inner.connection() as conn:
-            await self._act_for(conn, None)  # a step is the runtime's work, never a tenant's
+        async with self.step_connection() as conn:  # a step is the runtime's work, never a tenant's
             tx = StepTransaction(self, conn, asyncio.current_task())
             token = _CURRENT.set(tx)
             try:

@@ -266,6 +266,11 @@ class StepStore:
             await self._ensure_complete(conn, leased)
         return leased
 
+    def holding(self) -> AbstractAsyncContextManager[None]:
+        """While the block runs, the task's claim and steps share one pooled connection
+        (store/db.py `Pool.holding`): a worker's claim and the lease chain it starts."""
+        return self.pool.holding()
+
     async def claim_job(self, owner: str) -> tuple[bool, LeasedRun | None]:
         """Take the next due job off the Postgres queue and lease its run, atomically.
 
@@ -288,7 +293,7 @@ class StepStore:
             "owner": owner, "lease": self.lease_s, "commit_mode": self.mid_step_commit,
             "tenant_cap": self.tenant_max_running, "user_cap": self.user_max_running, "mark": self.mark,
         }
-        async with self.pool.connection() as conn:
+        async with self.pool.step_connection() as conn:
             if self.tenant_max_running or self.user_max_running:
                 # under a cap, claims take turns: two claims counting the same leases at once would
                 # both see room and lease past the cap (the statement's snapshot starts after the
@@ -371,7 +376,7 @@ class StepStore:
 
     async def reload_events(self, leased: LeasedRun) -> None:
         """Re-read the run's transcript (a chained step found it changed by another writer)."""
-        async with self.pool.connection() as conn:
+        async with self.pool.step_connection() as conn:
             leased.events = await self._read_events(conn, leased.run_id)
         leased.last_seq = leased.events[-1][0] if leased.events else 0
         leased.replayed, leased.events_stale = None, False
@@ -437,7 +442,7 @@ class StepStore:
              WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
         RETURNING seq
         """
-        async with self.pool.connection() as conn:
+        async with self.pool.step_connection() as conn:
             cur = await conn.execute(
                 sql,
                 {
@@ -476,7 +481,7 @@ class StepStore:
             return await self._commit_parking(leased, owner, events, outcome)
         if tx is not None and tx.can_finish:  # its own connection, never a pending transaction's BEGIN
             return await self._commit(tx.conn, leased, owner, events, outcome, finish=tx)
-        async with self.pool.connection() as conn:
+        async with self.pool.step_connection() as conn:
             return await self._commit(conn, leased, owner, events, outcome)
 
     async def _commit_parking(
@@ -484,7 +489,7 @@ class StepStore:
     ) -> int:
         """Park unless a poke raced the tool's check: lock the wait keys, compare versions."""
         waits = outcome.waits or []
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self.pool.step_connection() as conn, conn.transaction():
             # lock the run first: a cancel either committed before (seen here: do not park) or
             # waits for this commit and then enqueues the new step_no itself
             cur = await conn.execute("SELECT cancel_requested FROM runs WHERE id = %s FOR UPDATE", (leased.run_id,))
