@@ -14,12 +14,12 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppres
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import psycopg
 from psycopg import pq
-from psycopg.abc import Buffer, Params, QueryNoTemplate
+from psycopg.abc import RV, Buffer, Params, PQGen, QueryNoTemplate
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg.types.string import StrDumperUnknown
@@ -30,6 +30,7 @@ from treadle.security.redact import SECRETS
 from treadle.store import scope
 from treadle.store.folding import Folded
 from treadle.store.scope import current_tenant
+from treadle.store.socketwait import NotReadOnly, Resumed, SocketReader
 
 log = logging.getLogger("treadle.store")
 
@@ -274,7 +275,40 @@ class _Connection(psycopg.AsyncConnection[DictRow]):
     """The pool's connections. Inside a pipelined step transaction `transaction()` (a store's own
     transaction: a savepoint there) queues SAVEPOINT and RELEASE to travel with the next statement,
     without the Syncs psycopg adds around a transaction block in pipeline mode — every statement
-    is synced where it runs (`_StepCursor`), so errors surface inside the block all the same."""
+    is synced where it runs (`_StepCursor`), so errors surface inside the block all the same.
+    Waiting for the server keeps the socket registered with the loop between statements
+    (store/socketwait.py)."""
+
+    _reader: SocketReader | None = None
+
+    async def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
+        if timeout is None:
+            try:
+                return cast(RV, await self._socket_reader().wait(gen))
+            except NotReadOnly as other:  # a write to wait for: psycopg's wait does it
+                gen = cast(PQGen[RV], other.resumed)
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit) as exc:
+                # psycopg's wait, interrupted the same way, cancels the running query on the server
+                # (the connection stays usable) and raises it again
+                gen = cast(PQGen[RV], Resumed(gen, error=exc))
+        elif self._reader is not None:
+            self._reader.drop()  # psycopg's wait registers the socket itself, and unregisters it
+        return await super().wait(gen, interval, timeout)
+
+    def _socket_reader(self) -> SocketReader:
+        loop, fd = asyncio.get_running_loop(), self.pgconn.socket
+        reader = self._reader
+        if reader is None or reader.loop is not loop or reader.fd != fd:
+            if reader is not None:
+                reader.drop()
+            reader = self._reader = SocketReader(loop, fd)
+            weakref.finalize(self, reader.drop)  # a connection collected unclosed: its socket goes too
+        return reader
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.drop()
+        await super().close()
 
     @asynccontextmanager
     async def transaction(
