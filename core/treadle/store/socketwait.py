@@ -2,20 +2,22 @@
 
 psycopg's asyncio wait (3.3: `psycopg.waiting.wait_async`) registers the connection's socket with
 the event loop for each wait and removes it afterwards, with a timer beside it: two `epoll_ctl`
-calls, a loop handle and a timer handle per statement. A step's commit is one statement, so that
-was most of what waiting for it cost the worker's process (measured: 37 µs of client CPU per
-trivial statement with it, 22 µs with this; docs/benchmarks.md).
+calls, a loop handle and a timer handle per statement (measured on 4 connections: 37 µs of client
+CPU per trivial statement with it, 22 µs with this; ~2 % of a worker's CPU per loop iteration,
+whose one statement carries much more: docs/benchmarks.md).
 
 `SocketReader` registers a connection's socket once and keeps it registered while statements
 come and go: a readable socket resolves the current waiter's future; with nobody waiting (the
 server closed the connection, say) the reader unregisters itself and the next wait registers it
-again. It unregisters whenever the connection is closed or collected, and whenever a wait ends in
+again. A wakeup with nothing to read yet (the loop reported the previous answer's bytes once
+more before they were read) is harmless: psycopg's generators read what there is and wait again.
+It unregisters whenever the connection is closed or collected, and whenever a wait ends in
 an exception (libpq closes the socket on a lost connection; a file descriptor number a closed
 socket leaves registered would shadow the next socket given that number).
 
 Only the plain case is handled here: the generator waits to read. A wait for writing (a
 statement larger than the socket's buffer), a wait with a timeout, and a wait interrupted by a
-cancel go to psycopg's own wait (`Interrupted`, `NotReadOnly`), which owns those cases — the
+cancel go to psycopg's own wait (`NotReadOnly`, `Resumed`), which owns those cases — the
 cancel of a running query on the server among them.
 """
 
