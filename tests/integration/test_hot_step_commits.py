@@ -54,3 +54,26 @@ async def test_a_chain_keeps_its_lease_deadline_and_the_commits_are_heap_only(op
     assert stored is not None and (stored.status, stored.iterations) == ("completed", 6)
     assert [s for s, _ in seen] == list(range(len(seen))) and len(seen) == 6
     assert len({deadline for _, deadline in seen}) == 1  # every chained step under the first deadline
+
+
+async def test_a_step_that_keeps_the_run_running_leaves_status_out_of_its_update(
+        open_runtime: Any, migrated_db_url: str) -> None:
+    """`UPDATE OF status` triggers (run_credentials_forget) are considered only for updates that
+    set `status`: the chained steps of a running run do not, the lease that starts it and the
+    commit that ends it do."""
+    with psycopg.connect(migrated_db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE status_updates (run_id text, status text)")
+        conn.execute("CREATE FUNCTION note_status_update() RETURNS trigger LANGUAGE plpgsql AS $$"
+                     " BEGIN INSERT INTO status_updates VALUES (NEW.id, NEW.status); RETURN NULL; END $$")
+        conn.execute("CREATE TRIGGER note_status_update AFTER UPDATE OF status ON runs"
+                     " FOR EACH ROW EXECUTE FUNCTION note_status_update()")
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 5}}
+    rt, disp = await open_runtime({"keeps": agent}, url=migrated_db_url, chain_steps=10, chain_budget_seconds=60)
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="keeps", segments=[
+        {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
+    assert await disp.drain() == 1
+    stored = await rt.runs.get(TENANT, run.id)
+    assert stored is not None and (stored.status, stored.iterations) == ("completed", 6)
+    with psycopg.connect(migrated_db_url) as conn:
+        seen = [r[0] for r in conn.execute("SELECT status FROM status_updates WHERE run_id = %s", (run.id,))]
+    assert seen == ["running", "completed"]  # the lease, then the end: none of the 5 chained steps

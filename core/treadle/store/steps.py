@@ -522,8 +522,12 @@ class StepStore:
         parked = bool(outcome.waits)
         enqueue_here = outcome.enqueue_next and self.jobs_in_db and not chain and not parked
         folded = finish.folded if finish is not None else None
+        # a running run that goes on running keeps `status` out of its SET list: Postgres then skips
+        # the `UPDATE OF status` trigger (run_credentials_forget) at once, where it otherwise reads
+        # and compiles the trigger's WHEN clause again for every step's statement
+        keeps_status = not (outcome.final or parked) and outcome.status == leased.status == "running"
         sql = _commit_sql(finish is not None, folded.write.statement if folded is not None else None,
-                          final=outcome.final, parked=parked, enqueue=enqueue_here)
+                          final=outcome.final, parked=parked, enqueue=enqueue_here, keeps_status=keeps_status)
         params = {
             "n": len(events),
             "final": outcome.final,
@@ -671,11 +675,13 @@ class StepStore:
 
 
 @lru_cache(maxsize=64)
-def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, enqueue: bool) -> str:
+def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, enqueue: bool,
+                keeps_status: bool = False) -> str:
     """The commit statement's text for each shape (fenced: it ends a pipelined step transaction;
     `fold`: the folded write it carries; `final`: the run ends; `parked`: it waits; `enqueue`: it
-    enqueues its next step), made once and compacted (store/sqltext.py): psycopg re-parses a
-    statement longer than 4,096 characters on every execute. A shape holds only the writes it
+    enqueues its next step; `keeps_status`: the run's status stays as it is), made once and
+    compacted (store/sqltext.py): psycopg re-parses a statement longer than 4,096 characters on
+    every execute. A shape holds only the writes it
     makes: every table a statement names is locked, and every index of a table it writes opened,
     on each execution, even when a condition on a parameter skips the write."""
     fence = ", fence AS (SELECT 1 / count(*) AS fenced FROM g)" if fenced else ""
@@ -721,7 +727,7 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
             lease_until = CASE WHEN %(final)s OR %(parked)s THEN NULL
                                WHEN %(chain_owner)s::text IS NOT NULL THEN {StepStore._KEEP_LEASE}
                                ELSE now() + make_interval(secs => %(requeue)s + %(delay)s) END,
-            status = %(status)s,
+            {"" if keeps_status else "status = %(status)s,"}
             stop_reason = coalesce(%(stop)s, stop_reason),
             error = coalesce(%(error)s, error),
             completed_at = CASE WHEN %(final)s THEN now() ELSE completed_at END,
