@@ -8,7 +8,7 @@ import dataclasses
 import secrets
 from typing import Any
 
-from treadle.domain.content import Message, TextBlock
+from treadle.domain.content import Message, TextBlock, ThinkingBlock
 from treadle.engine.replay import Replayer, replay
 from treadle.store.runs import NewRun
 from treadle.store.steps import LeasedRun
@@ -304,3 +304,40 @@ async def test_a_held_connection_is_lent_only_to_its_task_and_only_while_idle(op
                 assert inside is held
     async with pool.step_connection() as after:
         assert after is not None
+
+
+def test_the_replay_keeps_what_a_step_would_scan_the_transcript_for() -> None:
+    """Transcript.tool_ids, has_thinking and consumed_input_id, kept as events are fed, are what
+    a scan of the whole transcript gives — at every cut."""
+    from treadle.engine.waiting import consumed_input_id
+
+    events = [*transcript_events(), (20, "turn_cancelled", {"input_id": 9})]
+    for cut in range(len(events) + 1):
+        t = Replayer().feed(events[:cut]).transcript()
+        assert set(t.tool_ids) == {tu.id for m in t.messages for tu in m.tool_uses()}
+        assert t.has_thinking == any(isinstance(b, ThinkingBlock) for m in t.messages for b in m.content)
+        assert t.consumed_input_id == consumed_input_id(events[:cut])
+    assert t.consumed_input_id == 9 and t.has_thinking and set(t.tool_ids) == {"t1", "t2", "t3", "t4"}
+
+
+async def test_a_model_reusing_a_tool_id_of_the_transcript_gets_a_new_one() -> None:
+    """engine/routing.py: the ids the replay keeps (Call.tool_ids) refuse a reused id as the scan did."""
+    from treadle.domain.content import ToolUseBlock
+    from treadle.engine.routing import Call, _unique_tool_ids
+    from treadle.providers.base import ModelResponse, Usage
+
+    def response() -> ModelResponse:
+        return ModelResponse(content=[ToolUseBlock("t1", "Memory", {}), ToolUseBlock("new", "Memory", {}),
+                                      ToolUseBlock("new", "Memory", {})], stop_reason="tool_use", usage=Usage())
+
+    t = Replayer().feed(transcript_events()).transcript()
+    known = Call(run_id="r", agent="a", iteration=5, system="", messages=t.messages, request={}, history=[],
+                 tool_ids=t.tool_ids)
+    scanned = Call(run_id="r", agent="a", iteration=5, system="", messages=t.messages, request={}, history=[])
+    ids = []
+    for call in (known, scanned):
+        r = response()
+        _unique_tool_ids(r, call)
+        ids.append([b.id for b in r.content if isinstance(b, ToolUseBlock)])
+    assert ids[0] == ids[1] and ids[0][1] == "new" and ids[0][0] not in t.tool_ids and ids[0][2] != "new"
+    assert set(t.tool_ids) == {"t1", "t2", "t3", "t4"}  # the replay's set is not changed

@@ -13,6 +13,7 @@ Rules (invariant 2 — a tool_use is never separated from its tool_result):
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,12 @@ class Transcript:
     finished: bool = False
     #: tool_use_id → its first `tool_parked` record ({"kind","keys","deadline","extra"})
     parked: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: facts a step would otherwise scan the whole transcript for in Python, kept as events are
+    #: fed: every tool_use id the transcript holds, whether any assistant turn holds reasoning,
+    #: and the highest steering-queue id consumed (engine/waiting.py `consumed_input_id`)
+    tool_ids: AbstractSet[str] = field(default_factory=frozenset)
+    has_thinking: bool = False
+    consumed_input_id: int = 0
 
 
 class Replayer:
@@ -59,11 +66,15 @@ class Replayer:
         "_assistant_iter",
         "_closed",
         "_finished",
+        "_input_id",
         "_iterations",
         "_parked",
         "_results",
         "_scrubbed",
         "_system",
+        "_thinking",
+        "_tool_ids",
+        "_tool_ids_frozen",
         "_usage",
         "fed",
         "last_seq",
@@ -79,6 +90,10 @@ class Replayer:
         self._usage = dict.fromkeys(USAGE_KEYS, 0)
         self._finished = False
         self._parked: dict[str, dict[str, Any]] = {}
+        self._tool_ids: set[str] = set()
+        self._tool_ids_frozen: frozenset[str] | None = frozenset()  # None: to copy again
+        self._thinking = False
+        self._input_id = 0
         #: how many events were fed, and the seq of the last one
         self.fed = 0
         self.last_seq = 0
@@ -122,6 +137,10 @@ class Replayer:
         return self
 
     def _one(self, etype: str, payload: dict[str, Any]) -> None:
+        if etype in ("user_input", "turn_cancelled"):
+            input_id = payload.get("input_id")
+            if isinstance(input_id, int) and input_id > self._input_id:
+                self._input_id = input_id
         if etype == "user_input":
             self._close_turn()
             segs = payload.get("segments") or []
@@ -141,6 +160,7 @@ class Replayer:
             if etype == "text":
                 assistant.content.append(TextBlock(str(payload.get("text", ""))))
             elif etype == "thinking":
+                self._thinking = True
                 assistant.content.append(
                     ThinkingBlock(
                         str(payload.get("text", "")), payload.get("signature"), source=payload.get("source")
@@ -148,9 +168,10 @@ class Replayer:
                 )
             else:
                 tu = payload.get("tool_use") or {}
-                assistant.content.append(
-                    ToolUseBlock(str(tu.get("id")), str(tu.get("name")), dict(tu.get("input") or {}))
-                )
+                block = ToolUseBlock(str(tu.get("id")), str(tu.get("name")), dict(tu.get("input") or {}))
+                assistant.content.append(block)
+                self._tool_ids.add(block.id)
+                self._tool_ids_frozen = None
         elif etype == "tool_result":
             tu = payload.get("tool_use") or {}
             tid = str(tu.get("id"))
@@ -182,7 +203,17 @@ class Replayer:
             usage=dict(self._usage),
             finished=self._finished,
             parked=dict(self._parked),
+            tool_ids=self._frozen_tool_ids(),
+            has_thinking=self._thinking,
+            consumed_input_id=self._input_id,
         )
+
+    def _frozen_tool_ids(self) -> frozenset[str]:
+        """The tool ids as a frozen copy a rendered transcript keeps (later events do not change
+        it), copied again only after a tool_use was fed."""
+        if self._tool_ids_frozen is None:
+            self._tool_ids_frozen = frozenset(self._tool_ids)
+        return self._tool_ids_frozen
 
     def scrubbed(self, transcript: Transcript, key: object, scrub: Callable[[list[Message]], list[Message]]) -> (
             list[Message]):

@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,10 @@ class Call:
     messages: list[Message]
     request: dict[str, Any]  # tools, max_tokens, and options every candidate gets (mock settings)
     history: list[tuple[int, str, dict[str, Any]]]  # the run's events so far
+    #: what the engine's replay already knows about `messages` (engine/replay.py `Transcript`):
+    #: their tool_use ids (None: read them off the messages) and whether any holds reasoning
+    tool_ids: AbstractSet[str] | None = None
+    has_thinking: bool = True
 
 
 async def call_route(
@@ -75,7 +80,8 @@ async def call_route(
     attempts = 0  # across candidates, for live frames
     last_exc: ProviderError | None = None
     for index, cand in enumerate(candidates):
-        messages, dropped = adapt_messages(call.messages, cand.reasoning_format)
+        messages, dropped = (adapt_messages(call.messages, cand.reasoning_format) if call.has_thinking
+                             else (call.messages, 0))
         moved = index > 0 or (last_provider is not None and last_provider[0] != cand.provider_id)
         if dropped and moved:
             events.append(
@@ -224,10 +230,11 @@ def _last_served(history: list[tuple[int, str, dict[str, Any]]]) -> tuple[str, s
 def _unique_tool_ids(response: ModelResponse, call: Call) -> None:
     """Tool ids must be unique within a run (results are keyed by them); vendors that omit or
     reuse ids get a deterministic one."""
-    used = {tu.id for m in call.messages for tu in m.tool_uses()}
+    used = call.tool_ids if call.tool_ids is not None else {tu.id for m in call.messages for tu in m.tool_uses()}
+    fresh: set[str] = set()
     for i, b in enumerate(response.content):
         if isinstance(b, ToolUseBlock):
-            if not b.id or b.id in used or len(b.id) > 64:
+            if not b.id or b.id in used or b.id in fresh or len(b.id) > 64:
                 digest = hashlib.blake2b(f"{call.run_id}|{call.iteration}|{i}".encode(), digest_size=12).hexdigest()
                 b.id = f"toolu_{digest}"
-            used.add(b.id)
+            fresh.add(b.id)

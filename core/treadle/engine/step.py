@@ -37,7 +37,7 @@ from treadle.engine.routing import Call, RetryPolicy, call_route
 from treadle.engine.scrub import scrub_key, scrub_messages
 from treadle.engine.sending import StepSender
 from treadle.engine.toolcalls import Outcome, ToolRaised, ToolRunner, TurnCalls
-from treadle.engine.waiting import Steering, at_rest, consumed_input_id, iteration_cap
+from treadle.engine.waiting import Steering, at_rest, iteration_cap
 from treadle.errors import CancelPending, LeaseLost, ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.security.redact import SECRETS
@@ -260,7 +260,7 @@ class Engine:
             return await self._finish_failed(
                 leased, owner, [], "unknown_agent", f"agent {leased.agent!r} is not configured"
             )
-        if leased.input_seq > consumed_input_id(leased.events):  # steering input / a turn cancel queued
+        if leased.input_seq > transcript.consumed_input_id:  # steering input / a turn cancel queued
             steered = await self.steering.take_inputs(leased, owner, transcript)
             if steered.result is not None:
                 return steered.result
@@ -484,6 +484,8 @@ class Engine:
                 **({"effort": cfg.effort} if cfg.effort else {}),
                 **((leased.run_options or {}).get("sampling") or {})}},  # loomcycle's sampling: the run's wins
             history=leased.events,
+            tool_ids=transcript.tool_ids,
+            has_thinking=transcript.has_thinking,
         )
         policy = RetryPolicy(retries=self.settings.provider_retries, max_wait_s=self.settings.max_retry_wait_s)
         return await call_route(agent.route, call, policy, retry_events, self._delta_sink(leased.run_id, iteration))
