@@ -137,10 +137,7 @@ class Replayer:
         return self
 
     def _one(self, etype: str, payload: dict[str, Any]) -> None:
-        if etype in ("user_input", "turn_cancelled"):
-            input_id = payload.get("input_id")
-            if isinstance(input_id, int) and input_id > self._input_id:
-                self._input_id = input_id
+        self._input_id = max(self._input_id, input_id_of(etype, payload))
         if etype == "user_input":
             self._close_turn()
             segs = payload.get("segments") or []
@@ -231,6 +228,15 @@ class Replayer:
             done = [*done, *scrub(self._closed[len(done):closed])]
         self._scrubbed = (key, done)
         return [*done, *scrub(transcript.messages[closed:])]
+
+
+def input_id_of(etype: str, payload: dict[str, Any]) -> int:
+    """The steering-queue id an event consumed (a steered `user_input`, a `turn_cancelled`), or 0."""
+    if etype in ("user_input", "turn_cancelled"):
+        input_id = payload.get("input_id")
+        if isinstance(input_id, int):
+            return input_id
+    return 0
 
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")

@@ -24,7 +24,7 @@ from treadle.domain.runs import NewEvent
 from treadle.engine.agents import ResolvedAgent
 from treadle.engine.hub import RunEventHub
 from treadle.engine.outcomes import StepResult, tool_result_event
-from treadle.engine.replay import Transcript, replay
+from treadle.engine.replay import Transcript, input_id_of, replay
 from treadle.engine.sending import StepSender
 from treadle.engine.waking import RunWaker
 from treadle.store.inputs import InputStore, QueuedInput
@@ -46,13 +46,7 @@ def input_key(run_id: str) -> str:
 
 def consumed_input_id(events: list[tuple[int, str, dict[str, Any]]]) -> int:
     """The highest steering-queue id the transcript has consumed (0: none)."""
-    best = 0
-    for _seq, etype, payload in events:
-        if etype in ("user_input", "turn_cancelled"):
-            v = payload.get("input_id")
-            if isinstance(v, int) and v > best:
-                best = v
-    return best
+    return max((input_id_of(etype, payload) for _seq, etype, payload in events), default=0)
 
 
 def iteration_cap(agent: ResolvedAgent, leased: LeasedRun) -> int:
@@ -106,9 +100,10 @@ class Steering:
         self.hub = hub
 
     async def take_inputs(self, leased: LeasedRun, owner: str, transcript: Transcript) -> Steered:
-        """Drain the steering queue at the top of a step (the caller saw `input_seq` move)."""
+        """Drain the steering queue at the top of a step (the caller saw `input_seq` move);
+        `transcript`: the replay of `leased.events`."""
         version = await self.waits.version(leased.tenant_id, input_key(leased.run_id))  # before looking
-        items = await self.inputs.after(leased.run_id, consumed_input_id(leased.events))
+        items = await self.inputs.after(leased.run_id, transcript.consumed_input_id)
         cancels = [i for i, it in enumerate(items) if it.kind == "turn_cancel"]
         if not items or (not cancels and transcript.pending):
             return Steered(transcript)  # input waits until the pending tool calls have their results

@@ -282,6 +282,7 @@ class _Connection(psycopg.AsyncConnection[DictRow]):
     _reader: SocketReader | None = None
 
     async def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
+        # (`interval`: psycopg's own default, used by its wait only)
         if timeout is None:
             try:
                 return cast(RV, await self._socket_reader().wait(gen))
@@ -424,8 +425,7 @@ class Pool:
         """Lend this task one pooled connection for its steps while the block runs: a worker's
         claim and the steps of the lease chain it runs check out no connection each
         (`step_connection`). Only step work uses it; any other `connection()` is its own."""
-        async with self.inner.connection() as conn:
-            await self._act_for(conn, None)  # steps are the runtime's work, never a tenant's
+        async with self._owner_connection() as conn:
             token = _HELD.set(_Held(conn, asyncio.current_task()))
             try:
                 yield
@@ -446,6 +446,8 @@ class Pool:
 
     @asynccontextmanager
     async def _owner_connection(self) -> AsyncIterator[Connection]:
+        """A pooled connection acting as the tables' owner: steps are the runtime's work, never a
+        tenant's."""
         async with self.inner.connection() as conn:
             await self._act_for(conn, None)
             yield conn
@@ -456,7 +458,7 @@ class Pool:
         run its after-commit callbacks; on an exception roll it back and drop them."""
         if _current() is not None:
             raise RuntimeError("a step transaction is already open in this task")
-        async with self.step_connection() as conn:  # a step is the runtime's work, never a tenant's
+        async with self.step_connection() as conn:
             tx = StepTransaction(self, conn, asyncio.current_task())
             token = _CURRENT.set(tx)
             try:

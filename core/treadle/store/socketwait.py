@@ -35,13 +35,13 @@ PQGen = Generator[Any, Any, Any]
 class NotReadOnly(Exception):
     """The generator asked for something other than a read: `resumed` yields that first."""
 
-    def __init__(self, resumed: PQGen) -> None:
+    def __init__(self, resumed: Resumed) -> None:
         self.resumed = resumed
 
 
 class Resumed:
     """A generator that first yields a state already taken from `gen` — or raises `error` — then
-    goes on with `gen`."""
+    goes on with `gen` (psycopg's wait drives it with `next` and `send` only)."""
 
     def __init__(self, gen: PQGen, state: Any = None, error: BaseException | None = None) -> None:
         self.gen, self.state, self.error, self.started = gen, state, error, False
@@ -61,12 +61,6 @@ class Resumed:
         if not self.started:
             return next(self)
         return self.gen.send(value)
-
-    def throw(self, *args: Any) -> Any:
-        return self.gen.throw(*args)
-
-    def close(self) -> None:
-        self.gen.close()
 
 
 class SocketReader:
@@ -112,8 +106,6 @@ class SocketReader:
                 state = gen.send(Ready.R)
         except StopIteration as done:
             return done.value
-        except NotReadOnly:
-            raise
-        except BaseException:
+        except BaseException:  # (NotReadOnly included: it dropped the registration already)
             self.drop()
             raise
