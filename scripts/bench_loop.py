@@ -133,6 +133,8 @@ class Instrumented:
         self.step_ends: list[float] = []
         self.first_start = float("inf")
         self.last_end = 0.0
+        self.ended = asyncio.Event()
+        self._ends_left: int | None = None
         engine, steps = rt.engine, rt.engine.steps
         step_name = first_seam(engine, ["_run_one", "_execute_one"], "one step under a lease")
         self._wrap(engine, step_name, "step", self._on_step)
@@ -155,10 +157,19 @@ class Instrumented:
             seam(steps, name, "StepStore." + name)
             self._wrap(steps, name, {"commit": "commit stmt", "append": "append", "claim_job": "claim"}[name])
 
-    def _on_step(self, t0: float, t1: float) -> None:
+    def expect_ends(self, runs: int) -> asyncio.Event:
+        """An event set when `runs` steps have ended their run (StepResult.FINISHED)."""
+        self._ends_left = runs
+        return self.ended
+
+    def _on_step(self, t0: float, t1: float, result: Any) -> None:
         self.first_start = min(self.first_start, t0)
         self.last_end = max(self.last_end, t1)
         self.step_ends.append(t1)
+        if self._ends_left is not None and getattr(result, "value", None) == "finished":
+            self._ends_left -= 1
+            if self._ends_left <= 0:
+                self.ended.set()
 
     def _wrap(self, obj: Any, name: str, label: str, hook: Any = None) -> None:
         inner = getattr(obj, name)
@@ -166,13 +177,15 @@ class Instrumented:
 
         async def timed(*a: Any, **kw: Any) -> Any:
             t0 = time.perf_counter()
+            result = None
             try:
-                return await inner(*a, **kw)
+                result = await inner(*a, **kw)
+                return result
             finally:
                 t1 = time.perf_counter()
                 times.append(t1 - t0)
                 if hook is not None:
-                    hook(t0, t1)
+                    hook(t0, t1, result)
 
         setattr(obj, name, timed)
 
@@ -227,11 +240,12 @@ async def bench_treadle(
 
     rt = await Runtime.open(settings, config)
     probe = Instrumented(rt)
+    ended = probe.expect_ends(runs)
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
     meter = ServerMeter(url).start()
     cpu0 = time.process_time()
     with SqlCounter(timed=workers == 1) as counter:
-        done = await drive_to_completion(rt, pool, tenant)
+        done = await drive_to_completion(rt, pool, tenant, ended=ended)
     cpu = time.process_time() - cpu0
     meter.stop()
     counts = Counter(counter.counts)
@@ -271,10 +285,11 @@ async def bench_rate(url: str, runs: int, iterations: int, workers: int, tenant:
     statement that the floor's bare loop does not pay. The ratios to the floor use these passes."""
     rt, _, _ = await open_with_runs(url, runs, iterations, workers, tenant, chain_steps)
     probe = Instrumented(rt, steps_only=True)
+    ended = probe.expect_ends(runs)
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
     meter = ServerMeter(url).start()
     cpu0 = time.process_time()
-    done = await drive_to_completion(rt, pool, tenant)
+    done = await drive_to_completion(rt, pool, tenant, ended=ended)
     cpu = time.process_time() - cpu0
     meter.stop()
     await rt.close()

@@ -13,7 +13,7 @@ import contextlib
 from types import SimpleNamespace
 from typing import Any
 
-from treadle.domain.tasks import cancel_and_wait
+from treadle.domain.tasks import cancel_all_and_wait, cancel_and_wait
 from treadle.engine.hub import LiveSubscription, RunEventHub
 from treadle.engine.workers import WorkerPool
 
@@ -119,3 +119,38 @@ async def test_a_worker_stops_even_when_a_call_below_it_swallows_the_stop() -> N
     worker.cancel()
     done, _ = await asyncio.wait({worker}, timeout=5)
     assert worker in done and worker.cancelled()
+
+
+async def test_cancelling_many_tasks_cancels_each_once_so_their_clean_up_runs_to_its_end() -> None:
+    """`cancel_all_and_wait` (WorkerPool.stop): each task is cancelled once. Cancelling them all,
+    then `cancel_and_wait` on each, cancelled a task again inside its clean-up of the first cancel
+    — a worker cancelling its query on the server gave up and closed its connection."""
+    cleaned: list[int] = []
+    in_clean_up: list[int] = []
+    release = [asyncio.Event() for _ in range(3)]
+
+    async def worker(i: int) -> None:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            in_clean_up.append(i)
+            await release[i].wait()  # like psycopg cancelling the running query on the server
+            cleaned.append(i)
+
+    tasks = [asyncio.create_task(worker(i)) for i in range(3)]
+    for t in tasks:
+        await until_waiting(t)
+
+    async def release_in_turn() -> None:  # each clean-up ends after the one before it
+        while len(in_clean_up) < 3:
+            await asyncio.sleep(0)
+        for i, t in enumerate(tasks):
+            release[i].set()
+            while not t.done():
+                await asyncio.sleep(0)
+
+    releaser = asyncio.create_task(release_in_turn())
+    await cancel_all_and_wait(tasks)
+    await asyncio.wait_for(releaser, 5)
+    assert sorted(cleaned) == [0, 1, 2]
+    assert all(t.cancelled() for t in tasks)

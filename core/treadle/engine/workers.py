@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from treadle.dispatch.base import Dispatcher
 from treadle.dispatch.postgres import PostgresQueue
-from treadle.domain.tasks import cancel_and_wait
+from treadle.domain.tasks import cancel_all_and_wait, cancel_and_wait
 from treadle.engine.hub import wait_event
 from treadle.engine.sending import StepSender
 from treadle.engine.step import Engine
@@ -34,10 +34,7 @@ class WorkerPool:
         ]
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            await cancel_and_wait(t)
+        await cancel_all_and_wait(self._tasks)  # each once: a second cancel would cut a query's cancel short
         self._tasks = []
         await self.queue.stop_listening()
 
