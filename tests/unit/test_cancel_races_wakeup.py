@@ -126,14 +126,14 @@ async def test_cancelling_many_tasks_cancels_each_once_so_their_clean_up_runs_to
     then `cancel_and_wait` on each, cancelled a task again inside its clean-up of the first cancel
     — a worker cancelling its query on the server gave up and closed its connection."""
     cleaned: list[int] = []
-    in_clean_up: list[int] = []
+    in_clean_up = [asyncio.Event() for _ in range(3)]
     release = [asyncio.Event() for _ in range(3)]
 
     async def worker(i: int) -> None:
         try:
             await asyncio.sleep(30)
         finally:
-            in_clean_up.append(i)
+            in_clean_up[i].set()
             await release[i].wait()  # like psycopg cancelling the running query on the server
             cleaned.append(i)
 
@@ -142,12 +142,10 @@ async def test_cancelling_many_tasks_cancels_each_once_so_their_clean_up_runs_to
         await until_waiting(t)
 
     async def release_in_turn() -> None:  # each clean-up ends after the one before it
-        while len(in_clean_up) < 3:
-            await asyncio.sleep(0)
+        await asyncio.gather(*(e.wait() for e in in_clean_up))
         for i, t in enumerate(tasks):
             release[i].set()
-            while not t.done():
-                await asyncio.sleep(0)
+            await asyncio.wait({t})
 
     releaser = asyncio.create_task(release_in_turn())
     await cancel_all_and_wait(tasks)
