@@ -75,6 +75,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -217,10 +218,30 @@ async def open_with_runs(url: str, runs: int, iterations: int, workers: int, ten
     )
     config = parse_config({"agents": agents(iterations)})
     rt = await Runtime.open(settings, config)
+    await start_runs(rt, runs, tenant, agent)
+    return rt, settings, config
+
+
+async def start_runs(rt: Any, runs: int, tenant: str, agent: str = "bench") -> None:
     segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
     for i in range(runs):
         await rt.start_run(NewRun(tenant_id=tenant, agent=agent, segments=segments, user_id=f"u{i}"))
-    return rt, settings, config
+
+
+@dataclass
+class Warmup:
+    """What the bare passes and the floors do before their clock starts (`--cold`: nothing).
+    A pass of 200 runs lasts about a second: the first statements of each fresh connection
+    (catalog caches, 5 unprepared runs and 5 custom plans per statement before Postgres settles
+    on a generic plan) and a fresh runtime's first calls weigh on it, where a server that has
+    been up for a minute no longer pays them. `runs`: runs of the same workload through the same
+    runtime; `floor`: floor iterations on each of the floor's connections, opened beforehand."""
+
+    runs: int = 50
+    floor: int = 100
+
+
+WARM = Warmup()
 
 
 async def bench_treadle(
@@ -283,7 +304,12 @@ async def bench_rate(url: str, runs: int, iterations: int, workers: int, tenant:
     no statement counting, no seam wrappers but the step's (two clock reads per step, as the floor
     reads the clock around each transaction) — the counting and the inner seams cost CPU per
     statement that the floor's bare loop does not pay. The ratios to the floor use these passes."""
-    rt, _, _ = await open_with_runs(url, runs, iterations, workers, tenant, chain_steps)
+    if WARM.runs:  # steady state: the runtime, its connections and their statements warmed up first
+        rt, _, _ = await open_with_runs(url, WARM.runs, iterations, workers, f"{tenant}-warm", chain_steps)
+        await drive_to_completion(rt, WorkerPool(rt.engine, rt.dispatcher, workers), f"{tenant}-warm")  # type: ignore[arg-type]
+        await start_runs(rt, runs, tenant)
+    else:
+        rt, _, _ = await open_with_runs(url, runs, iterations, workers, tenant, chain_steps)
     probe = Instrumented(rt, steps_only=True)
     ended = probe.expect_ends(runs)
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
@@ -321,27 +347,40 @@ async def bench_floor(url: str, n: int, concurrency: int, batch: int = 1) -> dic
         await conn.execute("UPDATE bench_floor_state SET n = n + 1 WHERE id = %s", (worker % 64 + 1,))
         await conn.execute("NOTIFY bench_floor")
 
-    async def one(worker: int) -> None:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            for _ in range(per):
-                t0 = time.perf_counter()
-                if batch == 1:
-                    async with conn.transaction():
+    async def one(conn: psycopg.AsyncConnection[Any], worker: int, count: int, timed: bool) -> None:
+        for _ in range(count):
+            t0 = time.perf_counter()
+            if batch == 1:
+                async with conn.transaction():
+                    await iteration(conn, worker)
+            else:
+                async with conn.pipeline(), conn.transaction():
+                    for _ in range(batch):
                         await iteration(conn, worker)
-                else:
-                    async with conn.pipeline(), conn.transaction():
-                        for _ in range(batch):
-                            await iteration(conn, worker)
+            if timed:
                 lat.append(time.perf_counter() - t0)
 
+    async def connected(worker: int) -> None:  # cold: the connection is opened on the clock
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await one(conn, worker, per, True)
+
+    conns = []
+    if WARM.floor:  # steady state: connected and warmed up before the clock starts
+        conns = [await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(concurrency)]
+        await asyncio.gather(*(one(c, w, WARM.floor, False) for w, c in enumerate(conns)))
     meter = ServerMeter(url).start()
     cpu0 = time.process_time()
     t0 = time.perf_counter()
-    await asyncio.gather(*(one(w) for w in range(concurrency)))
+    if conns:
+        await asyncio.gather(*(one(c, w, per, True) for w, c in enumerate(conns)))
+    else:
+        await asyncio.gather(*(connected(w) for w in range(concurrency)))
     done = per * batch * concurrency
     rate = done / (time.perf_counter() - t0)
     cpu = time.process_time() - cpu0
     meter.stop()
+    for c in conns:
+        await c.close()
     return {"p50": pct(lat, 50), "p99": pct(lat, 99), "rate": rate, "cpu": cpu / done,
             "server_cpu": meter.cpu / done if meter.cpu is not None else float("nan"), "wal": meter.wal / done}
 
@@ -530,9 +569,13 @@ async def main() -> int:
     ap.add_argument("--floor-batch", type=int, default=4,
                     help="iterations per transaction of the batched floor (what group commit amortises); 1: skip it")
     ap.add_argument("--tracing-only", action="store_true", help="print only the tracing-cost table")
+    ap.add_argument("--cold", action="store_true",
+                    help="no warm-up before the bare passes and the floors (the method before session 11)")
     ap.add_argument("--pair-rounds", type=int, default=3,
                     help="rounds of floor / bare pass / floor, adjacent in time, for the target ratios")
     args = ap.parse_args()
+    if args.cold:
+        WARM.runs = WARM.floor = 0
     w = args.workers
     solo_runs = min(args.runs, args.solo_runs)
     if args.tracing_only:
