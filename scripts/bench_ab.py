@@ -33,6 +33,8 @@ import asyncio, json, sys
 root, runs = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, str(__import__("pathlib").Path(sys.argv[3])))
 import bench_loop as b, treadle
+if sys.argv[4] == "cold":
+    b.WARM.runs = b.WARM.floor = 0
 assert treadle.__file__.startswith(root), (treadle.__file__, root)
 from bench_support import scratch_database
 async def main():
@@ -47,9 +49,10 @@ asyncio.run(main())
 """
 
 
-def one_pass(root: Path, runs: int) -> dict[str, float]:
+def one_pass(root: Path, runs: int, cold: bool) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(root / "core"))
-    out = subprocess.run([sys.executable, "-c", ONE_PASS, str(root), str(runs), str(ROOT / "scripts")],
+    out = subprocess.run([sys.executable, "-c", ONE_PASS, str(root), str(runs), str(ROOT / "scripts"),
+                          "cold" if cold else "warm"],
                          env=env, capture_output=True, text=True, timeout=600)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
@@ -65,6 +68,7 @@ def main() -> int:
     ap.add_argument("--base", required=True, help="the revision to compare with (a commit, tag or branch)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--runs", type=int, default=300, help="runs of 10 iterations per pass")
+    ap.add_argument("--cold", action="store_true", help="no warm-up before each pass and floor (bench_loop.py --cold)")
     args = ap.parse_args()
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()
@@ -80,7 +84,7 @@ def main() -> int:
             for rnd in range(args.rounds):
                 order = list(sides.items()) if rnd % 2 == 0 else list(sides.items())[::-1]
                 for name, root in order:
-                    r = one_pass(root, args.runs)
+                    r = one_pass(root, args.runs, args.cold)
                     results[name].append(r)
                     print(f"| {rnd + 1} | {name} | {r['rate']:.0f} | {r['client_ms']:.3f} | {r['server_ms']:.3f}"
                           f" | {r['floor']:.0f} | {r['ratio']:.0%} |", flush=True)
