@@ -4,12 +4,14 @@ writes a heap-only tuple instead of an entry in each of the table's indexes."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 from typing import Any
 
 import psycopg
 
+from treadle.engine.workers import WorkerPool
 from treadle.store.runs import NewRun
 from treadle.store.steps import LeasedRun
 
@@ -77,3 +79,34 @@ async def test_a_step_that_keeps_the_run_running_leaves_status_out_of_its_update
     with psycopg.connect(migrated_db_url) as conn:
         seen = [r[0] for r in conn.execute("SELECT status FROM status_updates WHERE run_id = %s", (run.id,))]
     assert seen == ["running", "completed"]  # the lease, then the end: none of the 5 chained steps
+
+
+
+async def prepared_statements(rt: Any, size: int) -> list[str]:
+    """The statements prepared on each of the `size` connections of the runtime's pool."""
+    async with contextlib.AsyncExitStack() as stack:
+        conns = [await stack.enter_async_context(rt.pool.inner.connection()) for _ in range(size)]
+        found: list[str] = []
+        for conn in conns:
+            cur = await conn.execute("SELECT statement FROM pg_prepared_statements")
+            found += [r["statement"] for r in await cur.fetchall()]
+        return found
+
+
+async def test_a_steps_statements_are_prepared_at_their_first_run(open_runtime: Any) -> None:
+    """store/db.py `prepare_now`: the claim and the step commits are prepared on the server the
+    first time they run on a connection (psycopg's own rule waits for a statement's 6th run, and
+    the server parses and plans each run before it in full). A 2-step run, one claim: each of
+    its statements runs once."""
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 1}}
+    rt, queue = await open_runtime({"once": agent}, inline=False, db_pool_size=2, chain_steps=10,
+                                   chain_budget_seconds=60)
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="once", segments=[
+        {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
+    assert await WorkerPool(rt.engine, queue, 1)._claim_and_run()  # the claim, then its whole chain
+    stored = await rt.runs.get(TENANT, run.id)
+    assert stored is not None and (stored.status, stored.iterations) == ("completed", 2)
+    found = [" ".join(s.split()) for s in await prepared_statements(rt, 2)]
+    assert any(s.startswith("WITH s AS (SELECT set_config(") and "DELETE FROM jobs" in s for s in found)  # claim
+    assert any(s.startswith("WITH tool AS (INSERT INTO memory") for s in found)  # step 1, its Memory.incr folded
+    assert any(s.startswith("WITH g AS ( UPDATE runs SET") and "DELETE FROM run_waits" in s for s in found)  # the end

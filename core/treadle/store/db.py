@@ -198,7 +198,8 @@ class StepTransaction:
             return row
         assert self.pipeline is not None and self.block is not None
         cur = psycopg.AsyncCursor(self.conn)  # a plain cursor: queued until the Sync below
-        await cur.execute(query, params)  # (raising here, the block's exit rolls back as usual)
+        # (raising here, the block's exit rolls back as usual)
+        await cur.execute(query, params, prepare=prepare_now(self.conn))
         await self.block.__aexit__(None, None, None)  # queues COMMIT; psycopg's block has ended
         self.finished = True
         try:
@@ -215,6 +216,15 @@ class StepTransaction:
         return await cur.fetchone()
 
 
+def prepare_now(conn: Any) -> bool | None:
+    """`prepare=` for a statement that every step runs: prepared on the server at its first run on
+    a connection. psycopg prepares a statement at its 6th run (`prepare_threshold` 5), and the
+    server parses and plans each run before that in full — for the step's large statements, a
+    fresh process spent ~a tenth of its first seconds' CPU on it (docs/benchmarks.md, session 11).
+    None (psycopg's rule) on a connection that never prepares (behind a transaction pooler)."""
+    return None if conn.prepare_threshold is None else True
+
+
 _statement_cursors: weakref.WeakKeyDictionary[Connection, psycopg.AsyncCursor[DictRow]] = weakref.WeakKeyDictionary()
 
 
@@ -226,7 +236,7 @@ async def run_statement(conn: Connection, query: QueryNoTemplate, params: Params
     cur = _statement_cursors.get(conn)
     if cur is None or cur.closed:
         cur = _statement_cursors[conn] = psycopg.AsyncCursor(conn)
-    await cur.execute(query, params)
+    await cur.execute(query, params, prepare=prepare_now(conn))
     return await cur.fetchone()
 
 

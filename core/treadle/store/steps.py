@@ -29,7 +29,7 @@ from psycopg.types.json import Jsonb
 
 from treadle.domain.runs import NewEvent
 from treadle.errors import CancelPending, LeaseLost
-from treadle.store.db import Pool, StepTransaction, current_step_transaction
+from treadle.store.db import Pool, StepTransaction, current_step_transaction, prepare_now
 from treadle.store.folding import Folded, FoldedWrite, FoldFailed, fill_result
 from treadle.store.held import HeldTranscript, HeldTranscripts
 from treadle.store.locks import CLAIM_LOCK_KEY, xact_lock
@@ -300,10 +300,10 @@ class StepStore:
                 # lock, so it sees the previous claimer's committed lease)
                 async with conn.transaction():
                     await xact_lock(conn, CLAIM_LOCK_KEY)
-                    cur = await conn.execute(sql, params)
+                    cur = await conn.execute(sql, params, prepare=prepare_now(conn))
                     row = await cur.fetchone()
             else:
-                cur = await conn.execute(sql, params)
+                cur = await conn.execute(sql, params, prepare=prepare_now(conn))
                 row = await cur.fetchone()
             if row is None:
                 return False, None
@@ -371,7 +371,8 @@ class StepStore:
 
     @staticmethod
     async def _read_events(conn: Any, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
-        cur = await conn.execute("SELECT seq, type, payload FROM events WHERE run_id = %s ORDER BY seq", (run_id,))
+        cur = await conn.execute("SELECT seq, type, payload FROM events WHERE run_id = %s ORDER BY seq", (run_id,),
+                                 prepare=prepare_now(conn))
         return [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
 
     async def reload_events(self, leased: LeasedRun) -> None:
@@ -454,6 +455,7 @@ class StepStore:
                     "events": _events_param(events),
                     "commit_mode": self.mid_step_commit,
                 },
+                prepare=prepare_now(conn),
             )
             seqs = [r["seq"] for r in await cur.fetchall()]
         if not seqs:
@@ -569,7 +571,7 @@ class StepStore:
                     raise
                 raise FoldFailed(folded.tool_use_id, exc) from exc
         else:
-            cur = await conn.execute(sql, params)
+            cur = await conn.execute(sql, params, prepare=prepare_now(conn))
             row = await cur.fetchone()
         if row is None:
             if await self._cancel_pending(conn, leased, owner):
