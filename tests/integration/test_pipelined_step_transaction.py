@@ -100,7 +100,7 @@ async def test_a_failing_commit_statement_rolls_everything_back(pool_and_table: 
 async def test_a_lone_commit_statement_runs_alone_in_autocommit(pool_and_table: tuple[Pool, str]) -> None:
     """Nothing sent before `finish_with` (a step whose only write is its commit statement): the
     statement is its own transaction — no BEGIN, no COMMIT, no pipeline; its transaction started
-    with it (now() is its own start)."""
+    with it (now(), its start, is after a clock read on another connection just before it)."""
     pool, table = pool_and_table
     ran: list[str] = []
     async with pool.step_transaction() as tx:
@@ -110,9 +110,12 @@ async def test_a_lone_commit_statement_runs_alone_in_autocommit(pool_and_table: 
 
         await after_commit(done)
         assert tx.pending and tx.can_finish
+        async with pool.inner.connection() as other:
+            cur = await other.execute("SELECT clock_timestamp() AS t")
+            before = (await cur.fetchone() or {})["t"]
         row = await tx.finish_with(  # type: ignore[call-overload]
             f"WITH i AS (INSERT INTO {table} VALUES ('a', 1) RETURNING n)"
-            " SELECT i.n, now() = statement_timestamp() AS own_transaction FROM i", {})
+            " SELECT i.n, now() > %(before)s AS own_transaction FROM i", {"before": before})
         assert row == {"n": 1, "own_transaction": True}
         assert tx.committed and tx.finished and tx.pipeline is None and tx.block is None
         assert ran == []

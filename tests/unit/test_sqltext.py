@@ -27,12 +27,12 @@ def test_compact_refuses_what_it_cannot_read(sql: str) -> None:
 
 @pytest.mark.parametrize("fenced", [False, True])
 @pytest.mark.parametrize("fold", [None, _FOLDED_INCR])
-@pytest.mark.parametrize("final,parked,enqueue", list(itertools.product([False, True], repeat=3)))
+@pytest.mark.parametrize("final,parked,enqueue,chain", list(itertools.product([False, True], repeat=4)))
 def test_every_shape_of_the_step_commit_fits_psycopgs_conversion_cache(
-    fenced: bool, fold: str | None, final: bool, parked: bool, enqueue: bool
+    fenced: bool, fold: str | None, final: bool, parked: bool, enqueue: bool, chain: bool
 ) -> None:
     """Past these limits psycopg re-parses the statement on every execute (the folded commit was
-    4,420 characters before it was compacted)."""
-    sql = _commit_sql(fenced, fold, final=final, parked=parked, enqueue=enqueue)
+    4,420 characters before it was compacted). The widest: every column in its SET list."""
+    sql = _commit_sql(fenced, fold, final=final, parked=parked, enqueue=enqueue, chain=chain)
     assert len(sql.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH
     assert len(set(re.findall(r"%\((\w+)\)s", sql))) <= _queries.MAX_CACHED_STATEMENT_PARAMS

@@ -529,13 +529,11 @@ class StepStore:
         # and compiles the trigger's WHEN clause again for every step's statement
         keeps_status = not (outcome.final or parked) and outcome.status == leased.status == "running"
         sql = _commit_sql(finish is not None, folded.write.statement if folded is not None else None,
-                          final=outcome.final, parked=parked, enqueue=enqueue_here, keeps_status=keeps_status)
+                          final=outcome.final, parked=parked, enqueue=enqueue_here, keeps_status=keeps_status,
+                          chain=chain, yields=outcome.status in ("running", "completed", "waiting"),
+                          sets_stop=outcome.stop_reason is not None, sets_error=outcome.error is not None)
         params = {
             "n": len(events),
-            "final": outcome.final,
-            # a step that would go on or complete yields to a pending cancel: it rolls back (with the
-            # effects of its transactional tools) and the run ends cancelled instead
-            "yields_to_cancel": outcome.status in ("running", "completed", "waiting"),
             "requeue": self.requeue_after_s,
             "delay": outcome.delay_s,
             "status": outcome.status,
@@ -550,9 +548,7 @@ class StepStore:
             "owner": owner,
             "step": leased.step_no,
             "events": _events_param(events),
-            "enqueue": enqueue_here,
             "chain_owner": outcome.chain_owner if chain else None,
-            "parked": parked,
             "waits": Jsonb([w.to_json() for w in outcome.waits or []]),
             "lease": self.lease_s,
             # the run goes back to the queue with the transcript this process holds: mark its job
@@ -676,16 +672,21 @@ class StepStore:
         return [(r["id"], r["step_no"]) for r in rows]
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, enqueue: bool,
-                keeps_status: bool = False) -> str:
+                keeps_status: bool = False, chain: bool = False, yields: bool = True,
+                sets_stop: bool = True, sets_error: bool = True) -> str:
     """The commit statement's text for each shape (fenced: it ends a pipelined step transaction;
     `fold`: the folded write it carries; `final`: the run ends; `parked`: it waits; `enqueue`: it
-    enqueues its next step; `keeps_status`: the run's status stays as it is), made once and
-    compacted (store/sqltext.py): psycopg re-parses a statement longer than 4,096 characters on
-    every execute. A shape holds only the writes it
-    makes: every table a statement names is locked, and every index of a table it writes opened,
-    on each execution, even when a condition on a parameter skips the write."""
+    enqueues its next step; `keeps_status`: the run's status stays as it is; `chain`: the lease
+    goes to the chain's next step; `yields`: it yields to a pending cancel; `sets_stop`,
+    `sets_error`: it records a stop reason, an error), made once and compacted
+    (store/sqltext.py): psycopg re-parses a statement longer than 4,096 characters on every
+    execute. A shape holds only the writes it makes: every table a statement names is locked,
+    and every index of a table it writes opened, on each execution, even when a condition on a
+    parameter skips the write. Its SET list names only the columns it changes, each with what the
+    shape knows written in, not passed: a prepared statement's generic plan keeps a `CASE WHEN
+    $1 ...` and evaluates it on every run, and each column in the list costs an expression."""
     fence = ", fence AS (SELECT 1 / count(*) AS fenced FROM g)" if fenced else ""
     source = ", fence.fenced FROM fence LEFT JOIN g ON true" if fenced else "FROM g"
     # a folded write (store/folding.py) is a CTE of this statement, its result filled into the
@@ -721,25 +722,31 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
              if final else "")
     rooted = (", EXISTS (SELECT 1 FROM volume_instances WHERE root_run_id = %(run_id)s) AS rooted_volumes"
               if final else "")
+    owner = "lease_owner = %(chain_owner)s," if chain else "lease_owner = NULL,"
+    if final or parked:  # a parked run waits for a wake-up, not a deadline
+        lease = owner + " lease_until = NULL,"
+    elif chain:
+        lease = owner + f" lease_until = {StepStore._KEEP_LEASE},"
+    else:  # back to the queue: the deadline after which the sweeper enqueues it again
+        lease = owner + " lease_until = now() + make_interval(secs => %(requeue)s + %(delay)s),"
+    status = "" if keeps_status else "status = %(status)s,"
+    stop = "stop_reason = %(stop)s," if sets_stop else ""
+    error = "error = %(error)s," if sets_error else ""
+    completed = "completed_at = now()," if final else ""
+    # a step that would go on or complete yields to a pending cancel: it rolls back (with the
+    # effects of its transactional tools) and the run ends cancelled instead
+    yield_ = " AND NOT cancel_requested" if yields else ""
     return compact(f"""
     WITH {tool}g AS (
         UPDATE runs SET
             last_seq = last_seq + %(n)s, step_no = step_no + 1, step_failures = 0,
-            lease_owner = %(chain_owner)s,
-            lease_until = CASE WHEN %(final)s OR %(parked)s THEN NULL
-                               WHEN %(chain_owner)s::text IS NOT NULL THEN {StepStore._KEEP_LEASE}
-                               ELSE now() + make_interval(secs => %(requeue)s + %(delay)s) END,
-            {"" if keeps_status else "status = %(status)s,"}
-            stop_reason = coalesce(%(stop)s, stop_reason),
-            error = coalesce(%(error)s, error),
-            completed_at = CASE WHEN %(final)s THEN now() ELSE completed_at END,
+            {lease}{status}{stop}{error}{completed}
             iterations = iterations + %(iters)s,
             input_tokens = input_tokens + %(in_t)s, output_tokens = output_tokens + %(out_t)s,
             cache_creation_tokens = cache_creation_tokens + %(cc_t)s,
             cache_read_tokens = cache_read_tokens + %(cr_t)s,
             updated_at = now()
-        WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
-          AND NOT (%(yields_to_cancel)s AND cancel_requested){after_tool}
+        WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s{yield_}{after_tool}
         RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason, input_seq
     ), ev AS (
         INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
