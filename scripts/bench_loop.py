@@ -67,14 +67,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import os
 import platform
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,6 +245,23 @@ class Warmup:
 WARM = Warmup()
 
 
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """The process's heap so far out of the cyclic collector's sight while a pass or a floor
+    runs, as `treadle serve` freezes what its start-up made (sidecar/treadle_sidecar/app.py):
+    a full collection walks only what the pass makes. Both sides alike (they share the process:
+    without it each full collection walks every module treadle imported, in either pass).
+    `--cold`: not frozen."""
+    if not WARM.runs and not WARM.floor:
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 async def bench_treadle(
     url: str, runs: int, iterations: int, workers: int, tenant: str, chain_steps: int, agent: str = "bench"
 ) -> dict[str, Any]:
@@ -313,11 +331,12 @@ async def bench_rate(url: str, runs: int, iterations: int, workers: int, tenant:
     probe = Instrumented(rt, steps_only=True)
     ended = probe.expect_ends(runs)
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]
-    meter = ServerMeter(url).start()
-    cpu0 = time.process_time()
-    done = await drive_to_completion(rt, pool, tenant, ended=ended)
-    cpu = time.process_time() - cpu0
-    meter.stop()
+    with frozen_heap():
+        meter = ServerMeter(url).start()
+        cpu0 = time.process_time()
+        done = await drive_to_completion(rt, pool, tenant, ended=ended)
+        cpu = time.process_time() - cpu0
+        meter.stop()
     await rt.close()
     iters = max(1, done["iterations"])
     window = probe.last_end - probe.first_start
@@ -368,17 +387,18 @@ async def bench_floor(url: str, n: int, concurrency: int, batch: int = 1) -> dic
     if WARM.floor:  # steady state: connected and warmed up before the clock starts
         conns = [await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(concurrency)]
         await asyncio.gather(*(one(c, w, WARM.floor, False) for w, c in enumerate(conns)))
-    meter = ServerMeter(url).start()
-    cpu0 = time.process_time()
-    t0 = time.perf_counter()
-    if conns:
-        await asyncio.gather(*(one(c, w, per, True) for w, c in enumerate(conns)))
-    else:
-        await asyncio.gather(*(connected(w) for w in range(concurrency)))
-    done = per * batch * concurrency
-    rate = done / (time.perf_counter() - t0)
-    cpu = time.process_time() - cpu0
-    meter.stop()
+    with frozen_heap():
+        meter = ServerMeter(url).start()
+        cpu0 = time.process_time()
+        t0 = time.perf_counter()
+        if conns:
+            await asyncio.gather(*(one(c, w, per, True) for w, c in enumerate(conns)))
+        else:
+            await asyncio.gather(*(connected(w) for w in range(concurrency)))
+        done = per * batch * concurrency
+        rate = done / (time.perf_counter() - t0)
+        cpu = time.process_time() - cpu0
+        meter.stop()
     for c in conns:
         await c.close()
     return {"p50": pct(lat, 50), "p99": pct(lat, 99), "rate": rate, "cpu": cpu / done,
@@ -570,7 +590,8 @@ async def main() -> int:
                     help="iterations per transaction of the batched floor (what group commit amortises); 1: skip it")
     ap.add_argument("--tracing-only", action="store_true", help="print only the tracing-cost table")
     ap.add_argument("--cold", action="store_true",
-                    help="no warm-up before the bare passes and the floors (the method before session 11)")
+                    help="no warm-up before the bare passes and the floors and no frozen heap during them"
+                         " (the method before session 11)")
     ap.add_argument("--pair-rounds", type=int, default=3,
                     help="rounds of floor / bare pass / floor, adjacent in time, for the target ratios")
     args = ap.parse_args()
