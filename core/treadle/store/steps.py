@@ -259,6 +259,7 @@ class StepStore:
                 "step": step_no,
                 "commit_mode": self.mid_step_commit,
             },
+            prepare=prepare_now(conn),
         )
         row = await cur.fetchone()
         leased = _leased(row) if row else None
@@ -675,7 +676,7 @@ class StepStore:
 @lru_cache(maxsize=256)
 def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, enqueue: bool,
                 keeps_status: bool = False, chain: bool = False, yields: bool = True,
-                sets_stop: bool = True, sets_error: bool = True) -> str:
+                sets_stop: bool = False, sets_error: bool = False) -> str:
     """The commit statement's text for each shape (fenced: it ends a pipelined step transaction;
     `fold`: the folded write it carries; `final`: the run ends; `parked`: it waits; `enqueue`: it
     enqueues its next step; `keeps_status`: the run's status stays as it is; `chain`: the lease
