@@ -110,3 +110,16 @@ async def test_a_steps_statements_are_prepared_at_their_first_run(open_runtime: 
     assert any(s.startswith("WITH s AS (SELECT set_config(") and "DELETE FROM jobs" in s for s in found)  # claim
     assert any(s.startswith("WITH tool AS (INSERT INTO memory") for s in found)  # step 1, its Memory.incr folded
     assert any(s.startswith("WITH g AS ( UPDATE runs SET") and "DELETE FROM run_waits" in s for s in found)  # the end
+
+
+async def test_the_sqs_paths_lease_is_prepared_at_its_first_run(open_runtime: Any) -> None:
+    """The lease the SQS worker takes per message (StepStore.lease → `_lease_on`) is prepared at
+    its first run on a connection, like the Postgres queue's claim it mirrors."""
+    agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 1}}
+    rt, _ = await open_runtime({"once": agent}, inline=False, db_pool_size=1)
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="once", segments=[
+        {"role": "user", "content": [{"type": "trusted-text", "text": "hi"}]}]))
+    leased = await rt.engine.steps.lease(run.id, run.step_no, rt.engine.new_owner())
+    assert leased is not None and leased.run_id == run.id
+    found = [" ".join(s.split()) for s in await prepared_statements(rt, 1)]
+    assert any(s.startswith("UPDATE runs SET") and "set_config('synchronous_commit'" in s for s in found)
