@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -26,24 +27,27 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from treadle.domain.content import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock
-from treadle.domain.runs import NewEvent, StepMessage, StopReason
+from treadle.domain.events import EventType, Text, Thinking, ToolCall, ToolUseRef, Usage
+from treadle.domain.runs import NewEvent, StepMessage
 from treadle.domain.signals import CancelSignal
+from treadle.engine import plan
 from treadle.engine.agents import Candidate, ResolvedAgent
 from treadle.engine.cancelling import CancelWatch, StepInterrupted, interruptible
 from treadle.engine.hub import RunEventHub
-from treadle.engine.outcomes import ParkedCall, StepResult, tool_result_event
+from treadle.engine.outcomes import StepResult
+from treadle.engine.plan import Next, StepPlan
 from treadle.engine.replay import Replayer, Transcript
 from treadle.engine.routing import Call, RetryPolicy, call_route
 from treadle.engine.scrub import scrub_key, scrub_messages
 from treadle.engine.sending import StepSender
 from treadle.engine.toolcalls import Outcome, ToolRaised, ToolRunner, TurnCalls
-from treadle.engine.waiting import Steering, at_rest, iteration_cap
+from treadle.engine.waiting import Steering
 from treadle.errors import CancelPending, LeaseLost, ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.security.redact import SECRETS
 from treadle.store.cancels import CancelState, cancel_state
 from treadle.store.folding import FoldFailed
-from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
+from treadle.store.steps import LeasedRun, StepStore
 from treadle.telemetry import tracing
 from treadle.telemetry.metrics import metrics
 from treadle.tools.base import Tool, ToolHooks, ToolServices
@@ -211,13 +215,13 @@ class Engine:
         """A cancel landed while the step worked: a run cancel ends the run (pending calls answered
         "cancelled"); a turn cancel ends the turn, as the steering queue does at a step's top."""
         if isinstance(exc, StepInterrupted) and not exc.state.cancel_requested:
-            steered = await self.steering.take_inputs(leased, owner, self._transcript(leased))
-            if steered.result is not None:
-                return steered.result
+            steered = await self._steer(leased, owner, self._transcript(leased))
+            if isinstance(steered, StepPlan):
+                return await self._apply(leased, owner, steered)
             return await self._step(leased, owner)  # the queue held input only: go on with it
         if isinstance(exc, StepInterrupted):
             leased.cancel_requested, leased.cancel_reason = True, exc.state.cancel_reason
-        return await self._finish_cancelled(leased, owner, self._transcript(leased))
+        return await self._apply(leased, owner, plan.cancelled(self._transcript(leased), leased.cancel_reason))
 
     # -- the step ----------------------------------------------------------------------------------
 
@@ -245,29 +249,42 @@ class Engine:
             r = leased.replayed = Replayer()
         return r.feed(events[r.fed:]).transcript()
 
+    @staticmethod
+    def _facts(leased: LeasedRun, agent: ResolvedAgent | None) -> plan.Facts:
+        return plan.Facts(
+            cancel_requested=leased.cancel_requested,
+            cancel_reason=leased.cancel_reason,
+            deadline_unix=plan.deadline_of(leased.run_options),
+            agent_known=agent is not None,
+            agent_name=leased.agent,
+            input_seq=leased.input_seq,
+            interactive=leased.interactive,
+            at_rest=plan.at_rest(leased.interactive, leased.events),
+            iteration_cap=iteration_cap(agent, leased) if agent is not None else 0,
+        )
+
     async def _step(self, leased: LeasedRun, owner: str) -> StepResult:
+        """Gather the facts, let the deciders (engine/plan.py) plan, apply the plan."""
         if leased.events_stale:
             await self.steps.reload_events(leased)
         transcript = self._transcript(leased)
         agent = await self._agent_for(leased)
-
-        if leased.cancel_requested:
-            return await self._finish_cancelled(leased, owner, transcript)
-        deadline = (leased.run_options or {}).get("deadline_unix")  # loomcycle's run_timeout_seconds
-        if isinstance(deadline, (int, float)) and time.time() >= deadline:
-            return await self._finish_failed(leased, owner, [], "run_timeout", "run timeout exceeded")
-        if agent is None:
-            return await self._finish_failed(
-                leased, owner, [], "unknown_agent", f"agent {leased.agent!r} is not configured"
-            )
-        if leased.input_seq > transcript.consumed_input_id:  # steering input / a turn cancel queued
-            steered = await self.steering.take_inputs(leased, owner, transcript)
-            if steered.result is not None:
-                return steered.result
-            transcript = steered.transcript
-        elif at_rest(leased):  # an interactive run woken with no input: park again
-            return await self.steering.park_for_input(leased, owner, [])
-        if transcript.pending:  # parked calls being woken, or a crash between a turn and its results
+        facts = self._facts(leased, agent)
+        decision = plan.top(facts, transcript, time.time())
+        if decision is Next.STEER:  # steering input / a turn cancel queued
+            steered = await self._steer(leased, owner, transcript)
+            if isinstance(steered, StepPlan):
+                return await self._apply(leased, owner, steered)
+            transcript = steered
+            decision = plan.after_steering(facts, transcript)
+        elif decision is Next.REST:  # an interactive run woken with no input: park again
+            inputs = await self.steering.input_facts(leased)
+            return await self._apply(leased, owner, plan.park_for_input(
+                leased.run_id, [], transcript.consumed_input_id, leased.iterations, inputs))
+        if isinstance(decision, StepPlan):
+            return await self._apply(leased, owner, decision)
+        assert agent is not None  # `top` ends a run whose agent is unknown
+        if decision is Next.PENDING:  # parked calls being woken, or a crash between a turn and its results
             calls = TurnCalls(leased, agent, transcript.pending, transcript.iterations, transcript.parked)
             # the crashed attempt appended its turn but never committed the run row's counters
             behind = transcript.iterations > leased.iterations
@@ -275,9 +292,10 @@ class Engine:
                 leased, owner, calls, [], usage=_last_turn_usage(leased.events) if behind else None,
                 new_iteration=behind,
             )
-        if transcript.iterations >= iteration_cap(agent, leased):
-            return await self._finish(leased, owner, [], transcript, StopReason.MAX_ITERATIONS)
+        return await self._model_turn(leased, owner, agent, transcript)
 
+    async def _model_turn(self, leased: LeasedRun, owner: str, agent: ResolvedAgent,
+                          transcript: Transcript) -> StepResult:
         iteration = transcript.iterations + 1
         retry_events: list[NewEvent] = []
         try:
@@ -285,34 +303,50 @@ class Engine:
                 leased, self._call_model(leased, agent, transcript, iteration, retry_events)
             )
         except ProviderError as exc:
-            return await self._finish_failed(leased, owner, retry_events, exc.code, exc.message, exc.details)
+            return await self._apply(leased, owner, plan.failed(
+                transcript, retry_events, exc.code, exc.message, exc.details))
 
         turn = retry_events + _assistant_events(response, iteration)
         tool_uses = [b for b in response.content if isinstance(b, ToolUseBlock)]
         usage = response.usage.to_json()
         if not tool_uses and leased.interactive:  # end of turn: park for the next input
-            return await self.steering.park_for_input(leased, owner, turn, usage=usage, delta=1)
-        if not tool_uses:
-            late = await self.steering.take_late_input(leased, owner, turn, usage=usage)
-            if late is not None:
-                return late  # input was queued while the model answered: it is the next user turn
-            totals = _add_usage(transcript.usage, usage)
-            done = NewEvent("done", {"stop_reason": StopReason.END_TURN.value, "usage": totals})
-            await self.steps.commit(
-                leased,
-                owner,
-                [*turn, done],
-                StepOutcome("completed", StopReason.END_TURN.value, iterations_delta=1, usage=usage),
-            )
-            return StepResult.FINISHED
+            inputs = await self.steering.input_facts(leased)
+            return await self._apply(leased, owner, plan.park_for_input(
+                leased.run_id, turn, transcript.consumed_input_id, leased.iterations, inputs, delta=1, usage=usage))
+        if not tool_uses:  # complete, unless input was queued while the model answered
+            latest = await self.steering.latest_input(leased)
+            return await self._apply(leased, owner, plan.end_of_turn(
+                turn, transcript.usage, usage, consumed=transcript.consumed_input_id, latest_input=latest))
 
-        transcript.usage = _add_usage(transcript.usage, usage)
+        transcript.usage = plan.add_usage(transcript.usage, usage)
         turn_usage: dict[str, Any] = dict(response.usage.to_json())
         if response.max_context_tokens:
             turn_usage["max_context_tokens"] = response.max_context_tokens
         calls = TurnCalls(leased, agent, tool_uses, iteration, {}, turn_usage)
         return await self._tools_and_commit(leased, owner, calls, turn, usage=usage, new_iteration=True,
                                             totals=transcript.usage)
+
+    async def _steer(self, leased: LeasedRun, owner: str, transcript: Transcript) -> StepPlan | Transcript:
+        """Take the steering queue (the caller saw `input_seq` move): a plan when a turn cancel
+        parks the run, else the transcript with the queued turns recorded."""
+        version = await self.steering.input_version(leased)  # before looking at the queue
+        steered = plan.steer(await self.steering.queued(leased, transcript.consumed_input_id), transcript)
+        if steered is None:
+            return transcript  # input waits until the pending tool calls have their results
+        if steered.abandon:  # before the commit: idempotent, and a crash in between repeats it
+            await self.steering.abandon_turn(leased)
+        consumed = functools.partial(self.steering.mark_consumed, leased, steered.consumed_through)
+        if steered.park:
+            behind = max(0, transcript.iterations - leased.iterations)  # a crashed step's turn, not yet counted
+            inputs = await self.steering.input_facts(leased, version)
+            parked = plan.park_for_input(leased.run_id, steered.events, transcript.consumed_input_id,
+                                         leased.iterations, inputs, delta=behind)
+            parked.after.append(consumed)
+            return parked
+        await self.steps.append(leased, owner, steered.events)
+        await consumed()
+        self.hub.notify(leased.run_id)
+        return self._transcript(leased)
 
     async def _tools_and_commit(
         self,
@@ -337,11 +371,14 @@ class Engine:
                 turn = []
             external = await self._interruptible(leased, self.runner.run_external(calls))
         await self._stop_if_cancelled(leased)  # before any transactional effect
+        cap = iteration_cap(calls.agent, leased)
 
         async def commit(transactional: dict[str, Outcome]) -> StepResult:
             outcomes = self.runner.in_order(calls, external, transactional)
-            return await self._decide(leased, owner, calls.agent, calls.iteration, outcomes, usage=usage,
-                                      new_iteration=new_iteration, totals=totals, turn=turn)
+            done_totals = totals if totals is not None or calls.iteration < cap else self._transcript(leased).usage
+            return await self._apply(leased, owner, plan.after_tools(
+                outcomes, turn, iteration=calls.iteration, cap=cap, totals=done_totals or {}, usage=usage,
+                new_iteration=new_iteration))
 
         fold = True
         while True:
@@ -359,93 +396,28 @@ class Engine:
                 async with self.steps.transaction():
                     return await commit({raised.tool_use_id: raised.outcome})
 
-    async def _decide(
-        self,
-        leased: LeasedRun,
-        owner: str,
-        agent: ResolvedAgent,
-        iteration: int,
-        outcomes: list[NewEvent | ParkedCall],
-        *,
-        usage: dict[str, int] | None = None,
-        new_iteration: bool = False,
-        totals: dict[str, int] | None = None,
-        turn: list[NewEvent] | None = None,
-    ) -> StepResult:
-        """`turn`: the assistant turn when it is committed with its results (not appended before)."""
-        delta = 1 if new_iteration else 0
-        turn = turn or []
-        if any(isinstance(o, ParkedCall) for o in outcomes):
-            return await self._park(leased, owner, iteration, outcomes, usage=usage, delta=delta, turn=turn)
-        results = [*turn, *(e for o in outcomes if isinstance(o, NewEvent) for e in o.flattened())]
-        if iteration >= iteration_cap(agent, leased):
-            if totals is None:
-                totals = self._transcript(leased).usage
-            done = NewEvent("done", {"stop_reason": StopReason.MAX_ITERATIONS.value, "usage": totals})
-            await self.steps.commit(
-                leased,
-                owner,
-                [*results, done],
-                StepOutcome("completed", StopReason.MAX_ITERATIONS.value, iterations_delta=delta, usage=usage),
-            )
-            return StepResult.FINISHED
-        chain_owner = self._next_chain_owner(leased)
-        next_step = await self.steps.commit(
-            leased,
-            owner,
-            results,
-            StepOutcome(
-                "running", iterations_delta=delta, usage=usage, enqueue_next=chain_owner is None,
-                chain_owner=chain_owner,
-            ),
-        )
-        if chain_owner is not None:
-            return StepResult.CHAINED
-        await self.sender.next_step(leased.run_id, next_step)
-        return StepResult.CONTINUED
-
-    async def _park(
-        self,
-        leased: LeasedRun,
-        owner: str,
-        iteration: int,
-        outcomes: list[NewEvent | ParkedCall],
-        *,
-        usage: dict[str, int] | None,
-        delta: int,
-        turn: list[NewEvent],
-    ) -> StepResult:
-        """Commit the results that are in, a `tool_parked` record per parked call, and the waits;
-        the run becomes `waiting` and holds no worker. A poke that raced the tool's check turns
-        the park into an ordinary next step."""
-        events: list[NewEvent] = list(turn)
-        waits: list[WaitSpec] = []
-        now = time.time()
-        for o in outcomes:
-            if isinstance(o, NewEvent):
-                events.extend(o.flattened())
-                continue
-            tu, park = o.tool_use, o.park
-            first = o.resume or {}
-            deadline = first.get("deadline")
-            if deadline is None and park.deadline_s is not None:
-                deadline = now + park.deadline_s
-            wait = {"kind": park.kind, "keys": sorted(park.keys), "deadline": deadline, "extra": park.extra}
-            events.extend(NewEvent(t, p) for t, p in park.events)
-            events.append(
-                NewEvent(
-                    "tool_parked",
-                    {"tool_use": {"id": tu.id, "name": tu.name, "input": tu.input}, "wait": wait,
-                     "iteration": iteration},
-                )
-            )
-            waits.extend(WaitSpec(tu.id, park.kind, k, v, deadline) for k, v in park.keys.items())
-        outcome = StepOutcome("waiting", iterations_delta=delta, usage=usage, waits=waits)
-        next_step = await self.steps.commit(leased, owner, events, outcome)
-        if outcome.waits:
-            return StepResult.PARKED
-        await self.sender.next_step(leased.run_id, next_step)
-        return StepResult.CONTINUED
+    async def _apply(self, leased: LeasedRun, owner: str, step_plan: StepPlan) -> StepResult:
+        """The one place a step commits, and the one place it sends its next step: commit the
+        plan's events and outcome under the lease fence, then — as the commit left the run — keep
+        the lease for the next step (chain), send it, or stop (parked, finished); then run the
+        plan's after-commit effects."""
+        outcome = step_plan.outcome
+        if outcome.enqueue_next and step_plan.chainable and not outcome.final:
+            outcome.chain_owner = self._next_chain_owner(leased)
+            outcome.enqueue_next = outcome.chain_owner is None
+        next_step = await self.steps.commit(leased, owner, step_plan.events, outcome)
+        if outcome.final:
+            result = StepResult.FINISHED
+        elif outcome.waits:  # the store turns a park that a poke raced into a running step
+            result = StepResult.PARKED
+        elif outcome.chain_owner is not None:
+            result = StepResult.CHAINED
+        else:
+            await self.sender.next_step(leased.run_id, next_step)
+            result = StepResult.CONTINUED
+        for effect in step_plan.after:
+            await effect()
+        return result
 
     def _next_chain_owner(self, leased: LeasedRun) -> str | None:
         if leased.chained + 1 >= self.settings.chain_steps or time.monotonic() >= leased.chain_deadline:
@@ -517,57 +489,11 @@ class Engine:
 
     # -- endings --------------------------------------------------------------------------------------
 
-    async def _finish(
-        self,
-        leased: LeasedRun,
-        owner: str,
-        events: list[NewEvent],
-        transcript: Transcript,
-        reason: StopReason,
-    ) -> StepResult:
-        done = NewEvent("done", {"stop_reason": reason.value, "usage": transcript.usage})
-        await self.steps.commit(leased, owner, [*events, done], StepOutcome("completed", reason.value))
-        return StepResult.FINISHED
-
-    async def _finish_cancelled(self, leased: LeasedRun, owner: str, transcript: Transcript) -> StepResult:
-        why = leased.cancel_reason or "cancelled by api"
-        events = [tool_result_event(tu, f"cancelled: {why}", True) for tu in transcript.pending]
-        events.append(
-            NewEvent("done", {"stop_reason": StopReason.CANCELLED.value, "reason": why, "usage": transcript.usage})
-        )
-        await self.steps.commit(leased, owner, events, StepOutcome("cancelled", StopReason.CANCELLED.value))
-        return StepResult.FINISHED
-
-    async def _finish_failed(
-        self,
-        leased: LeasedRun,
-        owner: str,
-        events: list[NewEvent],
-        code: str,
-        message: str,
-        details: dict[str, Any] | None = None,
-    ) -> StepResult:
-        transcript = self._transcript(leased)
-        closing = [tool_result_event(tu, f"run failed: {message}", True) for tu in transcript.pending]
-        error: dict[str, Any] = {**(details or {}), "code": code, "error": message}
-        await self.steps.commit(
-            leased,
-            owner,
-            [*events, *closing, NewEvent("error", error)],
-            StepOutcome("failed", StopReason.ERROR.value, error=error),
-        )
-        return StepResult.FINISHED
-
     async def _step_crashed(self, leased: LeasedRun, owner: str, exc: Exception) -> StepResult:
         try:
             if leased.step_failures + 1 >= MAX_STEP_FAILURES:
-                await self._finish_failed(
-                    leased,
-                    owner,
-                    [],
-                    "internal_error",
-                    f"step failed {MAX_STEP_FAILURES} times; last error: {type(exc).__name__}: {exc}",
-                )
+                message = f"step failed {MAX_STEP_FAILURES} times; last error: {type(exc).__name__}: {exc}"
+                await self._apply(leased, owner, plan.failed(self._transcript(leased), [], "internal_error", message))
                 return StepResult.FINISHED
             backoff = min(30.0, 0.5 * 2**leased.step_failures)
             await self.steps.release_after_failure(leased, owner, backoff)
@@ -597,37 +523,31 @@ def _assistant_events(response: ModelResponse, iteration: int) -> list[NewEvent]
     block: Block
     for block in response.content:
         if isinstance(block, ThinkingBlock):
-            thinking: dict[str, object] = {"text": block.thinking, "signature": block.signature, "iteration": iteration}
-            if block.source:
-                thinking["source"] = block.source
-            events.append(NewEvent("thinking", thinking))
+            events.append(Thinking(block.thinking, block.signature, iteration, block.source).event())
         elif isinstance(block, TextBlock):
             text_parts.append(block.text)
     if text_parts:
-        events.append(NewEvent("text", {"text": "".join(text_parts), "iteration": iteration}))
+        events.append(Text("".join(text_parts), iteration).event())
     for block in response.content:
         if isinstance(block, ToolUseBlock):
-            events.append(
-                NewEvent(
-                    "tool_call",
-                    {"tool_use": {"id": block.id, "name": block.name, "input": block.input}, "iteration": iteration},
-                )
-            )
+            events.append(ToolCall(ToolUseRef(block.id, block.name, block.input), iteration).event())
     usage: dict[str, object] = dict(response.usage.to_json(), model=response.model, provider=response.provider)
     if response.max_context_tokens:
         usage["max_context_tokens"] = response.max_context_tokens
-    events.append(NewEvent("usage", {"usage": usage, "iteration": iteration}))
+    events.append(Usage(usage, iteration).event())
     return events
+
+
+def iteration_cap(agent: ResolvedAgent, leased: LeasedRun) -> int:
+    cfg = agent.config
+    return plan.iteration_cap(cfg.max_iterations, unbounded=cfg.unbounded_iterations, interactive=leased.interactive,
+                              explicit="max_iterations" in cfg.model_fields_set)
 
 
 def _last_turn_usage(events: list[tuple[int, str, dict[str, Any]]]) -> dict[str, int]:
     """The token counts of the last recorded `usage` event (the turn a crashed step appended)."""
     for _seq, etype, payload in reversed(events):
-        if etype == "usage":
-            usage = payload.get("usage") or {}
-            return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+        if etype == EventType.USAGE:
+            return Usage.parse(payload).tokens()
     return {}
 
-
-def _add_usage(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
-    return {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}

@@ -1,47 +1,40 @@
-"""The engine's side of waiting without compute: steering input, interactive runs, turn cancels,
-and waking a parent when a sub-agent run ends.
+"""The engine's side of waiting without compute — the I/O the step's steering decisions
+(engine/plan.py `steer`, `park_for_input`, `end_of_turn`) read, and the wake-ups around them.
 
 - Steering: `POST /v1/runs/{id}/input` queues a row (store/inputs.py) and pokes the run's input
   key. The run's next step — under its lease, and only when no tool call is pending, so a
-  tool_use is never separated from its tool_result — appends each queued text as a `user_input`
+  tool_use is never separated from its tool_result — records each queued text as a `user_input`
   event carrying the row id (`input_id`): the transcript itself records what was consumed.
 - Interactive runs park at end_turn (event `awaiting_input`, wait kind `awaiting_input` on the
   input key) instead of completing; input wakes them.
 - A turn cancel (queued like input) answers the pending tool calls with an error, cancels the
-  run's unfinished sub-agents and pending interruptions, records `turn_cancelled` and parks
-  again for input (or goes on at once when input was queued after the cancel).
+  run's unfinished sub-agents and pending interruptions (`abandon_turn`), records
+  `turn_cancelled` and parks again for input (or goes on at once when input was queued after it).
 - A run with `parent_wait_key` (a sub-agent) pokes that key when it reaches a terminal status;
   if the poke is lost, `RunWaker.wake_due` finds the parked parent (store/subruns.py).
+
+Nothing here commits a step: the engine applies the plans (engine/step.py `Engine._apply`).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-from treadle.domain.runs import NewEvent
-from treadle.engine.agents import ResolvedAgent
 from treadle.engine.hub import RunEventHub
-from treadle.engine.outcomes import StepResult, tool_result_event
-from treadle.engine.replay import Transcript, input_id_of, replay
+from treadle.engine.plan import InputFacts, input_key
+from treadle.engine.replay import input_id_of
 from treadle.engine.sending import StepSender
 from treadle.engine.waking import RunWaker
 from treadle.store.inputs import InputStore, QueuedInput
 from treadle.store.interrupts import InterruptStore, interrupt_key
-from treadle.store.steps import LeasedRun, StepOutcome, StepStore, WaitSpec
+from treadle.store.steps import LeasedRun, StepStore
 from treadle.store.subruns import SubRunStore
 from treadle.store.waits import WaitStore
 
 log = logging.getLogger("treadle.engine")
 
-INTERACTIVE_ITERATION_BACKSTOP = 1 << 20
-AWAITING_INPUT = "awaiting_input"
-TURN_CANCEL_TEXT = "cancelled by operator"
-
-
-def input_key(run_id: str) -> str:
-    return f"input:{run_id}"
+__all__ = ["Steering", "consumed_input_id", "input_key"]
 
 
 def consumed_input_id(events: list[tuple[int, str, dict[str, Any]]]) -> int:
@@ -49,34 +42,9 @@ def consumed_input_id(events: list[tuple[int, str, dict[str, Any]]]) -> int:
     return max((input_id_of(etype, payload) for _seq, etype, payload in events), default=0)
 
 
-def iteration_cap(agent: ResolvedAgent, leased: LeasedRun) -> int:
-    """An interactive run without an explicit `max_iterations` only has a hard backstop."""
-    cfg = agent.config
-    if cfg.unbounded_iterations or (leased.interactive and "max_iterations" not in cfg.model_fields_set):
-        return INTERACTIVE_ITERATION_BACKSTOP
-    return cfg.max_iterations
-
-
-def at_rest(leased: LeasedRun) -> bool:
-    """An interactive run whose last turn ended (it parked for input) and got nothing new."""
-    return leased.interactive and bool(leased.events) and leased.events[-1][1] == AWAITING_INPUT
-
-
-def steer_event(item: QueuedInput) -> NewEvent:
-    segments = [{"role": "user", "content": [{"type": "trusted-text", "text": item.text}]}]
-    return NewEvent("user_input", {"segments": segments, "input_id": item.id, "source": "steer"})
-
-
-@dataclass(slots=True)
-class Steered:
-    transcript: Transcript
-    result: StepResult | None = None  # set when the step ended here (a turn cancel parked the run)
-
-
 class Steering:
-    """Steering input, interactive parking, turn cancels and parent wake-ups for the engine's
-    steps. Every write is fenced by the step's lease (StepStore); every step it makes due goes
-    through the StepSender, every wake-up through the RunWaker."""
+    """The steering queue, interactive parking's facts, turn cancels' effects and parent wake-ups.
+    Every step it makes due goes through the StepSender, every wake-up through the RunWaker."""
 
     def __init__(
         self,
@@ -99,83 +67,29 @@ class Steering:
         self.waker = waker
         self.hub = hub
 
-    async def take_inputs(self, leased: LeasedRun, owner: str, transcript: Transcript) -> Steered:
-        """Drain the steering queue at the top of a step (the caller saw `input_seq` move);
-        `transcript`: the replay of `leased.events`."""
-        version = await self.waits.version(leased.tenant_id, input_key(leased.run_id))  # before looking
-        items = await self.inputs.after(leased.run_id, transcript.consumed_input_id)
-        cancels = [i for i, it in enumerate(items) if it.kind == "turn_cancel"]
-        if not items or (not cancels and transcript.pending):
-            return Steered(transcript)  # input waits until the pending tool calls have their results
-        events: list[NewEvent] = []
-        after_cancel = items
-        if cancels:
-            last = cancels[-1]
-            for tu in transcript.pending:
-                events.append(tool_result_event(tu, f"error: {TURN_CANCEL_TEXT} (turn cancelled)", True))
-            events.extend(steer_event(it) for it in items[:last] if it.kind == "input")
-            cancel = items[last]
-            events.append(NewEvent("turn_cancelled", {"reason": cancel.text or TURN_CANCEL_TEXT,
-                                                      "since_turn": transcript.iterations, "input_id": cancel.id}))
-            after_cancel = items[last + 1:]
-            await self._abandon_turn(leased)
-        events.extend(steer_event(it) for it in after_cancel if it.kind == "input")
-        if cancels and not after_cancel:
-            behind = max(0, transcript.iterations - leased.iterations)  # a crashed step's turn, not yet counted
-            result = await self.park_for_input(leased, owner, events, delta=behind, version=version)
-            await self.inputs.mark_consumed(leased.run_id, items[-1].id)
-            return Steered(transcript, result)
-        await self.steps.append(leased, owner, events)
-        await self.inputs.mark_consumed(leased.run_id, items[-1].id)
-        self.hub.notify(leased.run_id)
-        return Steered(replay(leased.events))
+    async def input_version(self, leased: LeasedRun) -> int:
+        """The run's input key's version — read before looking at the queue, so that input queued
+        after the look bumps it and the park it decides does not hold."""
+        return await self.waits.version(leased.tenant_id, input_key(leased.run_id))
 
-    async def park_for_input(
-        self,
-        leased: LeasedRun,
-        owner: str,
-        events: list[NewEvent],
-        *,
-        usage: dict[str, int] | None = None,
-        delta: int = 0,
-        version: int | None = None,
-    ) -> StepResult:
-        """End the turn of an interactive run: commit `events` + `awaiting_input` and park on the
-        run's input key — unless input is already queued, then the next step takes it at once."""
-        key = input_key(leased.run_id)
+    async def queued(self, leased: LeasedRun, after_id: int) -> list[QueuedInput]:
+        return await self.inputs.after(leased.run_id, after_id)
+
+    async def latest_input(self, leased: LeasedRun) -> int:
+        return await self.inputs.latest(leased.run_id)
+
+    async def input_facts(self, leased: LeasedRun, version: int | None = None) -> InputFacts:
         if version is None:
-            version = await self.waits.version(leased.tenant_id, key)  # before looking at the queue
-        latest = await self.inputs.latest(leased.run_id)
-        consumed = max(consumed_input_id(leased.events),
-                       consumed_input_id([(0, e.type, e.payload) for e in events]))
-        events = [*events, NewEvent(AWAITING_INPUT, {"since_turn": leased.iterations + delta})]
-        if latest > consumed:
-            outcome = StepOutcome("running", iterations_delta=delta, usage=usage, enqueue_next=True)
-        else:
-            outcome = StepOutcome("waiting", iterations_delta=delta, usage=usage,
-                                  waits=[WaitSpec("", AWAITING_INPUT, key, version, None)])
-        next_step = await self.steps.commit(leased, owner, events, outcome)
-        if outcome.waits:
-            return StepResult.PARKED
-        await self.sender.next_step(leased.run_id, next_step)
-        return StepResult.CONTINUED
+            version = await self.input_version(leased)
+        return InputFacts(version, await self.latest_input(leased))
 
-    async def take_late_input(
-        self, leased: LeasedRun, owner: str, events: list[NewEvent], *, usage: dict[str, int]
-    ) -> StepResult | None:
-        """A non-interactive run about to complete while steering input is queued goes on instead,
-        so the input becomes the next user turn. None: nothing queued, complete as usual. (Input
-        queued after this check, in the instant before the final commit, is accepted but never read.)"""
-        if await self.inputs.latest(leased.run_id) <= consumed_input_id(leased.events):
-            return None
-        outcome = StepOutcome("running", iterations_delta=1, usage=usage, enqueue_next=True)
-        next_step = await self.steps.commit(leased, owner, events, outcome)
-        await self.sender.next_step(leased.run_id, next_step)
-        return StepResult.CONTINUED
+    async def mark_consumed(self, leased: LeasedRun, upto_id: int) -> None:
+        await self.inputs.mark_consumed(leased.run_id, upto_id)
 
-    async def _abandon_turn(self, leased: LeasedRun) -> None:
+    async def abandon_turn(self, leased: LeasedRun) -> None:
         """A turn cancel also ends what the turn was waiting on: its sub-agents and questions.
-        Both are idempotent, so a step re-run after a crash repeats them harmlessly."""
+        Both are idempotent; the engine runs this before the cancel's commit, so a step re-run
+        after a crash repeats it harmlessly (after the commit, a crash would lose it for good)."""
         for run_id, step_no in await self.subruns.request_cancel_tree(
             leased.tenant_id, leased.run_id, "", include_root=False, child_reason="parent turn cancelled"
         ):

@@ -1,0 +1,313 @@
+"""The event catalogue: every type a run's transcript (and its live stream) can carry.
+
+A run is an append-only list of events (DESIGN.md: the transcript is the state). Each event has a
+`type` from `EventType` and a JSON payload. The events the engine itself writes have a frozen
+class here with a literal `type`, `to_payload()` and `parse()`; emitters build them with
+`.event()` and readers compare against `EventType` members, never against a bare string, so a
+search for a member finds every reader and writer of an event (a test checks that no module
+outside this one compares an event type with a string literal).
+
+`docs/events.md` is generated from `CATALOGUE` (`python -m treadle.domain.events > docs/events.md`;
+a test fails when the file is stale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar, Literal
+
+from treadle.domain.runs import NewEvent
+
+
+class EventType(StrEnum):
+    # the run's start and its user turns
+    USER_INPUT = "user_input"
+    STARTED = "started"
+    # the assistant's turn
+    TEXT = "text"
+    THINKING = "thinking"
+    TOOL_CALL = "tool_call"
+    USAGE = "usage"
+    RETRY = "retry"
+    PROVIDER_FALLBACK = "provider_fallback"
+    # tool results and parks
+    TOOL_RESULT = "tool_result"
+    TOOL_PARKED = "tool_parked"
+    TOOL_PENDING = "tool_pending"
+    INTERRUPTION_PENDING = "interruption_pending"
+    INTERRUPTION_NOTIFY = "interruption_notify"
+    CHANNEL_PUBLISH = "channel_publish"
+    SPAWN_CHILD_RESULT = "spawn_child_result"
+    # interactive runs
+    AWAITING_INPUT = "awaiting_input"
+    TURN_CANCELLED = "turn_cancelled"
+    # endings
+    DONE = "done"
+    ERROR = "error"
+    # live only (never stored): streamed while the model answers
+    TEXT_DELTA = "text_delta"
+    THINKING_DELTA = "thinking_delta"
+
+
+#: what each type means and the payload fields it carries (the source of docs/events.md)
+CATALOGUE: dict[EventType, str] = {
+    EventType.USER_INPUT: "a user turn: `segments` (role + content), `input_id` and `source: steer` when it "
+    "came through the steering queue",
+    EventType.STARTED: "the run started: `agent`, `def_id`, options as the caller gave them",
+    EventType.TEXT: "the assistant's text of one iteration: `text`, `iteration`",
+    EventType.THINKING: "the assistant's reasoning: `text`, `signature`, `iteration`, `source`?",
+    EventType.TOOL_CALL: "a tool call the model made: `tool_use` {`id`, `name`, `input`}, `iteration`",
+    EventType.USAGE: "one model call's tokens: `usage` {input/output/cache tokens, `model`, `provider`, "
+    "`max_context_tokens`?}, `iteration`",
+    EventType.RETRY: "a provider call failed and is retried: `retry` {attempt, wait, error, provider}",
+    EventType.PROVIDER_FALLBACK: "the route moved to its next candidate: `from`, `to`, `error`",
+    EventType.TOOL_RESULT: "a tool call's answer: `tool_use`, `text`, `is_error` (unique per tool_use_id)",
+    EventType.TOOL_PARKED: "a tool call parked the run: `tool_use`, `wait` {kind, keys, deadline, extra}, "
+    "`iteration`",
+    EventType.TOOL_PENDING: "an application tool call waits for the caller's answer (`tool_results` route)",
+    EventType.INTERRUPTION_PENDING: "the agent asked a question (Interruption) and waits for the answer",
+    EventType.INTERRUPTION_NOTIFY: "the agent notified the operator (Interruption notify)",
+    EventType.CHANNEL_PUBLISH: "the agent published on a channel: `channel` {name, id, payload_preview}",
+    EventType.SPAWN_CHILD_RESULT: "a sub-agent's result reached its parent: `spawn_child`",
+    EventType.AWAITING_INPUT: "an interactive run ended its turn and waits for input: `since_turn`",
+    EventType.TURN_CANCELLED: "a turn was cancelled: `reason`, `since_turn`, `input_id`",
+    EventType.DONE: "the run ended: `stop_reason` (end_turn, max_iterations, cancelled), `usage` totals, "
+    "`reason`? (cancel)",
+    EventType.ERROR: "the run failed: `code`, `error` and details",
+    EventType.TEXT_DELTA: "live only: a piece of text while the model answers: `text`, `iteration`, "
+    "`attempt`, `provider`",
+    EventType.THINKING_DELTA: "live only: a piece of reasoning while the model answers",
+}
+
+#: the types a run's stream shows but its transcript never stores
+LIVE_ONLY: frozenset[EventType] = frozenset({EventType.TEXT_DELTA, EventType.THINKING_DELTA})
+#: the types that end a run
+TERMINAL: frozenset[EventType] = frozenset({EventType.DONE, EventType.ERROR})
+
+
+def is_type(etype: str, *types: EventType) -> bool:
+    """Whether the stored type `etype` is one of `types`."""
+    return etype in types
+
+
+# -- the engine's own events, typed -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Typed:
+    type: ClassVar[EventType]
+
+    def to_payload(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def event(self, tool_use_id: str | None = None) -> NewEvent:
+        return NewEvent(self.type, self.to_payload(), tool_use_id=tool_use_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseRef:
+    id: str
+    name: str
+    input: dict[str, Any]
+
+    @classmethod
+    def parse(cls, d: dict[str, Any]) -> ToolUseRef:
+        return cls(str(d["id"]), str(d["name"]), dict(d.get("input") or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Text(_Typed):
+    type: ClassVar[EventType] = EventType.TEXT
+    text: str
+    iteration: int
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Text:
+        return cls(str(p.get("text", "")), int(p.get("iteration") or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking(_Typed):
+    type: ClassVar[EventType] = EventType.THINKING
+    text: str
+    signature: str | None
+    iteration: int
+    source: str | None = None
+
+    def to_payload(self) -> dict[str, Any]:  # `signature` is always written, even when null
+        p: dict[str, Any] = {"text": self.text, "signature": self.signature, "iteration": self.iteration}
+        if self.source:
+            p["source"] = self.source
+        return p
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Thinking:
+        return cls(str(p.get("text", "")), p.get("signature"), int(p.get("iteration") or 0), p.get("source"))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall(_Typed):
+    type: ClassVar[EventType] = EventType.TOOL_CALL
+    tool_use: ToolUseRef
+    iteration: int
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> ToolCall:
+        return cls(ToolUseRef.parse(p["tool_use"]), int(p.get("iteration") or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Usage(_Typed):
+    type: ClassVar[EventType] = EventType.USAGE
+    usage: dict[str, Any]
+    iteration: int
+
+    def tokens(self) -> dict[str, int]:
+        """The integer counts (model and provider names left out)."""
+        return {k: v for k, v in self.usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Usage:
+        return cls(dict(p.get("usage") or {}), int(p.get("iteration") or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult(_Typed):
+    type: ClassVar[EventType] = EventType.TOOL_RESULT
+    tool_use: ToolUseRef
+    text: str
+    is_error: bool
+
+    def event(self, tool_use_id: str | None = None) -> NewEvent:
+        return NewEvent(self.type, self.to_payload(), tool_use_id=tool_use_id or self.tool_use.id)
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> ToolResult:
+        return cls(ToolUseRef.parse(p["tool_use"]), str(p.get("text", "")), bool(p.get("is_error")))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolParked(_Typed):
+    type: ClassVar[EventType] = EventType.TOOL_PARKED
+    tool_use: ToolUseRef
+    wait: dict[str, Any]
+    iteration: int
+
+    def to_payload(self) -> dict[str, Any]:  # `wait.deadline` is written even when null
+        return {"tool_use": asdict(self.tool_use), "wait": self.wait, "iteration": self.iteration}
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> ToolParked:
+        return cls(ToolUseRef.parse(p["tool_use"]), dict(p.get("wait") or {}), int(p.get("iteration") or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingInput(_Typed):
+    type: ClassVar[EventType] = EventType.AWAITING_INPUT
+    since_turn: int
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> AwaitingInput:
+        return cls(int(p.get("since_turn") or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCancelled(_Typed):
+    type: ClassVar[EventType] = EventType.TURN_CANCELLED
+    reason: str
+    since_turn: int
+    input_id: int
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> TurnCancelled:
+        return cls(str(p.get("reason") or ""), int(p.get("since_turn") or 0), int(p.get("input_id") or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class UserInput(_Typed):
+    type: ClassVar[EventType] = EventType.USER_INPUT
+    segments: list[dict[str, Any]]
+    input_id: int | None = None
+    source: Literal["steer"] | None = None
+
+    @classmethod
+    def steer(cls, text: str, input_id: int) -> UserInput:
+        return cls([{"role": "user", "content": [{"type": "trusted-text", "text": text}]}], input_id, "steer")
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> UserInput:
+        return cls(list(p.get("segments") or []), p.get("input_id"), p.get("source"))
+
+
+@dataclass(frozen=True, slots=True)
+class Done(_Typed):
+    type: ClassVar[EventType] = EventType.DONE
+    stop_reason: str
+    usage: dict[str, int] = field(default_factory=dict)
+    reason: str | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        p: dict[str, Any] = {"stop_reason": self.stop_reason}
+        if self.reason is not None:
+            p["reason"] = self.reason
+        p["usage"] = self.usage
+        return p
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Done:
+        return cls(str(p.get("stop_reason") or ""), dict(p.get("usage") or {}), p.get("reason"))
+
+
+@dataclass(frozen=True, slots=True)
+class Error(_Typed):
+    type: ClassVar[EventType] = EventType.ERROR
+    code: str
+    error: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {**self.details, "code": self.code, "error": self.error}
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Error:
+        details = {k: v for k, v in p.items() if k not in ("code", "error")}
+        return cls(str(p.get("code") or ""), str(p.get("error") or ""), details)
+
+
+TypedEvent = (Text | Thinking | ToolCall | Usage | ToolResult | ToolParked | AwaitingInput | TurnCancelled
+              | UserInput | Done | Error)
+
+_PARSERS: dict[str, Any] = {
+    cls.type: cls.parse
+    for cls in (Text, Thinking, ToolCall, Usage, ToolResult, ToolParked, AwaitingInput, TurnCancelled,
+                UserInput, Done, Error)
+}
+
+
+def parse(etype: str, payload: dict[str, Any]) -> TypedEvent | None:
+    """The typed event for a stored one (None for a type without a class here)."""
+    parser = _PARSERS.get(etype)
+    return parser(payload) if parser is not None else None
+
+
+def render_markdown() -> str:
+    """docs/events.md, from the catalogue."""
+    lines = [
+        "# Run events",
+        "",
+        "Generated from `core/treadle/domain/events.py` (`python -m treadle.domain.events > docs/events.md`).",
+        "Every event a run's transcript (`GET /v1/runs/{id}/events`) or its stream "
+        "(`GET /v1/runs/{id}/stream`) carries has a `seq`, a `type` and the fields below.",
+        "",
+        "| type | stored | what it says |",
+        "|---|---|---|",
+    ]
+    for etype, what in CATALOGUE.items():
+        stored = "no (live only)" if etype in LIVE_ONLY else "yes"
+        lines.append(f"| `{etype.value}` | {stored} | {what} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render_markdown(), end="")
