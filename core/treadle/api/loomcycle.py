@@ -25,6 +25,7 @@ from treadle.api.auth import principal_view
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import AUTHED, BODY, errors, fast_json
 from treadle.api.lazyroute import LazyAPIRoute
+from treadle.domain.events import EventType
 from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
@@ -200,7 +201,7 @@ async def spawn_result(rt: Runtime, run: RunRecord) -> dict[str, Any]:
     final_text = None
     if run.status == "completed":
         events = await rt.runs.events(run.tenant_id, run.id, 0, 5000)
-        texts = [str(e.payload.get("text", "")) for e in events if e.type == "text"]
+        texts = [str(e.payload.get("text", "")) for e in events if e.type == EventType.TEXT]
         final_text = texts[-1] if texts else ""
     return {"agent_id": run.agent_id or run.id, "run_id": run.id, "session_id": session_id_of(run.id),
             "status": run.status, "stop_reason": loomcycle_stop_reason(run), "final_text": final_text,
@@ -271,7 +272,7 @@ async def transcript(session_id: str, rt: Rt, who: Who) -> Response:
             ts_ns = int(e.created_at.timestamp() * 1_000_000_000) if e.created_at else 0
             item: dict[str, Any] = {"seq": e.seq, "run_id": run.id, "ts_ns": ts_ns, "type": e.type,
                                     "event": e.to_api()}
-            if e.type == "user_input":
+            if e.type == EventType.USER_INPUT:
                 item["payload"] = e.payload.get("segments")
             events.append(item)
         if len(page) < 1000:

@@ -19,6 +19,7 @@ from typing import Any
 
 from treadle.config import ModelRef
 from treadle.domain.content import Message, TextBlock
+from treadle.domain.events import EventType
 from treadle.domain.runs import NewEvent
 from treadle.engine.agents import Candidate, ModelRoute
 from treadle.engine.routing import Call, RetryPolicy, call_route
@@ -122,7 +123,7 @@ def log_call(kind: str, mc: ModelCall, route: ModelRoute, *, who: str, user_id: 
         response.model if response else route.candidates[0].model,
         response.usage.input_tokens if response else 0, response.usage.output_tokens if response else 0,
         response.stop_reason if response else "error",
-        sum(e.type == "retry" for e in events), sum(e.type == "provider_fallback" for e in events),
+        sum(e.type == EventType.RETRY for e in events), sum(e.type == EventType.PROVIDER_FALLBACK for e in events),
         int((time.monotonic() - started) * 1000), "error" if error else "ok", error.code if error else "",
     )
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from treadle.domain.events import EventType
 from treadle.engine.hub import LiveFrame, RunEventHub
 from treadle.store.runs import RunStore
 
@@ -46,13 +47,13 @@ _INTERRUPTION_KEYS = ("interrupt_id", "kind", "question", "options", "context", 
 
 def wire_event(etype: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A stored event as loomcycle's SSE frame (event name, data): the nested payloads added."""
-    if etype == "interruption_pending":
+    if etype == EventType.INTERRUPTION_PENDING:
         return etype, {**data, "interruption": {k: data.get(k) for k in _INTERRUPTION_KEYS}}
-    if etype == "awaiting_input":
+    if etype == EventType.AWAITING_INPUT:
         return etype, {**data, "awaiting_input": {"since_turn": data.get("since_turn")}}
-    if etype == "turn_cancelled":
+    if etype == EventType.TURN_CANCELLED:
         return etype, {**data, "turn_cancelled": {"reason": data.get("reason"), "since_turn": data.get("since_turn")}}
-    if etype == "user_input" and data.get("source") == "steer":
+    if etype == EventType.USER_INPUT and data.get("source") == "steer":
         text = "\n\n".join(str(b.get("text", "")) for seg in data.get("segments") or []
                             for b in seg.get("content") or [] if isinstance(b, dict))
         return "steer", {**data, "type": "steer",
@@ -91,7 +92,7 @@ async def stream_run_events(
             events = await runs.events(tenant_id, run_id, cursor, limit=500)
             for ev in events:
                 cursor = ev.seq
-                it = ev.payload.get("iteration") if ev.type == "usage" else None
+                it = ev.payload.get("iteration") if ev.type == EventType.USAGE else None
                 if isinstance(it, int):
                     stored_iteration = max(stored_iteration, it)
                 yield sse_frame(*wire_event(ev.type, ev.to_api()), ev.seq)

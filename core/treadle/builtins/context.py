@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
+from treadle.domain.events import EventType
 from treadle.errors import ToolError
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
@@ -86,7 +87,7 @@ async def _self(ctx: ToolContext) -> dict[str, Any]:
     usage: dict[str, Any] | None = ctx.turn_usage  # this turn's, when it commits with this call
     if usage is None:
         for event in reversed(await runs.events(ctx.tenant_id, ctx.run_id, 0, 5000)):
-            if event.type == "usage":
+            if event.type == EventType.USAGE:
                 usage = event.payload.get("usage") or {}
                 break
     if usage is not None:

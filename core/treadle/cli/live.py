@@ -20,6 +20,7 @@ from rich.text import Text
 
 from treadle.cli.ui import animated, console, escape
 from treadle.client import AsyncTreadle, SseEvent
+from treadle.domain.events import EventType
 from treadle.domain.tasks import cancel_and_wait
 
 GRACE_S = 2.0
@@ -84,38 +85,38 @@ class LiveView:
 
     def event(self, ev: SseEvent) -> None:
         etype, data = ev.event, ev.data
-        if etype == "text_delta":
+        if etype == EventType.TEXT_DELTA:
             self.stop()
             self.streaming = True
             self._streamed.add(data.get("iteration"))
             self.out.file.write(str(data.get("text", "")))
             self.out.file.flush()
             return
-        if etype in ("thinking_delta", "session", "agent"):
+        if etype in (EventType.THINKING_DELTA, EventType.SESSION, EventType.AGENT):
             return
-        if etype != "text":
+        if etype != EventType.TEXT:
             self._end_stream()
         self.stop()
         self._render(etype, data)
-        if etype not in ("done", "error"):
+        if etype not in (EventType.DONE, EventType.ERROR):
             self.spin()
 
     def _render(self, etype: str, data: dict[str, Any]) -> None:
-        if etype == "started":
+        if etype == EventType.STARTED:
             self.run_id = str(data.get("run_id") or self.run_id)
             self._p(f"▶ run {self.run_id} · agent {data.get('agent')}", "bold")
             self.iter_since = time.monotonic()
-        elif etype == "text":
+        elif etype == EventType.TEXT:
             if data.get("iteration") in self._streamed:
                 self._end_stream()
             else:
                 self._p(str(data.get("text", "")))
-        elif etype == "thinking":
+        elif etype == EventType.THINKING:
             self._p(f"(thinking) {data.get('text', '')}", "dim")
-        elif etype == "tool_call":
+        elif etype == EventType.TOOL_CALL:
             tu = data.get("tool_use") or {}
             self._p(f"→ {tu.get('name')} {json.dumps(tu.get('input'), sort_keys=True)}", "cyan")
-        elif etype == "tool_result":
+        elif etype == EventType.TOOL_RESULT:
             tu = data.get("tool_use") or {}
             text = str(data.get("text", ""))
             text = text if len(text) <= 300 else text[:300] + "…"
@@ -124,10 +125,10 @@ class LiveView:
             else:
                 self._p(f"← {tu.get('name')} {text}", "green")
             self.waiting = ""
-        elif etype == "retry":
+        elif etype == EventType.RETRY:
             r = data.get("retry") or {}
             self._p(f"↻ retry {r.get('attempt')} in {r.get('wait_ms')} ms ({r.get('reason')})", "yellow")
-        elif etype == "usage":
+        elif etype == EventType.USAGE:
             u = data.get("usage") or {}
             now = time.monotonic()
             self._p(f"  · iteration {data.get('iteration')} took {_dur(now - self.iter_since)} · "
@@ -135,24 +136,24 @@ class LiveView:
                     f"({u.get('provider')}/{u.get('model')})", "dim")
             self.iteration = int(data.get("iteration") or self.iteration) + 1
             self.iter_since = now
-        elif etype == "interruption_pending":
+        elif etype == EventType.INTERRUPTION_PENDING:
             self.question(data)
-        elif etype == "awaiting_input":
+        elif etype == EventType.AWAITING_INPUT:
             self.waiting = "waiting for input"
             self.wait_since = _since(data)
             self._p(f"… the run waits for your input: treadle input {self.run_id} \"your message\"", "yellow")
-        elif etype in ("user_input", "steer"):
+        elif etype in (EventType.USER_INPUT, EventType.STEER):
             self.waiting = ""
             if data.get("source") in ("input", "steer"):
-                text = data.get("user_input", {}).get("text") if etype == "steer" else _segments_text(data)
+                text = data.get("user_input", {}).get("text") if etype == EventType.STEER else _segments_text(data)
                 self._p(f"» {text}", "magenta")
-        elif etype == "turn_cancelled":
+        elif etype == EventType.TURN_CANCELLED:
             self._p(f"■ turn cancelled ({data.get('reason')})", "yellow")
-        elif etype == "done":
+        elif etype == EventType.DONE:
             u = data.get("usage") or {}
             self._p(f"■ done: {data.get('stop_reason')} · {u.get('input_tokens', 0)} in / "
                     f"{u.get('output_tokens', 0)} out tokens · {_dur(time.monotonic() - self.started)}", "bold")
-        elif etype == "error":
+        elif etype == EventType.ERROR:
             self._p(f"■ error {data.get('code')}: {data.get('error')}", "bold red")
 
     def question(self, data: dict[str, Any]) -> None:

@@ -45,9 +45,12 @@ class EventType(StrEnum):
     # endings
     DONE = "done"
     ERROR = "error"
-    # live only (never stored): streamed while the model answers
+    # live only (never stored): streamed while the model answers, and the stream's own frames
     TEXT_DELTA = "text_delta"
     THINKING_DELTA = "thinking_delta"
+    STEER = "steer"
+    SESSION = "session"
+    AGENT = "agent"
 
 
 #: what each type means and the payload fields it carries (the source of docs/events.md)
@@ -78,10 +81,14 @@ CATALOGUE: dict[EventType, str] = {
     EventType.TEXT_DELTA: "live only: a piece of text while the model answers: `text`, `iteration`, "
     "`attempt`, `provider`",
     EventType.THINKING_DELTA: "live only: a piece of reasoning while the model answers",
+    EventType.STEER: "live only (loomcycle's frame): a steered `user_input` as the stream shows it",
+    EventType.SESSION: "live only (loomcycle's frame): the stream's first frame, naming the run and session",
+    EventType.AGENT: "live only (loomcycle's frame): the agent the run started",
 }
 
 #: the types a run's stream shows but its transcript never stores
-LIVE_ONLY: frozenset[EventType] = frozenset({EventType.TEXT_DELTA, EventType.THINKING_DELTA})
+LIVE_ONLY: frozenset[EventType] = frozenset({EventType.TEXT_DELTA, EventType.THINKING_DELTA, EventType.STEER,
+                                             EventType.SESSION, EventType.AGENT})
 #: the types that end a run
 TERMINAL: frozenset[EventType] = frozenset({EventType.DONE, EventType.ERROR})
 

@@ -26,6 +26,7 @@ from treadle.domain.content import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from treadle.domain.events import EventType
 from treadle.domain.segments import split_segments, user_images
 
 ORPHAN_RESULT_TEXT = "error: this tool call was never answered (treadle replay)"
@@ -138,7 +139,7 @@ class Replayer:
 
     def _one(self, etype: str, payload: dict[str, Any]) -> None:
         self._input_id = max(self._input_id, input_id_of(etype, payload))
-        if etype == "user_input":
+        if etype == EventType.USER_INPUT:
             self._close_turn()
             segs = payload.get("segments") or []
             sys_text, user_text = split_segments(segs if isinstance(segs, list) else [])
@@ -148,15 +149,15 @@ class Replayer:
                                    user_images(segs if isinstance(segs, list) else [])]
             if user_text or images:
                 self._closed.append(Message("user", [*([TextBlock(user_text)] if user_text else []), *images]))
-        elif etype in ("text", "thinking", "tool_call"):
+        elif etype in (EventType.TEXT, EventType.THINKING, EventType.TOOL_CALL):
             iteration = payload.get("iteration")
             if self._assistant is None or self._results or iteration != self._assistant_iter:
                 self._close_turn()
                 self._assistant, self._assistant_iter = Message("assistant"), iteration
             assistant = self._assistant
-            if etype == "text":
+            if etype == EventType.TEXT:
                 assistant.content.append(TextBlock(str(payload.get("text", ""))))
-            elif etype == "thinking":
+            elif etype == EventType.THINKING:
                 self._thinking = True
                 assistant.content.append(
                     ThinkingBlock(
@@ -169,24 +170,24 @@ class Replayer:
                 assistant.content.append(block)
                 self._tool_ids.add(block.id)
                 self._tool_ids_frozen = None
-        elif etype == "tool_result":
+        elif etype == EventType.TOOL_RESULT:
             tu = payload.get("tool_use") or {}
             tid = str(tu.get("id"))
             if self._assistant is not None and any(u.id == tid for u in self._assistant.tool_uses()):
                 self._results[tid] = ToolResultBlock(tid, str(payload.get("text", "")), bool(payload.get("is_error")))
-        elif etype == "usage":
+        elif etype == EventType.USAGE:
             self._iterations += 1
             usage = payload.get("usage") or {}
             for k in self._usage:
                 v = usage.get(k)
                 if isinstance(v, int):
                     self._usage[k] += v
-        elif etype == "tool_parked":
+        elif etype == EventType.TOOL_PARKED:
             tu = payload.get("tool_use") or {}
             wait = payload.get("wait")
             if isinstance(wait, dict):
                 self._parked.setdefault(str(tu.get("id")), wait)
-        elif etype in ("done", "error"):
+        elif etype in (EventType.DONE, EventType.ERROR):
             self._finished = True
 
     def transcript(self) -> Transcript:
@@ -232,7 +233,7 @@ class Replayer:
 
 def input_id_of(etype: str, payload: dict[str, Any]) -> int:
     """The steering-queue id an event consumed (a steered `user_input`, a `turn_cancelled`), or 0."""
-    if etype in ("user_input", "turn_cancelled"):
+    if etype in (EventType.USER_INPUT, EventType.TURN_CANCELLED):
         input_id = payload.get("input_id")
         if isinstance(input_id, int):
             return input_id

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from treadle.domain.content import Message, ThinkingBlock, ToolUseBlock
+from treadle.domain.events import EventType
 from treadle.domain.runs import NewEvent
 from treadle.engine.agents import Candidate, ModelRoute
 from treadle.errors import ProviderError, RetryableProviderError, UnknownModel
@@ -220,7 +221,7 @@ def _readable(b: ThinkingBlock, fmt: str | None) -> bool:
 
 def _last_served(history: list[tuple[int, str, dict[str, Any]]]) -> tuple[str, str] | None:
     for _seq, etype, payload in reversed(history):
-        if etype == "usage":
+        if etype == EventType.USAGE:
             u = payload.get("usage") or {}
             if u.get("provider") and u.get("model"):
                 return str(u["provider"]), str(u["model"])

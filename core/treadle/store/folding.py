@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from treadle.domain.events import EventType
 from treadle.domain.runs import NewEvent
 
 _PARAM = re.compile(r"%\((\w+)\)s")
@@ -69,7 +70,7 @@ class FoldFailed(Exception):
 def fill_result(events: list[NewEvent], folded: Folded, text: str | None) -> None:
     """Put the folded call's outcome into its `tool_result` event (the copy the worker keeps)."""
     for event in events:
-        if event.type == "tool_result" and event.tool_use_id == folded.tool_use_id:
+        if event.type == EventType.TOOL_RESULT and event.tool_use_id == folded.tool_use_id:
             event.payload["text"] = folded.write.failed if text is None else text
             event.payload["is_error"] = text is None
             return

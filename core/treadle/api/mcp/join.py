@@ -11,6 +11,7 @@ import asyncio
 import time
 from typing import Any
 
+from treadle.domain.events import EventType
 from treadle.runtime import Runtime
 from treadle.store.runs import RunRecord
 
@@ -62,9 +63,9 @@ async def final_text(rt: Runtime, tenant_id: str, run: RunRecord) -> str:
     start = max(0, run.last_seq - 50)
     events = await rt.runs.events(tenant_id, run.id, start, limit=100)
     for ev in reversed(events):
-        if ev.type == "text":
+        if ev.type == EventType.TEXT:
             return str(ev.payload.get("text") or "")
     if start > 0:  # a long tail of non-text events: scan the whole transcript
-        texts = [ev for ev in await rt.runs.events(tenant_id, run.id, 0, limit=100_000) if ev.type == "text"]
+        texts = [ev for ev in await rt.runs.events(tenant_id, run.id, 0, limit=100_000) if ev.type == EventType.TEXT]
         return str(texts[-1].payload.get("text") or "") if texts else ""
     return ""

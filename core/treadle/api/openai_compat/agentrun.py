@@ -31,6 +31,7 @@ from treadle.api.openai_compat.wire import (
     finish_reason,
     tool_call_json,
 )
+from treadle.domain.events import EventType
 from treadle.domain.ids import is_identifier
 from treadle.errors import NotFound, ProviderError, TreadleError
 from treadle.runtime import Runtime
@@ -234,14 +235,14 @@ async def follow(rt: Runtime, tenant: str, run_id: str, start_seq: int) -> Async
 
 def _on_event(st: _Follow, ev: StoredEvent) -> list[Text | Ended]:
     p = ev.payload
-    if ev.type == "tool_pending":
+    if ev.type == EventType.TOOL_PENDING:
         tu = p.get("tool_use") or {}
         st.pending[str(tu.get("id"))] = tu
-    elif ev.type == "tool_result":
+    elif ev.type == EventType.TOOL_RESULT:
         st.pending.pop(str((p.get("tool_use") or {}).get("id")), None)
     if ev.seq <= st.start_seq:
         return []
-    if ev.type == "text" and isinstance(p.get("iteration"), int):
+    if ev.type == EventType.TEXT and isinstance(p.get("iteration"), int):
         it, text = int(p["iteration"]), str(p.get("text") or "")
         st.stored.add(it)
         if not text:
@@ -249,15 +250,15 @@ def _on_event(st: _Follow, ev: StoredEvent) -> list[Text | Ended]:
         recon, sep = st.text(it)
         rest = recon.rest(text)
         return [Text(sep + rest)] if rest or sep else []
-    if ev.type == "usage":
+    if ev.type == EventType.USAGE:
         u = p.get("usage") or {}
         st.input_tokens += int(u.get("input_tokens") or 0)
         st.output_tokens += int(u.get("output_tokens") or 0)
-    elif ev.type == "done":
+    elif ev.type == EventType.DONE:
         if p.get("stop_reason") == "cancelled":
             raise ProviderError(f"the agent run was cancelled: {p.get('reason') or ''}".strip(), code="run_cancelled")
         return [Ended(finish_reason(str(p.get("stop_reason"))), [], (st.input_tokens, st.output_tokens))]
-    elif ev.type == "error":
+    elif ev.type == EventType.ERROR:
         raise _failure(p)
     return []
 
