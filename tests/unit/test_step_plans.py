@@ -111,9 +111,10 @@ def test_at_rest_is_an_interactive_run_whose_last_event_is_awaiting_input() -> N
 
 
 def test_iteration_cap_of_interactive_runs_is_a_backstop_unless_explicit() -> None:
-    assert plan.iteration_cap(5, unbounded=False, interactive=True, explicit=False) == plan.INTERACTIVE_ITERATION_BACKSTOP
+    backstop = plan.INTERACTIVE_ITERATION_BACKSTOP
+    assert plan.iteration_cap(5, unbounded=False, interactive=True, explicit=False) == backstop
     assert plan.iteration_cap(5, unbounded=False, interactive=True, explicit=True) == 5
-    assert plan.iteration_cap(5, unbounded=True, interactive=False, explicit=True) == plan.INTERACTIVE_ITERATION_BACKSTOP
+    assert plan.iteration_cap(5, unbounded=True, interactive=False, explicit=True) == backstop
     assert plan.iteration_cap(5, unbounded=False, interactive=False, explicit=False) == 5
 
 
@@ -158,7 +159,8 @@ def _tu(tid: str) -> ToolUseBlock:
 
 
 def test_after_tools_goes_on_with_results_in_order() -> None:
-    outcomes: list[NewEvent | ParkedCall] = [tool_result_event(_tu("a"), "1", False), tool_result_event(_tu("b"), "2", False)]
+    outcomes: list[NewEvent | ParkedCall] = [tool_result_event(_tu("a"), "1", False),
+                                             tool_result_event(_tu("b"), "2", False)]
     p = plan.after_tools(outcomes, [], iteration=1, cap=5, totals={}, usage=None, new_iteration=True)
     assert [e.tool_use_id for e in p.events] == ["a", "b"] and p.chainable
     assert p.outcome.status == "running" and p.outcome.enqueue_next and p.outcome.iterations_delta == 1
