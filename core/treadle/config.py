@@ -620,7 +620,11 @@ class Settings(EnvSettings):
     home: Path = Path(".treadle")
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     listen: str = "127.0.0.1:8787"
+    #: claimers on the Postgres queue; each claimed step then runs as a task of its own
     workers: int = Field(default=8, ge=0, le=256)
+    #: steps in flight at once per process (waiting on models and external tools included): a step
+    #: that waits holds no worker and no database connection, only this much room
+    max_in_flight_steps: int = Field(default=4096, ge=1, le=100_000)
     auth_token: str | None = None
     #: the key of operator tokens' keyed hash (set it; see treadle.security.tokens)
     token_pepper: str | None = None

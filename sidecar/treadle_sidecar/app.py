@@ -52,7 +52,8 @@ def create_sidecar_app(settings: Settings | None = None, config: TreadleConfig |
         workers: WorkerPool | None = None
         if settings.workers > 0:
             assert isinstance(rt.dispatcher, PostgresQueue)
-            workers = WorkerPool(rt.engine, rt.dispatcher, settings.workers)
+            workers = WorkerPool(rt.engine, rt.dispatcher, settings.workers,
+                                 max_in_flight=settings.max_in_flight_steps)
             workers.start()
         sweeper = Sweeper(rt.engine, rt.dispatcher, settings.sweep_interval_seconds, wake_due=rt.wake_due)
         sweeper.start()

@@ -241,41 +241,45 @@ async def test_with_no_room_to_hold_a_transcript_the_job_is_not_marked(open_runt
     assert (rt.steps.held.hits, rt.steps.held.misses, len(rt.steps.held)) == (0, 0, 0)
 
 
-async def test_a_worker_checks_out_one_connection_for_its_claim_and_the_whole_lease_chain(
+async def test_a_lease_chain_shares_one_connection_and_holds_none_while_the_model_answers(
         open_runtime: Any, migrated_db_url: str, monkeypatch: Any) -> None:
-    """store/db.py `Pool.holding`: the claim and every step of the chain it starts use the
-    connection the worker checked out for the claim, not one each."""
+    """store/db.py `Pool.holding` / `Pool.released` (issue 32): a step task's statements share the
+    connection it holds, which goes back to the pool across every model call — a step waiting on
+    its model holds no connection — and is taken again at most once per step after it."""
     import asyncio
     from collections import Counter
 
-    from treadle.engine.workers import WorkerPool
+    from treadle.store.db import _HELD
 
     agent = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 7}}
     rt, queue = await open_runtime({"one_conn": agent}, inline=False, url=migrated_db_url,
                                    chain_steps=3, chain_budget_seconds=60)
-    checkouts: Counter[str] = Counter()
-    inner_connection = rt.pool.inner.connection
+    takes: Counter[str] = Counter()
+    getconn = rt.pool.inner.getconn
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
+    async def counting(*args: Any, **kwargs: Any) -> Any:
         task = asyncio.current_task()
-        checkouts[task.get_name() if task is not None else ""] += 1
-        return inner_connection(*args, **kwargs)
+        takes[task.get_name() if task is not None else ""] += 1
+        return await getconn(*args, **kwargs)
 
-    claims = 0
-    claim_and_run = WorkerPool._claim_and_run
+    held_in_model_calls: list[object] = []
+    call_model = rt.engine._call_model
 
-    async def counted(self: WorkerPool) -> bool:
-        nonlocal claims
-        claims += 1
-        return await claim_and_run(self)
+    async def looking(*args: Any, **kwargs: Any) -> Any:
+        held = _HELD.get()
+        held_in_model_calls.append("no holding" if held is None else held.conn)
+        return await call_model(*args, **kwargs)
 
-    monkeypatch.setattr(rt.pool.inner, "connection", counting)
-    monkeypatch.setattr(WorkerPool, "_claim_and_run", counted)
+    monkeypatch.setattr(rt.pool.inner, "getconn", counting)
+    monkeypatch.setattr(rt.engine, "_call_model", looking)
     _, leases, sent = await _run_on_the_queue(rt, queue, "one_conn")
     assert len(leases) == 3 and len(sent) == 8  # 3 chains ran the run's 8 steps
-    # one per claim (empty ones included), and one more: the last step, which ends the turn,
-    # reads the input queue (store/inputs.py, not step work) through a connection of its own
-    assert checkouts["treadle-worker-0"] == claims + 1, (checkouts, claims)
+    assert held_in_model_calls == [None] * 8, held_in_model_calls  # held, and given back, at each call
+    step_takes = {name: n for name, n in takes.items() if name.startswith("treadle-step-")}
+    # one take per step, after its model call (its statements before the call reuse the chain's),
+    # and one more: the last step, which ends the turn, reads the input queue (store/inputs.py,
+    # not step work) through a connection of its own
+    assert step_takes and sum(step_takes.values()) == 8 + 1, takes
 
 
 async def test_a_held_connection_is_lent_only_to_its_task_and_only_while_idle(open_runtime: Any) -> None:

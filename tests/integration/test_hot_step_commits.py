@@ -103,7 +103,9 @@ async def test_a_steps_statements_are_prepared_at_their_first_run(open_runtime: 
                                    chain_budget_seconds=60)
     run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="once", segments=[
         {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
-    assert await WorkerPool(rt.engine, queue, 1)._claim_and_run()  # the claim, then its whole chain
+    workers = WorkerPool(rt.engine, queue, 1)
+    assert await workers._claim_and_run()  # the claim, then its whole chain (a task of its own)
+    await workers.settle()
     stored = await rt.runs.get(TENANT, run.id)
     assert stored is not None and (stored.status, stored.iterations) == ("completed", 2)
     found = [" ".join(s.split()) for s in await prepared_statements(rt, 2)]

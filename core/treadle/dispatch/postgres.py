@@ -29,8 +29,8 @@ class PostgresQueue:
     async def enqueue(self, msg: StepMessage, delay_s: float = 0.0) -> None:
         async with self.pool.connection() as conn:
             await conn.execute(
-                "INSERT INTO jobs (tenant_id, run_id, step_no, run_at)"
-                " SELECT tenant_id, id, %s, now() + make_interval(secs => %s) FROM runs WHERE id = %s",
+                "INSERT INTO jobs (tenant_id, run_id, step_no, run_at, run_created)"
+                " SELECT tenant_id, id, %s, now() + make_interval(secs => %s), created_at FROM runs WHERE id = %s",
                 (msg.step_no, delay_s, msg.run_id),
             )
             await conn.execute(f"SELECT pg_notify('{JOBS_CHANNEL}', '')")

@@ -199,7 +199,8 @@ class Engine:
         async def check() -> CancelState:
             return await cancel_state(self.steps.pool, leased.run_id)
 
-        return await interruptible(work, self._signals.get(leased.run_id), check)
+        async with self.steps.released():  # nothing held while the model or the tools answer
+            return await interruptible(work, self._signals.get(leased.run_id), check)
 
     async def _stop_if_cancelled(self, leased: LeasedRun) -> None:
         """StepInterrupted when the run's cancel signal has fired and a cancel is pending (no query

@@ -13,19 +13,35 @@ from treadle.domain.tasks import cancel_all_and_wait, cancel_and_wait
 from treadle.engine.hub import wait_event
 from treadle.engine.sending import StepSender
 from treadle.engine.step import Engine
+from treadle.store.steps import LeasedRun
 from treadle.telemetry.metrics import metrics
 
 log = logging.getLogger("treadle.workers")
 
 
 class WorkerPool:
-    def __init__(self, engine: Engine, queue: PostgresQueue, size: int, *, idle_poll_s: float = 0.5) -> None:
+    """`size` claimers take jobs off the Postgres queue; each leased step (and the lease chain it
+    starts) then runs as a task of its own, so a step waiting on a model or an external tool holds
+    neither a claimer nor a database connection (`Pool.released`). At most `max_in_flight` steps
+    run at once in the process: a claimer waits for room before it claims, so a job nobody here
+    has room for stays queued for another replica (issue 32)."""
+
+    def __init__(self, engine: Engine, queue: PostgresQueue, size: int, *, idle_poll_s: float = 0.5,
+                 max_in_flight: int = 4096) -> None:
         self.engine = engine
         self.queue = queue
         self.size = size
         self.idle_poll_s = idle_poll_s
+        self.max_in_flight = max_in_flight
+        self._room = asyncio.Semaphore(max_in_flight)
         self._tasks: list[asyncio.Task[None]] = []
+        #: the steps running now (each a task of its own)
+        self._steps: set[asyncio.Task[None]] = set()
         self.steps_run = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._steps)
 
     def start(self) -> None:
         self.queue.start_listening()
@@ -36,16 +52,43 @@ class WorkerPool:
     async def stop(self) -> None:
         await cancel_all_and_wait(self._tasks)  # each once: a second cancel would cut a query's cancel short
         self._tasks = []
+        await cancel_all_and_wait(list(self._steps))  # their leases expire; the sweeper re-enqueues them
         await self.queue.stop_listening()
 
+    async def settle(self) -> None:
+        """Wait for the steps running now to end (a test's, or a drain before stop)."""
+        while self._steps:
+            await asyncio.wait(set(self._steps))
+
     async def _claim_and_run(self) -> bool:
+        """Claim the next due job (once there is room for a step) and start its step; False when
+        the queue had none."""
+        await self._room.acquire()
         owner = self.engine.new_owner()
-        async with self.engine.steps.holding():  # one connection for the claim and the chain
+        try:
             found, leased = await self.engine.steps.claim_job(owner)
-            if leased is not None:
+        except BaseException:
+            self._room.release()
+            raise
+        if leased is None:
+            self._room.release()
+            return found
+        step = asyncio.create_task(self._run(leased, owner), name=f"treadle-step-{leased.run_id}")
+        self._steps.add(step)
+        step.add_done_callback(self._steps.discard)
+        return True
+
+    async def _run(self, leased: LeasedRun, owner: str) -> None:
+        try:
+            async with self.engine.steps.holding():  # one connection for the chain's statements
                 await self.engine.run_leased(leased, owner)
-                self.steps_run += 1
-        return found
+            self.steps_run += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the engine hands a crashed step back itself; this is a bug's last stop
+            log.exception("step of run %s", leased.run_id)
+        finally:
+            self._room.release()
 
     async def _work(self, index: int) -> None:
         wakeup = self.queue.wakeup

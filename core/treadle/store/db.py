@@ -354,25 +354,36 @@ class _StepCursor(psycopg.AsyncCursor[DictRow]):
         return self
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Held:
-    conn: Connection
     task: asyncio.Task[Any] | None
+    #: taken from the pool at the task's first step statement, given back by `Pool.released`
+    conn: Connection | None = None
 
 
 _HELD: ContextVar[_Held | None] = ContextVar("treadle_held_connection", default=None)
 
 
 class _Lent:
-    """The held connection as a context manager that returns nothing to the pool."""
+    """The held connection as a context manager that returns nothing to the pool (taken from it
+    first when the task holds none at the moment)."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("held", "pool")
 
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
+    def __init__(self, pool: Pool, held: _Held) -> None:
+        self.pool = pool
+        self.held = held
 
     async def __aenter__(self) -> Connection:
-        return self.conn
+        if self.held.conn is None:
+            conn = await self.pool.inner.getconn()
+            try:
+                await self.pool._act_for(conn, None)
+            except BaseException:
+                await self.pool.inner.putconn(conn)
+                raise
+            self.held.conn = conn
+        return self.held.conn
 
     async def __aexit__(self, *exc: object) -> None:
         return None
@@ -432,15 +443,32 @@ class Pool:
 
     @asynccontextmanager
     async def holding(self) -> AsyncIterator[None]:
-        """Lend this task one pooled connection for its steps while the block runs: a worker's
-        claim and the steps of the lease chain it runs check out no connection each
-        (`step_connection`). Only step work uses it; any other `connection()` is its own."""
-        async with self._owner_connection() as conn:
-            token = _HELD.set(_Held(conn, asyncio.current_task()))
-            try:
-                yield
-            finally:
-                _HELD.reset(token)
+        """While the block runs, this task's step statements (`step_connection`: its events, its
+        commits) share one pooled connection, taken at the first of them — except across what
+        `released` wraps: a model call or an external tool gives it back, so a step waiting on
+        something slow holds no connection (issue 32). Any other `connection()` is its own."""
+        held = _Held(asyncio.current_task())
+        token = _HELD.set(held)
+        try:
+            yield
+        finally:
+            _HELD.reset(token)
+            await self._give_back(held)
+
+    @asynccontextmanager
+    async def released(self) -> AsyncIterator[None]:
+        """Give this task's held connection (`holding`) back to the pool before the block (a wait
+        on a model or a tool); the next step statement takes one again."""
+        held = _HELD.get()
+        if (held is not None and held.task is asyncio.current_task() and held.conn is not None
+                and held.conn.pgconn.transaction_status == pq.TransactionStatus.IDLE):
+            await self._give_back(held)
+        yield
+
+    async def _give_back(self, held: _Held) -> None:
+        conn, held.conn = held.conn, None
+        if conn is not None:
+            await self.inner.putconn(conn)
 
     def step_connection(self) -> AbstractAsyncContextManager[Connection]:
         """A connection for a step's own work (its claim, its events, its commit), acting as the
@@ -449,9 +477,10 @@ class Pool:
         if _current() is not None:
             return self.connection()
         held = _HELD.get()
-        if (held is not None and held.task is asyncio.current_task() and not held.conn.broken
-                and held.conn.pgconn.transaction_status == pq.TransactionStatus.IDLE):
-            return _Lent(held.conn)
+        if held is not None and held.task is asyncio.current_task() and (
+                held.conn is None or (not held.conn.broken
+                                      and held.conn.pgconn.transaction_status == pq.TransactionStatus.IDLE)):
+            return _Lent(self, held)
         return self._owner_connection()
 
     @asynccontextmanager

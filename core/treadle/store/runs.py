@@ -196,7 +196,8 @@ class RunStore:
             SELECT r.id, v.seq, r.tenant_id, v.type, v.payload FROM r,
               (VALUES (1, 'user_input', %(ui)s::jsonb), (2, 'started', %(st)s::jsonb)) AS v(seq, type, payload)
         ), jb AS (
-            INSERT INTO jobs (tenant_id, run_id, step_no) SELECT r.tenant_id, r.id, 0 FROM r WHERE %(jobs)s
+            INSERT INTO jobs (tenant_id, run_id, step_no, run_created)
+            SELECT r.tenant_id, r.id, 0, r.created_at FROM r WHERE %(jobs)s
         ), cr AS (
             INSERT INTO run_credentials (run_id, tenant_id, sealed)
             SELECT r.id, r.tenant_id, %(creds)s::bytea FROM r WHERE %(creds)s::bytea IS NOT NULL

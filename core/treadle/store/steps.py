@@ -268,9 +268,13 @@ class StepStore:
         return leased
 
     def holding(self) -> AbstractAsyncContextManager[None]:
-        """While the block runs, the task's claim and steps share one pooled connection
-        (store/db.py `Pool.holding`): a worker's claim and the lease chain it starts."""
+        """While the block runs, the task's steps share one pooled connection (store/db.py
+        `Pool.holding`): a lease chain's statements — given back across `released`."""
         return self.pool.holding()
+
+    def released(self) -> AbstractAsyncContextManager[None]:
+        """Give the task's held connection back while the block waits on a model or a tool."""
+        return self.pool.released()
 
     async def claim_job(self, owner: str) -> tuple[bool, LeasedRun | None]:
         """Take the next due job off the Postgres queue and lease its run, atomically.
@@ -352,7 +356,7 @@ class StepStore:
         """The due job to claim: the oldest — skipping, under a fairness cap, jobs whose tenant (or
         user) already has that many runs under a live lease. Without caps, the plain queue order."""
         if not (self.tenant_max_running or self.user_max_running):
-            return "SELECT id FROM jobs WHERE run_at <= now() ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+            return "SELECT id FROM jobs WHERE run_at <= now() ORDER BY run_created, id LIMIT 1 FOR UPDATE SKIP LOCKED"
         running = self._RUNNING
         caps = []
         if self.tenant_max_running:
@@ -361,7 +365,7 @@ class StepStore:
             caps.append("(r.user_id IS NULL OR " + running.format(
                 match="x.tenant_id = r.tenant_id AND x.user_id = r.user_id") + " < %(user_cap)s)")
         return ("SELECT j2.id FROM jobs j2 JOIN runs r ON r.id = j2.run_id WHERE j2.run_at <= now() AND "
-                + " AND ".join(caps) + " ORDER BY j2.run_at, j2.id LIMIT 1 FOR UPDATE OF j2 SKIP LOCKED")
+                + " AND ".join(caps) + " ORDER BY j2.run_created, j2.id LIMIT 1 FOR UPDATE OF j2 SKIP LOCKED")
 
     async def _ensure_complete(self, conn: Any, leased: LeasedRun) -> None:
         """The events were read in the lease statement's snapshot; if a commit raced in just
@@ -621,9 +625,9 @@ class StepStore:
                        UPDATE runs SET lease_owner = NULL, step_failures = step_failures + 1,
                               lease_until = now() + make_interval(secs => %(b)s), updated_at = now()
                        WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
-                       RETURNING tenant_id, step_no)
-                   INSERT INTO jobs (tenant_id, run_id, step_no, run_at)
-                   SELECT tenant_id, %(run_id)s, step_no, now() + make_interval(secs => %(b)s) FROM g
+                       RETURNING tenant_id, step_no, created_at)
+                   INSERT INTO jobs (tenant_id, run_id, step_no, run_at, run_created)
+                   SELECT tenant_id, %(run_id)s, step_no, now() + make_interval(secs => %(b)s), created_at FROM g
                    WHERE %(jobs)s
                    RETURNING 1""",
                 {
@@ -656,9 +660,10 @@ class StepStore:
             UPDATE runs SET lease_owner = NULL,
                    lease_until = now() + make_interval(secs => %(requeue)s), updated_at = now()
             FROM due WHERE runs.id = due.id
-            RETURNING runs.id, runs.tenant_id, runs.step_no
+            RETURNING runs.id, runs.tenant_id, runs.step_no, runs.created_at
         ), jb AS (
-            INSERT INTO jobs (tenant_id, run_id, step_no) SELECT tenant_id, id, step_no FROM upd
+            INSERT INTO jobs (tenant_id, run_id, step_no, run_created)
+            SELECT tenant_id, id, step_no, created_at FROM upd
             WHERE %(jobs)s
         )
         SELECT id, step_no FROM upd
@@ -701,9 +706,9 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
                " 'is_error', (SELECT text FROM tool) IS NULL) ELSE t.payload END"
                if fold is not None else "t.payload")
     fold_text = ", (SELECT text FROM tool) AS fold_text" if fold is not None else ""
-    jobs = (", jb AS (INSERT INTO jobs (tenant_id, run_id, step_no, run_at, yielded_by, known_seq)"
+    jobs = (", jb AS (INSERT INTO jobs (tenant_id, run_id, step_no, run_at, yielded_by, known_seq, run_created)"
             " SELECT g.tenant_id, %(run_id)s, g.step_no, now() + make_interval(secs => %(delay)s),"
-            " %(yielder)s, g.base + %(n)s FROM g)"
+            " %(yielder)s, g.base + %(n)s, g.created_at FROM g)"
             if enqueue else "")
     notify = f", pg_notify('{JOBS_CHANNEL}', '') AS _n" if enqueue else ""
     waits = (", wt AS (INSERT INTO run_waits (run_id, tenant_id, tool_use_id, kind, key, deadline)"
@@ -748,7 +753,8 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
             cache_read_tokens = cache_read_tokens + %(cr_t)s,
             updated_at = now()
         WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s{yield_}{after_tool}
-        RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason, input_seq
+        RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason, input_seq,
+                  created_at
     ), ev AS (
         INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
         SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, {payload}, t.tool_use_id

@@ -113,11 +113,12 @@ class WaitStore:
             UPDATE runs SET status = 'running', lease_owner = NULL,
                    lease_until = now() + make_interval(secs => %(requeue)s), updated_at = now()
             WHERE id IN (SELECT run_id FROM target) AND status = 'waiting'
-            RETURNING id, tenant_id, step_no
+            RETURNING id, tenant_id, step_no, created_at
         ), gone AS (
             DELETE FROM run_waits WHERE run_id IN (SELECT id FROM r)
         ), jb AS (
-            INSERT INTO jobs (tenant_id, run_id, step_no) SELECT tenant_id, id, step_no FROM r WHERE %(jobs)s
+            INSERT INTO jobs (tenant_id, run_id, step_no, run_created)
+            SELECT tenant_id, id, step_no, created_at FROM r WHERE %(jobs)s
         )
         SELECT id, step_no FROM r
         """
