@@ -38,6 +38,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import psycopg
+
 from bench_support import ROOT, code_version, pct, scratch_database, seam
 from treadle.config import Settings, parse_config
 from treadle.engine.step import Engine
@@ -231,14 +233,15 @@ async def main() -> int:
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     results = []
-    with scratch_database("treadle_conc") as url:
-        for i, n in enumerate(sizes):
+    for i, n in enumerate(sizes):  # a database each: a pass that could not finish leaves its backlog
+        with scratch_database("treadle_conc") as url:
             results.append(await run_pass(url, args, n, f"t{i}"))
-        order = await order_pass(url, args) if args.backlog else None
-        import psycopg
-
-        with psycopg.connect(url) as conn:
-            maxc = conn.execute("SHOW max_connections").fetchone()[0]  # type: ignore[index]
+    order = None
+    if args.backlog:
+        with scratch_database("treadle_conc") as url:
+            order = await order_pass(url, args)
+    with scratch_database("treadle_conc") as url, psycopg.connect(url) as conn:
+        maxc = conn.execute("SHOW max_connections").fetchone()[0]  # type: ignore[index]
     print(f"# treadle concurrency benchmark — {time.strftime('%Y-%m-%d %H:%M')} {args.label}")
     print(f"code: {code_version()}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()};"
