@@ -34,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from treadle.domain import skillmatch
 from treadle.domain.ids import is_identifier
 from treadle.domain.scopes import IMPLIES
 from treadle.domain.substrate import EvaluationScope, SkillSpec
@@ -210,7 +211,8 @@ class AgentConfig(BaseModel):
     agent_def_scopes: list[DefScope] = []
     skill_def_scopes: list[DefScope] = []
     evaluation_scopes: list[EvaluationScope] = []
-    # skills whose bodies are added to the system prompt (yaml `skills:` or a promoted SkillDef)
+    # the skills it may use (domain/skillmatch.py): a plain name is bundled into the system prompt (yaml
+    # `skills:` or a promoted SkillDef); `+pat`/`-pat`/globs (`review/*`) are loaded on demand (tool Skill)
     skills: list[str] = Field(default=[], max_length=32)
     # byte quota of this agent's `agent` Memory scope (default: memory.max_scope_bytes)
     memory_quota_bytes: int | None = Field(default=None, ge=16)
@@ -576,12 +578,12 @@ def _substrate_errors(config: TreadleConfig) -> list[tuple[str, str]]:
     """`memory:` (embedder package present, limits consistent), skill names and agents' `skills:`."""
     errs = config.memory.problems()
     for name in config.skills:
-        if not is_identifier(name):
-            errs.append((f"skills.{name}", "name must match [A-Za-z0-9_-]{1,128}"))
+        if (problem := skillmatch.name_problem(name)) is not None:
+            errs.append((f"skills.{name}", problem + " (segments of [A-Za-z0-9_-] joined by /)"))
     for agent_name, agent in config.agents.items():
         for i, skill in enumerate(agent.skills):
-            if not is_identifier(skill):
-                errs.append((f"agents.{agent_name}.skills.{i}", "a skill name must match [A-Za-z0-9_-]{1,128}"))
+            if (problem := skillmatch.pattern_problem(skill)) is not None:
+                errs.append((f"agents.{agent_name}.skills.{i}", problem))
         if len(set(agent.skills)) != len(agent.skills):
             errs.append((f"agents.{agent_name}.skills", "names a skill twice"))
     return errs

@@ -37,6 +37,7 @@ BUILTINS: dict[str, tuple[str, str, bool]] = {
     "NotebookEdit": ("treadle.builtins.files.notebook", "NotebookEditTool", False),
     "Bash": ("treadle.builtins.files.bash", "BashTool", False),
     "VolumeDef": ("treadle.builtins.volumedef", "VolumeDefTool", False),
+    "Skill": ("treadle.builtins.skill", "SkillTool", False),
 }
 
 

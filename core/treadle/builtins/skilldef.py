@@ -1,14 +1,17 @@
 """Built-in `SkillDef` (default-deny): manage skills — text added to the system prompt of the
 agents that list them in `skills:`. The calling agent's `skill_def_scopes` decides which skills
-it may touch: `self` (the skills it lists itself), `named:<skill>`, `any`; empty refuses all."""
+it may touch: `self` (the skills it lists itself, or its `skills:` patterns admit), `named:<skill>`,
+`any`; empty refuses all."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from treadle.builtins.agentdef import name_gate
 from treadle.defs.lifecycle import CORE_OPS
 from treadle.defs.tooling import def_tool_schema, run_op
+from treadle.domain import skillmatch
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 OPS = CORE_OPS
@@ -28,5 +31,8 @@ class SkillDefTool:
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         family = ctx.services.ops["SkillDef"]
-        own = frozenset(getattr(ctx.agent_config, "skills", ()) or ())
-        return await run_op(ctx, family, name_gate(ctx, "skill_def_scopes", own, ()), args)
+        skills = list(getattr(ctx.agent_config, "skills", ()) or ())
+        gate = name_gate(ctx, "skill_def_scopes", frozenset(skillmatch.literals(skills)), ())
+        if skillmatch.has_patterns(skills):  # `self` covers what the agent's skills: patterns admit
+            gate = dataclasses.replace(gate, own_match=lambda name: skillmatch.allowed(skills, name))
+        return await run_op(ctx, family, gate, args)

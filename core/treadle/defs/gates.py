@@ -18,7 +18,7 @@ routes pass no gate at all.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -69,13 +69,18 @@ class NameGate:
     own: frozenset[str] = frozenset()
     #: a field the caller holds: its entries, or None where None means "not narrowed" (allowed_hosts)
     grants: Mapping[str, frozenset[str] | None] = dataclasses.field(default_factory=dict)
+    #: what else `self` covers, by rule (SkillDef: the names the agent's `skills:` patterns admit)
+    own_match: Callable[[str], bool] | None = None
 
     def allows(self, subject: str | None) -> bool:
         if "any" in self.scopes:
             return True
         if subject is None:
             return False
-        return f"named:{subject}" in self.scopes or ("self" in self.scopes and subject in self.own)
+        if f"named:{subject}" in self.scopes:
+            return True
+        return "self" in self.scopes and (subject in self.own or (self.own_match is not None
+                                                                 and self.own_match(subject)))
 
     def check(self, subject: str | None, what: str) -> None:
         require_scopes(self, what)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from treadle.config import AgentConfig, TreadleConfig
+from treadle.domain.skillmatch import SKILL_TOOL, uses_skill_tool
 from treadle.errors import ConfigError
 from treadle.providers.base import Provider, ToolSpec
 from treadle.tools.base import Tool
@@ -95,6 +96,10 @@ def resolve_agents(
         tier = config.tiers.get(agent.tier) if agent.tier else None
         route = ModelRoute(tuple(candidates), bool(tier and tier.pin_after_success), agent.tier)
         tools = registry.for_agent(name, agent.tools, source=source)
+        if SKILL_TOOL not in agent.tools and uses_skill_tool(agent.tools, agent.skills):
+            skill_tool = registry.get(SKILL_TOOL)  # skills on demand: `skills:` with a pattern adds the Skill tool
+            if skill_tool is not None:
+                tools.append(skill_tool)
         out[name] = ResolvedAgent(name, agent, candidates[0].provider, tools, route=route)
     return out
 

@@ -2,7 +2,8 @@
 
 At start (`AgentPinning.pin`), a run of NAME takes the tenant's promoted AgentDef of NAME if there is one,
 else the treadle.yaml agent; the def_id and its content hash are recorded on the run, and every
-skill the agent lists is pinned by name (the promoted SkillDef's def_id, or "yaml"). A step
+skill the agent lists is pinned by name (the promoted SkillDef's def_id, or "yaml") — and, when the
+agent holds the Skill tool, every skill its `skills:` allowlist admits (loaded on demand). A step
 (`AgentPinning.resolve`) rebuilds exactly that agent — defs are immutable, so forking or promoting
 later never changes a running run — and appends the skill bodies to its system prompt.
 """
@@ -15,6 +16,7 @@ from collections import OrderedDict
 from typing import Any
 
 from treadle.config import AgentConfig
+from treadle.domain import skillmatch
 from treadle.engine.agents import AgentCatalogue, ResolvedAgent
 from treadle.errors import TreadleError, UnknownAgent
 from treadle.store.defs import DefStore
@@ -80,9 +82,18 @@ class AgentPinning:
                 new.def_content_sha256 = self.static_hash(new.agent)
             else:
                 raise UnknownAgent(await self._unknown(new.tenant_id, new.agent))
+        pins: dict[str, str] = {}
+        if skillmatch.uses_skill_tool(cfg.tools, cfg.skills):  # skills on demand: the versions the run may load
+            for record in await defs.list(new.tenant_id, SKILL, limit=5000):
+                if record.active and skillmatch.allowed(cfg.skills, record.name):
+                    pins[record.name] = record.def_id
+            for name in self.config.skills:
+                if name not in pins and skillmatch.allowed(cfg.skills, name):
+                    pins[name] = YAML_PIN
         if cfg.skills:
-            pins: dict[str, str] = {}
-            for name in cfg.skills:
+            for name in skillmatch.literals(cfg.skills):
+                if name in pins:
+                    continue
                 skill = await defs.get(new.tenant_id, SKILL, name=name)
                 if skill is not None:
                     pins[name] = skill.def_id
@@ -92,6 +103,7 @@ class AgentPinning:
                     log.info("run of %r: skill %r is neither in treadle.yaml nor a promoted SkillDef", new.agent,
                              name)
                     pins[name] = MISSING_PIN
+        if pins:
             new.skill_def_ids = pins
 
     async def promoted(self, tenant_id: str, names: set[str]) -> dict[str, ResolvedAgent]:
@@ -159,7 +171,7 @@ class AgentPinning:
         if not pins:
             return agent
         skills: list[tuple[str, str]] = []
-        for name in agent.config.skills:
+        for name in skillmatch.literals(agent.config.skills):  # bundled; the others load on demand
             pin = pins.get(name)
             if pin is None or pin == MISSING_PIN:
                 continue

@@ -13,9 +13,10 @@ from typing import Any
 
 from treadle.defs.args import parse_spec
 from treadle.defs.lifecycle import DefLifecycle
-from treadle.domain import loomhash
+from treadle.domain import loomhash, skillmatch
 from treadle.domain.defs import content_sha256, normalize_text
 from treadle.domain.substrate import SkillSpec
+from treadle.errors import DefRefused
 from treadle.store.defs import DefStore
 
 KIND = "skill"
@@ -68,3 +69,11 @@ class SkillDefFamily(DefLifecycle):
 
     def static_names(self) -> list[str]:
         return sorted(self.static)
+
+    def name_arg(self, args: Mapping[str, Any]) -> str:
+        """Skill names may carry `/` groups (`review/security`, domain/skillmatch.py)."""
+        name = args.get("name")
+        problem = skillmatch.name_problem(name)
+        if problem is not None or not isinstance(name, str):
+            raise DefRefused(f"{self.label}: name is required: {problem} (segments of [A-Za-z0-9_-] joined by /)")
+        return name
