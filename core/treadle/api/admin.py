@@ -8,23 +8,20 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.domain.ids import is_identifier
 from treadle.errors import Forbidden, ValidationFailed
-from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.tenants import TenantData
 from treadle.wire import AdminRuns, CancelTenantRequest, Concurrency, TenantCancelled, TenantErased
 
 router = APIRouter(prefix="/v1/_admin", tags=["admin"], route_class=LazyAPIRoute)
 tenant_router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 #: how many runs one kill-switch call cancels at most (call again for the rest)
 MAX_CANCEL = 5000
 

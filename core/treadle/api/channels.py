@@ -7,15 +7,13 @@ import asyncio
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.errors import NotFound, ValidationFailed
-from treadle.runtime import Runtime
-from treadle.security.principal import Principal
 from treadle.store.channels import ChannelDef, parse_deliver_at
 from treadle.wire import (
     Acked,
@@ -34,8 +32,6 @@ from treadle.wire import (
 )
 
 router = APIRouter(prefix="/v1/_channels", tags=["channels"], route_class=LazyAPIRoute)
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 #: the earlier names of the bodies (api/mcp/tools.py uses them)
 ChannelBody = ChannelRequest
 PublishBody = PublishRequest

@@ -4,23 +4,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.errors import ValidationFailed
 from treadle.runtime import Runtime
-from treadle.security.principal import Principal
 from treadle.store.clienttools import client_tool_key
 from treadle.wire import ClientToolSpec, ToolResultAccepted, ToolResultRequest
 from treadle.wire.runs import TOOL_NAME, ClientTools, ClientToolTimeout
 
 router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 
 __all__ = ["TOOL_NAME", "ClientToolSpec", "ClientToolTimeout", "ClientTools", "ToolResultRequest",
            "client_tool_specs", "router"]

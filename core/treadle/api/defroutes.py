@@ -7,25 +7,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.openapi import body_doc
 from treadle.defs.lifecycle import DefLifecycle
 from treadle.errors import BadRequest
 from treadle.ports import OpService
 from treadle.runtime import Runtime
-from treadle.security.principal import Principal
 from treadle.wire import DefOp, Names, OpResult
 
 #: the kind's own fields ride along in the op input
 OPEN_FIELDS = "The kind's own fields (the *Def tool's input) ride along; the kind refuses those it does not know."
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 
 
 async def op_body(request: Request) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Request, Security
+from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from treadle.api.auth import TENANT_HEADER, Authenticator, authorize
@@ -38,3 +38,8 @@ async def get_principal(
     principal = authorize(principal, request.method, path, request.headers.get(TENANT_HEADER))
     bind_request(principal, path)
     return principal
+
+
+#: the two dependencies every router's handlers take: the runtime and the calling principal
+Rt = Annotated[Runtime, Depends(get_runtime)]
+Who = Annotated[Principal, Depends(get_principal)]

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.errors import NotFound, ValidationFailed
 from treadle.hooks.calls import DEFAULT_SECRET_ENV
-from treadle.runtime import Runtime
-from treadle.security.principal import Principal
 from treadle.wire import Hook, HookList, HookRequest
 
 router = APIRouter(prefix="/v1", tags=["hooks"], route_class=LazyAPIRoute)
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 
 
 @router.post("/hooks", status_code=201, response_model=Hook, response_model_exclude_unset=True,

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.errors import (
@@ -24,16 +24,12 @@ from treadle.errors import (
     RunNotFound,
     ValidationFailed,
 )
-from treadle.runtime import Runtime
-from treadle.security.principal import Principal
 from treadle.store.interrupts import STATUSES, InterruptStore, interrupt_key
 from treadle.wire import InterruptResolved, ResolveRequest, RunInterrupts, TenantInterrupts, UserInterrupts
 
 router = APIRouter(prefix="/v1", tags=["interrupts"], route_class=LazyAPIRoute)
 
 __all__ = ["ResolveRequest", "router"]
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 
 
 @router.get("/runs/{run_id}/interrupts", response_model=RunInterrupts, response_model_exclude_unset=True,

@@ -20,13 +20,13 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.modelcall import Chosen, ModelCall, TextDelta, call_logged, gateway_route, log_call, stream_once
@@ -42,8 +42,6 @@ from treadle.security.principal import Principal
 from treadle.wire import GatewayResponse
 
 router = APIRouter(prefix="/v1", tags=["llm gateway"], route_class=LazyAPIRoute)
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 
 
 class GatewayToolCall(BaseModel):

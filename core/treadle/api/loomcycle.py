@@ -18,11 +18,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import ValidationError
 
 from treadle.api.auth import principal_view
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors, fast_json
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.domain.events import EventType
@@ -44,8 +44,6 @@ from treadle.wire import (
 from treadle.wire.runs import MAX_BATCH
 
 router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 
 __all__ = ["MAX_BATCH", "BatchRequest", "LoomcycleRunFields", "ParentContext", "router"]
 #: loomcycle fields treadle does not have: refused (never accepted and ignored)

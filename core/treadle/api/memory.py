@@ -16,15 +16,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.domain.ids import is_identifier
 from treadle.errors import NotFound, ValidationFailed
 from treadle.runtime import Runtime
-from treadle.security.principal import Principal
 from treadle.wire import (
     MemoryDeleted,
     MemoryEntries,
@@ -38,8 +37,6 @@ from treadle.wire import (
 from treadle.wire.memory import MemoryScope as Scope
 
 router = APIRouter(prefix="/v1/_memory", tags=["memory"], route_class=LazyAPIRoute)
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 __all__ = ["MemoryPut", "MemorySearch", "Scope", "router"]
 TENANT_SCOPE_ID = "_"
 MAX_KEY_LEN = 512

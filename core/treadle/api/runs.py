@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from treadle.api.clienttools import client_tool_specs
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors, fast_json
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.loomcycle import (
@@ -53,8 +53,6 @@ SSE_DOC: dict[str, Any] = {"content": {"text/event-stream": {"schema": {"type": 
                            "description": "with `Accept: text/event-stream`: the run's events as SSE frames"}
 
 
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 
 
 def _wants_sse(request: Request) -> bool:

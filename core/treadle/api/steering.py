@@ -9,11 +9,11 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.engine.waiting import input_key
@@ -26,15 +26,12 @@ from treadle.errors import (
     ValidationFailed,
 )
 from treadle.runtime import Runtime
-from treadle.security.principal import Principal
 from treadle.store.inputs import InputStore
 from treadle.wire import InputAccepted, InputRequest
 from treadle.wire.runs import MAX_INPUT_CHARS
 
 router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
 
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 __all__ = ["MAX_INPUT_CHARS", "InputRequest", "cancel_turn", "router"]
 
 

@@ -9,7 +9,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from treadle.api.auth import principal_view
-from treadle.api.defroutes import OPEN_FIELDS, Rt, Who, op_body
+from treadle.api.defroutes import OPEN_FIELDS, op_body
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.openapi import body_doc

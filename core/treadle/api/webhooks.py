@@ -11,22 +11,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, error_body, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.domain.ids import is_identifier
 from treadle.errors import BodyTooLarge, NotFound, RateLimited
 from treadle.runtime import Runtime
-from treadle.security.principal import DEFAULT_TENANT, Principal
+from treadle.security.principal import DEFAULT_TENANT
 from treadle.triggers.webhooks import ActiveWebhook, WebhookService
 from treadle.wire import WebhookAccepted, WebhookDeliveries, WebhookDryRun
 
 router = APIRouter(prefix="/v1/_webhooks", tags=["webhooks"], route_class=LazyAPIRoute)
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 
 
 def _unknown(name: str) -> NotFound:

@@ -16,24 +16,21 @@ import base64
 import logging
 import struct
 import time
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.openai_compat.errors import OPENAI_ERRORS, OpenAIRoute
 from treadle.api.openai_compat.wire import UnsupportedParameter
 from treadle.errors import NotFound
 from treadle.runtime import Runtime
-from treadle.security.principal import Principal
 from treadle.substrate.memory import MAX_EMBED_TEXT_CHARS
 from treadle.substrate.resolve import AGENT
 from treadle.wire import EmbeddingList, Model, ModelList
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 audit = logging.getLogger("treadle.audit")
 MAX_INPUTS = 2048
 

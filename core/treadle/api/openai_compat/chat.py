@@ -15,12 +15,12 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from treadle.api.deps import get_principal, get_runtime
+from treadle.api.deps import Rt, Who
 from treadle.api.modelcall import (
     Chosen,
     ModelCall,
@@ -59,8 +59,6 @@ from treadle.wire import ChatCompletion
 #: OpenAI's parameters treadle has no use for are accepted at their default values only
 OPEN_PARAMS = "OpenAI's other parameters (n, top_p, …) are accepted at their default values and refused otherwise."
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
-Rt = Annotated[Runtime, Depends(get_runtime)]
-Who = Annotated[Principal, Depends(get_principal)]
 
 
 @dataclass(frozen=True, slots=True)
