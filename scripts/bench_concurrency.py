@@ -80,26 +80,30 @@ class Meter:
         call_model = seam(Engine, "_call_model", "the step's model call")
         meter = self
 
-        async def timed_model(engine: Any, leased: Any, *a: Any, **kw: Any) -> Any:
+        def run_id(lease: Any) -> str:  # engines before the Lease (d8c6ca8) passed the LeasedRun
+            return str(getattr(lease, "run", lease).run_id)
+
+        async def timed_model(engine: Any, lease: Any, *a: Any, **kw: Any) -> Any:
             meter.in_model += 1
             meter.peak_model = max(meter.peak_model, meter.in_model)
             t0 = time.perf_counter()
             try:
-                return await call_model(engine, leased, *a, **kw)
+                return await call_model(engine, lease, *a, **kw)
             finally:
                 meter.in_model -= 1
-                meter._model_time[leased.run_id] = meter._model_time.get(leased.run_id, 0.0) + time.perf_counter() - t0
+                rid = run_id(lease)
+                meter._model_time[rid] = meter._model_time.get(rid, 0.0) + time.perf_counter() - t0
 
-        async def timed_step(engine: Any, leased: Any, owner: str) -> Any:
+        async def timed_step(engine: Any, lease: Any, *a: Any) -> Any:
             meter.in_step += 1
             meter.peak_step = max(meter.peak_step, meter.in_step)
-            meter._model_time.pop(leased.run_id, None)
+            meter._model_time.pop(run_id(lease), None)
             t0 = time.perf_counter()
             try:
-                return await run_one(engine, leased, owner)
+                return await run_one(engine, lease, *a)
             finally:
                 meter.in_step -= 1
-                model = meter._model_time.pop(leased.run_id, None)
+                model = meter._model_time.pop(run_id(lease), None)
                 if model is not None:
                     meter.step_minus_model.append(time.perf_counter() - t0 - model)
 

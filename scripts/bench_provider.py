@@ -157,10 +157,10 @@ async def bench_loop(url: str, base_url: str, agent: str, runs: int, iterations:
     original = seam(engine, step_name, "one step under a lease, timed lease → commit")
     step_times: list[float] = []
 
-    async def timed(leased: Any, owner: str) -> Any:
+    async def timed(lease: Any) -> Any:
         t0 = time.perf_counter()
         try:
-            return await original(leased, owner)
+            return await original(lease)
         finally:
             step_times.append(time.perf_counter() - t0)
 

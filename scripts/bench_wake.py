@@ -87,9 +87,9 @@ async def bench(url: str, parked: int, probes: int, workers: int, idle_s: float)
     step_started: dict[str, float] = {}
     original = seam(rt.engine, "_run_one", "one step under a lease: when a woken run's step starts")
 
-    async def timed(leased: Any, owner: str) -> Any:
-        step_started.setdefault(leased.run_id, time.perf_counter())
-        return await original(leased, owner)
+    async def timed(lease: Any) -> Any:
+        step_started.setdefault(lease.run.run_id, time.perf_counter())
+        return await original(lease)
 
     rt.engine._run_one = timed  # type: ignore[method-assign]
     pool = WorkerPool(rt.engine, rt.dispatcher, workers)  # type: ignore[arg-type]

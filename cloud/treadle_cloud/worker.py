@@ -131,10 +131,11 @@ class SqsWorker:
             return StepResult.DEFERRED
         if leased is None:
             return StepResult.DROPPED
+        lease = engine.lease_of(leased, owner)
         try:
-            return await engine.run_leased(leased, owner)
+            return await engine.run_lease(lease)
         except InvocationEnding as exc:
-            current = leased.chain_owner or owner  # a chained step runs under the token its commit handed over
+            current = lease.owner  # a chained step runs under the token its commit handed over
             log.warning("step %s/%s handed back: %s", leased.run_id, leased.step_no, exc)
             if await rt.steps.release_after_failure(leased, current, 0.0):
                 await rt.dispatcher.enqueue(StepMessage(leased.run_id, leased.step_no))

@@ -191,9 +191,14 @@ class LeaseLost(StoreError):
 
 
 class CancelPending(StoreError):
-    """A completing commit found a cancel request: the engine ends the run cancelled instead."""
+    """A completing commit found a cancel request: the engine ends the run cancelled instead.
+    `reason`: the cancel's reason ("" when none was given)."""
 
     code = "cancel_pending"
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class NotImplementedFeature(TreadleError):

@@ -9,6 +9,7 @@ import secrets
 from typing import Any
 
 from treadle.domain.content import Message, TextBlock, ThinkingBlock
+from treadle.engine.lease import Lease
 from treadle.engine.replay import Replayer, replay
 from treadle.store.runs import NewRun
 from treadle.store.steps import LeasedRun
@@ -107,9 +108,9 @@ async def test_a_chained_run_sends_the_model_what_a_full_replay_gives(open_runti
     sent: list[tuple[list[Message], list[Event], Any]] = []
     inner = rt.engine._call_model
 
-    async def recording(leased: LeasedRun, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
-        sent.append((list(transcript.messages), list(leased.events), leased.replayed))
-        return await inner(leased, agent, transcript, iteration, retry)
+    async def recording(lease: Lease, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
+        sent.append((list(transcript.messages), list(lease.run.events), lease.replayer))
+        return await inner(lease, agent, transcript, iteration, retry)
 
     rt.engine._call_model = recording  # type: ignore[method-assign]
     run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="replayed", segments=[
@@ -175,9 +176,9 @@ async def _run_on_the_queue(rt: Any, queue: Any, agent: str) -> tuple[str, list[
         claims.append((int(row.get("events_after") or 0), len(row["events"])))
         return leased_from_row(row)
 
-    async def recording(leased: LeasedRun, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
-        sent.append((list(transcript.messages), list(leased.events), leased.replayed))
-        return await inner(leased, agent, transcript, iteration, retry)
+    async def recording(lease: Lease, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
+        sent.append((list(transcript.messages), list(lease.run.events), lease.replayer))
+        return await inner(lease, agent, transcript, iteration, retry)
 
     rt.engine._call_model = recording
     steps_module._leased = spying  # type: ignore[assignment]

@@ -81,11 +81,11 @@ async def test_a_folded_commit_that_lost_its_lease_writes_nothing(open_runtime: 
     folded = recording_folds(rt)
     inner = rt.engine.steps.commit
 
-    async def stolen(leased: Any, owner: str, events: Any, outcome: Any) -> int:
+    async def stolen(leased: Any, owner: str, events: Any, outcome: Any, **kw: Any) -> Any:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as other:  # another worker took it
             await other.execute("UPDATE runs SET lease_owner = 'thief' WHERE id = %s", (leased.run_id,))
         rt.engine.steps.commit = inner
-        return await inner(leased, owner, events, outcome)
+        return await inner(leased, owner, events, outcome, **kw)
 
     rt.engine.steps.commit = stolen
     r, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="lost", segments=[

@@ -11,9 +11,9 @@ from typing import Any
 
 import psycopg
 
+from treadle.engine.lease import Lease
 from treadle.engine.workers import WorkerPool
 from treadle.store.runs import NewRun
-from treadle.store.steps import LeasedRun
 
 TENANT = f"t_hot_{secrets.token_hex(4)}"
 
@@ -40,13 +40,13 @@ async def test_a_chain_keeps_its_lease_deadline_and_the_commits_are_heap_only(op
     inner = rt.engine._call_model
     seen: list[tuple[int, Any]] = []
 
-    async def recording(leased: LeasedRun, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
+    async def recording(lease: Lease, agent: Any, transcript: Any, iteration: int, retry: Any) -> Any:
         async with rt.pool.connection() as conn:
-            cur = await conn.execute("SELECT step_no, lease_until FROM runs WHERE id = %s", (leased.run_id,))
+            cur = await conn.execute("SELECT step_no, lease_until FROM runs WHERE id = %s", (lease.run.run_id,))
             row = await cur.fetchone()
         assert row is not None
         seen.append((row["step_no"], row["lease_until"]))
-        return await inner(leased, agent, transcript, iteration, retry)
+        return await inner(lease, agent, transcript, iteration, retry)
 
     rt.engine._call_model = recording  # type: ignore[method-assign]
     run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="hot", segments=[

@@ -165,9 +165,9 @@ async def test_a_stale_job_is_consumed_and_dropped(env: QueueEnv) -> None:
     assert await env.steps.claim_job("w2") == (True, None)
     assert await env.jobs() == []
     # the step commits (step_no 0 -> 1); an old message for step 0 is now stale
-    next_step = await env.steps.commit(leased, "w1", [NewEvent("text", {"text": "x", "iteration": 1})],
+    committed = await env.steps.commit(leased, "w1", [NewEvent("text", {"text": "x", "iteration": 1})],
                                        StepOutcome("running", enqueue_next=True))
-    assert next_step == 1
+    assert committed.step_no == 1
     assert await env.jobs() == [(run_id, 1)]
     await env.queue.enqueue(StepMessage(run_id, 0))
     _found, fresh = await env.steps.claim_job("w3")  # due order: the step-1 job first

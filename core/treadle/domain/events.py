@@ -1,6 +1,6 @@
 """The event catalogue: every type a run's transcript (and its live stream) can carry.
 
-A run is an append-only list of events (DESIGN.md: the transcript is the state). Each event has a
+A run is an append-only list of events (docs/architecture.md: the transcript is the state). Each event has a
 `type` from `EventType` and a JSON payload. The events the engine itself writes have a frozen
 class here with a literal `type`, `to_payload()` and `parse()`; emitters build them with
 `.event()` and readers compare against `EventType` members, never against a bare string, so a

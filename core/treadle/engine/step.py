@@ -34,6 +34,7 @@ from treadle.engine import plan
 from treadle.engine.agents import Candidate, ResolvedAgent
 from treadle.engine.cancelling import CancelWatch, StepInterrupted, interruptible
 from treadle.engine.hub import RunEventHub
+from treadle.engine.lease import Lease
 from treadle.engine.outcomes import StepResult
 from treadle.engine.plan import Next, StepPlan
 from treadle.engine.replay import Replayer, Transcript
@@ -112,6 +113,7 @@ class Engine:
         self.client_tools = client_tools
         self.mcp_tools = mcp_tools
         self._signals: dict[str, CancelSignal] = {}
+        self._renewals: set[asyncio.Future[None]] = set()
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._owner_seq = itertools.count(1)
 
@@ -131,63 +133,74 @@ class Engine:
 
     async def run_leased(self, leased: LeasedRun, owner: str) -> StepResult:
         """Run the leased step — and, while chaining is allowed, the run's next steps under the
-        lease the commit hands over (`StepOutcome.chain_owner`)."""
-        leased.chain_deadline = time.monotonic() + self.settings.chain_budget_s
+        lease each commit hands over (`Committed.chain_owner`)."""
+        return await self.run_lease(self.lease_of(leased, owner))
+
+    def lease_of(self, leased: LeasedRun, owner: str) -> Lease:
+        """The engine's state of a lease chain starting now (engine/lease.py)."""
+        return Lease.of(leased, owner, time.monotonic() + self.settings.chain_budget_s)
+
+    async def run_lease(self, lease: Lease) -> StepResult:
+        """`run_leased` with the chain's state in the caller's hands (its token after a chained
+        commit is `lease.owner`)."""
+        leased = lease.run
         if self.cancels is None:
-            return await self._run_chain(leased, owner)
+            return await self._run_chain(lease)
         async with self.cancels.watch(leased.run_id) as signal:
             self._signals[leased.run_id] = signal
             try:
-                return await self._run_chain(leased, owner)
+                return await self._run_chain(lease)
             finally:
                 self._signals.pop(leased.run_id, None)
 
-    async def _run_chain(self, leased: LeasedRun, owner: str) -> StepResult:
+    async def _run_chain(self, lease: Lease) -> StepResult:
+        leased = lease.run
         while True:
-            result = await self._run_one(leased, owner)
+            result = await self._run_one(lease)
             if result is StepResult.FINISHED and leased.parent_wait_key:
                 await self.steering.wake_parent(leased)  # a sub-agent ended: wake the parent's Agent call
-            if result is StepResult.FINISHED and self.on_run_end is not None and leased.rooted_volumes:
+            if result is StepResult.FINISHED and self.on_run_end is not None and lease.rooted_volumes:
                 try:  # e.g. purge its ephemeral volumes; the sweeper repeats what fails here
                     await self.on_run_end(leased.run_id)
                 except Exception:
                     log.exception("after the end of run %s", leased.run_id)
             elif result is StepResult.PARKED:
                 await self.steering.cancel_if_requested(leased)  # a cancel that landed mid-step
-            if result is not StepResult.CHAINED or leased.chain_owner is None:
+            if result is not StepResult.CHAINED:
                 return result
-            owner = leased.chain_owner
 
-    async def _run_one(self, leased: LeasedRun, owner: str) -> StepResult:
+    async def _run_one(self, lease: Lease) -> StepResult:
         """The step inside its span (a child of the run's, telemetry/tracing.py), counted."""
+        leased = lease.run
         started = time.perf_counter()
         with tracing.step(run_id=leased.run_id, step_no=leased.step_no, tenant_id=leased.tenant_id,
                           agent=leased.agent, run_context=leased.trace_context, worker=self._owner_prefix) as span:
-            result = await self._run_step(leased, owner)
+            result = await self._run_step(lease)
             tracing.set_outcome(span, "error" if result is StepResult.RETRY_LATER else result.value)
         metrics().step(result.value, time.perf_counter() - started)
         if result is StepResult.FINISHED and leased.created_at is not None:
             metrics().run_finished((datetime.now(UTC) - leased.created_at).total_seconds())
         return result
 
-    async def _run_step(self, leased: LeasedRun, owner: str) -> StepResult:
+    async def _run_step(self, lease: Lease) -> StepResult:
+        leased = lease.run
         renewer = asyncio.get_running_loop().call_later(
-            self.steps.lease_s / 3, self._start_renewal, leased, owner
+            self.steps.lease_s / 3, self._start_renewal, leased, lease.owner
         )
         try:
-            return await self._step(leased, owner)
+            return await self._step(lease)
         except LeaseLost as exc:
             log.warning("%s", exc)
             return StepResult.LEASE_LOST
         except (CancelPending, StepInterrupted) as exc:  # the cancel wins over what the step was doing
             try:
-                return await self._cancelled_mid_step(leased, owner, exc)
+                return await self._cancelled_mid_step(lease, exc)
             except LeaseLost as lost:
                 log.warning("%s", lost)
                 return StepResult.LEASE_LOST
         except Exception as exc:
             log.exception("step %s/%s crashed", leased.run_id, leased.step_no)
-            return await self._step_crashed(leased, owner, exc)
+            return await self._step_crashed(lease, exc)
         finally:
             renewer.cancel()
             self.hub.notify(leased.run_id)
@@ -212,17 +225,20 @@ class Engine:
                 raise StepInterrupted(state)
             signal.clear()
 
-    async def _cancelled_mid_step(self, leased: LeasedRun, owner: str, exc: Exception) -> StepResult:
+    async def _cancelled_mid_step(self, lease: Lease, exc: Exception) -> StepResult:
         """A cancel landed while the step worked: a run cancel ends the run (pending calls answered
         "cancelled"); a turn cancel ends the turn, as the steering queue does at a step's top."""
+        leased = lease.run
         if isinstance(exc, StepInterrupted) and not exc.state.cancel_requested:
-            steered = await self._steer(leased, owner, self._transcript(leased))
+            steered = await self._steer(lease, self._transcript(lease))
             if isinstance(steered, StepPlan):
-                return await self._apply(leased, owner, steered)
-            return await self._step(leased, owner)  # the queue held input only: go on with it
+                return await self._apply(lease, steered)
+            return await self._step(lease)  # the queue held input only: go on with it
         if isinstance(exc, StepInterrupted):
             leased.cancel_requested, leased.cancel_reason = True, exc.state.cancel_reason
-        return await self._apply(leased, owner, plan.cancelled(self._transcript(leased), leased.cancel_reason))
+        elif isinstance(exc, CancelPending):
+            leased.cancel_requested, leased.cancel_reason = True, exc.reason or None
+        return await self._apply(lease, plan.cancelled(self._transcript(lease), leased.cancel_reason))
 
     # -- the step ----------------------------------------------------------------------------------
 
@@ -240,14 +256,14 @@ class Engine:
         return agent
 
     @staticmethod
-    def _transcript(leased: LeasedRun) -> Transcript:
+    def _transcript(lease: Lease) -> Transcript:
         """`replay(leased.events)`, fed incrementally: a chained step's commit appended its events
         to `leased.events`, and the replay state kept on `leased` takes just those (issue 12: a
         worker that chains steps keeps the transcript it holds). A list that no longer extends
         what was fed (re-read) is replayed from its start."""
-        events, r = leased.events, leased.replayed
-        if not isinstance(r, Replayer) or r.fed > len(events) or (r.fed and events[r.fed - 1][0] != r.last_seq):
-            r = leased.replayed = Replayer()
+        events, r = lease.run.events, lease.replayer
+        if r is None or r.fed > len(events) or (r.fed and events[r.fed - 1][0] != r.last_seq):
+            r = lease.replayer = Replayer()
         return r.feed(events[r.fed:]).transcript()
 
     @staticmethod
@@ -264,47 +280,48 @@ class Engine:
             iteration_cap=iteration_cap(agent, leased) if agent is not None else 0,
         )
 
-    async def _step(self, leased: LeasedRun, owner: str) -> StepResult:
+    async def _step(self, lease: Lease) -> StepResult:
         """Gather the facts, let the deciders (engine/plan.py) plan, apply the plan."""
-        if leased.events_stale:
-            await self.steps.reload_events(leased)
-        transcript = self._transcript(leased)
+        leased = lease.run
+        if lease.stale:
+            lease.reloaded(await self.steps.reload_events(leased.run_id))
+        transcript = self._transcript(lease)
         agent = await self._agent_for(leased)
         facts = self._facts(leased, agent)
         decision = plan.top(facts, transcript, time.time())
         if decision is Next.STEER:  # steering input / a turn cancel queued
-            steered = await self._steer(leased, owner, transcript)
+            steered = await self._steer(lease, transcript)
             if isinstance(steered, StepPlan):
-                return await self._apply(leased, owner, steered)
+                return await self._apply(lease, steered)
             transcript = steered
             decision = plan.after_steering(facts, transcript)
         elif decision is Next.REST:  # an interactive run woken with no input: park again
             inputs = await self.steering.input_facts(leased)
-            return await self._apply(leased, owner, plan.park_for_input(
+            return await self._apply(lease, plan.park_for_input(
                 leased.run_id, [], transcript.consumed_input_id, leased.iterations, inputs))
         if isinstance(decision, StepPlan):
-            return await self._apply(leased, owner, decision)
+            return await self._apply(lease, decision)
         assert agent is not None  # `top` ends a run whose agent is unknown
         if decision is Next.PENDING:  # parked calls being woken, or a crash between a turn and its results
             calls = TurnCalls(leased, agent, transcript.pending, transcript.iterations, transcript.parked)
             # the crashed attempt appended its turn but never committed the run row's counters
             behind = transcript.iterations > leased.iterations
             return await self._tools_and_commit(
-                leased, owner, calls, [], usage=_last_turn_usage(leased.events) if behind else None,
+                lease, calls, [], usage=_last_turn_usage(leased.events) if behind else None,
                 new_iteration=behind,
             )
-        return await self._model_turn(leased, owner, agent, transcript)
+        return await self._model_turn(lease, agent, transcript)
 
-    async def _model_turn(self, leased: LeasedRun, owner: str, agent: ResolvedAgent,
-                          transcript: Transcript) -> StepResult:
+    async def _model_turn(self, lease: Lease, agent: ResolvedAgent, transcript: Transcript) -> StepResult:
+        leased = lease.run
         iteration = transcript.iterations + 1
         retry_events: list[NewEvent] = []
         try:
             response = await self._interruptible(
-                leased, self._call_model(leased, agent, transcript, iteration, retry_events)
+                leased, self._call_model(lease, agent, transcript, iteration, retry_events)
             )
         except ProviderError as exc:
-            return await self._apply(leased, owner, plan.failed(
+            return await self._apply(lease, plan.failed(
                 transcript, retry_events, exc.code, exc.message, exc.details))
 
         turn = retry_events + _assistant_events(response, iteration)
@@ -312,11 +329,11 @@ class Engine:
         usage = response.usage.to_json()
         if not tool_uses and leased.interactive:  # end of turn: park for the next input
             inputs = await self.steering.input_facts(leased)
-            return await self._apply(leased, owner, plan.park_for_input(
+            return await self._apply(lease, plan.park_for_input(
                 leased.run_id, turn, transcript.consumed_input_id, leased.iterations, inputs, delta=1, usage=usage))
         if not tool_uses:  # complete, unless input was queued while the model answered
             latest = await self.steering.latest_input(leased)
-            return await self._apply(leased, owner, plan.end_of_turn(
+            return await self._apply(lease, plan.end_of_turn(
                 turn, transcript.usage, usage, consumed=transcript.consumed_input_id, latest_input=latest))
 
         transcript.usage = plan.add_usage(transcript.usage, usage)
@@ -324,12 +341,13 @@ class Engine:
         if response.max_context_tokens:
             turn_usage["max_context_tokens"] = response.max_context_tokens
         calls = TurnCalls(leased, agent, tool_uses, iteration, {}, turn_usage)
-        return await self._tools_and_commit(leased, owner, calls, turn, usage=usage, new_iteration=True,
+        return await self._tools_and_commit(lease, calls, turn, usage=usage, new_iteration=True,
                                             totals=transcript.usage)
 
-    async def _steer(self, leased: LeasedRun, owner: str, transcript: Transcript) -> StepPlan | Transcript:
+    async def _steer(self, lease: Lease, transcript: Transcript) -> StepPlan | Transcript:
         """Take the steering queue (the caller saw `input_seq` move): a plan when a turn cancel
         parks the run, else the transcript with the queued turns recorded."""
+        leased = lease.run
         version = await self.steering.input_version(leased)  # before looking at the queue
         steered = plan.steer(await self.steering.queued(leased, transcript.consumed_input_id), transcript)
         if steered is None:
@@ -344,15 +362,18 @@ class Engine:
                                          leased.iterations, inputs, delta=behind)
             parked.after.append(consumed)
             return parked
-        await self.steps.append(leased, owner, steered.events)
+        await self._append(lease, steered.events)
         await consumed()
         self.hub.notify(leased.run_id)
-        return self._transcript(leased)
+        return self._transcript(lease)
+
+    async def _append(self, lease: Lease, events: list[NewEvent]) -> None:
+        """Record `events` mid-step (the assistant turn before its external tools, steered turns)."""
+        lease.appended(events, await self.steps.append(lease.run, lease.owner, events))
 
     async def _tools_and_commit(
         self,
-        leased: LeasedRun,
-        owner: str,
+        lease: Lease,
         calls: TurnCalls,
         turn: list[NewEvent],
         *,
@@ -364,10 +385,11 @@ class Engine:
         recorded) is appended first and those calls run outside any transaction; the transactional
         calls then run inside the step's commit transaction, so their writes, the results and the
         step advance commit together — one commit per iteration when every call is transactional."""
+        leased = lease.run
         external: dict[str, Outcome] = {}
         if calls.external:
             if turn:
-                await self.steps.append(leased, owner, turn)
+                await self._append(lease, turn)
                 self.hub.notify(leased.run_id)
                 turn = []
             external = await self._interruptible(leased, self.runner.run_external(calls))
@@ -376,8 +398,8 @@ class Engine:
 
         async def commit(transactional: dict[str, Outcome]) -> StepResult:
             outcomes = self.runner.in_order(calls, external, transactional)
-            done_totals = totals if totals is not None or calls.iteration < cap else self._transcript(leased).usage
-            return await self._apply(leased, owner, plan.after_tools(
+            done_totals = totals if totals is not None or calls.iteration < cap else self._transcript(lease).usage
+            return await self._apply(lease, plan.after_tools(
                 outcomes, turn, iteration=calls.iteration, cap=cap, totals=done_totals or {}, usage=usage,
                 new_iteration=new_iteration))
 
@@ -397,31 +419,34 @@ class Engine:
                 async with self.steps.transaction():
                     return await commit({raised.tool_use_id: raised.outcome})
 
-    async def _apply(self, leased: LeasedRun, owner: str, step_plan: StepPlan) -> StepResult:
+    async def _apply(self, lease: Lease, step_plan: StepPlan) -> StepResult:
         """The one place a step commits, and the one place it sends its next step: commit the
         plan's events and outcome under the lease fence, then — as the commit left the run — keep
         the lease for the next step (chain), send it, or stop (parked, finished); then run the
         plan's after-commit effects."""
-        outcome = step_plan.outcome
+        leased, outcome = lease.run, step_plan.outcome
         if outcome.enqueue_next and step_plan.chainable and not outcome.final:
-            outcome.chain_owner = self._next_chain_owner(leased)
+            outcome.chain_owner = self._next_chain_owner(lease)
             outcome.enqueue_next = outcome.chain_owner is None
-        next_step = await self.steps.commit(leased, owner, step_plan.events, outcome)
+        committed = await self.steps.commit(leased, lease.owner, step_plan.events, outcome, stale=lease.stale)
+        kept = lease.committed(committed, step_plan.events, outcome)
+        if committed.marked:  # the job carries this process's mark: fill in (or give up) what it promises
+            self.steps.keep(leased.run_id, leased.last_seq, leased.events if kept else None, lease.replayer)
         if outcome.final:
             result = StepResult.FINISHED
         elif outcome.waits:  # the store turns a park that a poke raced into a running step
             result = StepResult.PARKED
-        elif outcome.chain_owner is not None:
+        elif committed.chain_owner is not None:
             result = StepResult.CHAINED
         else:
-            await self.sender.next_step(leased.run_id, next_step)
+            await self.sender.next_step(leased.run_id, committed.step_no)
             result = StepResult.CONTINUED
         for effect in step_plan.after:
             await effect()
         return result
 
-    def _next_chain_owner(self, leased: LeasedRun) -> str | None:
-        if leased.chained + 1 >= self.settings.chain_steps or time.monotonic() >= leased.chain_deadline:
+    def _next_chain_owner(self, lease: Lease) -> str | None:
+        if lease.chained + 1 >= self.settings.chain_steps or time.monotonic() >= lease.deadline:
             return None
         return self.new_owner()
 
@@ -429,7 +454,7 @@ class Engine:
 
     async def _call_model(
         self,
-        leased: LeasedRun,
+        lease: Lease,
         agent: ResolvedAgent,
         transcript: Transcript,
         iteration: int,
@@ -438,6 +463,7 @@ class Engine:
         """Call the agent's model through its route (engine/routing.py): in-step retries, then
         the next tier candidate. `retry`/`provider_fallback`/… events land in `retry_events`,
         which the caller persists whatever the outcome. Text deltas go to live subscribers."""
+        leased = lease.run
         cfg = agent.config
         system = cfg.system_prompt
         if transcript.system_extra:
@@ -451,7 +477,7 @@ class Engine:
             agent=leased.agent,
             iteration=iteration,
             system=SECRETS.scrub_text(system),
-            messages=self._scrubbed(leased, transcript),
+            messages=self._scrubbed(lease, transcript),
             request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens, "options": {
                 "mock": cfg.mock, **(cfg.sampling.model_dump(exclude_none=True) if cfg.sampling else {}),
                 **({"effort": cfg.effort} if cfg.effort else {}),
@@ -464,11 +490,11 @@ class Engine:
         return await call_route(agent.route, call, policy, retry_events, self._delta_sink(leased.run_id, iteration))
 
     @staticmethod
-    def _scrubbed(leased: LeasedRun, transcript: Transcript) -> list[Message]:
+    def _scrubbed(lease: Lease, transcript: Transcript) -> list[Message]:
         """The outbound scrub of the transcript's messages; along a lease chain only the messages
         that are new since the last step are scrubbed (the rest is remembered by the replay state)."""
-        if isinstance(leased.replayed, Replayer):
-            return leased.replayed.scrubbed(transcript, scrub_key(), scrub_messages)
+        if lease.replayer is not None:
+            return lease.replayer.scrubbed(transcript, scrub_key(), scrub_messages)
         return scrub_messages(transcript.messages)
 
     def _delta_sink(self, run_id: str, iteration: int) -> Callable[[Candidate, int], DeltaSink | None]:
@@ -490,14 +516,15 @@ class Engine:
 
     # -- endings --------------------------------------------------------------------------------------
 
-    async def _step_crashed(self, leased: LeasedRun, owner: str, exc: Exception) -> StepResult:
+    async def _step_crashed(self, lease: Lease, exc: Exception) -> StepResult:
+        leased = lease.run
         try:
             if leased.step_failures + 1 >= MAX_STEP_FAILURES:
                 message = f"step failed {MAX_STEP_FAILURES} times; last error: {type(exc).__name__}: {exc}"
-                await self._apply(leased, owner, plan.failed(self._transcript(leased), [], "internal_error", message))
+                await self._apply(lease, plan.failed(self._transcript(lease), [], "internal_error", message))
                 return StepResult.FINISHED
             backoff = min(30.0, 0.5 * 2**leased.step_failures)
-            await self.steps.release_after_failure(leased, owner, backoff)
+            await self.steps.release_after_failure(leased, lease.owner, backoff)
         except Exception:
             log.exception("could not hand back step %s/%s; the sweeper will", leased.run_id, leased.step_no)
         return StepResult.RETRY_LATER
@@ -506,7 +533,8 @@ class Engine:
 
     def _start_renewal(self, leased: LeasedRun, owner: str) -> None:
         task = asyncio.ensure_future(self._renew(leased, owner))
-        task.add_done_callback(lambda _t: None)
+        self._renewals.add(task)  # referenced until done: the loop keeps only weak references to tasks
+        task.add_done_callback(self._renewals.discard)
 
     async def _renew(self, leased: LeasedRun, owner: str) -> None:
         try:

@@ -20,7 +20,7 @@ from treadle.domain.content import ToolUseBlock
 from treadle.domain.runs import NewEvent
 from treadle.engine.agents import ResolvedAgent
 from treadle.engine.outcomes import ParkedCall, tool_result_event
-from treadle.errors import ToolError
+from treadle.errors import ToolError, ToolNotPermitted
 from treadle.store.steps import LeasedRun, StepStore
 from treadle.telemetry import tracing
 from treadle.telemetry.metrics import NOT_PERMITTED, metrics
@@ -154,10 +154,11 @@ class ToolRunner:
         folded into its commit statement when the tool can."""
         tool = calls.tool(tu)
         result: ToolResult | Park
-        if tool is None:
+        if tool is None:  # not in the agent's tools (never listed, narrowed away, or deleted since)
             held = ", ".join(calls.agent.tools_by_name) or "none"
-            result = ToolResult(f"tool {tu.name!r} is not permitted for agent {calls.agent.name!r} (its tools: {held})",
-                                is_error=True)
+            refused = ToolNotPermitted(
+                f"tool {tu.name!r} is not permitted for agent {calls.agent.name!r} (its tools: {held})")
+            result = ToolResult(refused.message, is_error=True)
         else:
             ctx = self._context(calls, tu)
             args, denied = tu.input, None

@@ -11,6 +11,12 @@ the events after that seq. Events are append-only: what is kept stays true whate
 the run since (another replica's steps, steering input) — those come back as the events after
 the mark.
 
+The committing worker and the claimer are different tasks (engine/workers.py): the claim can see
+the marked job before the worker has taken in its commit's answer. So a commit that marks its job
+first reserves the entry (`reserve`, before its statement is sent), the worker fills it in once
+the commit returned (`fill`), or gives it up (`give_up`), and a claim that finds it reserved waits
+for that — briefly: past `fill_wait_s` it reads the whole transcript, as on a miss.
+
 Bounded (runs, and events across them) without evicting: a commit marks its job only while there
 is room (`has_room`), so a backlog longer than the bound costs nothing more than before (its claims
 read the whole transcript, as they did). An entry is taken by the claim that uses it; one nobody
@@ -20,6 +26,7 @@ entry left reads the whole transcript in a second statement.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -32,13 +39,17 @@ Event = tuple[int, str, dict[str, Any]]
 class HeldTranscript:
     last_seq: int
     events: list[Event]
-    #: the engine's replay state of `events` (opaque here, see `LeasedRun.replayed`)
+    #: the engine's replay state of `events` (opaque here; engine/lease.py `Lease.replayer`)
     replayed: Any
     kept_at: float = field(default_factory=time.monotonic)
+    #: set once the committing worker filled the entry in (None: filled)
+    pending: asyncio.Event | None = None
 
 
 class HeldTranscripts:
-    def __init__(self, max_runs: int = 1024, max_events: int = 100_000, max_age_s: float = 600.0) -> None:
+    def __init__(self, max_runs: int = 1024, max_events: int = 100_000, max_age_s: float = 600.0,
+                 fill_wait_s: float = 1.0) -> None:
+        self.fill_wait_s = fill_wait_s
         self.max_runs = max_runs
         self.max_events = max_events
         self.max_age_s = max_age_s
@@ -61,10 +72,41 @@ class HeldTranscripts:
         self._held[run_id] = held
         self._events += len(held.events)
 
+    def reserve(self, run_id: str, last_seq: int) -> None:
+        """A commit about to mark the run's job: its transcript up to `last_seq` follows (`fill`)."""
+        self.put(run_id, HeldTranscript(last_seq, [], None, pending=asyncio.Event()))
+
+    def fill(self, run_id: str, last_seq: int, events: list[Event], replayed: Any) -> None:
+        held = self._held.get(run_id)
+        if held is None or held.pending is None or held.last_seq != last_seq:
+            return  # taken (given up on) meanwhile, or another commit's
+        held.events, held.replayed = events, replayed
+        self._events += len(events)
+        pending, held.pending = held.pending, None
+        pending.set()
+
+    def give_up(self, run_id: str) -> None:
+        """The reserving commit failed, or its transcript is not the one the mark promises."""
+        held = self._held.get(run_id)
+        if held is not None and held.pending is not None:
+            self.drop(run_id)
+            held.pending.set()
+
+    async def take_when_filled(self, run_id: str, last_seq: int) -> HeldTranscript | None:
+        """`take`, after waiting (at most `fill_wait_s`) for a reserved entry to be filled in."""
+        held = self._held.get(run_id)
+        if held is not None and held.pending is not None:
+            try:
+                async with asyncio.timeout(self.fill_wait_s):
+                    await held.pending.wait()
+            except TimeoutError:
+                pass
+        return self.take(run_id, last_seq)
+
     def take(self, run_id: str, last_seq: int) -> HeldTranscript | None:
         """The run's transcript up to `last_seq`, if held (and forget it: the claimer owns it)."""
         held = self.drop(run_id)
-        if held is None or held.last_seq != last_seq:
+        if held is None or held.last_seq != last_seq or held.pending is not None:
             self.misses += 1
             return None
         self.hits += 1

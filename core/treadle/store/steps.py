@@ -31,7 +31,7 @@ from treadle.domain.runs import NewEvent
 from treadle.errors import CancelPending, LeaseLost
 from treadle.store.db import Pool, StepTransaction, current_step_transaction, prepare_now
 from treadle.store.folding import Folded, FoldedWrite, FoldFailed, fill_result
-from treadle.store.held import HeldTranscript, HeldTranscripts
+from treadle.store.held import HeldTranscripts
 from treadle.store.locks import CLAIM_LOCK_KEY, xact_lock
 from treadle.store.runs import JOBS_CHANNEL
 from treadle.store.sqltext import compact
@@ -70,10 +70,6 @@ class LeasedRun:
     cancel_reason: str | None
     metadata: dict[str, Any]
     events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
-    #: steps executed back to back under this lease chain (see StepOutcome.chain_owner)
-    chained: int = 0
-    chain_owner: str | None = None
-    chain_deadline: float = 0.0
     #: an interactive run parks at end_turn for the next user input instead of completing
     interactive: bool = False
     #: id of the newest queued run_inputs row (0: none); see engine/waiting.py
@@ -95,16 +91,9 @@ class LeasedRun:
     #: loomcycle's parent_context (inherited by sub-agents) and per-run options (tools, sampling, user_tier)
     parent_context: dict[str, Any] | None = None
     run_options: dict[str, Any] | None = None
-    #: the engine's replay state of `events` (engine/replay.py `Replayer`), kept across the steps of
-    #: one lease chain so a chained step replays only what the last commit added; opaque here
-    replayed: Any = None
-    #: set when a chained commit found `last_seq` moved by a writer other than this lease chain:
-    #: `events` no longer matches the database and must be re-read (`StepStore.reload_events`)
-    events_stale: bool = False
-    #: after the run's final commit: whether volume instances are rooted at it (ephemeral
-    #: volumes to purge). That commit already forgot the run's file-effect journal; True (the
-    #: default) when the run ended by another statement, which did not look
-    rooted_volumes: bool = True
+    #: the engine's replay state of `events` that this process kept with them (store/held.py),
+    #: found by the claim; opaque here (engine/lease.py owns it)
+    kept_replay: Any = None
 
 
 @dataclass(slots=True)
@@ -122,6 +111,25 @@ class WaitSpec:
             "key": self.key,
             "deadline": self.deadline_epoch,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What a step's commit did to the run (the store never changes the run it was given)."""
+
+    step_no: int
+    #: the transcript's last seq before the commit's events (another writer moved it if it is not
+    #: the one the committing worker knew)
+    base: int
+    input_seq: int
+    cancel_requested: bool
+    cancel_reason: str | None
+    #: the lease passed to this token for the next step (None: released, parked or ended)
+    chain_owner: str | None = None
+    #: the run's final commit: whether volume instances are rooted at it (None: not final)
+    rooted_volumes: bool | None = None
+    #: the job it enqueued carries this process's mark: keep the transcript (`StepStore.keep`)
+    marked: bool = False
 
 
 @dataclass(slots=True)
@@ -317,12 +325,12 @@ class StepStore:
             leased = _leased(row)
             after = int(row["events_after"] or 0)
             if after:  # this process yielded the run at `after`: the rest of its transcript is held
-                held = self.held.take(leased.run_id, after)
+                held = await self.held.take_when_filled(leased.run_id, after)
                 if held is None:
                     leased.events = await self._read_events(conn, leased.run_id)
                 else:
                     held.events.extend(leased.events)
-                    leased.events, leased.replayed = held.events, held.replayed
+                    leased.events, leased.kept_replay = held.events, held.replayed
             await self._ensure_complete(conn, leased)
         return True, leased
 
@@ -372,7 +380,7 @@ class StepStore:
         before our lease, reread them so the transcript matches `last_seq`."""
         if (leased.events[-1][0] if leased.events else 0) == leased.last_seq:
             return
-        leased.events, leased.replayed = await self._read_events(conn, leased.run_id), None
+        leased.events, leased.kept_replay = await self._read_events(conn, leased.run_id), None
 
     @staticmethod
     async def _read_events(conn: Any, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -380,12 +388,20 @@ class StepStore:
                                  prepare=prepare_now(conn))
         return [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
 
-    async def reload_events(self, leased: LeasedRun) -> None:
+    async def reload_events(self, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
         """Re-read the run's transcript (a chained step found it changed by another writer)."""
         async with self.pool.step_connection() as conn:
-            leased.events = await self._read_events(conn, leased.run_id)
-        leased.last_seq = leased.events[-1][0] if leased.events else 0
-        leased.replayed, leased.events_stale = None, False
+            return await self._read_events(conn, run_id)
+
+    def keep(self, run_id: str, last_seq: int, events: list[tuple[int, str, dict[str, Any]]] | None,
+             replay: object = None) -> None:
+        """Fill in the transcript a commit that marked its job (`Committed.marked`) reserved for
+        this process's next claim of the run (store/held.py); None: it is not the one the mark
+        promises (another writer moved the transcript) — give the reservation up."""
+        if events is None:
+            self.held.give_up(run_id)
+        else:
+            self.held.fill(run_id, last_seq, events, replay)
 
     async def renew(self, leased: LeasedRun, owner: str) -> bool:
         async with self.pool.connection() as conn:
@@ -465,21 +481,19 @@ class StepStore:
             seqs = [r["seq"] for r in await cur.fetchall()]
         if not seqs:
             raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could append")
-        base = leased.last_seq
-        leased.last_seq += len(seqs)
-        leased.events.extend(
-            (base + i + 1, e.type, e.payload) for i, e in enumerate(events)
-        )
         return seqs
 
     async def commit(
-        self, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
-    ) -> int:
+        self, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome, *,
+        stale: bool = False,
+    ) -> Committed:
         """Append the step's last events, advance `step_no`, release the lease and (with the
-        Postgres queue) enqueue the next step, all in one statement. Returns the new step_no.
+        Postgres queue) enqueue the next step, all in one statement; what it did comes back as a
+        `Committed` (`leased` is left as it was: the engine owns the lease chain's state).
 
         With `outcome.chain_owner` the lease passes to that token for the next step and nothing is
-        enqueued; `leased` is updated in place (step_no, events, counters) for the caller to go on."""
+        enqueued. `stale`: the caller's transcript no longer matches the database (its job is then
+        not marked for keeping). A park that a poke raced becomes a running step: `outcome` says so."""
         tx = current_step_transaction(self.pool)
         if tx is not None and tx.folded is not None and (outcome.waits or not tx.can_finish):
             # only the pipelined commit statement carries a folded write: never drop one
@@ -487,13 +501,13 @@ class StepStore:
         if outcome.waits:
             return await self._commit_parking(leased, owner, events, outcome)
         if tx is not None and tx.can_finish:  # its own connection, never a pending transaction's BEGIN
-            return await self._commit(tx.conn, leased, owner, events, outcome, finish=tx)
+            return await self._commit(tx.conn, leased, owner, events, outcome, finish=tx, stale=stale)
         async with self.pool.step_connection() as conn:
-            return await self._commit(conn, leased, owner, events, outcome)
+            return await self._commit(conn, leased, owner, events, outcome, stale=stale)
 
     async def _commit_parking(
         self, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome
-    ) -> int:
+    ) -> Committed:
         """Park unless a poke raced the tool's check: lock the wait keys, compare versions."""
         waits = outcome.waits or []
         async with self.pool.step_connection() as conn, conn.transaction():
@@ -512,14 +526,14 @@ class StepStore:
                 outcome.chain_owner = None
             else:
                 outcome.status = "waiting"
-            step = await self._commit(conn, leased, owner, events, outcome)
+            committed = await self._commit(conn, leased, owner, events, outcome)
         outcome.waits = waits if outcome.status == "waiting" else None
-        return step
+        return committed
 
     async def _commit(
         self, conn: Any, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome,
-        finish: StepTransaction | None = None,
-    ) -> int:
+        finish: StepTransaction | None = None, stale: bool = False,
+    ) -> Committed:
         """The commit statement. With `finish` (the pipelined step transaction it ends) the
         statement travels with the COMMIT in one round trip; its fence then must fail loudly
         instead of matching no row, so that the server skips the COMMIT (and the tool writes before
@@ -557,64 +571,65 @@ class StepStore:
             "waits": Jsonb([w.to_json() for w in outcome.waits or []]),
             "lease": self.lease_s,
             # the run goes back to the queue with the transcript this process holds: mark its job
-            "yielder": (self.mark if enqueue_here and not outcome.final and not leased.events_stale
+            "yielder": (self.mark if enqueue_here and not outcome.final and not stale
                         and self.held.has_room(len(leased.events) + len(events)) else None),
         }
         if folded is not None:
             params.update(folded.write.params, fold_id=folded.tool_use_id, fold_failed=folded.write.failed)
-        if finish is not None:
-            try:
-                row = await finish.finish_with(sql, params)
-            except DivisionByZero:  # the fence matched no row; the transaction rolled back
-                row = None
-            except psycopg.Error as exc:
-                if folded is None or finish.conn.closed:
-                    raise
-                raise FoldFailed(folded.tool_use_id, exc) from exc
-        else:
-            cur = await conn.execute(sql, params, prepare=prepare_now(conn))
-            row = await cur.fetchone()
+        if params["yielder"] is not None:  # the claimer may see the job before this task sees the answer
+            self.held.reserve(leased.run_id, leased.last_seq + len(events))
+        try:
+            row = await self._execute_commit(conn, sql, params, finish, folded)
+        except BaseException:
+            self.held.give_up(leased.run_id)
+            raise
         if row is None:
-            if await self._cancel_pending(conn, leased, owner):
-                raise CancelPending(f"run {leased.run_id}: a cancel landed before step {leased.step_no} committed")
+            self.held.give_up(leased.run_id)
+        if row is None:
+            pending = await self._cancel_pending(conn, leased, owner)
+            if pending is not None:
+                raise CancelPending(f"run {leased.run_id}: a cancel landed before step {leased.step_no} committed",
+                                    reason=pending)
             raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
         if folded is not None:
             fill_result(events, folded, row["fold_text"])
-        if outcome.final:
-            leased.rooted_volumes = bool(row["rooted_volumes"])
-        base = leased.last_seq
-        leased.last_seq += len(events)
-        if params["yielder"] is not None and int(row["base"]) == base:  # keep what the mark promises
-            leased.events.extend((base + i + 1, e.type, e.payload) for i, e in enumerate(events))
-            self.held.put(leased.run_id, HeldTranscript(leased.last_seq, leased.events, leased.replayed))
-        if chain:
-            if int(row["base"]) != base:  # someone else appended to the transcript: re-read it
-                leased.events_stale = True
-            leased.events.extend((base + i + 1, e.type, e.payload) for i, e in enumerate(events))
-            leased.input_seq = int(row["input_seq"] or 0)
-            leased.step_no = int(row["step_no"])
-            leased.iterations += outcome.iterations_delta
-            leased.step_failures = 0
-            leased.cancel_requested = bool(row["cancel_requested"])
-            leased.cancel_reason = row["cancel_reason"]
-            leased.status = outcome.status
-            leased.chained += 1
-            leased.chain_owner = outcome.chain_owner
-        return int(row["step_no"])
+        return Committed(
+            step_no=int(row["step_no"]), base=int(row["base"]), input_seq=int(row["input_seq"] or 0),
+            cancel_requested=bool(row["cancel_requested"]), cancel_reason=row["cancel_reason"],
+            chain_owner=outcome.chain_owner if chain else None,
+            rooted_volumes=bool(row["rooted_volumes"]) if outcome.final else None,
+            marked=params["yielder"] is not None,
+        )
 
     @staticmethod
-    async def _cancel_pending(conn: Any, leased: LeasedRun, owner: str) -> bool:
-        """Whether the run is still this worker's step and a cancel is pending (why a completing
-        commit matched no row — else the lease was lost)."""
+    async def _execute_commit(conn: Any, sql: str, params: dict[str, Any], finish: StepTransaction | None,
+                              folded: Folded | None) -> Any:
+        """The commit statement's row; None when its fence matched no row."""
+        if finish is None:
+            cur = await conn.execute(sql, params, prepare=prepare_now(conn))
+            return await cur.fetchone()
+        try:
+            return await finish.finish_with(sql, params)
+        except DivisionByZero:  # the fence matched no row; the transaction rolled back
+            return None
+        except psycopg.Error as exc:
+            if folded is None or finish.conn.closed:
+                raise
+            raise FoldFailed(folded.tool_use_id, exc) from exc
+
+    @staticmethod
+    async def _cancel_pending(conn: Any, leased: LeasedRun, owner: str) -> str | None:
+        """The pending cancel's reason ("" when none was given) if the run is still this worker's
+        step and a cancel is pending (why a completing commit matched no row — else the lease was
+        lost); None otherwise."""
         cur = await conn.execute(
             "SELECT cancel_requested, cancel_reason FROM runs WHERE id = %s AND lease_owner = %s AND step_no = %s",
             (leased.run_id, owner, leased.step_no),
         )
         row = await cur.fetchone()
         if row is None or not row["cancel_requested"]:
-            return False
-        leased.cancel_requested, leased.cancel_reason = True, row["cancel_reason"]
-        return True
+            return None
+        return str(row["cancel_reason"] or "")
 
     async def release_after_failure(self, leased: LeasedRun, owner: str, backoff_s: float) -> bool:
         """A step crashed with an unexpected error: give the lease back so the step is retried

@@ -441,7 +441,7 @@ class Channels(Resource):
 class Defs(Resource):
     """A def family (`POST /v1/_<kind>def` op + `GET …/names`): `op("create", name=…, body=…)`,
     `op("list")`, `op("promote", …)`, … — the ops and their fields are the *Def tool's
-    (docs/substrate.md); the answer is the op's JSON."""
+    (README, "Substrate: agent definitions, skills, …"); the answer is the op's JSON."""
 
     def __init__(self, client: Treadle, path: str) -> None:
         super().__init__(client)
