@@ -237,3 +237,14 @@ def test_the_engine_commits_and_sends_a_step_from_one_place() -> None:
     assert commits == ["step.py"], commits
     # the step's one send; the waker and the sweeper send what their own statements woke
     assert sorted(sends) == ["step.py", "waking.py", "workers.py"], sends
+
+
+def test_run_options_round_trip_and_refuse_what_is_not_theirs() -> None:
+    from treadle.domain.runs import RunOptions
+
+    opts = RunOptions(tools=("Memory",), sampling={"temperature": 0.2}, user_tier="pro", run_timeout_seconds=30.0,
+                      deadline_unix=1000.0)
+    assert RunOptions.from_json(opts.to_json()) == opts
+    assert RunOptions().to_json() is None and RunOptions.from_json(None) == RunOptions()
+    odd = RunOptions.from_json({"tools": "Memory", "deadline_unix": True, "user_tier": 3})
+    assert odd == RunOptions()  # wrong shapes are not read as options

@@ -26,6 +26,7 @@ from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors, fast_json
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.domain.events import EventType
+from treadle.domain.runs import RunOptions
 from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
@@ -74,20 +75,17 @@ def refuse_unsupported(body: LoomcycleRunFields, rt: Runtime, who: Principal) ->
                          code="unknown_user_tier")
 
 
-def run_options(body: LoomcycleRunFields) -> dict[str, Any] | None:
-    opts: dict[str, Any] = {}
-    if body.tools is not None:
-        opts["tools"] = body.tools
-    if body.sampling is not None:
-        sampling = body.sampling.model_dump(exclude_none=True)
-        if sampling:
-            opts["sampling"] = sampling
-    if body.user_tier is not None:
-        opts["user_tier"] = body.user_tier
-    if body.run_timeout_seconds is not None:
-        opts["run_timeout_seconds"] = body.run_timeout_seconds
-        opts["deadline_unix"] = time.time() + body.run_timeout_seconds
-    return opts or None
+def run_options(body: LoomcycleRunFields) -> RunOptions | None:
+    sampling = body.sampling.model_dump(exclude_none=True) if body.sampling is not None else None
+    timeout = body.run_timeout_seconds
+    opts = RunOptions(
+        tools=tuple(body.tools) if body.tools is not None else None,
+        sampling=sampling or None,
+        user_tier=body.user_tier,
+        run_timeout_seconds=timeout,
+        deadline_unix=time.time() + timeout if timeout is not None else None,
+    )
+    return opts if opts.to_json() else None
 
 
 async def check_agent_id(rt: Runtime, tenant_id: str, agent_id: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class RunStatus(StrEnum):
@@ -53,3 +55,48 @@ class NewEvent:
 
     def flattened(self) -> list[NewEvent]:
         return [*self.preceding, self] if self.preceding else [self]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """A run's own options, set at its start (loomcycle's run fields; stored as `runs.run_options`):
+    the caller's narrowing of the agent's tools, sampling overrides (the run's win over the
+    agent's), loomcycle's user tier (which tier candidates serve it) and its run timeout
+    (`deadline_unix`: when it fails with `run_timeout`)."""
+
+    tools: tuple[str, ...] | None = None
+    sampling: Mapping[str, Any] | None = None
+    user_tier: str | None = None
+    run_timeout_seconds: float | None = None
+    deadline_unix: float | None = None
+
+    def to_json(self) -> dict[str, Any] | None:
+        out: dict[str, Any] = {}
+        if self.tools is not None:
+            out["tools"] = list(self.tools)
+        if self.sampling:
+            out["sampling"] = dict(self.sampling)
+        if self.user_tier is not None:
+            out["user_tier"] = self.user_tier
+        if self.run_timeout_seconds is not None:
+            out["run_timeout_seconds"] = self.run_timeout_seconds
+        if self.deadline_unix is not None:
+            out["deadline_unix"] = self.deadline_unix
+        return out or None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> RunOptions:
+        d = data or {}
+        tools, sampling, tier = d.get("tools"), d.get("sampling"), d.get("user_tier")
+        timeout, deadline = d.get("run_timeout_seconds"), d.get("deadline_unix")
+        return cls(
+            tools=tuple(str(t) for t in tools) if isinstance(tools, list) else None,
+            sampling=dict(sampling) if isinstance(sampling, dict) else None,
+            user_tier=tier if isinstance(tier, str) else None,
+            run_timeout_seconds=_number(timeout),
+            deadline_unix=_number(deadline),
+        )
+
+
+def _number(x: object) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None

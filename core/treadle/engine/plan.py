@@ -113,11 +113,6 @@ def after_steering(facts: Facts, transcript: Transcript) -> StepPlan | Next:
     return Next.MODEL
 
 
-def deadline_of(run_options: dict[str, Any] | None) -> float | None:
-    deadline = (run_options or {}).get("deadline_unix")  # loomcycle's run_timeout_seconds
-    return float(deadline) if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) else None
-
-
 # -- endings ----------------------------------------------------------------------------------------
 
 

@@ -246,8 +246,8 @@ class Engine:
         """The agent a step runs: through the runtime's resolver (the AgentDef and skills the run
         was pinned to at start, see substrate/resolve.py), else the treadle.yaml agent."""
         agent = await self.resolve_agent(leased) if self.resolve_agent is not None else self.agents.get(leased.agent)
-        narrowed = (leased.run_options or {}).get("tools")
-        if agent is not None and isinstance(narrowed, list):  # the caller's `tools`: ∩ the agent's
+        narrowed = leased.run_options.tools
+        if agent is not None and narrowed is not None:  # the caller's `tools`: ∩ the agent's
             agent = dataclasses.replace(agent, tools=[t for t in agent.tools if t.name in narrowed])
         if agent is not None and leased.client_tools and self.client_tools is not None:
             agent = dataclasses.replace(agent, tools=[*agent.tools, *self.client_tools(leased)])
@@ -271,7 +271,7 @@ class Engine:
         return plan.Facts(
             cancel_requested=leased.cancel_requested,
             cancel_reason=leased.cancel_reason,
-            deadline_unix=plan.deadline_of(leased.run_options),
+            deadline_unix=leased.run_options.deadline_unix,
             agent_known=agent is not None,
             agent_name=leased.agent,
             input_seq=leased.input_seq,
@@ -481,7 +481,7 @@ class Engine:
             request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens, "options": {
                 "mock": cfg.mock, **(cfg.sampling.model_dump(exclude_none=True) if cfg.sampling else {}),
                 **({"effort": cfg.effort} if cfg.effort else {}),
-                **((leased.run_options or {}).get("sampling") or {})}},  # loomcycle's sampling: the run's wins
+                **(leased.run_options.sampling or {})}},  # loomcycle's sampling: the run's wins
             history=leased.events,
             tool_ids=transcript.tool_ids,
             has_thinking=transcript.has_thinking,

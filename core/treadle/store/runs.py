@@ -10,7 +10,7 @@ from typing import Any
 from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
 
-from treadle.domain.runs import RunStatus
+from treadle.domain.runs import RunOptions, RunStatus
 from treadle.errors import Conflict
 from treadle.store.db import Pool
 from treadle.telemetry import tracing
@@ -138,10 +138,10 @@ class NewRun:
     #: the caller's narrowing of the hosts the run's tools may reach (None: none); children inherit it
     allowed_hosts: list[str] | None = None
     #: loomcycle's caller handle (None: the run id), parent_context (inherited by sub-agents) and
-    #: per-run options ({tools, sampling, user_tier, run_timeout_seconds}; api/loomcycle.py)
+    #: per-run options (domain/runs.py RunOptions; api/loomcycle.py)
     agent_id: str | None = None
     parent_context: dict[str, Any] | None = None
-    run_options: dict[str, Any] | None = None
+    run_options: RunOptions | None = None
     #: the caller's `user_credentials`, sealed (treadle/mcp/credentials.py); stored in
     #: run_credentials with the run, never in the runs row
     sealed_credentials: bytes | None = None
@@ -224,7 +224,7 @@ class RunStore:
             "hosts": Jsonb(new.allowed_hosts) if new.allowed_hosts is not None else None,
             "agent_id": new.agent_id,
             "pctx": Jsonb(new.parent_context) if new.parent_context else None,
-            "ropts": Jsonb(new.run_options) if new.run_options else None,
+            "ropts": Jsonb(opts) if new.run_options is not None and (opts := new.run_options.to_json()) else None,
             "requeue": self.requeue_after_s,
             "trace": _trace_context(new, run_id),
             "ui": Jsonb(user_input),

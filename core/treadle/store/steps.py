@@ -27,7 +27,7 @@ import psycopg
 from psycopg.errors import DivisionByZero
 from psycopg.types.json import Jsonb
 
-from treadle.domain.runs import NewEvent
+from treadle.domain.runs import NewEvent, RunOptions
 from treadle.errors import CancelPending, LeaseLost
 from treadle.store.db import Pool, StepTransaction, current_step_transaction, prepare_now
 from treadle.store.folding import Folded, FoldedWrite, FoldFailed, fill_result
@@ -90,7 +90,7 @@ class LeasedRun:
     created_at: datetime | None = None
     #: loomcycle's parent_context (inherited by sub-agents) and per-run options (tools, sampling, user_tier)
     parent_context: dict[str, Any] | None = None
-    run_options: dict[str, Any] | None = None
+    run_options: RunOptions = field(default_factory=RunOptions)
     #: the engine's replay state of `events` that this process kept with them (store/held.py),
     #: found by the claim; opaque here (engine/lease.py owns it)
     kept_replay: Any = None
@@ -183,7 +183,7 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
         trace_context=row.get("trace_context"),
         created_at=row.get("created_at"),
         parent_context=row.get("parent_context"),
-        run_options=row.get("run_options"),
+        run_options=RunOptions.from_json(row.get("run_options")),
     )
 
 

@@ -127,7 +127,7 @@ class AgentPinning:
         """The agent a step runs: exactly what the run was pinned to (None: it no longer resolves),
         routed through the run's loomcycle `user_tier` when it names one of `tiers:`."""
         agent = await self._pinned(leased)
-        tier = (leased.run_options or {}).get("user_tier")
+        tier = leased.run_options.user_tier
         if agent is not None and isinstance(tier, str) and self.config.knows_user_tier(tier):
             try:
                 return self.catalogue.retier(agent, tier)
