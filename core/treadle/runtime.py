@@ -46,6 +46,7 @@ from treadle.store.subruns import SubRunStore
 from treadle.store.volumes import VolumeStore
 from treadle.store.waits import WaitStore
 from treadle.substrate import Substrate
+from treadle.teams import TeamDefFamily, TeamRuns, is_team_agent
 from treadle.tools.base import Principal, Tool, ToolContext, ToolServices
 from treadle.tools.registry import ToolRegistry
 from treadle.volumes.base import VolumeStorage
@@ -113,7 +114,7 @@ class _OpServices(Mapping[str, OpService]):
     """The op services the *Def and Evaluation tools reach, by tool name; the trigger families are
     built on first use (a worker that never runs a ScheduleDef call never imports them)."""
 
-    NAMES = ("AgentDef", "SkillDef", "Evaluation", "ScheduleDef", "WebhookDef", "VolumeDef")
+    NAMES = ("AgentDef", "SkillDef", "Evaluation", "ScheduleDef", "WebhookDef", "VolumeDef", "TeamDef")
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
@@ -132,6 +133,8 @@ class _OpServices(Mapping[str, OpService]):
             return rt.triggers.webhooks.family
         if name == "VolumeDef":
             return rt.volumedefs
+        if name == "TeamDef":
+            return rt.teamdefs
         raise KeyError(name)
 
     def __iter__(self) -> Iterator[str]:
@@ -239,6 +242,8 @@ class Runtime:
 
             storage = self.volume_storage = HostDirStorage(settings.volumes_root or settings.home / "volumes")
         self.volumes = VolumeService(storage, config, VolumeStore(pool), DefStore(pool), self.subruns)
+        self.teams = TeamRuns(DefStore(pool), self.runs, self.registry, self, self.hub.wait)
+        self.teamdefs = TeamDefFamily(DefStore(pool), self.teams)
 
     @cached_property
     def engine(self) -> Engine:
@@ -268,7 +273,7 @@ class Runtime:
                 subruns=self.subruns, sender=self.sender, waker=self.waker, hub=self.hub,
             ),
             hub=self.hub,
-            resolve_agent=self.substrate.pinning.resolve,
+            resolve_agent=self._resolve_agent,
             cancels=self.cancels,
             hooks=self.hooks,
             client_tools=_client_tools,
@@ -416,8 +421,17 @@ class Runtime:
             await self.cancels.close()
         await self.pool.close()
 
+    async def _resolve_agent(self, leased: LeasedRun) -> ResolvedAgent | None:
+        """The engine's agent for a step: a team run's walk (teams/runs.py), else the pinned agent."""
+        if is_team_agent(leased.agent):
+            return await self.teams.resolve(leased)
+        return await self.substrate.pinning.resolve(leased)
+
     async def start_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        await self.substrate.pinning.pin(new)  # the promoted AgentDef, else the yaml agent; skills pinned
+        if is_team_agent(new.agent):  # a team run: the TeamDef version it walks (teams/runs.py)
+            await self.teams.pin(new)
+        else:
+            await self.substrate.pinning.pin(new)  # the promoted AgentDef, else the yaml agent; skills pinned
         run, created = await self.runs.create(new)
         if created:
             await self.sender.next_step(run.id, 0)  # run creation enqueued it with jobs_in_db

@@ -141,6 +141,12 @@ def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> No
     api.call("GET", "/v1/_agentdef/names", 200)
     api.call("POST", "/v1/_skilldef", 200, json={"op": "create", "name": f"sk-{tag}", "overlay": {"body": "do it"}})
     api.call("GET", "/v1/_skilldef/names", 200)
+    api.call("POST", "/v1/_teamdef", 200, json={"op": "create", "name": f"tm-{tag}", "overlay": {
+        "entry": "a", "states": [{"state": "a", "handler": {"kind": "agent", "agent": "helper"}},
+                                 {"state": "b", "handler": {"kind": "terminal"}}],
+        "transitions": [{"from": "a", "to": "b", "on": "success"}]}})
+    api.call("POST", "/v1/_teamdef", 422, json={"op": "create", "name": f"tm2-{tag}", "overlay": {"entry": "a"}})
+    api.call("GET", "/v1/_teamdef/names", 200)
     api.call("GET", "/v1/_volumedef/names", 200)
     api.call("GET", "/v1/_mcpserverdef/names", 200)
     run = api.call("POST", "/v1/runs", 202, json={"agent": "helper", "prompt": "score me"})

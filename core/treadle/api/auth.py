@@ -71,6 +71,8 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/_agentdef/names"): sc.TENANT,
     ("POST", "/v1/_skilldef"): sc.TENANT,
     ("GET", "/v1/_skilldef/names"): sc.TENANT,
+    ("POST", "/v1/_teamdef"): sc.TENANT,
+    ("GET", "/v1/_teamdef/names"): sc.TENANT,
     ("POST", "/v1/_evaluation"): sc.TENANT,
     ("GET", "/v1/_memory/scopes/{scope}/{scope_id}/keys"): sc.TENANT,
     ("GET", "/v1/_memory/scopes/{scope}/{scope_id}/keys/{key:path}"): sc.TENANT,

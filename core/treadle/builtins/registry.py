@@ -38,6 +38,7 @@ BUILTINS: dict[str, tuple[str, str, bool]] = {
     "Bash": ("treadle.builtins.files.bash", "BashTool", False),
     "VolumeDef": ("treadle.builtins.volumedef", "VolumeDefTool", False),
     "Skill": ("treadle.builtins.skill", "SkillTool", False),
+    "TeamDef": ("treadle.builtins.teamdef", "TeamDefTool", False),
 }
 
 
