@@ -15,7 +15,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from treadle.api.defroutes import Rt, Who, add_op_route
+from treadle.api.defroutes import add_op_route
+from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.wire import OpResult

@@ -40,7 +40,9 @@ class TeamSpec:
 
     @classmethod
     def from_prompt(cls, text: str) -> TeamSpec:
-        raw = json.loads(text)
+        """The spec from a system prompt that starts with it (one JSON line: the engine may append
+        sections after it, such as the run's metadata)."""
+        raw = json.loads(text.split("\n", 1)[0])
         return cls(raw["team"], raw["def_id"], raw["definition"], bool(raw.get("interrupt_on_cap")))
 
 

@@ -32,6 +32,7 @@ from treadle.tools.registry import ToolRegistry
 
 #: a team run's agent name: `team:<team name>`
 TEAM_PREFIX = "team:"
+#: the run's metadata key holding `interrupt_on_cap`
 OPTION = "team_interrupt_on_cap"
 TOOLS = ("Agent", "Interruption")
 #: turns a walk may take (each state visit is one to two); the per-state caps bound it first
@@ -59,7 +60,7 @@ class TeamRuns:
     def new_run(self, tenant: str, record: DefRecord, task: str, *, interrupt_on_cap: bool,
                 **fields: Any) -> NewRun:
         return NewRun(tenant_id=tenant, agent=TEAM_PREFIX + record.name, segments=prompt(task), def_id=record.def_id,
-                      run_options={OPTION: interrupt_on_cap}, **fields)
+                      metadata={OPTION: interrupt_on_cap}, **fields)
 
     async def start(self, tenant: str, record: DefRecord, task: str, *, interrupt_on_cap: bool) -> str:
         run, _ = await self.starter.start_run(self.new_run(tenant, record, task, interrupt_on_cap=interrupt_on_cap))
@@ -87,7 +88,7 @@ class TeamRuns:
         if record is None:
             return None
         spec = TeamSpec(record.name, record.def_id, record.body,
-                        bool((leased.run_options or {}).get(OPTION)))
+                        bool((leased.metadata or {}).get(OPTION)))
         cfg = AgentConfig(provider=PROVIDER, model=MODEL, system_prompt=spec.to_prompt(), tools=list(TOOLS),
                           max_iterations=MAX_TURNS, max_concurrent_children=32,
                           description=f"team {record.name} (version {record.version})")
