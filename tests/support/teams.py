@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.fake_http import Reply, Request
+from tests.support.vendors.base import text
+from tests.support.vendors.openai import FakeOpenAI
 from treadle.domain.content import ToolResultBlock
 from treadle.providers.base import ModelRequest
 from treadle.testing import ScriptedProvider
@@ -35,10 +38,13 @@ def _task(req: ModelRequest) -> str:
 
 
 def play(req: ModelRequest) -> str:
+    assert not any(isinstance(b, ToolResultBlock) for m in req.messages for b in m.content)
+    return play_text(req.system, _task(req))
+
+
+def play_text(who: str, task: str) -> str:
     """writer: v1, then v2 once the editor asked for rework; reviewers: "<who> read <draft>";
     editor: pushback while it reads v1, success on v2."""
-    who, task = req.system, _task(req)
-    assert not any(isinstance(b, ToolResultBlock) for m in req.messages for b in m.content)
     if who == "writer":
         return "draft v2" if "rework" in task else "draft v1"
     if who.startswith("reviewer"):
@@ -52,3 +58,37 @@ def play(req: ModelRequest) -> str:
 
 def players() -> ScriptedProvider:
     return ScriptedProvider(play, name="players")
+
+
+class PlayersOpenAI(FakeOpenAI):
+    """OpenAI's chat wire on loopback, answering as `play_text` for the agent its system prompt
+    names (for `treadle serve` subprocesses, which cannot take an in-process provider). Each
+    answer streams slowly (`delay_s` per chunk) so that a kill lands while agents work."""
+
+    def __init__(self, delay_s: float = 0.2) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def _handle(self, req: Request) -> Reply:
+        other = self.route(req)
+        if other is not None:
+            return other
+        if not self.authorized(req):
+            return self.auth_reply(req)
+        body = req.json()
+        problems = self.validate(req, body)
+        if problems:
+            self.violations.extend(problems)
+            return self.bad_request("; ".join(problems))
+        self.calls.append(body)
+        msgs = body["messages"]
+        who = next((_text(m) for m in msgs if m["role"] in ("system", "developer")), "")
+        task = next((_text(m) for m in msgs if m["role"] == "user"), "")
+        return self.turn_reply(text(play_text(who.split("\n", 1)[0], task), chunk_delay_s=self.delay_s), body, req)
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
