@@ -69,6 +69,7 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.llm_gateway", "router", ("/v1/_llm/",)),
     ("treadle.api.openai_compat", "routers", ("/v1/chat/", "/v1/embeddings", "/v1/models")),
     ("treadle.api.mcp", "router", ("/v1/_mcp",)),
+    ("treadle.api.teams", "router", ("/v1/_teamdef",)),
 )
 
 

@@ -3,6 +3,8 @@ consolidator → pushback once → terminal) and a provider that plays its agent
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 from tests.support.fake_http import Reply, Request
@@ -92,3 +94,24 @@ def _text(message: dict[str, Any]) -> str:
     if isinstance(content, str):
         return content
     return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+
+
+class PlayersInThread:
+    """`PlayersOpenAI` served from a thread of its own (for tests whose code under test runs in
+    threads, such as the simulated Lambda environments of tests/cloud)."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.fake = PlayersOpenAI(delay_s)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="players", daemon=True)
+
+    def __enter__(self) -> PlayersOpenAI:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.fake.server.start(), self._loop).result(10)
+        return self.fake
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.fake.server.close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
