@@ -84,7 +84,7 @@ async def test_authoring_over_http(open_rt: Any) -> None:
         for code, bad in INVALID.items():
             resp = await c.post("/v1/_teamdef", json={"op": "create", "name": "review", "overlay": bad})
             assert resp.status_code == 422, (code, resp.text)
-            assert resp.json()["code"] == code, resp.json()
+            assert resp.json()["code"] == "tool_refused" and resp.json()["reason"] == code, resp.json()
         assert (await c.get("/v1/_teamdef/names")).json() == {"names": []}  # nothing stored
 
         created = (await c.post("/v1/_teamdef", json={"op": "create", "name": "review",

@@ -88,7 +88,9 @@ def install_error_handlers(app: FastAPI) -> None:
             headers = {"WWW-Authenticate": 'Bearer realm="treadle"'}
         elif isinstance(exc, Forbidden):
             headers = {"WWW-Authenticate": f'Bearer realm="treadle", error="insufficient_scope", scope="{exc.scope}"'}
-        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=headers)
+        extra = getattr(exc, "body_extra", None)  # e.g. a TeamDef refusal's `reason` (teams/graph.py)
+        return JSONResponse(error_body(exc.code, exc.message, **(extra if isinstance(extra, dict) else {})),
+                            status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_req: Request, exc: RequestValidationError) -> JSONResponse:

@@ -19,8 +19,8 @@ Handlers: `agent` (one agent; an optional `consolidator` re-evaluates its output
 line. Every state is capped at `max_iterations` entries per run (0 = 10, at most 1000), so every
 cycle is bounded. Unlike loomcycle, unknown keys are refused by name, never ignored.
 
-Every refusal is a DefRefused with its own code (`INVALID_CODES`), raised before anything is
-stored.
+Every refusal is a `TeamGraphRefused` (HTTP 422, code `tool_refused` as loomcycle's clients
+expect) whose `reason` names its class (`INVALID_CODES`), raised before anything is stored.
 """
 
 from __future__ import annotations
@@ -54,8 +54,18 @@ INVALID_CODES = {
 }
 
 
+class TeamGraphRefused(DefRefused):
+    """An invalid graph: code `tool_refused` (what loomcycle's clients branch on), with the
+    class of the refusal as `reason` (INVALID_CODES) in the error body."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"invalid TeamDef: {message}")
+        self.reason = reason
+        self.body_extra = {"reason": reason, "tool": "TeamDef"}
+
+
 def _refuse(code: str, message: str) -> DefRefused:
-    return DefRefused(f"invalid TeamDef: {message}", code=code)
+    return TeamGraphRefused(code, message)
 
 
 @dataclass(frozen=True, slots=True)
