@@ -40,7 +40,8 @@ class ContextTool:
         "Read-only facts about yourself and the runtime. op: self (your agent, def_id, model, iteration, context "
         "use, your volumes and their modes) | tools (your tools and their input schemas) | agents (agents "
         "runnable here) | time (UTC now) | "
-        "help (topic: getting-started, memory, defs, skills, evaluation, context, volumes; none → list) | capabilities."
+        "help (topic: getting-started, memory, defs, skills, teams, evaluation, context, volumes; none → list) | "
+        "capabilities."
     )
     input_schema: dict[str, Any] = {
         "type": "object",
