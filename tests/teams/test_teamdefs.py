@@ -182,3 +182,21 @@ async def test_a_cap_asks_a_human(open_rt: Any, answer: str) -> None:
     assert result.get("cap_decision") == answer and result["interruptions"] == asked == (2 if answer == "continue"
                                                                                           else 1), result
     assert result["status"] == ("completed" if answer == "continue" else "iteration_cap"), json.dumps(result)
+
+
+async def test_a_team_is_a_run_target(open_rt: Any) -> None:
+    rt, disp = await open_rt({"agents": AGENTS}, providers={"players": players()})
+    async with client_for(rt) as c:
+        await c.post("/v1/_teamdef", json={"op": "create", "name": "review", "overlay": REVIEW_TEAM})
+        started = await c.post("/v1/runs", json={"team": "review", "prompt": "owls"})
+        assert started.status_code == 202, started.text
+        for bad in ({"team": "review", "agent": "writer", "prompt": "x"}, {"prompt": "x"}):
+            refused = await c.post("/v1/runs", json=bad)
+            assert refused.status_code == 422 and "exactly one of agent or team" in refused.text
+        unknown = await c.post("/v1/runs", json={"team": "nope", "prompt": "x"})
+        assert unknown.status_code == 400 and "unknown team 'nope'" in unknown.text
+        await disp.drain()
+        run = (await c.get(f"/v1/runs/{started.json()['run_id']}")).json()
+    assert run["status"] == "completed" and run["agent"] == "team:review"
+    result = await rt.teams.result("default", run["run_id"] if "run_id" in run else run["id"], 1)
+    assert result["final_output"] == "approved: draft v2"

@@ -104,7 +104,9 @@ class LoomcycleRunFields(Request):
 class RunRequest(LoomcycleRunFields):
     """Body of POST /v1/runs: `prompt` or `segments` is required."""
 
-    agent: str = Field(min_length=1, max_length=128)
+    #: the agent to run — or `team`: a TeamDef to walk (the run of agent `team:<name>`, docs/teams.md)
+    agent: str = Field(default="", max_length=128)
+    team: str | None = Field(default=None, min_length=1, max_length=128)
     prompt: str | None = None
     segments: list[Segment] | None = None
     user_id: str | None = Field(default=None, json_schema_extra={"pattern": IDENTIFIER_PATTERN})
@@ -133,6 +135,10 @@ class RunRequest(LoomcycleRunFields):
     def _has_input(self) -> RunRequest:
         if not self.segments and not self.prompt:
             raise ValueError("either prompt or segments is required")
+        if bool(self.agent) == bool(self.team):
+            raise ValueError("exactly one of agent or team is required")
+        if self.team:
+            self.agent = "team:" + self.team  # a team run is a run of the agent team:<name>
         return self
 
     def to_segments(self) -> list[dict[str, Any]]:
