@@ -349,14 +349,23 @@ class RunStore:
     ) -> list[RunRecord]:
         """Newest first; `before` = (created_at, id) of the last run of the previous page;
         optionally only one user's runs, or one agent's."""
-        at, rid = before if before is not None else (None, None)
+        # only the filters asked for are in the statement: a prepared statement's generic plan
+        # cannot use an index behind `(param IS NULL OR column = param)` (runs_tenant_agent_ix,
+        # runs_tenant_user_ix)
+        where: list[str] = ["tenant_id = %s"]
+        params: list[object] = [tenant_id]
+        for column, value in (("status", status), ("user_id", user_id), ("agent", agent)):
+            if value is not None:
+                where.append(f"{column} = %s")
+                params.append(value)
+        if before is not None:
+            where.append("(created_at, id) < (%s, %s)")
+            params.extend(before)
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = %s AND (%s::text IS NULL OR status = %s)"
-                " AND (%s::text IS NULL OR user_id = %s) AND (%s::text IS NULL OR agent = %s)"
-                " AND (%s::timestamptz IS NULL OR (created_at, id) < (%s, %s))"
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE {' AND '.join(where)}"
                 " ORDER BY created_at DESC, id DESC LIMIT %s",
-                (tenant_id, status, status, user_id, user_id, agent, agent, at, at, rid, limit),
+                (*params, limit),
             )
             rows = await cur.fetchall()
         return [_record(r) for r in rows]
