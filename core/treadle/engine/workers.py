@@ -24,10 +24,19 @@ class WorkerPool:
     starts) then runs as a task of its own, so a step waiting on a model or an external tool holds
     neither a claimer nor a database connection (`Pool.released`). At most `max_in_flight` steps
     run at once in the process: a claimer waits for room before it claims, so a job nobody here
-    has room for stays queued for another replica (issue 32)."""
+    has room for stays queued for another replica (issue 32).
+
+    Room is also what the process can serve: while its event loop runs late by more than
+    `max_loop_lag_s` (the CPU is saturated) or steps wait for a database connection, claimers take
+    no new job. The queue serves the oldest runs' steps first (store/steps.py `_next_job`), so under
+    a backlog the runs already started keep the process and finish near their own latency, and a
+    new run starts when there is room for it — instead of every run advancing in lockstep."""
 
     def __init__(self, engine: Engine, queue: PostgresQueue, size: int, *, idle_poll_s: float = 0.5,
-                 max_in_flight: int = 4096) -> None:
+                 max_in_flight: int = 4096, max_loop_lag_s: float = 0.02) -> None:
+        self.max_loop_lag_s = max_loop_lag_s
+        #: how late the event loop runs (a moving average, seconds; `_watch_lag`)
+        self.loop_lag_s = 0.0
         self.engine = engine
         self.queue = queue
         self.size = size
@@ -48,6 +57,18 @@ class WorkerPool:
         self._tasks = [
             asyncio.create_task(self._work(i), name=f"treadle-worker-{i}") for i in range(self.size)
         ]
+        self._tasks.append(asyncio.create_task(self._watch_lag(), name="treadle-loop-lag"))
+
+    async def _watch_lag(self, every_s: float = 0.025) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(every_s)
+            self.loop_lag_s = 0.7 * self.loop_lag_s + 0.3 * max(0.0, loop.time() - t0 - every_s)
+
+    def saturated(self) -> bool:
+        """The process cannot serve more steps well now (see the class docstring)."""
+        return bool(self._steps) and (self.loop_lag_s > self.max_loop_lag_s or self.engine.steps.busy())
 
     async def stop(self) -> None:
         await cancel_all_and_wait(self._tasks)  # each once: a second cancel would cut a query's cancel short
@@ -63,6 +84,8 @@ class WorkerPool:
     async def _claim_and_run(self) -> bool:
         """Claim the next due job (once there is room for a step) and start its step; False when
         the queue had none."""
+        while self.saturated():  # noqa: ASYNC110 - a measurement (loop lag, the pool's queue), no event to wait on
+            await asyncio.sleep(self.max_loop_lag_s)
         await self._room.acquire()
         owner = self.engine.new_owner()
         try:
