@@ -170,14 +170,19 @@ class Engine:
                 return result
 
     async def _run_one(self, lease: Lease) -> StepResult:
-        """The step inside its span (a child of the run's, telemetry/tracing.py), counted."""
+        """The step inside its span (a child of the run's, telemetry/tracing.py), counted, its own
+        time (besides what it waited on its model and tools) added to the lease's."""
         leased = lease.run
         started = time.perf_counter()
+        waited = lease.waited_s
         with tracing.step(run_id=leased.run_id, step_no=leased.step_no, tenant_id=leased.tenant_id,
                           agent=leased.agent, run_context=leased.trace_context, worker=self._owner_prefix) as span:
             result = await self._run_step(lease)
             tracing.set_outcome(span, "error" if result is StepResult.RETRY_LATER else result.value)
-        metrics().step(result.value, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        lease.own_s += max(0.0, elapsed - (lease.waited_s - waited))
+        lease.steps += 1
+        metrics().step(result.value, elapsed)
         if result is StepResult.FINISHED and leased.created_at is not None:
             metrics().run_finished((datetime.now(UTC) - leased.created_at).total_seconds())
         return result
@@ -205,15 +210,21 @@ class Engine:
             renewer.cancel()
             self.hub.notify(leased.run_id)
 
-    async def _interruptible(self, leased: LeasedRun, work: Awaitable[T]) -> T:
+    async def _interruptible(self, lease: Lease, work: Awaitable[T]) -> T:
         """Await `work` (a model call, external tool calls) unless the run or its turn is cancelled
         meanwhile: then it is aborted and StepInterrupted raised."""
 
-        async def check() -> CancelState:
-            return await cancel_state(self.steps.pool, leased.run_id)
+        run_id = lease.run.run_id
 
-        async with self.steps.released():  # nothing held while the model or the tools answer
-            return await interruptible(work, self._signals.get(leased.run_id), check)
+        async def check() -> CancelState:
+            return await cancel_state(self.steps.pool, run_id)
+
+        t0 = time.perf_counter()
+        try:
+            async with self.steps.released():  # nothing held while the model or the tools answer
+                return await interruptible(work, self._signals.get(run_id), check)
+        finally:
+            lease.waited_s += time.perf_counter() - t0
 
     async def _stop_if_cancelled(self, leased: LeasedRun) -> None:
         """StepInterrupted when the run's cancel signal has fired and a cancel is pending (no query
@@ -318,7 +329,7 @@ class Engine:
         retry_events: list[NewEvent] = []
         try:
             response = await self._interruptible(
-                leased, self._call_model(lease, agent, transcript, iteration, retry_events)
+                lease, self._call_model(lease, agent, transcript, iteration, retry_events)
             )
         except ProviderError as exc:
             return await self._apply(lease, plan.failed(
@@ -392,7 +403,7 @@ class Engine:
                 await self._append(lease, turn)
                 self.hub.notify(leased.run_id)
                 turn = []
-            external = await self._interruptible(leased, self.runner.run_external(calls))
+            external = await self._interruptible(lease, self.runner.run_external(calls))
         await self._stop_if_cancelled(leased)  # before any transactional effect
         cap = iteration_cap(calls.agent, leased)
 

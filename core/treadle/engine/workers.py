@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from treadle.dispatch.base import Dispatcher
 from treadle.dispatch.postgres import PostgresQueue
 from treadle.domain.tasks import cancel_all_and_wait, cancel_and_wait
+from treadle.engine.admission import Admission
 from treadle.engine.hub import wait_event
 from treadle.engine.sending import StepSender
 from treadle.engine.step import Engine
@@ -22,27 +23,21 @@ log = logging.getLogger("treadle.workers")
 class WorkerPool:
     """`size` claimers take jobs off the Postgres queue; each leased step (and the lease chain it
     starts) then runs as a task of its own, so a step waiting on a model or an external tool holds
-    neither a claimer nor a database connection (`Pool.released`). At most `max_in_flight` steps
-    run at once in the process: a claimer waits for room before it claims, so a job nobody here
-    has room for stays queued for another replica (issue 32).
-
-    Room is also what the process can serve: while its event loop runs late by more than
-    `max_loop_lag_s` (the CPU is saturated) or steps wait for a database connection, claimers take
-    no new job. The queue serves the oldest runs' steps first (store/steps.py `_next_job`), so under
-    a backlog the runs already started keep the process and finish near their own latency, and a
-    new run starts when there is room for it — instead of every run advancing in lockstep."""
+    neither a claimer nor a database connection (`Pool.released`). How many steps run at once is
+    an adaptive limit (engine/admission.py), at most `max_in_flight`: a claimer waits for room
+    before it claims, so a job this process has no room for stays queued — for another replica,
+    or for this one once its started runs have moved on (issue 32)."""
 
     def __init__(self, engine: Engine, queue: PostgresQueue, size: int, *, idle_poll_s: float = 0.5,
-                 max_in_flight: int = 4096, max_loop_lag_s: float = 0.02) -> None:
-        self.max_loop_lag_s = max_loop_lag_s
-        #: how late the event loop runs (a moving average, seconds; `_watch_lag`)
-        self.loop_lag_s = 0.0
+                 max_in_flight: int = 4096) -> None:
         self.engine = engine
         self.queue = queue
         self.size = size
         self.idle_poll_s = idle_poll_s
         self.max_in_flight = max_in_flight
-        self._room = asyncio.Semaphore(max_in_flight)
+        self.admission = Admission(max_in_flight)
+        self._room = asyncio.Event()
+        self._room.set()
         self._tasks: list[asyncio.Task[None]] = []
         #: the steps running now (each a task of its own)
         self._steps: set[asyncio.Task[None]] = set()
@@ -57,18 +52,6 @@ class WorkerPool:
         self._tasks = [
             asyncio.create_task(self._work(i), name=f"treadle-worker-{i}") for i in range(self.size)
         ]
-        self._tasks.append(asyncio.create_task(self._watch_lag(), name="treadle-loop-lag"))
-
-    async def _watch_lag(self, every_s: float = 0.025) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            t0 = loop.time()
-            await asyncio.sleep(every_s)
-            self.loop_lag_s = 0.7 * self.loop_lag_s + 0.3 * max(0.0, loop.time() - t0 - every_s)
-
-    def saturated(self) -> bool:
-        """The process cannot serve more steps well now (see the class docstring)."""
-        return bool(self._steps) and (self.loop_lag_s > self.max_loop_lag_s or self.engine.steps.busy())
 
     async def stop(self) -> None:
         await cancel_all_and_wait(self._tasks)  # each once: a second cancel would cut a query's cancel short
@@ -84,34 +67,41 @@ class WorkerPool:
     async def _claim_and_run(self) -> bool:
         """Claim the next due job (once there is room for a step) and start its step; False when
         the queue had none."""
-        while self.saturated():  # noqa: ASYNC110 - a measurement (loop lag, the pool's queue), no event to wait on
-            await asyncio.sleep(self.max_loop_lag_s)
-        await self._room.acquire()
+        while not self.admission.room():
+            self._room.clear()
+            await self._room.wait()
+        self.admission.started()
         owner = self.engine.new_owner()
         try:
             found, leased = await self.engine.steps.claim_job(owner)
         except BaseException:
-            self._room.release()
+            self._ended(None)
             raise
         if leased is None:
-            self._room.release()
+            self._ended(None)
             return found
         step = asyncio.create_task(self._run(leased, owner), name=f"treadle-step-{leased.run_id}")
         self._steps.add(step)
         step.add_done_callback(self._steps.discard)
         return True
 
+    def _ended(self, own_s: float | None) -> None:
+        self.admission.ended(own_s)
+        if self.admission.room():
+            self._room.set()
+
     async def _run(self, leased: LeasedRun, owner: str) -> None:
+        lease = self.engine.lease_of(leased, owner)
         try:
             async with self.engine.steps.holding():  # one connection for the chain's statements
-                await self.engine.run_leased(leased, owner)
+                await self.engine.run_lease(lease)
             self.steps_run += 1
         except asyncio.CancelledError:
             raise
         except Exception:  # the engine hands a crashed step back itself; this is a bug's last stop
             log.exception("step of run %s", leased.run_id)
         finally:
-            self._room.release()
+            self._ended(lease.own_s / lease.steps if lease.steps else None)
 
     async def _work(self, index: int) -> None:
         wakeup = self.queue.wakeup

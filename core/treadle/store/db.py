@@ -441,10 +441,6 @@ class Pool:
         if tenant is not None:
             self._acting[conn] = tenant
 
-    def waiting(self) -> int:
-        """How many requests wait for a connection right now (the pool is the bottleneck)."""
-        return int(self.inner.get_stats().get("requests_waiting", 0))
-
     @asynccontextmanager
     async def holding(self) -> AsyncIterator[None]:
         """While the block runs, this task's step statements (`step_connection`: its events, its

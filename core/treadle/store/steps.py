@@ -280,10 +280,6 @@ class StepStore:
         `Pool.holding`): a lease chain's statements — given back across `released`."""
         return self.pool.holding()
 
-    def busy(self) -> bool:
-        """Steps queue for a database connection (the claimers should take no new work)."""
-        return self.pool.waiting() > 0
-
     def released(self) -> AbstractAsyncContextManager[None]:
         """Give the task's held connection back while the block waits on a model or a tool."""
         return self.pool.released()
