@@ -120,3 +120,18 @@ async def test_bearer_is_required(base_url: str) -> None:
             async with mcp_client(base_url, http) as c:
                 await c.list_tools()
     assert refused.group_contains(MCPError, depth=None)  # the SDK's error for a refused HTTP request
+
+
+async def test_teamdef_meta_tool_authors_and_runs_a_team(base_url: str) -> None:
+    graph = {"entry": "a", "states": [{"state": "a", "handler": {"kind": "agent", "agent": "echo"}},
+                                      {"state": "b", "handler": {"kind": "terminal"}}],
+             "transitions": [{"from": "a", "to": "b", "on": "success"}]}
+    async with connect(base_url) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert "render_diagram" in listed["teamdef"].input_schema["properties"]["op"]["enum"]
+        created = payload(await client.call_tool("teamdef", {"op": "create", "name": "mcp-team", "overlay": graph}))
+        assert created["version"] == 1
+        diagram = payload(await client.call_tool("teamdef", {"op": "render_diagram", "name": "mcp-team"}))
+        assert diagram["diagram"].startswith("stateDiagram-v2")
+        ran = payload(await client.call_tool("teamdef", {"op": "run", "name": "mcp-team", "input": "hello team"}))
+        assert ran["status"] == "completed" and ran["final_output"] == "hello team", ran

@@ -125,6 +125,7 @@ TOOL_SCOPES: dict[str, str] = {
     "memory": sc.TENANT, "publish_channel": sc.CHANNEL_PUBLISH, "peek_channel": sc.CHANNEL_READ,
     "list_channels": sc.CHANNEL_READ, "agentdef": sc.TENANT, "skilldef": sc.TENANT, "scheduledef": sc.TENANT,
     "evaluation": sc.TENANT, "mcpserverdef": sc.TENANT, "webhookdef": sc.WEBHOOKS_ADMIN,
+    "teamdef": sc.TENANT,
 }
 
 

@@ -311,7 +311,7 @@ async def whoami(_rt: Runtime, who: Principal, _a: NoArgs) -> dict[str, Any]:
 
 #: meta-tool name → the runtime's op service (Runtime's `_OpServices` names, the builtin tools' names)
 DEF_TOOLS = {"agentdef": "AgentDef", "skilldef": "SkillDef", "scheduledef": "ScheduleDef",
-             "webhookdef": "WebhookDef", "evaluation": "Evaluation"}
+             "webhookdef": "WebhookDef", "evaluation": "Evaluation", "teamdef": "TeamDef"}
 
 
 def _def_handler(service: str) -> Handler:
