@@ -335,6 +335,8 @@ class TreadleConfig(BaseModel):
     agents: dict[str, AgentConfig] = {}
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     skills: dict[str, SkillSpec] = {}
+    #: team workflows (docs/teams.md): name → graph; the static base of TeamDef, validated at start
+    teams: dict[str, dict[str, Any]] = {}
     #: loomcycle's provider walk order and per-user-class routing (specs/loomcycle.py)
     provider_priority: list[str] = []
     user_tiers: dict[str, UserTierConfig] = {}

@@ -243,7 +243,8 @@ class Runtime:
             storage = self.volume_storage = HostDirStorage(settings.volumes_root or settings.home / "volumes")
         self.volumes = VolumeService(storage, config, VolumeStore(pool), DefStore(pool), self.subruns)
         self.teams = TeamRuns(DefStore(pool), self.runs, self.registry, self, self.hub.wait)
-        self.teamdefs = TeamDefFamily(DefStore(pool), self.teams)
+        self.teamdefs = TeamDefFamily(DefStore(pool), self.teams, config.teams, config.source)
+        self.teams.current = self.teamdefs.current_record
 
     @cached_property
     def engine(self) -> Engine:

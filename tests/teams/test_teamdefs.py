@@ -200,3 +200,30 @@ async def test_a_team_is_a_run_target(open_rt: Any) -> None:
     assert run["status"] == "completed" and run["agent"] == "team:review"
     result = await rt.teams.result("default", run["run_id"] if "run_id" in run else run["id"], 1)
     assert result["final_output"] == "approved: draft v2"
+
+
+async def test_yaml_teams_are_the_static_base(open_rt: Any) -> None:
+    rt, disp = await open_rt({"agents": AGENTS, "teams": {"review": REVIEW_TEAM}}, providers={"players": players()})
+    async with client_for(rt) as c:
+        names = (await c.get("/v1/_teamdef/names")).json()["names"]
+        assert [(n["name"], n.get("source")) for n in names] == [("review", "yaml")]
+        clash = await c.post("/v1/_teamdef", json={"op": "create", "name": "review", "overlay": REVIEW_TEAM})
+        assert clash.status_code == 422 and "treadle.yaml" in clash.text
+        started = await c.post("/v1/runs", json={"team": "review", "prompt": "owls"})
+        assert started.status_code == 202, started.text
+        await disp.drain()
+        result = await rt.teams.result("default", started.json()["run_id"], 1)
+        assert result["status"] == "completed"
+        got = (await c.post("/v1/_teamdef", json={"op": "get", "def_id": result["def_id"]})).json()
+        static = (await c.post("/v1/_teamdef", json={"op": "get", "name": "review"})).json()
+    # the yaml team was recorded as a version, then pinned by the run
+    assert got["description"] == "from treadle.yaml" and got["version"] == 1
+    assert static["source"] == "yaml" and static["content_sha256"] == got["content_sha256"]
+
+
+async def test_an_invalid_yaml_team_stops_the_start(open_rt: Any) -> None:
+    from treadle.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"teams\.review: invalid TeamDef: .*dead end"):
+        await open_rt({"agents": AGENTS, "teams": {"review": INVALID["team_dead_end"]}},
+                      providers={"players": players()})

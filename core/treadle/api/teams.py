@@ -42,4 +42,9 @@ async def teamdef_names(rt: Rt, who: Who) -> dict[str, Any]:
             "last_updated": max(r.created_at for r in versions).isoformat(), "live_version_count": len(live),
             "active_retired": False if active else bool(versions),
         })
-    return {"names": names}
+    for name in rt.teamdefs.static_names():  # treadle.yaml's teams no version overrides
+        if name not in by_name:
+            names.append({"name": name, "tenant_id": who.tenant_id, "version_count": 0, "active_def_id": "",
+                          "latest_version": 0, "live_version_count": 0, "active_retired": False,
+                          "source": "yaml"})
+    return {"names": sorted(names, key=lambda n: n["name"])}

@@ -15,8 +15,10 @@ Ops: the lifecycle's (create, fork, get, list, retire, promote, verify) and loom
   run_id, status: completed | iteration_cap | failed, final_state?, final_output?, steps}`.
   Through the TeamDef tool the calling run parks instead (builtins/teamdef.py).
 loomcycle's `board_chunk_id`/`board_scope` (Document task boards) are refused by name: treadle
-has no Document boards. There is no treadle.yaml base yet; the TeamDef tool is not sub-gated by
-scopes (as in loomcycle, holding the tool is the grant), and every op stays in the caller's tenant.
+has no Document boards. treadle.yaml's `teams:` are the static base (validated when treadle starts;
+a run of one records it as a version first; `create` refuses their names, `fork` overrides one).
+The TeamDef tool is not sub-gated by scopes (as in loomcycle, holding the tool is the grant), and
+every op stays in the caller's tenant.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from treadle.defs.gates import Gate, require_scopes
 from treadle.defs.lifecycle import DefLifecycle
 from treadle.domain import skillmatch
 from treadle.domain.defs import DefRecord
-from treadle.errors import DefRefused, NotFound
+from treadle.errors import ConfigError, DefRefused, NotFound
 from treadle.store.defs import DefStore
 from treadle.teams.graph import Definition, parse, validate
 from treadle.teams.hashing import team_sha256
@@ -61,9 +63,27 @@ class TeamDefFamily(DefLifecycle):
     fork_promotes = False
     extra_ops = ("delete", "render_diagram", "run")
 
-    def __init__(self, defs: DefStore, runner: TeamRunner | None = None) -> None:
+    def __init__(self, defs: DefStore, runner: TeamRunner | None = None,
+                 static: Mapping[str, Mapping[str, Any]] | None = None, source: str = "treadle.yaml") -> None:
         super().__init__(defs)
         self.runner = runner
+        self.static: dict[str, dict[str, Any]] = {}
+        for name, body in (static or {}).items():  # treadle.yaml's `teams:`: refused at start when invalid
+            problem = skillmatch.name_problem(name)
+            if problem is not None:
+                raise ConfigError(f"{source}: teams.{name}: {problem.replace('skill', 'team')}")
+            try:
+                d = parse(dict(body))
+                validate(d)
+            except DefRefused as exc:
+                raise ConfigError(f"{source}: teams.{name}: {exc.message}") from None
+            self.static[name] = d.to_json()
+
+    def static_names(self) -> list[str]:
+        return sorted(self.static)
+
+    def static_body(self, name: str) -> dict[str, Any] | None:
+        return self.static.get(name)
 
     async def dispatch(
         self, tenant_id: str, args: Any, *, gate: Gate | None = None, run_id: str | None = None
@@ -163,9 +183,17 @@ class TeamDefFamily(DefLifecycle):
             raise DefRefused(f"{what}: provide `name` (active version) or `def_id`")
         if args.get("def_id"):
             return await self.resolve(tenant, args, static_ok=False)
-        found = await self.defs.get(tenant, self.kind, name=self.name_arg(args))
+        found = await self.current_record(tenant, self.name_arg(args))
         if found is None:
             raise NotFound(f"{what}: team {args.get('name')!r} has no active version")
+        return found
+
+    async def current_record(self, tenant: str, name: str) -> DefRecord | None:
+        """What a new run of team `name` walks: its active version, else treadle.yaml's (recorded as
+        a version first, so that the run can pin it), else None."""
+        found = await self.defs.get(tenant, self.kind, name=name)
+        if found is None and name in self.static:
+            found = await self.record_static(tenant, self.static_record(tenant, name))
         return found
 
     async def run_args(self, tenant: str, args: dict[str, Any]) -> tuple[DefRecord, str, bool]:

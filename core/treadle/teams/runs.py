@@ -56,6 +56,9 @@ class TeamRuns:
         self.starter = starter
         self._wait = wait
         self.provider = TeamWalkProvider()
+        #: the version a new run of a team name walks (TeamDefFamily.current_record: the active
+        #: version, else treadle.yaml's); set by the runtime
+        self.current: Callable[[str, str], Awaitable[DefRecord | None]] | None = None
 
     def new_run(self, tenant: str, record: DefRecord, task: str, *, interrupt_on_cap: bool,
                 **fields: Any) -> NewRun:
@@ -75,7 +78,8 @@ class TeamRuns:
             if record is None or record.name != name or record.status != "active":
                 raise UnknownAgent(f"TeamDef {new.def_id!r} of team {name!r} not found (or retired)")
         else:
-            found = await self.defs.get(new.tenant_id, KIND, name=name)
+            found = (await self.current(new.tenant_id, name) if self.current is not None
+                     else await self.defs.get(new.tenant_id, KIND, name=name))
             if found is None:
                 raise UnknownAgent(f"unknown team {name!r} (no promoted TeamDef of that name)")
             record = found
