@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REVIEWER = """---
 name: reviewer
 description: Reviews a change and says what is wrong.
-tools: Read, Grep, WebFetch, Task, mcp__github__get_diff
+tools: Read, Grep, WebFetch, Task, Skill, mcp__github__get_diff
 model: inherit
 color: blue
 skills: house-style
@@ -78,7 +78,7 @@ def test_dry_run_lists_what_it_would_create_and_what_is_lossy(tmp_path: Path) ->
 
     plan = json.loads(treadle("--from", str(root), "--json").stdout)
     reviewer = next(p for p in plan if p["name"] == "reviewer")
-    assert reviewer["overlay"]["tools"] == ["WebFetch", "Agent", "mcp__github__get_diff"]
+    assert reviewer["overlay"]["tools"] == ["WebFetch", "Agent", "Skill", "mcp__github__get_diff"]
     assert reviewer["overlay"]["skills"] == ["house-style"] and reviewer["overlay"]["model"] == "sonnet"
     assert reviewer["overlay"]["system_prompt"] == "You review changes. Be brief."
     skill = next(p for p in plan if p["name"] == "house-style")

@@ -15,6 +15,10 @@ gets none (listed as lossy). Tools without a treadle equivalent (file system, sh
 are dropped; `mcp__<server>__<tool>` names carry over as they are (the server must be configured
 in treadle). `model: sonnet | opus | haiku` becomes a model alias of that name (declare it under
 treadle.yaml `models:`); `inherit` or none becomes `--default-model`.
+
+Skills stay on demand: an agent whose `tools:` names `Skill` gets treadle's Skill tool (`list`,
+`invoke`; with no `skills:` it may load every imported skill); the skills its `skills:` lists are
+bundled into its prompt, as Claude Code preloads them into a subagent.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ TOOL_MAP: dict[str, str | None] = {
     "WebFetch": "WebFetch", "WebSearch": "WebSearch", "Task": "Agent", "Agent": "Agent",
     "Read": None, "Write": None, "Edit": None, "MultiEdit": None, "Glob": None, "Grep": None, "LS": None,
     "Bash": None, "BashOutput": None, "KillShell": None, "KillBash": None, "NotebookEdit": None,
-    "NotebookRead": None, "TodoWrite": None, "SlashCommand": None, "Skill": None, "ExitPlanMode": None,
+    "NotebookRead": None, "TodoWrite": None, "SlashCommand": None, "Skill": "Skill", "ExitPlanMode": None,
 }
 AGENT_KEYS = {"name", "description", "tools", "model", "skills"}
 SKILL_KEYS = {"name", "description", "allowed-tools"}
