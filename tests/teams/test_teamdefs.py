@@ -136,6 +136,9 @@ async def test_a_team_run_walks_the_graph_with_child_runs(open_rt: Any) -> None:
     # per visit: write → 1 child; review → 2 reviewers + the editor
     assert sorted(r.agent for r in kids) == sorted(["writer"] * 2 + ["reviewer-a", "reviewer-b", "editor"] * 2)
     assert all(r.status == "completed" for r in kids)
+    async with client_for(rt) as c:
+        where = (await c.post("/v1/_teamdef", json={"op": "render_diagram", "run_id": started["run_id"]})).json()
+    assert where["state"] == "done" and where["run_status"] == "completed" and "class done c99e9f2_hl" in where["diagram"]
     team_run = await rt.runs.get("default", started["run_id"])
     assert team_run is not None and team_run.agent == "team:review"
     assert team_run.def_content_sha256 == team_sha256("review", parse(REVIEW_TEAM))
@@ -171,6 +174,9 @@ async def test_a_cap_asks_a_human(open_rt: Any, answer: str) -> None:
             items = pending.get("interrupts", pending) if isinstance(pending, dict) else pending
             items = [i for i in items if i["status"] == "pending"]
             assert len(items) == 1 and "iteration cap" in items[0]["question"]
+            where = (await c.post("/v1/_teamdef", json={"op": "render_diagram", "run_id": run.id})).json()
+            assert where["run_status"] == "waiting" and where["state"] == ("write" if asked == 0 else "review")
+            assert f"class {where['state']} " in where["diagram"] and "_hl\n" in where["diagram"]
             resolved = await c.post(f"/v1/runs/{run.id}/interrupts/{items[0]['interrupt_id']}/resolve",
                                     json={"answer": answer})
             assert resolved.status_code < 300, resolved.text

@@ -38,6 +38,8 @@ class TeamDefTool:
         create_promotes=True, fork_promotes=False,
         format={"type": "string", "enum": ["mermaid"], "description": "render_diagram: the output format"},
         highlight_state={"type": "string", "description": "render_diagram: outline this state"},
+        run_id={"type": "string", "description": "render_diagram: a team run — its version, its current state "
+                "outlined"},
         input={"type": "string", "description": "run: the task handed to the entry state"},
         interrupt_on_cap={"type": "boolean", "description": "run: at a state's cap ask a human (continue | "
                           "reroute:<state> | abort) instead of ending with iteration_cap"},

@@ -9,7 +9,8 @@ Ops: the lifecycle's (create, fork, get, list, retire, promote, verify) and loom
   later create starts the name again) → `{name, deleted: true}`;
 - `render_diagram {name | def_id, highlight_state?, format?: mermaid}` → `{name, def_id, format,
   diagram}`; with an `overlay` it renders that unsaved graph after the same validation (a dry
-  run, `preview: true`, nothing stored);
+  run, `preview: true`, nothing stored); with a team run's `run_id` it renders the version the run
+  walks with the run's current state highlighted (`state`, `run_status`, `steps`);
 - `run {name | def_id, input?, interrupt_on_cap?, wait?, timeout_ms?}`: starts a team run
   (teams/runs.py) and, unless `wait` is false, answers its result once it ends: `{name, def_id,
   run_id, status: completed | iteration_cap | failed, final_state?, final_output?, steps}`.
@@ -36,6 +37,7 @@ from treadle.store.defs import DefStore
 from treadle.teams.graph import Definition, parse, validate
 from treadle.teams.hashing import team_sha256
 from treadle.teams.render import render_mermaid
+from treadle.teams.walk import Walked
 
 KIND = "team"
 #: op-input fields loomcycle has that treadle refuses by name
@@ -50,6 +52,8 @@ class TeamRunner(Protocol):
     async def start(self, tenant: str, record: DefRecord, task: str, *, interrupt_on_cap: bool) -> str: ...
 
     async def result(self, tenant: str, run_id: str, timeout_s: float) -> dict[str, Any]: ...
+
+    async def progress(self, tenant: str, run_id: str) -> tuple[DefRecord, Walked, str] | None: ...
 
 
 def definition_of(body: Mapping[str, Any]) -> Definition:
@@ -150,6 +154,19 @@ class TeamDefFamily(DefLifecycle):
         if fmt not in (None, "", "mermaid"):
             raise DefRefused(f"{what}: format {fmt!r} is not supported (only mermaid)")
         highlight = opt_str(args, "highlight_state", max_len=256, what=what) or ""
+        run_id = opt_str(args, "run_id", max_len=64, what=what)
+        if run_id:  # a team run: the version it walks, its current state highlighted
+            if args.get("overlay") is not None or args.get("def_id") or args.get("name") or highlight:
+                raise DefRefused(f"{what}: run_id names the team and the state; give it alone")
+            progress = await self.runner.progress(tenant, run_id) if self.runner is not None else None
+            if progress is None:
+                raise NotFound(f"{what}: team run {run_id!r} not found")
+            record, walked, status = progress
+            state = walked.state if walked.answer is None or status not in ("completed", "failed", "cancelled") \
+                else str(walked.answer.get("final_state") or walked.state)
+            return {"name": record.name, "def_id": record.def_id, "version": record.version, "format": "mermaid",
+                    "run_id": run_id, "run_status": status, "state": state, "steps": walked.steps,
+                    "diagram": render_mermaid(record.name, definition_of(record.body), state)}
         if args.get("overlay") is not None:  # a dry run of an unsaved graph
             d = parse(self.overlay_arg(args, required=True))
             validate(d)

@@ -27,7 +27,9 @@ from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun, RunStore
 from treadle.store.steps import LeasedRun
 from treadle.teams.defs import KIND
+from treadle.teams.graph import parse
 from treadle.teams.provider import MODEL, PROVIDER, TeamSpec, TeamWalkProvider
+from treadle.teams.walk import Walked, walk
 from treadle.tools.registry import ToolRegistry
 
 #: a team run's agent name: `team:<team name>`
@@ -111,6 +113,23 @@ class TeamRuns:
             raise NotFound(f"team run {run_id!r} not found")
         return await self.answer(run.tenant_id, run.id, run.status, run.error)
 
+    async def progress(self, tenant: str, run_id: str) -> tuple[DefRecord, Walked, str] | None:
+        """(the version a team run walks, where its walk is, the run's status) — the walk replayed
+        from the run's transcript; None when `run_id` is no team run of the tenant."""
+        run = await self.runs.get(tenant, run_id)
+        if run is None or not is_team_agent(run.agent) or run.def_id is None:
+            return None
+        record = await self.defs.get(tenant, KIND, def_id=run.def_id)
+        if record is None:
+            return None
+        events = await self.runs.events(tenant, run_id, 0, 100_000)
+        task = next((_segments_text(e.payload.get("segments")) for e in events if e.type == EventType.USER_INPUT), "")
+        results = [(bool(e.payload.get("is_error")), str(e.payload.get("text", ""))) for e in events
+                   if e.type == EventType.TOOL_RESULT]
+        walked = walk(record.name, record.def_id, parse(record.body), task, results,
+                      interrupt_on_cap=bool((run.metadata or {}).get(OPTION)))
+        return record, walked, run.status
+
     async def answer(self, tenant: str, run_id: str, status: str, error: dict[str, Any] | None) -> dict[str, Any]:
         """A team run's result: the walk's final JSON, or what became of the run."""
         if status == "completed":
@@ -126,3 +145,13 @@ class TeamRuns:
             return {"run_id": run_id, "status": "failed" if status == "completed" else status,
                     "error": (error or {}).get("error") or f"the team run ended {status}", "steps": []}
         return {"run_id": run_id, "status": "running", "steps": []}
+
+
+def _segments_text(segments: Any) -> str:
+    """The text of a user turn's segments (what the walk reads as its task)."""
+    out = []
+    for seg in segments or []:
+        for part in (seg.get("content") or []) if isinstance(seg, dict) else []:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                out.append(part["text"])
+    return "".join(out)
