@@ -138,7 +138,8 @@ async def test_a_team_run_walks_the_graph_with_child_runs(open_rt: Any) -> None:
     assert all(r.status == "completed" for r in kids)
     async with client_for(rt) as c:
         where = (await c.post("/v1/_teamdef", json={"op": "render_diagram", "run_id": started["run_id"]})).json()
-    assert where["state"] == "done" and where["run_status"] == "completed" and "class done c99e9f2_hl" in where["diagram"]
+    assert where["state"] == "done" and where["run_status"] == "completed"
+    assert "class done c99e9f2_hl" in where["diagram"]
     team_run = await rt.runs.get("default", started["run_id"])
     assert team_run is not None and team_run.agent == "team:review"
     assert team_run.def_content_sha256 == team_sha256("review", parse(REVIEW_TEAM))
