@@ -8,5 +8,10 @@ scripts/bootstrap.sh dev cloud
 .venv/bin/ruff check core sidecar cloud functions infra layers tests scripts
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
+# Mermaid's own parser for tests/teams/test_mermaid.py (it skips where npm or the registry is missing)
+if command -v npm >/dev/null && [ ! -d tests/teams/mermaid/node_modules/mermaid ]; then
+  npm ci --prefix tests/teams/mermaid --no-audit --no-fund --ignore-scripts >/dev/null 2>&1 ||
+    echo "· the mermaid parser did not install: tests/teams/test_mermaid.py skips"
+fi
 # on every core (TREADLE_TEST_WORKERS=0 runs in this process); worksteal balances the long tests
 .venv/bin/pytest -q -n "${TREADLE_TEST_WORKERS:-auto}" --dist worksteal "$@"
