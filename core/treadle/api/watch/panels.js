@@ -1,4 +1,4 @@
-// treadle's web page, the operator's tabs: the library (agent and skill defs: create, fork,
+// treadle's web page, the operator's tabs: the library (agent, skill and team defs: create, fork,
 // promote, retire, a diff between two versions), schedules (state, pause/resume/run-now, recent
 // fires), webhooks (recent deliveries) and channels (peek, publish). All over the same API a
 // client uses, with the token and tenant of watch.js (window.treadleUI). Text only, never HTML.
@@ -28,7 +28,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
 
   let libDefs = []; // the versions of the listed kind
   let libPicked = null; // the version shown
-  const LIBRARY = { agentdef: "/v1/_agentdef", skilldef: "/v1/_skilldef" }; // the <select>'s values
+  const LIBRARY = { agentdef: "/v1/_agentdef", skilldef: "/v1/_skilldef", teamdef: "/v1/_teamdef" }; // the <select>'s values
   const op = (body) => post(LIBRARY[$("lib-kind").value], body);
 
   async function loadLibrary(keep) {
@@ -65,6 +65,12 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     $("lib-meta").textContent = [def.description, def.def_id, def.content_sha256, def.created_at ? `created ${clock(def.created_at)}` : "",
       def.parent_def_id ? `forked from ${def.parent_def_id}` : ""].filter(Boolean).join(" · ");
     $("lib-body").textContent = stableJson(def.body);
+    $("lib-diagram").hidden = $("lib-kind").value !== "teamdef";
+    $("lib-diagram").textContent = "";
+    if (!$("lib-diagram").hidden) {  // a team: its Mermaid stateDiagram-v2 (as text: the page renders no HTML)
+      const shown = await guard("lib-action-error", () => op({ op: "render_diagram", ...(def.def_id ? { def_id: def.def_id } : { overlay: def.body, name: def.name }) }));
+      if (shown && libPicked === def) $("lib-diagram").textContent = shown.diagram;
+    }
     $("lib-fork-body").value = stableJson(def.body);
     $("lib-promote").hidden = !def.def_id || def.active;
     $("lib-retire").hidden = !def.def_id || def.status === "retired";
@@ -80,7 +86,8 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     $("lib-diff-out").replaceChildren();
   }
 
-  const STARTER = { agentdef: '{"model": "echo", "system_prompt": ""}', skilldef: '{"body": "what the skill teaches"}' };
+  const STARTER = { agentdef: '{"model": "echo", "system_prompt": ""}', skilldef: '{"body": "what the skill teaches"}',
+    teamdef: '{"entry": "work", "states": [{"state": "work", "handler": {"kind": "agent", "agent": "echo"}}, {"state": "done", "handler": {"kind": "terminal"}}], "transitions": [{"from": "work", "to": "done", "on": "success"}]}' };
   $("lib-kind").addEventListener("change", () => {
     $("lib-detail").hidden = true;
     $("lib-create-body").value = STARTER[$("lib-kind").value];

@@ -441,10 +441,26 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
       kids.forEach((k, i) => family.push(i ? ", " : "", runLink(k.run_id, `${k.agent} ${k.status}`)));
     }
     $("run-family").replaceChildren(...family);
+    await showTeam(run);
     $("cancel").hidden = TERMINAL.has(run.status);
     $("steer").hidden = !(run.interactive && !TERMINAL.has(run.status));
     await showQuestions(run);
     return run;
+  }
+
+  /** A team run (agent team:<name>): the state its walk is in, and its diagram (Mermaid source,
+   *  that state outlined) — docs/teams.md. */
+  async function showTeam(run) {
+    const box = $("run-team");
+    box.hidden = !run.agent.startsWith("team:");
+    if (box.hidden) return;
+    try {
+      const where = await post("/v1/_teamdef", { op: "render_diagram", run_id: run.run_id });
+      $("run-team-state").textContent = `team ${where.name} v${where.version}: state ${where.state} · ${where.steps.length} transition(s)`;
+      $("run-team-diagram").textContent = where.diagram;
+    } catch (err) {
+      $("run-team-state").textContent = `team: ${err.message}`;
+    }
   }
 
   /** The run's descendants in the loaded list that are parked. */
