@@ -109,6 +109,10 @@ async def test_authoring_over_http(open_rt: Any) -> None:
         names = (await c.get("/v1/_teamdef/names")).json()["names"]
         assert [(n["name"], n["version_count"], n["active_def_id"], n["latest_version"]) for n in names] == [
             ("review", 2, created["def_id"], 2)]
+        listed = (await c.post("/v1/_teamdef", json={"op": "list", "name": "review"})).json()
+        assert listed["name"] == "review" and [v["version"] for v in listed["versions"]] == [2, 1]
+        unretire = await c.post("/v1/_teamdef", json={"op": "retire", "def_id": created["def_id"], "retired": False})
+        assert unretire.status_code == 422 and "un-retiring" in unretire.text
         deleted = (await c.post("/v1/_teamdef", json={"op": "delete", "name": "review"})).json()
         assert deleted == {"name": "review", "deleted": True, "versions": 2}
         gone = await c.post("/v1/_teamdef", json={"op": "render_diagram", "name": "review"})

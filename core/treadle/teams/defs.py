@@ -130,6 +130,26 @@ class TeamDefFamily(DefLifecycle):
         out.update(definition=record.body, retired=record.status == "retired", promoted=record.active)
         return out
 
+    # -- loomcycle's shapes of the lifecycle's ops -----------------------------------------------------
+
+    async def op_list(
+        self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None
+    ) -> dict[str, Any]:
+        """The lifecycle's answer; with a `name`, also loomcycle's `{name, versions}`."""
+        out = await super().op_list(tenant, args, gate, run_id)
+        if args.get("name"):
+            out.update(name=args["name"], versions=out["defs"])
+        return out
+
+    async def op_retire(
+        self, tenant: str, args: dict[str, Any], gate: Gate | None, run_id: str | None
+    ) -> dict[str, Any]:
+        """loomcycle's `retired: false` (un-retire) has no treadle equivalent: refused by name."""
+        if args.get("retired") is not None and args.get("retired") is not True:
+            raise DefRefused("TeamDef.retire: retired must be true when given (un-retiring is not supported: "
+                             "fork the retired version to bring it back)")
+        return await super().op_retire(tenant, args, gate, run_id)
+
     # -- loomcycle's ops -----------------------------------------------------------------------------
 
     async def op_delete(
