@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.substrate import client_for, run_agent, scripted, tool_results
+from tests.support.substrate import client_for, ok_results, run_agent, scripted, tool_results
 from treadle.config import parse_config
 from treadle.domain import skillmatch
 from treadle.errors import ConfigError
@@ -112,3 +112,13 @@ async def test_skilldef_with_slash_names_pins_per_run(open_rt: Any) -> None:
 async def tool_results_text(rt: Any, run_id: str) -> list[tuple[bool, str]]:
     return [(e.payload["is_error"], e.payload["text"]) for e in await rt.runs.events("default", run_id)
             if e.type == "tool_result"]
+
+
+async def test_context_lists_the_skill_tool_it_adds(open_rt: Any) -> None:
+    agent = scripted(("Context", {"op": "tools"}), ("Context", {"op": "help", "topic": "skills"}),
+                     tools=["Context"], skills=["review/*"])
+    rt, disp = await open_rt({"agents": {"a": agent}, "skills": SKILLS})
+    tools, help_text = await ok_results(rt, (await run_agent(rt, disp, "a")).id)
+    assert [t["name"] for t in tools["tools"]] == ["Context", "Skill"]
+    assert tools["tools"][1]["input_schema"]["properties"]["op"]["enum"] == ["invoke", "list"]
+    assert "review/*" in help_text["text"] and '"op": "invoke"' in help_text["text"]

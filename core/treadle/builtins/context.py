@@ -12,6 +12,7 @@ from importlib import resources
 from typing import Any
 
 from treadle.domain.events import EventType
+from treadle.domain.skillmatch import SKILL_TOOL, uses_skill_tool
 from treadle.errors import ToolError
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
@@ -60,7 +61,7 @@ class ContextTool:
         if op == "self":
             return ToolResult.json(await _self(ctx))
         if op == "tools":
-            return ToolResult.json({"tools": [_tool_entry(ctx, name) for name in ctx.tools]})
+            return ToolResult.json({"tools": [_tool_entry(ctx, name) for name in _held_tools(ctx)]})
         if op == "agents":
             return ToolResult.json(await _agents(ctx))
         if op == "help":
@@ -70,13 +71,21 @@ class ContextTool:
         raise ToolError(f"Context: op must be one of {', '.join(OPS)}")
 
 
+def _held_tools(ctx: ToolContext) -> list[str]:
+    """The agent's tools: its `tools:`, and Skill when its `skills:` patterns add it (engine/agents.py)."""
+    names = list(ctx.tools)
+    if SKILL_TOOL not in names and uses_skill_tool(names, list(ctx.agent_config.skills)):
+        names.append(SKILL_TOOL)
+    return names
+
+
 async def _self(ctx: ToolContext) -> dict[str, Any]:
     cfg = ctx.agent_config
     out: dict[str, Any] = {
         "agent": ctx.agent, "def_id": ctx.def_id, "content_sha256": None, "run_id": ctx.run_id,
         "user_id": ctx.user_id, "tenant_id": ctx.tenant_id, "model": ctx.model, "provider": ctx.provider,
         "iteration": ctx.iteration, "max_iterations": cfg.max_iterations,
-        "tools": list(ctx.tools), "memory_scopes": list(ctx.memory_scopes),
+        "tools": _held_tools(ctx), "memory_scopes": list(ctx.memory_scopes),
         "skills": list(cfg.skills), "context": None,
     }
     runs = ctx.services.runs
