@@ -238,3 +238,15 @@ async def test_an_invalid_yaml_team_stops_the_start(open_rt: Any) -> None:
     with pytest.raises(ConfigError, match=r"teams\.review: invalid TeamDef: .*dead end"):
         await open_rt({"agents": AGENTS, "teams": {"review": INVALID["team_dead_end"]}},
                       providers={"players": players()})
+
+
+async def test_a_state_whose_agent_fails_ends_the_walk_failed(open_rt: Any) -> None:
+    ghost = _mutated(states=[{"state": "write", "handler": {"kind": "agent", "agent": "ghost-writer"}}, *_S[1:]])
+    rt, disp = await open_rt({"agents": AGENTS}, providers={"players": players()})
+    async with client_for(rt) as c:
+        await c.post("/v1/_teamdef", json={"op": "create", "name": "review", "overlay": ghost})
+        started = (await c.post("/v1/_teamdef", json={"op": "run", "name": "review", "input": "owls",
+                                                      "wait": False})).json()
+        await disp.drain()
+    result = await rt.teams.result("default", started["run_id"], 1)
+    assert result["status"] == "failed" and "ghost-writer" in result["error"] and result["steps"] == [], result
