@@ -117,9 +117,8 @@ async def _listing(ctx: ToolContext, allowlist: list[str], pattern: str | None) 
     """The catalogue (treadle.yaml skills + the tenant's promoted SkillDefs) the allowlist and the
     pattern admit, sorted by name."""
     catalogue: dict[str, str] = {n: s.description for n, s in ctx.services.config.skills.items()}
-    for record in await ctx.services.defs.list(ctx.tenant_id, "skill", limit=5000):
-        if record.active:
-            catalogue[record.name] = str(record.body.get("description") or "")
+    for name, (_, description) in (await ctx.services.defs.active_versions(ctx.tenant_id, "skill")).items():
+        catalogue[name] = description
     out = []
     for name in sorted(catalogue):
         if not skillmatch.allowed(allowlist, name):

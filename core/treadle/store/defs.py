@@ -122,6 +122,19 @@ class DefStore:
             rows = await cur.fetchall()
         return [_record(r) for r in rows]
 
+    async def active_versions(self, tenant_id: str, kind: str) -> dict[str, tuple[str, str]]:
+        """name → (def_id, description) of every active version of a kind (no bodies: cheap for a
+        library of any size — the Skill tool's catalogue and a run's skill pins)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT d.name, d.def_id, coalesce(d.body->>'description', '') AS description"
+                " FROM def_active a JOIN defs d ON d.def_id = a.def_id"
+                " WHERE d.tenant_id = %s AND d.kind = %s",
+                (tenant_id, kind),
+            )
+            rows = await cur.fetchall()
+        return {r["name"]: (r["def_id"], r["description"]) for r in rows}
+
     async def lineage(
         self, tenant_id: str, kind: str, def_id: str, max_depth: int = 100
     ) -> builtins.list[DefRecord]:

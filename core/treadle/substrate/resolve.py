@@ -84,9 +84,9 @@ class AgentPinning:
                 raise UnknownAgent(await self._unknown(new.tenant_id, new.agent))
         pins: dict[str, str] = {}
         if skillmatch.uses_skill_tool(cfg.tools, cfg.skills):  # skills on demand: the versions the run may load
-            for record in await defs.list(new.tenant_id, SKILL, limit=5000):
-                if record.active and skillmatch.allowed(cfg.skills, record.name):
-                    pins[record.name] = record.def_id
+            for name, (def_id, _) in (await defs.active_versions(new.tenant_id, SKILL)).items():
+                if skillmatch.allowed(cfg.skills, name):
+                    pins[name] = def_id
             for name in self.config.skills:
                 if name not in pins and skillmatch.allowed(cfg.skills, name):
                     pins[name] = YAML_PIN
