@@ -164,7 +164,7 @@ async def test_the_teamdef_tool_runs_a_team_parked(open_rt: Any) -> None:
     assert team_run is not None and team_run.parent_run_id == done.id
 
 
-@pytest.mark.parametrize("answer", ["continue", "abort"])
+@pytest.mark.parametrize("answer", ["continue", "abort", "reroute:done"])
 async def test_a_cap_asks_a_human(open_rt: Any, answer: str) -> None:
     stubborn = _mutated(max_iterations=1)
     rt, disp = await open_rt({"agents": {**AGENTS}}, providers={"players": players()})
@@ -192,7 +192,10 @@ async def test_a_cap_asks_a_human(open_rt: Any, answer: str) -> None:
     # max_iterations 1: write is capped on its second visit; after `continue` review is, once
     assert result.get("cap_decision") == answer and result["interruptions"] == asked == (2 if answer == "continue"
                                                                                           else 1), result
-    assert result["status"] == ("completed" if answer == "continue" else "iteration_cap"), json.dumps(result)
+    expected = {"continue": "completed", "abort": "iteration_cap", "reroute:done": "completed"}[answer]
+    assert result["status"] == expected, json.dumps(result)
+    if answer == "reroute:done":  # straight to the end, with the last state's output
+        assert result["final_state"] == "done" and result["final_output"] == "please rework the intro"
 
 
 async def test_a_team_is_a_run_target(open_rt: Any) -> None:
