@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.substrate import client_for, run_agent, scripted, tool_results
 from tests.support.teams import AGENTS, REVIEW_TEAM, players
@@ -253,3 +257,11 @@ async def test_a_state_whose_agent_fails_ends_the_walk_failed(open_rt: Any) -> N
         await disp.drain()
     result = await rt.teams.result("default", started["run_id"], 1)
     assert result["status"] == "failed" and "ghost-writer" in result["error"] and result["steps"] == [], result
+
+
+def test_cli_prints_a_yaml_teams_hash(tmp_path: Path) -> None:
+    cfg = tmp_path / "treadle.yaml"
+    cfg.write_text(yaml.safe_dump({"agents": {"writer": {"model": "echo"}}, "teams": {"review": REVIEW_TEAM}}))
+    out = subprocess.run([sys.executable, "-m", "treadle.cli.main", "--config", str(cfg), "hash", "team", "review"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == team_sha256("review", parse(REVIEW_TEAM))

@@ -218,7 +218,7 @@ def cmd_doctor(args: Args) -> int:
 
 
 def cmd_hash(args: Args) -> int:
-    """The content hash of a treadle.yaml agent or skill, as AgentDef/SkillDef compute it (drift checks:
+    """The content hash of a treadle.yaml agent, skill or team, as the *Def kinds compute it (drift checks:
     compare with `{"op": "verify", "name": ..., "content_sha256": ...}`): loomcycle's hash, the one
     `loomcycle hash` prints for the same definition; `--treadle` prints treadle's earlier one."""
     from treadle.config import load_config
@@ -233,6 +233,23 @@ def cmd_hash(args: Args) -> int:
             return 1
         cfg = config.agents[args.name]
         print(agent_hash(cfg) if args.treadle else agent_loomcycle_hash(args.name, cfg))
+        return 0
+    if args.kind == "team":
+        if args.name not in config.teams:
+            print(f"error: no team {args.name!r} in the config (teams: {', '.join(config.teams) or '-'})",
+                  file=sys.stderr)
+            return 1
+        from treadle.errors import DefRefused
+        from treadle.teams.graph import parse, validate
+        from treadle.teams.hashing import team_sha256
+
+        try:
+            d = parse(config.teams[args.name])
+            validate(d)
+        except DefRefused as exc:
+            print(f"error: teams.{args.name}: {exc.message}", file=sys.stderr)
+            return 1
+        print(team_sha256(args.name, d))  # loomcycle's teamgraph.Sign; treadle has no earlier team hash
         return 0
     if args.name not in config.skills:
         print(f"error: no skill {args.name!r} in the config (skills: {', '.join(config.skills) or '-'})",
@@ -290,9 +307,9 @@ def doctor_command() -> int:
     return cmd_doctor(_args())
 
 
-@cli.command("hash", short_help="print the content hash of an agent or skill",
-             help="print the content_sha256 of a treadle.yaml agent or skill (drift checks)")
-@click.argument("kind", type=click.Choice(["agent", "skill"]))
+@cli.command("hash", short_help="print the content hash of an agent, skill or team",
+             help="print the content_sha256 of a treadle.yaml agent, skill or team (drift checks)")
+@click.argument("kind", type=click.Choice(["agent", "skill", "team"]))
 @click.argument("name")
 @click.option("--treadle", is_flag=True, help="treadle's earlier hash (treadle_sha256) instead of loomcycle's")
 def hash_command(**kw: Any) -> int:
