@@ -31,11 +31,6 @@ class Lease:
     #: after the run's final commit: whether volume instances are rooted at it (to purge); True
     #: when the run ended by another statement, which did not look
     rooted_volumes: bool = True
-    #: what the chain's steps waited on models and external tools, and their own time besides
-    #: (engine/admission.py reads it: the process is saturated when steps' own time grows)
-    waited_s: float = 0.0
-    own_s: float = 0.0
-    steps: int = 0
 
     @classmethod
     def of(cls, run: LeasedRun, owner: str, deadline: float) -> Lease:

@@ -41,6 +41,7 @@ from treadle.engine.replay import Replayer, Transcript
 from treadle.engine.routing import Call, RetryPolicy, call_route
 from treadle.engine.scrub import scrub_key, scrub_messages
 from treadle.engine.sending import StepSender
+from treadle.engine.slots import slot_given_back
 from treadle.engine.toolcalls import Outcome, ToolRaised, ToolRunner, TurnCalls
 from treadle.engine.waiting import Steering
 from treadle.errors import CancelPending, LeaseLost, ProviderError
@@ -170,19 +171,14 @@ class Engine:
                 return result
 
     async def _run_one(self, lease: Lease) -> StepResult:
-        """The step inside its span (a child of the run's, telemetry/tracing.py), counted, its own
-        time (besides what it waited on its model and tools) added to the lease's."""
+        """The step inside its span (a child of the run's, telemetry/tracing.py), counted."""
         leased = lease.run
         started = time.perf_counter()
-        waited = lease.waited_s
         with tracing.step(run_id=leased.run_id, step_no=leased.step_no, tenant_id=leased.tenant_id,
                           agent=leased.agent, run_context=leased.trace_context, worker=self._owner_prefix) as span:
             result = await self._run_step(lease)
             tracing.set_outcome(span, "error" if result is StepResult.RETRY_LATER else result.value)
-        elapsed = time.perf_counter() - started
-        lease.own_s += max(0.0, elapsed - (lease.waited_s - waited))
-        lease.steps += 1
-        metrics().step(result.value, elapsed)
+        metrics().step(result.value, time.perf_counter() - started)
         if result is StepResult.FINISHED and leased.created_at is not None:
             metrics().run_finished((datetime.now(UTC) - leased.created_at).total_seconds())
         return result
@@ -219,12 +215,9 @@ class Engine:
         async def check() -> CancelState:
             return await cancel_state(self.steps.pool, run_id)
 
-        t0 = time.perf_counter()
-        try:
-            async with self.steps.released():  # nothing held while the model or the tools answer
-                return await interruptible(work, self._signals.get(run_id), check)
-        finally:
-            lease.waited_s += time.perf_counter() - t0
+        # nothing held while the model or the tools answer: no connection, no worker slot
+        async with self.steps.released(), slot_given_back():
+            return await interruptible(work, self._signals.get(run_id), check)
 
     async def _stop_if_cancelled(self, leased: LeasedRun) -> None:
         """StepInterrupted when the run's cancel signal has fired and a cancel is pending (no query

@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable
 from treadle.dispatch.base import Dispatcher
 from treadle.dispatch.postgres import PostgresQueue
 from treadle.domain.tasks import cancel_all_and_wait, cancel_and_wait
-from treadle.engine.admission import Admission
 from treadle.engine.hub import wait_event
 from treadle.engine.sending import StepSender
+from treadle.engine.slots import HELD, Slot, Slots
 from treadle.engine.step import Engine
 from treadle.store.steps import LeasedRun
 from treadle.telemetry.metrics import metrics
@@ -21,12 +21,12 @@ log = logging.getLogger("treadle.workers")
 
 
 class WorkerPool:
-    """`size` claimers take jobs off the Postgres queue; each leased step (and the lease chain it
-    starts) then runs as a task of its own, so a step waiting on a model or an external tool holds
-    neither a claimer nor a database connection (`Pool.released`). How many steps run at once is
-    an adaptive limit (engine/admission.py), at most `max_in_flight`: a claimer waits for room
-    before it claims, so a job this process has no room for stays queued — for another replica,
-    or for this one once its started runs have moved on (issue 32)."""
+    """`size` worker slots on the Postgres queue (engine/slots.py): a worker slot claims a job and
+    runs its step (and the lease chain it starts) as a task of its own, and the step gives the slot
+    back — and its database connection (`Pool.released`) — while its model or external tools
+    answer, so a step waiting on a model holds neither (issue 32). A step coming back from its
+    model takes a slot before new work is claimed. At most `max_in_flight` steps are in flight
+    (waiting included): beyond that a job stays queued, for another replica or for later."""
 
     def __init__(self, engine: Engine, queue: PostgresQueue, size: int, *, idle_poll_s: float = 0.5,
                  max_in_flight: int = 4096) -> None:
@@ -35,11 +35,10 @@ class WorkerPool:
         self.size = size
         self.idle_poll_s = idle_poll_s
         self.max_in_flight = max_in_flight
-        self.admission = Admission(max_in_flight)
-        self._room = asyncio.Event()
-        self._room.set()
+        self.slots = Slots(size)
+        self._room = asyncio.Semaphore(max_in_flight)
         self._tasks: list[asyncio.Task[None]] = []
-        #: the steps running now (each a task of its own)
+        #: the steps in flight now (each a task of its own)
         self._steps: set[asyncio.Task[None]] = set()
         self.steps_run = 0
 
@@ -60,48 +59,53 @@ class WorkerPool:
         await self.queue.stop_listening()
 
     async def settle(self) -> None:
-        """Wait for the steps running now to end (a test's, or a drain before stop)."""
+        """Wait for the steps in flight now to end (a test's, or a drain before stop)."""
         while self._steps:
             await asyncio.wait(set(self._steps))
 
     async def _claim_and_run(self) -> bool:
-        """Claim the next due job (once there is room for a step) and start its step; False when
-        the queue had none."""
-        while not self.admission.room():
-            self._room.clear()
-            await self._room.wait()
-        self.admission.started()
+        """Claim the next due job (once there is room and a free worker slot) and start its step,
+        which takes the slot over; False when the queue had none."""
+        await self._room.acquire()
+        try:
+            await self.slots.acquire(resuming=False)
+        except BaseException:
+            self._room.release()
+            raise
         owner = self.engine.new_owner()
         try:
             found, leased = await self.engine.steps.claim_job(owner)
         except BaseException:
-            self._ended(None)
+            self._done()
             raise
         if leased is None:
-            self._ended(None)
+            self._done()
             return found
         step = asyncio.create_task(self._run(leased, owner), name=f"treadle-step-{leased.run_id}")
         self._steps.add(step)
         step.add_done_callback(self._steps.discard)
         return True
 
-    def _ended(self, own_s: float | None) -> None:
-        self.admission.ended(own_s)
-        if self.admission.room():
-            self._room.set()
+    def _done(self, slot: Slot | None = None) -> None:
+        if slot is None:
+            self.slots.release()
+        else:
+            slot.release()  # unless the step was cancelled while it waited without one
+        self._room.release()
 
     async def _run(self, leased: LeasedRun, owner: str) -> None:
-        lease = self.engine.lease_of(leased, owner)
+        slot = Slot(self.slots)  # the claimer's slot, taken over (given back while the step waits)
+        HELD.set(slot)
         try:
             async with self.engine.steps.holding():  # one connection for the chain's statements
-                await self.engine.run_lease(lease)
+                await self.engine.run_leased(leased, owner)
             self.steps_run += 1
         except asyncio.CancelledError:
             raise
         except Exception:  # the engine hands a crashed step back itself; this is a bug's last stop
             log.exception("step of run %s", leased.run_id)
         finally:
-            self._ended(lease.own_s / lease.steps if lease.steps else None)
+            self._done(slot)
 
     async def _work(self, index: int) -> None:
         wakeup = self.queue.wakeup

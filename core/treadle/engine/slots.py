@@ -1,0 +1,88 @@
+"""Worker slots: how many steps *compute* at once in a process — not how many are in flight.
+
+A step holds a slot while it works (its claim, replay, tools, commit) and gives it back while it
+waits on its model or on external tools (`Engine._interruptible`), so thousands of runs can wait on
+models at once while `size` steps use the CPU and the database. A step coming back from such a wait
+takes a slot before any claimer that would start new work: under a backlog the runs already started
+keep the process and finish near their own latency, new runs start when there is room, and the
+queue (oldest runs' steps first, store/steps.py `_next_job`) holds the rest — instead of every run
+advancing in lockstep. Waiters are served in order within each class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+
+
+class Slot:
+    """One step's slot: whether it holds it right now (it does not while it waits)."""
+
+    __slots__ = ("held", "slots")
+
+    def __init__(self, slots: Slots) -> None:
+        self.slots = slots
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.slots.release()
+
+
+#: the slot the current task's step holds (set by the worker that started it)
+HELD: ContextVar[Slot | None] = ContextVar("treadle_worker_slot", default=None)
+
+
+class Slots:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.free = size
+        self._resuming: deque[asyncio.Future[None]] = deque()
+        self._claiming: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self, *, resuming: bool) -> None:
+        if self.free > 0 and not self._resuming and (resuming or not self._claiming):
+            self.free -= 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._resuming if resuming else self._claiming
+        queue.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # handed over just as it was cancelled: pass it on
+            else:
+                queue.remove(fut)
+            raise
+
+    def release(self) -> None:
+        for queue in (self._resuming, self._claiming):
+            while queue:
+                fut = queue.popleft()
+                if not fut.done():
+                    fut.set_result(None)  # the slot passes to this waiter
+                    return
+        self.free += 1
+
+
+
+@asynccontextmanager
+async def slot_given_back() -> AsyncIterator[None]:
+    """Around a wait on a model or a tool: give back the slot this task's step holds, and take one
+    again (ahead of any claimer) after it. Nothing to give back for a step that holds none (the
+    cloud shape's handler runs one step per invocation)."""
+    slot = HELD.get()
+    if slot is None or not slot.held:
+        yield
+        return
+    slot.release()
+    try:
+        yield
+    finally:
+        await slot.slots.acquire(resuming=True)  # a cancel here leaves it not held: nothing to release
+        slot.held = True
