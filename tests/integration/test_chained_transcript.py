@@ -245,8 +245,9 @@ async def test_with_no_room_to_hold_a_transcript_the_job_is_not_marked(open_runt
 async def test_a_lease_chain_shares_one_connection_and_holds_none_while_the_model_answers(
         open_runtime: Any, migrated_db_url: str, monkeypatch: Any) -> None:
     """store/db.py `Pool.holding` / `Pool.released` (issue 32): a step task's statements share the
-    connection it holds, which goes back to the pool across every model call — a step waiting on
-    its model holds no connection — and is taken again at most once per step after it."""
+    connection it holds, which goes back to the pool once a model call has taken longer than
+    engine/step.py HOLD_ACROSS_S — a step waiting on its model holds no connection — and is taken
+    again at most once per step after it."""
     import asyncio
     from collections import Counter
 
@@ -267,6 +268,7 @@ async def test_a_lease_chain_shares_one_connection_and_holds_none_while_the_mode
     call_model = rt.engine._call_model
 
     async def looking(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.05)  # a model that takes its time (past HOLD_ACROSS_S)
         held = _HELD.get()
         held_in_model_calls.append("no holding" if held is None else held.conn)
         return await call_model(*args, **kwargs)
@@ -307,7 +309,17 @@ async def test_a_held_connection_is_lent_only_to_its_task_and_only_while_idle(op
             assert tx.conn is held
             async with pool.step_connection() as inside:  # inside the step transaction: its connection
                 assert inside is held
-    from treadle.store.db import _HELD
+        from treadle.store.db import _HELD
+
+        async with pool.released(after_s=10.0):  # a wait that ends first keeps the connection
+            pass
+        loan = _HELD.get()
+        assert loan is not None and loan.conn is held
+        async with pool.released(after_s=0.01):  # a longer one gives it back meanwhile
+            await asyncio.sleep(0.05)
+            assert loan.conn is None
+        async with pool.step_connection() as again:  # and the next step statement takes one again
+            assert loan.conn is again
 
     assert _HELD.get() is None  # the block's end took the loan back
 

@@ -91,3 +91,16 @@ async def test_without_a_slot_nothing_is_given_back() -> None:
     HELD.set(None)
     async with slot_given_back():
         pass
+
+
+async def test_a_wait_shorter_than_the_hold_keeps_the_slot() -> None:
+    slots = Slots(1)
+    await slots.acquire(resuming=False)
+    slot = Slot(slots)
+    HELD.set(slot)
+    async with slot_given_back(after_s=10.0):
+        assert slots.free == 0  # an instant answer: nothing handed over
+    async with slot_given_back(after_s=0.01):
+        await asyncio.sleep(0.05)
+        assert slots.free == 1 and not slot.held  # a long wait: given back meanwhile
+    assert slot.held and slots.free == 0

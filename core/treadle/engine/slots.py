@@ -72,17 +72,23 @@ class Slots:
 
 
 @asynccontextmanager
-async def slot_given_back() -> AsyncIterator[None]:
-    """Around a wait on a model or a tool: give back the slot this task's step holds, and take one
-    again (ahead of any claimer) after it. Nothing to give back for a step that holds none (the
-    cloud shape's handler runs one step per invocation)."""
+async def slot_given_back(after_s: float = 0.0) -> AsyncIterator[None]:
+    """Around a wait on a model or a tool: give back the slot this task's step holds — once it has
+    waited `after_s` (a model that answers at once keeps it) — and take one again (ahead of any
+    claimer) after it. Nothing to give back for a step that holds none (the cloud shape's handler
+    runs one step per invocation)."""
     slot = HELD.get()
     if slot is None or not slot.held:
         yield
         return
-    slot.release()
+    timer = asyncio.get_running_loop().call_later(after_s, slot.release) if after_s > 0 else None
+    if timer is None:
+        slot.release()
     try:
         yield
     finally:
-        await slot.slots.acquire(resuming=True)  # a cancel here leaves it not held: nothing to release
-        slot.held = True
+        if timer is not None:
+            timer.cancel()
+        if not slot.held:
+            await slot.slots.acquire(resuming=True)  # a cancel here leaves it not held: nothing to release
+            slot.held = True

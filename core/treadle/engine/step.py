@@ -58,6 +58,9 @@ log = logging.getLogger("treadle.engine")
 T = TypeVar("T")
 
 MAX_STEP_FAILURES = 5
+#: how long a step waits on its model or external tools before it gives its connection and its
+#: worker slot back (engine/slots.py, store/db.py `Pool.released`)
+HOLD_ACROSS_S = 0.005
 
 
 @dataclass(slots=True)
@@ -215,8 +218,9 @@ class Engine:
         async def check() -> CancelState:
             return await cancel_state(self.steps.pool, run_id)
 
-        # nothing held while the model or the tools answer: no connection, no worker slot
-        async with self.steps.released(), slot_given_back():
+        # nothing held while the model or the tools answer: no connection, no worker slot (a wait
+        # that ends within HOLD_ACROSS_S keeps both: an instant answer costs no hand-over)
+        async with self.steps.released(HOLD_ACROSS_S), slot_given_back(HOLD_ACROSS_S):
             return await interruptible(work, self._signals.get(run_id), check)
 
     async def _stop_if_cancelled(self, leased: LeasedRun) -> None:

@@ -280,9 +280,10 @@ class StepStore:
         `Pool.holding`): a lease chain's statements — given back across `released`."""
         return self.pool.holding()
 
-    def released(self) -> AbstractAsyncContextManager[None]:
-        """Give the task's held connection back while the block waits on a model or a tool."""
-        return self.pool.released()
+    def released(self, after_s: float = 0.0) -> AbstractAsyncContextManager[None]:
+        """Give the task's held connection back while the block waits on a model or a tool (once
+        it has waited `after_s`)."""
+        return self.pool.released(after_s)
 
     async def claim_job(self, owner: str) -> tuple[bool, LeasedRun | None]:
         """Take the next due job off the Postgres queue and lease its run, atomically.
