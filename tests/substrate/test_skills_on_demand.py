@@ -122,3 +122,19 @@ async def test_context_lists_the_skill_tool_it_adds(open_rt: Any) -> None:
     assert [t["name"] for t in tools["tools"]] == ["Context", "Skill"]
     assert tools["tools"][1]["input_schema"]["properties"]["op"]["enum"] == ["invoke", "list"]
     assert "review/*" in help_text["text"] and '"op": "invoke"' in help_text["text"]
+
+
+async def test_a_whitelist_adds_loomcycles_run_start_note(open_rt: Any) -> None:
+    from tests.substrate.test_defs_tool import RecordingMock
+
+    recorder = RecordingMock()
+    agents = {"picky": {"model": "echo", "system_prompt": "P.", "skills": ["review/*", "-review/secret"]},
+              "open": {"model": "echo", "system_prompt": "P.", "skills": ["-review/secret"]},
+              "plain": {"model": "echo", "system_prompt": "P.", "skills": ["review/security"]}}
+    rt, disp = await open_rt({"agents": agents, "skills": SKILLS}, providers={"mock": recorder})
+    for name in ("picky", "open", "plain"):
+        await run_agent(rt, disp, name)
+    picky, open_, plain = recorder.systems[-3:]
+    assert picky.startswith("P.\n\n---\n\nSkills available on demand (matching: review/*). Use the `Skill` tool")
+    assert open_ == "P."  # a blacklist: no note (the model lists what there is)
+    assert plain == "P.\n\n## Skill: review/security\n\nCheck the inputs."  # bundled, no Skill tool

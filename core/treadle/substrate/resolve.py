@@ -39,6 +39,18 @@ def compose_system_prompt(system_prompt: str, skills: list[tuple[str, str]]) -> 
     return "\n\n".join(parts)
 
 
+def skills_note(tools: list[str], patterns: list[str]) -> str:
+    """loomcycle's run-start note for an agent whose `skills:` whitelists skills on demand."""
+    if not skillmatch.uses_skill_tool(tools, patterns):
+        return ""
+    allow = [e.strip().removeprefix("+") for e in patterns if e.strip() and not e.strip().startswith("-")]
+    if not allow:
+        return ""
+    return ("Skills available on demand (matching: " + ", ".join(allow) + "). Use the `Skill` tool: "
+            '`{"op":"list"}` to discover them (optional `pattern`), `{"name":"<skill>"}` to load one into context. '
+            'For how skills work, call `Context` `{"op":"help","topic":"skills"}`.')
+
+
 class AgentPinning:
     """`pin` at a run's start; `resolve` (the engine's agent resolver) at every step."""
 
@@ -139,7 +151,9 @@ class AgentPinning:
     async def _pinned(self, leased: LeasedRun) -> ResolvedAgent | None:
         pins = leased.skill_def_ids or {}
         if leased.def_id is None and not pins:
-            return self.catalogue.get(leased.agent)
+            base = self.catalogue.get(leased.agent)
+            if base is None or not skills_note(base.config.tools, base.config.skills):
+                return base
         key = (leased.tenant_id, leased.def_id or f"yaml:{leased.agent}", tuple(sorted(pins.items())))
         hit = self._cache.get(key)
         if hit is not None:
@@ -168,7 +182,8 @@ class AgentPinning:
             if base is None:
                 return None
             agent = base
-        if not pins:
+        note = skills_note(agent.config.tools, agent.config.skills)
+        if not pins and not note:
             return agent
         skills: list[tuple[str, str]] = []
         for name in skillmatch.literals(agent.config.skills):  # bundled; the others load on demand
@@ -187,5 +202,7 @@ class AgentPinning:
                     return None
                 skills.append((name, str(skill.body.get("body", ""))))
         prompt = compose_system_prompt(agent.config.system_prompt, skills)
+        if note:
+            prompt = f"{prompt}\n\n---\n\n{note}" if prompt else note
         config = agent.config.model_copy(update={"system_prompt": prompt})
         return dataclasses.replace(agent, config=config)
