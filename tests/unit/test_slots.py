@@ -104,3 +104,20 @@ async def test_a_wait_shorter_than_the_hold_keeps_the_slot() -> None:
         await asyncio.sleep(0.05)
         assert slots.free == 1 and not slot.held  # a long wait: given back meanwhile
     assert slot.held and slots.free == 0
+
+
+async def test_steps_take_slots_back_oldest_run_first() -> None:
+    slots = Slots(1)
+    await slots.acquire(resuming=False)
+    order: list[float] = []
+
+    async def back(priority: float) -> None:
+        await slots.acquire(resuming=True, priority=priority)
+        order.append(priority)
+        slots.release()
+
+    waiters = [asyncio.create_task(back(p)) for p in (3.0, 1.0, 2.0)]
+    await asyncio.sleep(0)
+    slots.release()
+    await asyncio.gather(*waiters)
+    assert order == [1.0, 2.0, 3.0] and slots.free == 1

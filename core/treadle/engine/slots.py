@@ -3,15 +3,17 @@
 A step holds a slot while it works (its claim, replay, tools, commit) and gives it back while it
 waits on its model or on external tools (`Engine._interruptible`), so thousands of runs can wait on
 models at once while `size` steps use the CPU and the database. A step coming back from such a wait
-takes a slot before any claimer that would start new work: under a backlog the runs already started
-keep the process and finish near their own latency, new runs start when there is room, and the
-queue (oldest runs' steps first, store/steps.py `_next_job`) holds the rest — instead of every run
-advancing in lockstep. Waiters are served in order within each class.
+takes a slot before any claimer that would start new work, and the oldest run's step first: under a
+backlog the runs started first keep the process and finish near their own latency, new runs start
+when there is room, and the queue (oldest runs' steps first, store/steps.py `_next_job`) holds the
+rest — instead of every run advancing in lockstep. Claimers are served in order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,11 +23,13 @@ from contextvars import ContextVar
 class Slot:
     """One step's slot: whether it holds it right now (it does not while it waits)."""
 
-    __slots__ = ("held", "slots")
+    __slots__ = ("held", "priority", "slots")
 
-    def __init__(self, slots: Slots) -> None:
+    def __init__(self, slots: Slots, priority: float = 0.0) -> None:
         self.slots = slots
         self.held = True
+        #: when its run started (older runs take a slot back first)
+        self.priority = priority
 
     def release(self) -> None:
         if self.held:
@@ -41,32 +45,39 @@ class Slots:
     def __init__(self, size: int) -> None:
         self.size = size
         self.free = size
-        self._resuming: deque[asyncio.Future[None]] = deque()
+        #: steps back from a wait, oldest run first: (priority, arrival, future)
+        self._resuming: list[tuple[float, int, asyncio.Future[None]]] = []
         self._claiming: deque[asyncio.Future[None]] = deque()
+        self._arrival = itertools.count()
 
-    async def acquire(self, *, resuming: bool) -> None:
+    async def acquire(self, *, resuming: bool, priority: float = 0.0) -> None:
         if self.free > 0 and not self._resuming and (resuming or not self._claiming):
             self.free -= 1
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue = self._resuming if resuming else self._claiming
-        queue.append(fut)
+        if resuming:
+            heapq.heappush(self._resuming, (priority, next(self._arrival), fut))
+        else:
+            self._claiming.append(fut)
         try:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
                 self.release()  # handed over just as it was cancelled: pass it on
-            else:
-                queue.remove(fut)
+            # else: left in its queue, skipped (done) when its turn comes
             raise
 
     def release(self) -> None:
-        for queue in (self._resuming, self._claiming):
-            while queue:
-                fut = queue.popleft()
-                if not fut.done():
-                    fut.set_result(None)  # the slot passes to this waiter
-                    return
+        while self._resuming:
+            fut = heapq.heappop(self._resuming)[2]
+            if not fut.done():
+                fut.set_result(None)  # the slot passes to this waiter
+                return
+        while self._claiming:
+            fut = self._claiming.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
         self.free += 1
 
 
@@ -90,5 +101,6 @@ async def slot_given_back(after_s: float = 0.0) -> AsyncIterator[None]:
         if timer is not None:
             timer.cancel()
         if not slot.held:
-            await slot.slots.acquire(resuming=True)  # a cancel here leaves it not held: nothing to release
+            # a cancel here leaves it not held: nothing to release
+            await slot.slots.acquire(resuming=True, priority=slot.priority)
             slot.held = True

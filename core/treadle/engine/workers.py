@@ -94,7 +94,8 @@ class WorkerPool:
         self._room.release()
 
     async def _run(self, leased: LeasedRun, owner: str) -> None:
-        slot = Slot(self.slots)  # the claimer's slot, taken over (given back while the step waits)
+        # the claimer's slot, taken over (given back while the step waits; older runs take it back first)
+        slot = Slot(self.slots, leased.created_at.timestamp() if leased.created_at is not None else 0.0)
         HELD.set(slot)
         try:
             async with self.engine.steps.holding():  # one connection for the chain's statements
