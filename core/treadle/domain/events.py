@@ -13,7 +13,7 @@ a test fails when the file is stale).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
@@ -106,7 +106,9 @@ class _Typed:
     type: ClassVar[EventType]
 
     def to_payload(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """The stored payload: the fields that are set, shallow (`dataclasses.asdict` would deep-copy
+        every value, on the step's hot path)."""
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
 
     def event(self, tool_use_id: str | None = None) -> NewEvent:
         return NewEvent(self.type, self.to_payload(), tool_use_id=tool_use_id)
@@ -117,6 +119,9 @@ class ToolUseRef:
     id: str
     name: str
     input: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "input": self.input}
 
     @classmethod
     def parse(cls, d: dict[str, Any]) -> ToolUseRef:
@@ -159,6 +164,9 @@ class ToolCall(_Typed):
     tool_use: ToolUseRef
     iteration: int
 
+    def to_payload(self) -> dict[str, Any]:
+        return {"tool_use": self.tool_use.to_json(), "iteration": self.iteration}
+
     @classmethod
     def parse(cls, p: dict[str, Any]) -> ToolCall:
         return cls(ToolUseRef.parse(p["tool_use"]), int(p.get("iteration") or 0))
@@ -186,6 +194,9 @@ class ToolResult(_Typed):
     text: str
     is_error: bool
 
+    def to_payload(self) -> dict[str, Any]:
+        return {"tool_use": self.tool_use.to_json(), "text": self.text, "is_error": self.is_error}
+
     def event(self, tool_use_id: str | None = None) -> NewEvent:
         return NewEvent(self.type, self.to_payload(), tool_use_id=tool_use_id or self.tool_use.id)
 
@@ -202,7 +213,7 @@ class ToolParked(_Typed):
     iteration: int
 
     def to_payload(self) -> dict[str, Any]:  # `wait.deadline` is written even when null
-        return {"tool_use": asdict(self.tool_use), "wait": self.wait, "iteration": self.iteration}
+        return {"tool_use": self.tool_use.to_json(), "wait": self.wait, "iteration": self.iteration}
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> ToolParked:
