@@ -45,8 +45,9 @@ def client_tool_specs(
              responses=errors(*BODY, 404, 409))
 async def post_tool_result(run_id: str, body: ToolResultRequest, rt: Rt, who: Who) -> dict[str, Any]:
     """Answer an application tool call the run is waiting on; the run continues at once. 404
-    `tool_call_not_found` (no such call in this run), 409 `tool_call_not_waiting` (answered already,
-    or it timed out)."""
+    `tool_call_not_found` (no such call in this run), 409 `tool_call_not_waiting` (answered already
+    — differently, or the run has taken the answer — or it timed out). The same answer again while
+    the run has not taken it is a safe retry: 200, and it wakes the run."""
     await rt.engine.tools.client_results.answer(who.tenant_id, run_id, body.tool_use_id, body.content, body.is_error)
     woke = await rt.poke(who.tenant_id, [client_tool_key(run_id, body.tool_use_id)])
     return {"run_id": run_id, "tool_use_id": body.tool_use_id, "accepted": True, "woke": woke}

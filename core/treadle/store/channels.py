@@ -24,7 +24,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from treadle.errors import BadRequest, Conflict, NotFound
-from treadle.store.db import Pool
+from treadle.store.db import Pool, current_step_transaction
 from treadle.store.waits import WaitStore
 
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -223,6 +223,10 @@ class ChannelStore:
             assert row is not None
             if row["pos"] is None:
                 await WaitStore.poke_at(conn, tenant_id, channel_key(d.name, scope_id), row["visible_at"])
+            elif current_step_transaction(self.pool) is None:
+                # the wake is part of the commit (store/waits.py, durable pokes); a step's own poke
+                # travels in its transaction already
+                await WaitStore.poke_soon(conn, tenant_id, [channel_key(d.name, scope_id)])
             dropped = 0
             if d.max_messages:
                 cur = await conn.execute(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from treadle.store.db import Pool
+from treadle.store.waits import POKE_SOON_SQL
 
 QUEUE_CAP = 16
 
@@ -53,13 +54,16 @@ class InputStore:
         ), upd AS (
             UPDATE runs SET input_seq = greatest(runs.input_seq, ins.id), updated_at = now()
             FROM ins WHERE runs.id = %(run)s
+        ), poke AS (  -- the wake is part of the commit (store/waits.py, durable pokes)
+            {poke}
         )
         SELECT r.status, r.interactive, r.queued, ins.id AS input_id,
                CASE WHEN ins.id IS NOT NULL AND %(kind)s = 'turn_cancel'
                     THEN pg_notify('treadle_cancel', %(run)s) END AS _n  -- see store/cancels.py
         FROM r LEFT JOIN ins ON true
-        """
-        params = {"run": run_id, "tenant": tenant_id, "kind": kind, "text": text, "cap": QUEUE_CAP}
+        """.format(poke=POKE_SOON_SQL.format(select="SELECT %(tenant)s, %(key)s, now() FROM ins"))
+        params = {"run": run_id, "tenant": tenant_id, "kind": kind, "text": text, "cap": QUEUE_CAP,
+                  "key": f"input:{run_id}"}  # engine/plan.py input_key
         async with self.pool.connection() as conn:
             cur = await conn.execute(sql, params)
             row = await cur.fetchone()

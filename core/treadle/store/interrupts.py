@@ -15,6 +15,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from treadle.store.db import Pool
+from treadle.store.waits import POKE_SOON_SQL
 
 MAX_PENDING_PER_RUN = 10
 STATUSES = ("pending", "resolved", "declined", "timed_out", "cancelled")
@@ -204,10 +205,15 @@ class InterruptStore:
         return [_row(r) for r in rows]
 
     async def _settle(self, where: str, params: dict[str, Any]) -> Interrupt | None:
-        sql = f"""UPDATE interrupts SET status = %(status)s, answer = %(answer)s, resolved_by = %(by)s,
+        # the wake is part of the commit (store/waits.py, durable pokes)
+        poke = POKE_SOON_SQL.format(select="SELECT tenant_id, 'interrupt:' || id, now() FROM u")
+        sql = f"""WITH u AS (
+                  UPDATE interrupts SET status = %(status)s, answer = %(answer)s, resolved_by = %(by)s,
                          resolved_at = now()
                   WHERE id = %(id)s AND run_id = %(run)s AND tenant_id = %(tenant)s AND {where}
-                  RETURNING {_COLUMNS}"""
+                  RETURNING {_COLUMNS}
+                  ), poke AS ({poke})
+                  SELECT * FROM u"""
         async with self.pool.connection() as conn:
             cur = await conn.execute(sql, params)
             row = await cur.fetchone()

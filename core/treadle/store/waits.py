@@ -8,6 +8,13 @@ Protocol (no lost wake-ups):
 4. a poke bumps the version (waiting for any park commit holding the row) and only then, in a
    second statement with a fresh snapshot, wakes the runs waiting on the key.
 
+Durable pokes (no wake lost to a crash between a commit and its poke): a transaction that stores
+a fact some run may wait for (an application tool's answer, a resolved question, a steering
+input, a channel message) also records a poke of the fact's key due at once (`poke_soon`, or
+`POKE_SOON_SQL` inside the storing statement). The caller pokes right after its commit, and that
+poke deletes the due record; if the process dies or stalls in between, the maintenance pass
+(`poke_due`) finds the record and does the poke within the sweeper's period.
+
 Timed pokes: `poke_at` records a poke of a key due at a moment (a channel message published with
 `deliver_at` becomes visible then); `poke_due`, run by the maintenance pass, does the due ones —
 bump and wake as above, in the transaction that deletes the timer, so none is lost or done twice.
@@ -20,6 +27,9 @@ from typing import Any
 
 from treadle.store.db import Pool
 from treadle.store.runs import JOBS_CHANNEL
+
+# A poke due now, as a CTE of a storing statement; `{select}` yields (tenant_id, key, now()) rows.
+POKE_SOON_SQL = "INSERT INTO wait_timers (tenant_id, key, due_at) {select} ON CONFLICT DO NOTHING"
 
 
 class WaitStore:
@@ -51,6 +61,11 @@ class WaitStore:
                    ON CONFLICT (tenant_id, key) DO UPDATE SET version = wait_keys.version + 1""",
                 (tenant_id, sorted(set(keys))),
             )
+            # this poke does every due one of these keys recorded by a storing commit (`poke_soon`)
+            await conn.execute(
+                "DELETE FROM wait_timers WHERE tenant_id = %s AND key = ANY(%s::text[]) AND due_at <= now()",
+                (tenant_id, sorted(set(keys))),
+            )
             return await self._wake(
                 conn,
                 "SELECT DISTINCT run_id FROM run_waits WHERE tenant_id = %(tenant)s AND key = ANY(%(keys)s)",
@@ -63,6 +78,15 @@ class WaitStore:
         await conn.execute(
             "INSERT INTO wait_timers (tenant_id, key, due_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
             (tenant_id, key, due_at),
+        )
+
+    @staticmethod
+    async def poke_soon(conn: Any, tenant_id: str, keys: list[str]) -> None:
+        """Record a poke of `keys` due now, in the caller's (storing) transaction: the poke the
+        caller makes after its commit deletes it; if that poke is lost, `poke_due` does it."""
+        await conn.execute(
+            POKE_SOON_SQL.format(select="SELECT %s, k, now() FROM unnest(%s::text[]) AS k"),
+            (tenant_id, sorted(set(keys))),
         )
 
     async def poke_due(self, limit: int = 1000) -> list[tuple[str, int]]:
