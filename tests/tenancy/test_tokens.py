@@ -165,3 +165,21 @@ def test_every_authenticated_route_has_a_scope() -> None:
     unused = {k for k in ROUTE_SCOPES if k[1] not in {"/openapi.json", "/docs", "/redoc", "/metrics", "/v1/_mcp"}} - {
         (m, r.path) for r in routes for m in r.methods}  # type: ignore[attr-defined]
     assert unused == set()
+
+
+async def test_no_default_widens_a_token_or_shows_another_tenants_figures(tenancy_rt: Any) -> None:
+    """A create without `scopes` is refused (never a silent admin), and /metrics — every tenant's
+    counts — is the operator's: another tenant's admin gets 403."""
+    rt, _ = tenancy_rt
+    async with api(rt) as c:
+        operator = await mint(c, {}, "operator")
+        r = await c.post("/v1/_operatortokendef", headers=bearer(operator), json={"op": "create", "name": "bare"})
+        assert r.status_code == 422 and "scopes is required" in r.text, r.text
+        r = await c.post("/v1/_operatortokendef", headers=bearer(operator),
+                         json={"op": "create", "name": "bare", "tenant_id": "acme"})
+        assert r.status_code == 422 and "scopes is required" in r.text, r.text
+        acme_admin = await mint(c, bearer(operator), "acme-admin", tenant="acme")
+        r = await c.get("/metrics", headers=bearer(acme_admin))
+        assert (r.status_code, r.json()["code"]) == (403, "insufficient_scope")
+        r = await c.get("/metrics", headers=bearer(operator))
+        assert r.status_code == 200 and "treadle_" in r.text

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Response
 
 from treadle.api.deps import get_principal, get_runtime
 from treadle.api.errors import AUTHED, errors
+from treadle.errors import Forbidden
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.db import Pool
@@ -87,6 +88,11 @@ async def render(pool: Pool) -> bytes:
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}, **errors(*AUTHED)})
 async def prometheus_metrics(
-    _principal: Principal = Depends(get_principal), rt: Runtime = Depends(get_runtime)
+    principal: Principal = Depends(get_principal), rt: Runtime = Depends(get_runtime)
 ) -> Response:
+    """The process's and the database's figures, every tenant's counted together: the operator's
+    (an admin of the default tenant); another tenant's admin token gets 403."""
+    if not (principal.open_mode or principal.is_operator):
+        raise Forbidden("/metrics counts every tenant's runs: only the operator (an admin of the default tenant)"
+                        " reads it", scope="substrate:admin")
     return Response(await render(rt.pool), media_type=CONTENT_TYPE)

@@ -27,7 +27,7 @@ def token_group() -> click.Group:
     @click.argument("name", required=False)
     @tenant
     @click.option("--subject", required=True)
-    @click.option("--scopes", default="substrate:admin", show_default=True, help="comma-separated")
+    @click.option("--scopes", required=True, help="comma-separated (substrate:admin for an administrator)")
     @click.option("--description")
     @as_json
     def create(**kw: Any) -> int:

@@ -52,7 +52,10 @@ class OperatorTokens(DefLifecycle):
         if not isinstance(subject, str) or not is_identifier(subject) or len(subject) > 64:
             raise DefRefused(f"{self.label}: subject must match [A-Za-z0-9_-]{{1,64}}")
         try:
-            scopes = parse_scopes(body.get("scopes", [ADMIN]), what=f"{self.label}: scopes")
+            if "scopes" not in body:  # never a default: an admin token is asked for by name
+                raise DefRefused(f"{self.label}: scopes is required — name what the token may do "
+                                 f"(e.g. [runs:create, runs:read], or [{ADMIN}] for an administrator)")
+            scopes = parse_scopes(body["scopes"], what=f"{self.label}: scopes")
         except ValidationFailed as exc:
             raise DefRefused(exc.message) from None
         token_hash, suffix = body.get("token_hash"), body.get("token_suffix")
