@@ -5,8 +5,11 @@
   the Postgres queue (`inline=False`).
 - `ScriptedProvider`: a model the test drives turn by turn, like pydantic-ai's FunctionModel:
   a function of the `ModelRequest` gives each answer.
-- `age_run`, `expire_lease`, `sweep`: move a run's clocks into the past and sweep, instead of
-  sleeping until a lease or a deadline passes.
+- `age_run`, `age_message`, `age_memory`, `expire_lease`, `sweep`: move a run's, a channel
+  message's or a memory entry's clocks into the past (and sweep), instead of sleeping until a
+  lease, a deadline, a `deliver_at` or a TTL passes.
+- `until`: wait for a condition under a deadline, failing with what it last saw;
+  `user_text`: the segments of one user turn, for `NewRun(segments=...)`.
 
 A run with a scripted model, two iterations and one tool call::
 
@@ -28,8 +31,10 @@ must be one of the mock models (`echo`, `tool-caller`, `script`), and is only pa
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Literal, TypeAlias, overload
@@ -46,12 +51,17 @@ from treadle.store.db import Pool
 __all__ = [
     "Reply",
     "ScriptedProvider",
+    "UntilTimeout",
+    "age_memory",
+    "age_message",
     "age_run",
     "expire_lease",
     "open_test_runtime",
     "sweep",
     "tool_results",
     "tool_use",
+    "until",
+    "user_text",
 ]
 
 #: what a scripted model function returns: a whole response, a text, or the content blocks
@@ -154,6 +164,41 @@ def _by_id(providers: Iterable[Provider] | Mapping[str, Provider] | None) -> dic
     return {p.name: p for p in providers}
 
 
+def user_text(text: str) -> list[dict[str, Any]]:
+    """The segments of one user turn saying `text` (trusted), as `NewRun.segments` takes them."""
+    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
+
+
+# -- waiting ----------------------------------------------------------------------------------------
+
+
+class UntilTimeout(AssertionError, TimeoutError):
+    """`until`'s condition stayed falsy past its timeout: a failed assertion to pytest, and a
+    `TimeoutError` to code that waits for liveness."""
+
+
+async def until(
+    cond: Callable[[], Any], timeout: float = 10.0, *, interval: float = 0.01, what: str | None = None
+) -> Any:
+    """Call `cond()` (sync, or returning an awaitable) every `interval` seconds until it returns
+    something truthy, and return that. After `timeout` seconds raise `UntilTimeout`, naming `what`
+    (or the condition) and the value it last returned — so a test that never sees its condition
+    fails, and says what it saw instead."""
+    deadline = time.monotonic() + timeout
+    tries = 0
+    while True:
+        value = cond()
+        if inspect.isawaitable(value):
+            value = await value
+        tries += 1
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            name = what or getattr(cond, "__qualname__", repr(cond))
+            raise UntilTimeout(f"timed out after {timeout} s ({tries} tries) waiting for {name}; last saw {value!r}")
+        await asyncio.sleep(interval)
+
+
 # -- a scripted model -------------------------------------------------------------------------------
 
 
@@ -241,6 +286,47 @@ async def age_run(db: Database, run_id: str, seconds: float) -> None:
     and the deadline its parked tool calls recorded), its pending questions' `expires_at`, and
     its queued jobs' `run_at`. `db`: a Runtime, its pool, or a database URL."""
     await _execute(db, [(sql, {"s": float(seconds), "run": run_id}) for sql in _AGE_RUN])
+
+
+_AGE_MESSAGE = [
+    # the timed poke that wakes the stream's parked readers at the message's visible_at
+    "UPDATE wait_timers w SET due_at = w.due_at - make_interval(secs => %(s)s) FROM channel_messages m"
+    " WHERE m.id = %(id)s AND w.tenant_id = m.tenant_id AND w.due_at = m.visible_at"
+    " AND w.key = 'channel:' || m.channel || ':' || m.scope_id",  # store/channels.py channel_key
+    "UPDATE channel_messages SET published_at = published_at - make_interval(secs => %(s)s),"
+    " visible_at = visible_at - make_interval(secs => %(s)s),"
+    " expires_at = expires_at - make_interval(secs => %(s)s),"
+    " claimed_at = claimed_at - make_interval(secs => %(s)s) WHERE id = %(id)s",
+]
+
+
+async def age_message(db: Database, message_id: int, seconds: float) -> bool:
+    """Move channel message `message_id`'s clocks `seconds` into the past, as if that much time
+    went by since it was published: `published_at`, `visible_at` (a `deliver_at` passes, and the
+    timed wake of the stream's parked readers with it), `expires_at` (a TTL runs out) and
+    `claimed_at`. False when there is no such message."""
+    rows = await _execute(db, [(sql, {"s": float(seconds), "id": message_id}) for sql in _AGE_MESSAGE])
+    return rows[-1] == 1
+
+
+async def age_memory(
+    db: Database, tenant_id: str, key: str, seconds: float, *, scope: str | None = None, scope_id: str | None = None
+) -> int:
+    """Move memory entry `key`'s clocks (`created_at`, `updated_at`, `expires_at`) `seconds` into
+    the past, as if that much time went by since it was written: a TTL shorter than `seconds`
+    has run out. Every scope's `key` of the tenant, unless `scope`/`scope_id` narrow it; returns
+    how many entries moved."""
+    rows = await _execute(
+        db,
+        [("UPDATE memory SET created_at = created_at - make_interval(secs => %(s)s),"
+          " updated_at = updated_at - make_interval(secs => %(s)s),"
+          " expires_at = expires_at - make_interval(secs => %(s)s)"
+          " WHERE tenant_id = %(t)s AND key = %(k)s"
+          " AND (%(scope)s::text IS NULL OR scope::text = %(scope)s)"
+          " AND (%(sid)s::text IS NULL OR scope_id = %(sid)s)",
+          {"s": float(seconds), "t": tenant_id, "k": key, "scope": scope, "sid": scope_id})],
+    )
+    return rows[0]
 
 
 async def expire_lease(db: Database, run_id: str) -> bool:

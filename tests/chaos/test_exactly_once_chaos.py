@@ -46,10 +46,11 @@ from typing import Any
 
 import pytest
 
-from tests.support.chaos import Db, Replica, scalar, wait_until, write_config
+from tests.support.chaos import Db, Replica, scalar, write_config
 from tests.support.e2e import check_paired, execute, query
 from treadle.client import TreadleClient
 from treadle.store.runs import JOBS_CHANNEL
+from treadle.testing import until
 
 pytestmark = pytest.mark.e2e  # real processes; part of the normal `pytest` run
 
@@ -203,7 +204,7 @@ class Chaos:
             async def reached(t: int = threshold) -> bool:
                 return await self.progress() >= t or await self.unfinished() == 0
 
-            await wait_until(reached, timeout=90, interval=0.05, what=f"{threshold} tool results")
+            await until(reached, timeout=90, interval=0.05, what=f"{threshold} tool results")
             if await self.unfinished() == 0:  # a long takeover let the work finish first
                 self.faults.append({"kind": kind, "skipped": "every run had ended", "threshold": threshold})
                 print(f"[chaos] {self.faults[-1]}")
@@ -603,7 +604,7 @@ async def test_exactly_once_under_kills_stops_and_duplicates(chaos_db: str, tmp_
         try:
             await chaos.run_faults(thresholds)
             t_faults = time.monotonic()
-            await wait_until(all_terminal, timeout=90, interval=0.25, what="every run to end (90 s after the faults)")
+            await until(all_terminal, timeout=90, interval=0.25, what="every run to end (90 s after the faults)")
         except TimeoutError as exc:  # liveness: the work stopped moving
             stuck = await query(url, "SELECT id, agent, status, step_no, lease_owner, lease_until, updated_at"
                                      f" FROM runs WHERE status NOT IN {TERMINAL} ORDER BY id LIMIT 20")
@@ -619,7 +620,7 @@ async def test_exactly_once_under_kills_stops_and_duplicates(chaos_db: str, tmp_
         async def queue_drained() -> bool:
             return await scalar(url, "SELECT count(*) FROM jobs") == 0
 
-        await wait_until(queue_drained, timeout=20, what="the job queue to drain")
+        await until(queue_drained, timeout=20, interval=0.1, what="the job queue to drain")
         obs = await observe(url)
     finally:
         stop_injecting.set()

@@ -32,9 +32,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.chaos import Db, Replica, wait_until, write_config
+from tests.support.chaos import Db, Replica, write_config
 from tests.support.e2e import execute
 from treadle.client import TreadleClient
+from treadle.testing import until
 
 pytestmark = pytest.mark.e2e
 
@@ -124,14 +125,14 @@ async def freeze_a_inside(a: Replica, db: Db, statement: str) -> int:
                               (statement,))
         return rows[0]["pid"] if rows else None
 
-    backend = await wait_until(running, timeout=20, interval=0.02, what=f"replica A to run {statement!r}")
+    backend = await until(running, timeout=20, interval=0.02, what=f"replica A to run {statement!r}")
     a.sigstop()
 
     async def idle_in_transaction() -> bool:
         rows = await db.query("SELECT state FROM pg_stat_activity WHERE pid = %s", (backend,))
         return bool(rows) and rows[0]["state"] == "idle in transaction"
 
-    await wait_until(idle_in_transaction, timeout=10, what="the frozen statement to end")
+    await until(idle_in_transaction, timeout=10, interval=0.1, what="the frozen statement to end")
     return int(backend)
 
 
@@ -171,7 +172,7 @@ async def test_a_replica_frozen_in_a_poke_does_not_stop_the_sweepers(fresh_url: 
             return await db.scalar("SELECT count(*) FROM runs WHERE agent IN ('parent', 'helper')"
                                    " AND status <> 'completed'") == 0
 
-        await wait_until(all_done, timeout=20, what="the parent and its child to complete")
+        await until(all_done, timeout=20, interval=0.1, what="the parent and its child to complete")
     finally:
         await db.close()
         a.stop()

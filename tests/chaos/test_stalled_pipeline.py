@@ -24,10 +24,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.e2e import query, wait_until
+from tests.support.e2e import query
 from treadle.engine.workers import Sweeper
 from treadle.store.db import open_pool
 from treadle.store.stalled import end_stalled_sessions
+from treadle.testing import until
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +87,7 @@ async def test_the_sweeper_ends_a_session_frozen_mid_pipeline(
             "state": "active", "wait_event": "ClientRead", "in_xact": True}
 
     # the state the idle-in-transaction limit does not see: active, waiting on the client
-    await wait_until(is_frozen, timeout=10, what="the client to freeze between its statement and the Sync")
+    await until(is_frozen, timeout=10, interval=0.1, what="the client to freeze between its statement and the Sync")
 
     pool = await open_pool(db_url, 2)
     try:
@@ -107,7 +108,7 @@ async def test_the_sweeper_ends_a_session_frozen_mid_pipeline(
                                (backend_pid,))
             return bool(rows)
 
-        await wait_until(blocked, timeout=10, what="the second session to wait on the frozen one's row lock")
+        await until(blocked, timeout=10, interval=0.1, what="the second session to wait on the frozen one's row lock")
         # younger than the bound: left alone
         assert await end_stalled_sessions(pool, 3600.0) == []
         assert await session(db_url, backend_pid) is not None
@@ -124,7 +125,7 @@ async def test_the_sweeper_ends_a_session_frozen_mid_pipeline(
         await sweeper.sweep_once()
         return waiting.done()
 
-    await wait_until(swept_free, timeout=20, what="a sweep to end the frozen session")
+    await until(swept_free, timeout=20, interval=0.1, what="a sweep to end the frozen session")
     assert await asyncio.wait_for(waiting, timeout=10) == 1
     assert await session(db_url, backend_pid) is None
     assert await query(db_url, f"SELECT n FROM {TABLE}") == [{"n": 1}]

@@ -20,9 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.e2e import check_paired, execute, query, sum_usage, tool_caller_types, wait_until
+from tests.support.e2e import check_paired, execute, query, sum_usage, tool_caller_types
 from treadle.client import TreadleClient
 from treadle.client.http import SseEvent, parse_sse
+from treadle.testing import until
 
 pytestmark = pytest.mark.e2e
 
@@ -114,7 +115,7 @@ async def test_sigkill_three_times_loses_nothing(make_db: Any, start_server: Any
             async def reached(t: int = threshold) -> bool:
                 return await progress() >= t
 
-            await wait_until(reached, timeout=60, interval=0.02, what=f"{threshold} tool results")
+            await until(reached, timeout=60, interval=0.02, what=f"{threshold} tool results")
             await asyncio.sleep(pause)
             srv.kill9()
             snap = {
@@ -137,7 +138,7 @@ async def test_sigkill_three_times_loses_nothing(make_db: Any, start_server: Any
             return n == 0
 
         try:
-            await wait_until(all_terminal, timeout=60, interval=0.2, what="every run to end")
+            await until(all_terminal, timeout=60, interval=0.2, what="every run to end")
         except TimeoutError:
             stuck = await query(url, "SELECT id, status, step_no, lease_owner, lease_until FROM runs"
                                      " WHERE status NOT IN ('completed','failed','cancelled')")
@@ -208,7 +209,7 @@ async def test_sigkill_three_times_loses_nothing(make_db: Any, start_server: Any
     async def queue_empty() -> bool:
         return await _scalar(url, "SELECT count(*) AS n FROM jobs") == 0
 
-    await wait_until(queue_empty, timeout=15, what="the job queue to drain")
+    await until(queue_empty, timeout=15, interval=0.1, what="the job queue to drain")
 
     # -- the SSE followers saw every event once, in order, across the crashes --------------------
     async with TreadleClient(srv.url, timeout=10) as client:

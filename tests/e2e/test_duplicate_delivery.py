@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.e2e import execute, query, wait_until
+from tests.support.e2e import execute, query
 from treadle.client import TreadleClient
+from treadle.testing import until
 
 pytestmark = pytest.mark.e2e
 
@@ -81,12 +82,12 @@ async def run_workload(make_db: Any, start_server: Any, mode: str) -> dict[str, 
             rows = await query(url, "SELECT count(*) AS n FROM runs WHERE status IN ('queued','running','waiting')")
             return rows[0]["n"] == 0
 
-        await wait_until(all_done, timeout=60, what=f"the {mode} runs to end")
+        await until(all_done, timeout=60, interval=0.1, what=f"the {mode} runs to end")
 
         async def queue_drained() -> bool:
             return (await query(url, "SELECT count(*) AS n FROM jobs"))[0]["n"] == 0
 
-        await wait_until(queue_drained, timeout=15, what=f"the {mode} job queue to drain")
+        await until(queue_drained, timeout=15, interval=0.1, what=f"the {mode} job queue to drain")
         runs = [await client.get_run(r) for r in run_ids]
         transcripts = [await client.events(r) for r in run_ids]
 

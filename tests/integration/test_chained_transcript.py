@@ -164,8 +164,8 @@ async def _run_on_the_queue(rt: Any, queue: Any, agent: str) -> tuple[str, list[
     """One run of `agent` on the Postgres queue, one worker: (run id, [(events_after, events read)]
     per claim, [(messages sent, events held, replay state)] per model call)."""
     import treadle.store.steps as steps_module
-    from tests.support.e2e import wait_until
     from treadle.engine.workers import WorkerPool
+    from treadle.testing import until
 
     claims: list[tuple[int, int]] = []
     sent: list[Any] = []
@@ -191,7 +191,7 @@ async def _run_on_the_queue(rt: Any, queue: Any, agent: str) -> tuple[str, list[
             got = await rt.runs.get(TENANT, run.id)
             return got is not None and got.terminal
 
-        await wait_until(ended, timeout=60, interval=0.02, what="the run")
+        await until(ended, timeout=60, interval=0.02, what="the run")
     finally:
         await workers.stop()
         steps_module._leased = leased_from_row  # type: ignore[assignment]

@@ -10,17 +10,14 @@ from typing import Any
 from treadle.domain.runs import StepMessage
 from treadle.engine.outcomes import StepResult
 from treadle.store.runs import NewRun
+from treadle.testing import user_text
 
 TOOL_CALLER = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 3}}
 
 
-def prompt(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
-
-
 async def start(rt: Any, agent: str, text: str = "hi", **kw: Any) -> str:
     run, created = await rt.start_run(NewRun(tenant_id=kw.pop("tenant", "default"), agent=agent,
-                                             segments=prompt(text), **kw))
+                                             segments=user_text(text), **kw))
     assert created
     return run.id
 

@@ -12,12 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support.e2e import wait_until
 from tests.support.folds import recording_folds
 from treadle.store.folding import FoldedWrite, FoldFailed
 from treadle.store.memory import INCR, incr_params
 from treadle.store.runs import NewRun
 from treadle.store.steps import StepOutcome, WaitSpec
+from treadle.testing import until
 from treadle.tools.base import ToolResult
 
 TENANT = f"t_fold_{secrets.token_hex(4)}"
@@ -138,7 +138,7 @@ async def test_a_cancel_does_not_wait_behind_a_folded_write(open_runtime: Any, d
                 row = await cur.fetchone()
             return bool(row and row[0])
 
-        await wait_until(commit_waits_for_the_row, timeout=30, interval=0.02, what="the folded commit to wait")
+        await until(commit_waits_for_the_row, timeout=30, interval=0.02, what="the folded commit to wait")
         # a cancel that queued behind the commit for the run's row would never return while it waits
         await asyncio.wait_for(rt.cancel_run(TENANT, r.id, "stop"), timeout=30)
         await holder.rollback()

@@ -18,12 +18,9 @@ from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.store.db import Pool, open_pool
 from treadle.store.runs import NewRun, RunStore
 from treadle.store.steps import StepOutcome, StepStore
+from treadle.testing import user_text
 
 TOOL_CALLER = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 3}}
-
-
-def prompt(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
 
 
 @dataclass
@@ -36,7 +33,7 @@ class QueueEnv:
 
     async def create(self, text: str = "hi", *, jobs: bool = True) -> str:
         store = self.runs if jobs else RunStore(self.pool, jobs_in_db=False, requeue_after_s=60.0)
-        run, _ = await store.create(NewRun(tenant_id="default", agent="a", segments=prompt(text)))
+        run, _ = await store.create(NewRun(tenant_id="default", agent="a", segments=user_text(text)))
         return run.id
 
     async def jobs(self) -> list[tuple[str, int]]:
@@ -197,7 +194,7 @@ async def test_listen_notify_wakes_a_waiter_when_a_job_is_inserted(env: QueueEnv
     other = await open_pool(env.url, 1, name="test-queue-other")
     try:
         await RunStore(other, jobs_in_db=True, requeue_after_s=60).create(
-            NewRun(tenant_id="default", agent="a", segments=prompt("wake"))
+            NewRun(tenant_id="default", agent="a", segments=user_text("wake"))
         )
     finally:
         await other.close()
@@ -237,9 +234,9 @@ async def test_worker_pool_completes_runs_end_to_end(pg_runtime: Any) -> None:
     workers = WorkerPool(rt.engine, queue, 3, idle_poll_s=5.0)  # long poll: wake-ups must come by NOTIFY
     workers.start()
     try:
-        ids = [(await rt.start_run(NewRun(tenant_id="default", agent="a", segments=prompt(f"r{i}"))))[0].id
+        ids = [(await rt.start_run(NewRun(tenant_id="default", agent="a", segments=user_text(f"r{i}"))))[0].id
                for i in range(5)]
-        echo = (await rt.start_run(NewRun(tenant_id="default", agent="e", segments=prompt("say this"))))[0].id
+        echo = (await rt.start_run(NewRun(tenant_id="default", agent="e", segments=user_text("say this"))))[0].id
         await wait_terminal(rt, [*ids, echo])
     finally:
         await workers.stop()
@@ -265,8 +262,8 @@ async def test_worker_pool_completes_runs_end_to_end(pg_runtime: Any) -> None:
 
 async def test_sweeper_reenqueues_a_run_whose_lease_expired(pg_runtime: Any) -> None:
     rt, queue = await pg_runtime({"a": TOOL_CALLER})
-    run_id = (await rt.start_run(NewRun(tenant_id="default", agent="a", segments=prompt("x"))))[0].id
-    live_id = (await rt.start_run(NewRun(tenant_id="default", agent="a", segments=prompt("y"))))[0].id
+    run_id = (await rt.start_run(NewRun(tenant_id="default", agent="a", segments=user_text("x"))))[0].id
+    live_id = (await rt.start_run(NewRun(tenant_id="default", agent="a", segments=user_text("y"))))[0].id
     # two workers claim the runs; the first "dies" mid-step after recording its assistant turn
     owners = {}
     for _ in range(2):

@@ -5,16 +5,12 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from treadle.store.db import Pool, open_pool
 from treadle.store.runs import NewRun, RunStore, new_run_id
-
-
-def prompt(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
+from treadle.testing import user_text
 
 
 def tenant() -> str:
@@ -37,7 +33,7 @@ def runs(pool: Pool) -> RunStore:
 async def test_create_get_and_initial_events(runs: RunStore) -> None:
     t = tenant()
     run, created = await runs.create(
-        NewRun(tenant_id=t, agent="demo", segments=prompt("hello"), user_id="u1", metadata={"k": [1, 2]})
+        NewRun(tenant_id=t, agent="demo", segments=user_text("hello"), user_id="u1", metadata={"k": [1, 2]})
     )
     assert created
     assert run.id.startswith("r_") and run.tenant_id == t
@@ -54,7 +50,7 @@ async def test_create_get_and_initial_events(runs: RunStore) -> None:
 
     events = await runs.events(t, run.id)
     assert [(e.seq, e.type) for e in events] == [(1, "user_input"), (2, "started")]
-    assert events[0].payload == {"segments": prompt("hello")}
+    assert events[0].payload == {"segments": user_text("hello")}
     assert events[1].payload == {"agent": "demo", "run_id": run.id, "user_id": "u1"}
     api = events[1].to_api()
     assert api["seq"] == 2 and api["type"] == "started" and api["agent"] == "demo" and "ts" in api
@@ -62,7 +58,7 @@ async def test_create_get_and_initial_events(runs: RunStore) -> None:
 
 async def test_run_to_api_fields(runs: RunStore) -> None:
     t = tenant()
-    run, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt("x")))
+    run, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=user_text("x")))
     api = run.to_api()
     assert set(api) == {
         "run_id", "agent", "user_id", "status", "stop_reason", "error", "iterations", "usage", "metadata",
@@ -76,7 +72,7 @@ async def test_run_to_api_fields(runs: RunStore) -> None:
 
 async def test_events_from_seq_and_limit(runs: RunStore) -> None:
     t = tenant()
-    run, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt("x")))
+    run, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=user_text("x")))
     assert [e.seq for e in await runs.events(t, run.id, from_seq=1)] == [2]
     assert [e.seq for e in await runs.events(t, run.id, from_seq=2)] == []
     assert [e.seq for e in await runs.events(t, run.id, limit=1)] == [1]
@@ -84,7 +80,7 @@ async def test_events_from_seq_and_limit(runs: RunStore) -> None:
 
 async def test_another_tenant_sees_nothing(runs: RunStore) -> None:
     owner, other = tenant(), tenant()
-    run, _ = await runs.create(NewRun(tenant_id=owner, agent="demo", segments=prompt("secret")))
+    run, _ = await runs.create(NewRun(tenant_id=owner, agent="demo", segments=user_text("secret")))
     assert await runs.get(other, run.id) is None
     assert await runs.events(other, run.id) == []
     assert all(r.id != run.id for r in await runs.list_runs(other, None, 500))
@@ -103,37 +99,37 @@ async def test_unknown_run(runs: RunStore) -> None:
 async def test_idempotency_key_returns_the_same_run(runs: RunStore) -> None:
     t = tenant()
     first, created1 = await runs.create(
-        NewRun(tenant_id=t, agent="demo", segments=prompt("one"), idempotency_key="key-1")
+        NewRun(tenant_id=t, agent="demo", segments=user_text("one"), idempotency_key="key-1")
     )
     again, created2 = await runs.create(
-        NewRun(tenant_id=t, agent="demo", segments=prompt("two"), idempotency_key="key-1")
+        NewRun(tenant_id=t, agent="demo", segments=user_text("two"), idempotency_key="key-1")
     )
     assert created1 and not created2
     assert again.id == first.id
     events = await runs.events(t, first.id)
-    assert len(events) == 2 and events[0].payload == {"segments": prompt("one")}
+    assert len(events) == 2 and events[0].payload == {"segments": user_text("one")}
     assert len(await runs.list_runs(t, None, 50)) == 1
 
     other_key, created3 = await runs.create(
-        NewRun(tenant_id=t, agent="demo", segments=prompt("x"), idempotency_key="key-2")
+        NewRun(tenant_id=t, agent="demo", segments=user_text("x"), idempotency_key="key-2")
     )
     assert created3 and other_key.id != first.id
-    no_key_a, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt("x")))
-    no_key_b, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt("x")))
+    no_key_a, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=user_text("x")))
+    no_key_b, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=user_text("x")))
     assert no_key_a.id != no_key_b.id
 
 
 async def test_idempotency_keys_are_per_tenant(runs: RunStore) -> None:
     a, b = tenant(), tenant()
-    ra, _ = await runs.create(NewRun(tenant_id=a, agent="demo", segments=prompt("x"), idempotency_key="same"))
-    rb, created = await runs.create(NewRun(tenant_id=b, agent="demo", segments=prompt("x"), idempotency_key="same"))
+    ra, _ = await runs.create(NewRun(tenant_id=a, agent="demo", segments=user_text("x"), idempotency_key="same"))
+    rb, created = await runs.create(NewRun(tenant_id=b, agent="demo", segments=user_text("x"), idempotency_key="same"))
     assert created and ra.id != rb.id and rb.tenant_id == b
 
 
 async def test_concurrent_creates_with_one_key_make_one_run(runs: RunStore) -> None:
     t = tenant()
     results = await asyncio.gather(
-        *(runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt(str(i)), idempotency_key="k"))
+        *(runs.create(NewRun(tenant_id=t, agent="demo", segments=user_text(str(i)), idempotency_key="k"))
           for i in range(6))
     )
     assert len({r.id for r, _ in results}) == 1
@@ -146,7 +142,7 @@ async def test_list_runs_newest_first_with_status_filter_and_limit(runs: RunStor
     t = tenant()
     ids = []
     for i in range(3):
-        run, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt(str(i))))
+        run, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=user_text(str(i))))
         ids.append(run.id)
     async with pool.connection() as conn:
         await conn.execute("UPDATE runs SET status = 'completed', completed_at = now() WHERE id = %s", (ids[1],))
@@ -159,14 +155,14 @@ async def test_list_runs_newest_first_with_status_filter_and_limit(runs: RunStor
 
 async def test_request_cancel_flags_an_active_run_and_leaves_a_finished_one(runs: RunStore, pool: Pool) -> None:
     t = tenant()
-    active, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt("x")))
+    active, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=user_text("x")))
     flagged = await runs.request_cancel(t, active.id, "stop please")
     assert flagged is not None and flagged.cancel_requested and flagged.status == "queued"
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT cancel_reason FROM runs WHERE id = %s", (active.id,))
         assert (await cur.fetchone())["cancel_reason"] == "stop please"  # type: ignore[index]
 
-    done, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt("x")))
+    done, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=user_text("x")))
     async with pool.connection() as conn:
         await conn.execute("UPDATE runs SET status = 'completed' WHERE id = %s", (done.id,))
     unchanged = await runs.request_cancel(t, done.id, "too late")
@@ -178,8 +174,8 @@ async def test_create_with_jobs_in_db_enqueues_step_zero(migrated_db_url: str) -
     p = await open_pool(migrated_db_url, 2, name="test-store-jobs")
     try:
         store = RunStore(p, jobs_in_db=True, requeue_after_s=60.0)
-        run, _ = await store.create(NewRun(tenant_id="t", agent="demo", segments=prompt("x"), idempotency_key="i"))
-        await store.create(NewRun(tenant_id="t", agent="demo", segments=prompt("x"), idempotency_key="i"))
+        run, _ = await store.create(NewRun(tenant_id="t", agent="demo", segments=user_text("x"), idempotency_key="i"))
+        await store.create(NewRun(tenant_id="t", agent="demo", segments=user_text("x"), idempotency_key="i"))
         async with p.connection() as conn:
             cur = await conn.execute("SELECT tenant_id, run_id, step_no FROM jobs")
             rows = await cur.fetchall()
@@ -192,8 +188,8 @@ async def test_deleting_runs_deletes_their_events_and_nothing_else(runs: RunStor
     """events.run_id has no foreign key (migration 0024: its check cost every step commit); a
     statement trigger deletes a deleted run's events, as the cascade did — whoever deletes."""
     t = tenant()
-    gone, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt("a")))
-    kept, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=prompt("b")))
+    gone, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=user_text("a")))
+    kept, _ = await runs.create(NewRun(tenant_id=t, agent="demo", segments=user_text("b")))
     async with pool.connection() as conn:
         fks = await (await conn.execute(
             "SELECT count(*) AS n FROM pg_constraint WHERE conrelid = 'events'::regclass AND contype = 'f'"

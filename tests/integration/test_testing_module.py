@@ -21,13 +21,10 @@ from treadle.testing import (
     sweep,
     tool_results,
     tool_use,
+    user_text,
 )
 
 TENANT = "testing"
-
-
-def prompt(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
 
 
 def remember(req: ModelRequest) -> Reply:
@@ -49,7 +46,7 @@ async def test_a_scripted_model_calls_a_tool_then_answers(migrated_db_url: str, 
     model = ScriptedProvider(fn)
     agents = {"a": {"provider": "scripted", "model": "echo", "tools": ["Memory"], "memory_scopes": ["agent"]}}
     async with open_test_runtime(agents, database_url=migrated_db_url, providers=[model]) as (rt, dispatcher):
-        run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="a", segments=prompt("remember 42")))
+        run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="a", segments=user_text("remember 42")))
         await dispatcher.drain()
 
         done = await rt.runs.get(TENANT, run.id)
@@ -74,7 +71,7 @@ async def test_a_scripted_model_calls_a_tool_then_answers(migrated_db_url: str, 
 
 async def test_a_dead_workers_lease_is_expired_and_the_run_swept_back(migrated_db_url: str) -> None:
     async with open_test_runtime({"a": {"model": "echo"}}, database_url=migrated_db_url) as (rt, dispatcher):
-        run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="a", segments=prompt("still there?")))
+        run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="a", segments=user_text("still there?")))
         [msg] = dispatcher.queue
         dispatcher.queue.clear()
         leased = await rt.steps.lease(run.id, msg.step_no, "worker-that-dies")  # takes the step, then dies
@@ -97,7 +94,7 @@ async def test_age_run_passes_a_parked_calls_deadline(migrated_db_url: str) -> N
                     "mock": {"script": [{"tool": "Channel", "input": subscribe}, {"text": "gave up"}]}}}
     config = {"channels": {"news": {"semantic": "broadcast"}}}
     async with open_test_runtime(agents, database_url=migrated_db_url, config=config) as (rt, dispatcher):
-        run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="l", segments=prompt("wait for news")))
+        run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="l", segments=user_text("wait for news")))
         await dispatcher.drain()
         assert await sweep(rt) == 0
         await age_run(migrated_db_url, run.id, 1800)  # half the hour: not yet

@@ -13,7 +13,7 @@ from tests.support.spans import by_trace, leaked, tree
 from treadle.engine.workers import WorkerPool
 from treadle.providers.base import ModelRequest
 from treadle.store.runs import NewRun
-from treadle.testing import ScriptedProvider, open_test_runtime, tool_results, tool_use
+from treadle.testing import ScriptedProvider, open_test_runtime, tool_results, tool_use, user_text
 
 PROMPT = "PROMPT-c0ffee remember the launch code"
 TOOL_VALUE = "TOOLINPUT-5ecret-launch-code-4711"
@@ -33,10 +33,6 @@ def model(req: ModelRequest) -> Any:
 AGENTS = {"a": {"provider": "scripted", "model": "echo", "tools": ["Memory"], "system_prompt": "SYSTEM-f00d"}}
 
 
-def prompt(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
-
-
 async def test_a_run_across_two_workers_is_one_trace_without_content(
     migrated_db_url: str, spans: InMemorySpanExporter
 ) -> None:
@@ -48,7 +44,7 @@ async def test_a_run_across_two_workers_is_one_trace_without_content(
     try:
         rt_b, queue_b = await opened[1].__aenter__()
         try:
-            run, _ = await rt_a.start_run(NewRun(tenant_id="default", agent="a", segments=prompt(PROMPT)))
+            run, _ = await rt_a.start_run(NewRun(tenant_id="default", agent="a", segments=user_text(PROMPT)))
             pools = [WorkerPool(rt_a.engine, queue_a, 1), WorkerPool(rt_b.engine, queue_b, 1)]
             claims = 0
             while not (await rt_a.runs.get("default", run.id)).terminal:  # type: ignore[union-attr]
@@ -122,7 +118,7 @@ async def test_a_sub_agent_run_is_its_own_trace_linked_to_the_parent(
         "child": {"provider": "mock", "model": "echo"},
     }
     async with open_test_runtime(agents, database_url=db_url, providers=[ScriptedProvider(parent_model)]) as (rt, d):
-        run, _ = await rt.start_run(NewRun(tenant_id="default", agent="parent", segments=prompt("go")))
+        run, _ = await rt.start_run(NewRun(tenant_id="default", agent="parent", segments=user_text("go")))
         await d.drain()
         record = await rt.runs.get("default", run.id)
     assert record is not None and record.status == "completed"
@@ -158,7 +154,7 @@ async def test_retries_and_made_up_tool_names_are_recorded_without_content(
 
     agents = {"a": {"provider": "scripted", "model": "echo", "tools": ["Memory"]}}
     async with open_test_runtime(agents, database_url=db_url, providers=[ScriptedProvider(flaky)]) as (rt, d):
-        run, _ = await rt.start_run(NewRun(tenant_id="default", agent="a", segments=prompt("hi")))
+        run, _ = await rt.start_run(NewRun(tenant_id="default", agent="a", segments=user_text("hi")))
         await d.drain()
         record = await rt.runs.get("default", run.id)
     assert record is not None and record.status == "completed"

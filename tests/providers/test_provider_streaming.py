@@ -10,11 +10,11 @@ import pytest
 
 from tests.support.providers import MakeHarness, StartVendor
 from tests.support.vendors.base import text, tools
-from tests.support.waits import until
 from treadle.api.sse import stream_run_events
 from treadle.client.http import SseEvent, TreadleClient, parse_sse
 from treadle.config import Settings, parse_config
 from treadle.store.runs import NewRun
+from treadle.testing import until
 
 PIECES = ("The ", "quick ", "brown ", "fox.")
 

@@ -168,7 +168,7 @@ async def test_another_tenants_defs_are_invisible(open_rt: Any) -> None:
 
 
 def _new(agent: str) -> Any:
-    from tests.support.substrate import prompt
     from treadle.store.runs import NewRun
+    from treadle.testing import user_text
 
-    return NewRun(tenant_id=TENANT, agent=agent, segments=prompt("hi"))
+    return NewRun(tenant_id=TENANT, agent=agent, segments=user_text("hi"))

@@ -10,7 +10,6 @@ from tests.support.substrate import (
     TemplatingMock,
     client_for,
     ok_results,
-    prompt,
     run_agent,
     scripted,
     tool_results,
@@ -20,6 +19,7 @@ from treadle.providers.base import ModelRequest, ModelResponse
 from treadle.providers.mock import MockProvider
 from treadle.store.runs import NewRun
 from treadle.substrate.agentdefs import agent_hash, agent_loomcycle_hash
+from treadle.testing import user_text
 
 SHARED = {"system_prompt": "Same everywhere.", "tools": ["Memory"], "max_iterations": 7, "model": "echo"}
 PEER = {"system_prompt": "Peer v1", "model": "echo"}
@@ -170,7 +170,6 @@ async def test_skills_from_yaml_and_skilldef_reach_the_system_prompt(open_rt: An
     assert recorder.systems[-1].endswith("## Skill: facts\n\nCite two sources.")
 
 
-
 async def test_every_skilldef_op_through_tool_and_http(open_rt: Any) -> None:
     mock = TemplatingMock()
     calls = [
@@ -220,7 +219,7 @@ async def test_a_sub_agent_can_be_a_promoted_def_and_queued_runs_keep_their_vers
     async with client_for(rt) as c:
         v1 = (await c.post("/v1/_agentdef", json={"op": "create", "name": "helper", "overlay": {"model": "echo"}})
               ).json()
-        queued, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="helper", segments=prompt("queued")))
+        queued, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="helper", segments=user_text("queued")))
         v2 = (await c.post("/v1/_agentdef", json={"op": "fork", "name": "helper", "promote": True, "overlay": {
             "model": "script", "mock": {"script": [{"text": "v2 here"}]}}})).json()
     boss_run = await run_agent(rt, disp, "boss")  # drains the queued run too

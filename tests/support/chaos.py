@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,20 +59,6 @@ class Db:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-async def wait_until(
-    predicate: Callable[[], Awaitable[Any]], *, timeout: float, interval: float = 0.1, what: str = "condition"
-) -> Any:
-    """Await `predicate()` until it returns something truthy; TimeoutError after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 # -- the server processes ------------------------------------------------------------------------------

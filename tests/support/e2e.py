@@ -284,15 +284,3 @@ def check_paired(events: list[dict[str, Any]]) -> list[str]:
     for tid in results.keys() - calls.keys():
         problems.append(f"tool_result for unknown tool_use {tid}")
     return problems
-
-
-async def wait_until(predicate: Any, *, timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
-    """Await `predicate()` until it returns something truthy; TimeoutError after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(interval)

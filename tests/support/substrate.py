@@ -14,7 +14,7 @@ from treadle.api.app import create_app
 from treadle.dispatch.inline import InlineDispatcher
 from treadle.runtime import Runtime
 from treadle.store.runs import NewRun
-from treadle.testing import open_test_runtime
+from treadle.testing import open_test_runtime, user_text
 
 TENANT = "default"
 
@@ -35,10 +35,6 @@ def client_for(rt: Runtime) -> httpx.AsyncClient:
                              headers={"authorization": "Bearer s3cret"})
 
 
-def prompt(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
-
-
 def scripted(*calls: tuple[str, dict[str, Any]], **agent: Any) -> dict[str, Any]:
     """A mock agent that makes `calls` (tool, input) in order, then says "done"."""
     script = [{"tool": tool, "input": inp} for tool, inp in calls] + [{"text": "done"}]
@@ -48,7 +44,7 @@ def scripted(*calls: tuple[str, dict[str, Any]], **agent: Any) -> dict[str, Any]
 
 async def run_agent(rt: Runtime, disp: InlineDispatcher, agent: str, *, tenant: str = TENANT,
                     user_id: str | None = None, text: str = "go") -> Any:
-    run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent=agent, segments=prompt(text), user_id=user_id))
+    run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent=agent, segments=user_text(text), user_id=user_id))
     await disp.drain()
     done = await rt.runs.get(tenant, run.id)
     assert done is not None

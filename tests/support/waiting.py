@@ -7,13 +7,10 @@ from typing import Any
 
 from treadle.store.interrupts import InterruptStore, interrupt_key
 from treadle.store.runs import NewRun
+from treadle.testing import user_text
 
 ECHO: dict[str, Any] = {"model": "echo"}
 FAILING: dict[str, Any] = {"model": "echo", "mock": {"error_rate": 1.0}}  # with provider_retries=0: fails at once
-
-
-def prompt(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
 
 
 def scripted(turns: list[dict[str, Any]], tools: list[str], **extra: Any) -> dict[str, Any]:
@@ -32,7 +29,7 @@ def spawner(spawns: list[dict[str, str]], **extra: Any) -> dict[str, Any]:
 
 
 async def start(rt: Any, agent: str, text: str = "hi", *, tenant: str = "default", **kw: Any) -> str:
-    run, created = await rt.start_run(NewRun(tenant_id=tenant, agent=agent, segments=prompt(text), **kw))
+    run, created = await rt.start_run(NewRun(tenant_id=tenant, agent=agent, segments=user_text(text), **kw))
     assert created
     return str(run.id)
 

@@ -1,31 +1,12 @@
-"""Waiting in tests without hoping: poll a condition under a deadline, or hold a model call until
-the test has done what it must do while the call is under way."""
+"""Waiting in tests without hoping: hold a model call until the test has done what it must do
+while the call is under way (`treadle.testing.until` polls a condition under a deadline)."""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import time
-from collections.abc import Callable
-from typing import Any
 
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Provider
 from treadle.providers.mock import MockProvider
-
-
-async def until(condition: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.01,
-                what: str = "the condition") -> Any:
-    """Poll `condition()` (sync or async) until it returns something truthy, and return that;
-    AssertionError after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        await asyncio.sleep(interval)
 
 
 class GatedProvider:

@@ -9,25 +9,21 @@ from typing import Any
 
 import pytest
 
-from tests.support.e2e import wait_until
 from treadle.engine.workers import WorkerPool
 from treadle.store.runs import NewRun
+from treadle.testing import until, user_text
 
 SLOW = {"model": "script", "mock": {"script": [{"text": "ok"}], "latency_ms": 30}}
 BACKLOG = 24
-
-
-def prompt(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": [{"type": "trusted-text", "text": text}]}]
 
 
 @pytest.mark.parametrize("cap", [0, 2])
 async def test_a_tenants_backlog_cannot_starve_another_tenant(
         open_runtime: Any, migrated_db_url: str, cap: int) -> None:
     rt, queue = await open_runtime({"slow": SLOW}, inline=False, url=migrated_db_url, tenant_max_running=cap)
-    a_ids = [(await rt.start_run(NewRun(tenant_id="acme", agent="slow", segments=prompt(f"a{i}"))))[0].id
+    a_ids = [(await rt.start_run(NewRun(tenant_id="acme", agent="slow", segments=user_text(f"a{i}"))))[0].id
              for i in range(BACKLOG)]
-    b_id = (await rt.start_run(NewRun(tenant_id="globex", agent="slow", segments=prompt("b"))))[0].id
+    b_id = (await rt.start_run(NewRun(tenant_id="globex", agent="slow", segments=user_text("b"))))[0].id
     workers = WorkerPool(rt.engine, queue, 4, idle_poll_s=0.2)
     workers.start()
     try:
@@ -35,7 +31,7 @@ async def test_a_tenants_backlog_cannot_starve_another_tenant(
             run = await rt.runs.get("globex", b_id)
             return run is not None and run.terminal
 
-        await wait_until(b_done, timeout=60, interval=0.02, what="tenant B's run")
+        await until(b_done, timeout=60, interval=0.02, what="tenant B's run")
         seen = await rt.runs.concurrency("acme")
         a_finished = sum([(await rt.runs.get("acme", rid)).terminal for rid in a_ids])  # type: ignore[union-attr]
 
@@ -43,7 +39,7 @@ async def test_a_tenants_backlog_cannot_starve_another_tenant(
             return all([(await rt.runs.get("acme", rid)).terminal for rid in a_ids])  # type: ignore[union-attr]
 
         # the capped backlog is served in the end: queued, not refused
-        await wait_until(all_done, timeout=60, what="tenant A's backlog")
+        await until(all_done, timeout=60, interval=0.1, what="tenant A's backlog")
     finally:
         await workers.stop()
     print(f"\ncap {cap}: tenant B's run ended when {a_finished} of tenant A's {BACKLOG} had ended")
@@ -62,7 +58,7 @@ async def test_claims_at_once_never_lease_past_the_cap(open_runtime: Any, migrat
     rt, _queue = await open_runtime({"slow": SLOW}, inline=False, url=migrated_db_url, tenant_max_running=1,
                                     db_pool_size=12)
     for i in range(8):
-        await rt.start_run(NewRun(tenant_id="acme", agent="slow", segments=prompt(f"a{i}")))
+        await rt.start_run(NewRun(tenant_id="acme", agent="slow", segments=user_text(f"a{i}")))
     for round_no in range(5):
         owners = [f"w{round_no}-{n}" for n in range(8)]
         claims = await asyncio.gather(*(rt.steps.claim_job(owner) for owner in owners))
@@ -78,7 +74,7 @@ async def test_the_sqs_paths_leases_at_once_never_pass_the_cap(open_runtime: Any
     runs of a tenant capped at 1: one leases, seven are told the tenant is at its cap."""
     rt, _queue = await open_runtime({"slow": SLOW}, inline=False, url=migrated_db_url, tenant_max_running=1,
                                     db_pool_size=12)
-    ids = [(await rt.start_run(NewRun(tenant_id="acme", agent="slow", segments=prompt(f"a{i}"))))[0].id
+    ids = [(await rt.start_run(NewRun(tenant_id="acme", agent="slow", segments=user_text(f"a{i}"))))[0].id
            for i in range(8)]
     answers = await asyncio.gather(*(rt.steps.lease_within_cap(rid, 0, f"w{n}") for n, rid in enumerate(ids)))
     assert sum(1 for _over, leased in answers if leased is not None) == 1

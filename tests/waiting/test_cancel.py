@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.waiting import ECHO, events, prompt, start, status, tool_results, types
+from tests.support.waiting import ECHO, events, start, status, tool_results, types
 from treadle.builtins.registry import default_registry
 from treadle.config import Settings, parse_config
 from treadle.dispatch.inline import InlineDispatcher
 from treadle.runtime import Runtime
 from treadle.store.inputs import InputStore
 from treadle.store.runs import NewRun
+from treadle.testing import user_text
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 SLOW = {"model": "echo", "mock": {"latency_ms": 60_000}}  # a model call that would take a minute
@@ -107,7 +108,8 @@ async def test_a_cancel_aborts_an_inflight_external_tool(db_url: str, tmp_path: 
 async def test_a_turn_cancel_aborts_the_inflight_turn_and_the_run_waits_for_input(db_url: str, tmp_path: Any) -> None:
     rt, (disp, _) = await open_rt(db_url, tmp_path, {"slow": SLOW})
     try:
-        run, _ = await rt.start_run(NewRun(tenant_id="default", agent="slow", segments=prompt("hi"), interactive=True))
+        new = NewRun(tenant_id="default", agent="slow", segments=user_text("hi"), interactive=True)
+        run, _ = await rt.start_run(new)
         step = asyncio.create_task(disp.drain())
         await wait_for_lease(rt, run.id)
         # what POST /v1/runs/{id}/cancel {"scope": "turn"} queues

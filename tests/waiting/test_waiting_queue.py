@@ -7,11 +7,11 @@ import asyncio
 import time
 from typing import Any
 
-from tests.support.e2e import wait_until
 from tests.support.waiting import ECHO, answer, asker, result_json, spawner, start
 from treadle.engine.waiting import input_key
 from treadle.engine.workers import WorkerPool
 from treadle.store.inputs import InputStore
+from treadle.testing import until
 
 
 async def wait_for(rt: Any, run_id: str, statuses: tuple[str, ...], timeout: float = 20.0) -> Any:
@@ -61,7 +61,7 @@ async def test_children_questions_and_input_on_the_postgres_queue(open_runtime: 
         async def no_jobs() -> bool:
             return await jobs(rt) == 0
 
-        await wait_until(no_jobs, timeout=10, interval=0.02, what="the queue to drain")
+        await until(no_jobs, timeout=10, interval=0.02, what="the queue to drain")
 
         await answer(rt, ask["id"])
         await InputStore(rt.pool).add("default", chat, "input", "again")

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.e2e import wait_until
 from tests.support.workspace import AGENTS, CONFIG, Caller
 from treadle.errors import ToolError
 from treadle.runtime import Runtime
+from treadle.testing import until
 from treadle.volumes.host import HostDirStorage
 
 BASH = {"bash": {"enabled": True, "timeout_seconds": 5, "max_output_bytes": 4096}}
@@ -57,7 +57,7 @@ async def test_bash_timeout_kills_the_group_and_output_is_capped(open_runtime: A
     r = await call("Bash", {"command": "sleep 60 & echo child $!; sleep 30", "timeout_seconds": 1})
     assert r.is_error and "timed out after 1 s" in r.content
     child = int(r.content.split("child ", 1)[1].split()[0])
-    await wait_until(lambda: _dead(child), timeout=10, what=f"the background child {child} to die with its group")
+    await until(lambda: _dead(child), timeout=10, what=f"the background child {child} to die with its group")
     r = await call("Bash", {"command": "head -c 100000 /dev/zero | tr '\\0' x"})
     assert not r.is_error and r.content.startswith("x" * 4096) and "[output truncated at 4096 bytes]" in r.content
     assert len(r.content) < 4200

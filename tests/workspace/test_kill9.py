@@ -16,8 +16,9 @@ import pytest
 
 from tests.support.chaos import Replica, write_config
 from tests.support.db import clone_database, drop_database
-from tests.support.e2e import check_paired, execute, query, wait_until
+from tests.support.e2e import check_paired, execute, query
 from treadle.client import TreadleClient
+from treadle.testing import until
 
 pytestmark = pytest.mark.e2e
 
@@ -93,7 +94,7 @@ async def test_edits_survive_kill9_between_and_inside_steps(db: str, tmp_path: P
         for label, reached in (("after the first edit's result", lambda: results_at_least(2)),
                                ("as the second edit lands", second_edit_visible),
                                ("after the third edit's result", lambda: results_at_least(4))):
-            await wait_until(reached, timeout=60, interval=0.005, what=label)
+            await until(reached, timeout=60, interval=0.005, what=label)
             srv.kill9()
             kills.append((label, len(await _results(db, run_id))))
             srv.start()
@@ -103,7 +104,7 @@ async def test_edits_survive_kill9_between_and_inside_steps(db: str, tmp_path: P
             rows = await query(db, "SELECT status FROM runs WHERE id = %s", (run_id,))
             return rows[0]["status"] in ("completed", "failed", "cancelled")
 
-        await wait_until(ended, timeout=60, interval=0.1, what="the run to end")
+        await until(ended, timeout=60, interval=0.1, what="the run to end")
     finally:
         srv.stop()
     # the second kill hit the window a crash can open: the edit was on disk, its result was not
