@@ -207,10 +207,12 @@ def openai_routes_and_the_gateway(api: Checked) -> None:
         {"role": "user", "content": "hi"}]})
 
 
-#: not called here: the run stream (SSE, tests/e2e), the ops of kinds that need outside parts
-#: (VolumeDef: a volume root; MCPServerDef: an MCP server) or that would turn the test's token off
+#: not called here: the run stream and a user's run-state stream (SSE, tests/e2e, tests/loomcycle),
+#: the ops of kinds that need outside parts (VolumeDef: a volume root; MCPServerDef: an MCP server)
+#: or that would turn the test's token off
 #: (OperatorTokenDef: the first admin token retires the legacy one)
-EXEMPT = {("get", "/v1/runs/{run_id}/stream"), ("post", "/v1/_operatortokendef"), ("post", "/v1/_volumedef"),
+EXEMPT = {("get", "/v1/runs/{run_id}/stream"), ("get", "/v1/users/{user_id}/agents/stream"),
+          ("post", "/v1/_operatortokendef"), ("post", "/v1/_volumedef"),
           ("post", "/v1/_mcpserverdef")}
 
 

@@ -110,7 +110,7 @@ async def api(db_url: str) -> AsyncIterator[Api]:
                 for r in (await client.get("/v1/runs", params={"status": status, "limit": 500})).json()["runs"]
             }
             for run_id in active & set(a.started):
-                await client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "test teardown"})
+                await client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "test teardown", "scope": "run"})
                 await a.wait(run_id)
         finally:
             await client.aclose()
@@ -357,7 +357,7 @@ async def test_post_runs_with_accept_sse_streams_the_new_run(api: Api) -> None:
 async def test_cancel_a_running_run(api: Api) -> None:
     run_id = await api.start("forever", "loop")
     await api.wait(run_id, lambda r: r["iterations"] >= 2)
-    resp = await api.client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "enough"})
+    resp = await api.client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "enough", "scope": "run"})
     assert resp.status_code == 200
     body = resp.json()
     assert body["run_id"] == run_id and body["cancel_requested"] is True
@@ -369,14 +369,14 @@ async def test_cancel_a_running_run(api: Api) -> None:
     calls = [e["tool_use"]["id"] for e in events if e["type"] == "tool_call"]
     results = [e["tool_use"]["id"] for e in events if e["type"] == "tool_result"]
     assert calls == results  # never separated, not even by a cancel
-    again = await api.client.post(f"/v1/runs/{run_id}/cancel")
+    again = await api.client.post(f"/v1/runs/{run_id}/cancel", json={"scope": "run"})
     assert again.status_code == 200 and again.json()["status"] == "cancelled"
 
 
 async def test_cancel_a_finished_run_is_a_no_op(api: Api) -> None:
     run_id = await api.start("echo", "done already")
     await api.wait(run_id)
-    resp = await api.client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "late"})
+    resp = await api.client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "late", "scope": "run"})
     assert resp.status_code == 200
     assert resp.json() == {"run_id": run_id, "status": "completed", "cancel_requested": False}
     assert (await api.run(run_id))["stop_reason"] == "end_turn"

@@ -185,6 +185,28 @@ async def test_turn_cancel_mid_turn_parks_with_nested_payload(served: Served) ->
     assert isinstance(cancelled[0]["turn_cancelled"]["since_turn"], int)
 
 
+async def test_turn_cancel_of_a_non_interactive_run_is_409_and_the_run_goes_on(served: Served) -> None:
+    """loomcycle's client `cancelTurn` posts `{}` or `{reason}` (no scope): on a run that is not
+    interactive loomcycle answers 409 `not_interactive` (server.go handleCancelTurn) and the run
+    is left alone: a turn cancel never ends a run."""
+    run_id = (await served.start("asker"))["run_id"]
+    await served.wait(run_id, lambda r: r["status"] == "waiting")
+    for body in ({}, {"reason": "stop the turn"}):
+        resp = await served.client.post(f"/v1/runs/{run_id}/cancel", json=body)
+        assert resp.status_code == 409, resp.text
+        assert resp.json()["code"] == "not_interactive"
+    run = await served.get(f"/v1/runs/{run_id}")
+    assert run["status"] == "waiting" and not run.get("cancel_requested")
+    [pending] = (await served.get(f"/v1/runs/{run_id}/interrupts"))["interrupts"]
+    await served.post(f"/v1/runs/{run_id}/interrupts/{pending['interrupt_id']}/resolve", {"answer": "yes"})
+    assert (await served.wait(run_id))["status"] == "completed"
+    # a running one too; `{"scope": "run"}` still ends the whole run
+    run_id = (await served.start("slow"))["run_id"]
+    resp = await served.client.post(f"/v1/runs/{run_id}/cancel", json={})
+    assert resp.status_code == 409 and resp.json()["code"] == "not_interactive"
+    assert (await served.wait(run_id))["stop_reason"] == "end_turn"
+
+
 async def test_interruption_pending_is_nested_and_resolved_by_client(served: Served) -> None:
     run_id = (await served.start("asker"))["run_id"]
     await served.wait(run_id, lambda r: r["status"] == "waiting")
@@ -367,3 +389,51 @@ async def test_cancel_agent_cascades_to_the_runs_sub_agents(served: Served) -> N
     assert out["cancelled"] is True and out["cascaded"] == [child["agent_id"]] and out["cancelled_count"] == 2
     assert (await served.wait(child["run_id"]))["status"] == "cancelled"
     assert (await served.wait(boss["run_id"]))["status"] == "cancelled"
+
+
+async def _run_states(served: Served, query: str, until_run: list[str],
+                      n_done: int) -> tuple[SseEvent, list[dict[str, Any]]]:
+    """Open loomcycle's user run-state stream, start the runs `until_run` names once it is open,
+    and read `run_state` frames until `n_done` terminal ones arrived."""
+    states: list[dict[str, Any]] = []
+    async with served.client.stream("GET", f"/v1/users/{served.user}/agents/stream{query}",
+                                    headers={"Accept": "text/event-stream"}) as resp:
+        assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+        frames = parse_sse(resp.aiter_lines())
+        opened = await asyncio.wait_for(anext(frames), 10)
+        for agent in until_run:
+            await served.start(agent)
+
+        async def read() -> None:
+            done = 0
+            async for f in frames:
+                assert f.event == "run_state", f
+                states.append(f.data)
+                done += f.data["status"] in ("completed", "failed", "cancelled")
+                if done == n_done:
+                    return
+
+        await asyncio.wait_for(read(), 20)
+    return opened, states
+
+
+async def test_user_agents_stream_sends_loomcycle_run_state_frames(served: Served) -> None:
+    """loomcycle's GET /v1/users/{user_id}/agents/stream (runs_stream.go; its client's
+    streamUserRunStates): `stream_open`, then a `run_state` per transition
+    (connector.RunStateEvent)."""
+    opened, states = await _run_states(served, "", ["echo"], 1)
+    assert opened.event == "stream_open"
+    assert opened.data == {"user_id": served.user, "filter_status": None, "filter_agent": "",
+                           "keepalive_interval": opened.data["keepalive_interval"]}
+    last = states[-1]
+    assert last["status"] == "completed" and last["stop_reason"] == "end_turn"
+    assert last["agent"] == "echo" and last["user_id"] == served.user and last["agent_id"].startswith("a_")
+    assert last["run_id"].startswith("r_") and last["ts"] and "error" not in last
+    assert all(s["run_id"] == last["run_id"] for s in states)
+    assert len({s["status"] for s in states}) == len(states)  # one frame per transition
+
+
+async def test_user_agents_stream_filters_by_status_and_agent(served: Served) -> None:
+    opened, states = await _run_states(served, "?status=completed,failed&agent=echo", ["slow", "echo"], 1)
+    assert opened.data["filter_status"] == ["completed", "failed"] and opened.data["filter_agent"] == "echo"
+    assert [(s["agent"], s["status"]) for s in states] == [("echo", "completed")]

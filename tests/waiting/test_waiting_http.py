@@ -171,7 +171,7 @@ async def test_cancelling_a_parent_over_http_cancels_its_children(http: Http) ->
     assert len(kids) == 2 and all(r["waits"][0]["kind"] == "interruption" for r in kids)
     [parent] = [r for r in listed if r["run_id"] == run_id]
     assert parent["waits"][0]["kind"] == "agent"
-    resp = await http.post(f"/v1/runs/{run_id}/cancel", {"reason": "stop all"})
+    resp = await http.post(f"/v1/runs/{run_id}/cancel", {"reason": "stop all", "scope": "run"})
     assert resp.status_code == 200
     for r in [parent, *kids]:
         assert (await http.run(r["run_id"]))["status"] == "cancelled"
@@ -226,7 +226,7 @@ async def test_a_users_interrupts_are_their_inbox(http: Http) -> None:
 async def test_a_cancelled_runs_questions_leave_the_inbox(http: Http) -> None:
     run_id = await http.start("asker", user_id="cy")
     [q] = (await http.client.get("/v1/users/cy/interrupts")).json()["interrupts"]
-    resp = await http.post(f"/v1/runs/{run_id}/cancel", {"reason": "changed my mind"})
+    resp = await http.post(f"/v1/runs/{run_id}/cancel", {"reason": "changed my mind", "scope": "run"})
     assert resp.status_code == 200, resp.text
     assert (await http.run(run_id))["status"] == "cancelled"
     assert (await http.client.get("/v1/users/cy/interrupts")).json()["interrupts"] == []

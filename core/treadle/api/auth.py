@@ -88,6 +88,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/agents/{agent_id}"): R,
     ("POST", "/v1/agents/{agent_id}/cancel"): W,
     ("GET", "/v1/users/{user_id}/agents"): R,
+    ("GET", "/v1/users/{user_id}/agents/stream"): R,
     ("GET", "/v1/sessions/{session_id}/transcript"): R,
     ("POST", "/v1/_channels/{name}/subscribe"): sc.CHANNEL_READ,
     ("POST", "/v1/_channels/{name}/ack"): sc.CHANNEL_READ,

@@ -8,7 +8,8 @@
   `run_timeout` at its next step after the deadline), `tenant_id` (must be the caller's).
 - Those it does not have are refused with 400 `unsupported_field` naming the field.
 - `GET /v1/agents/{agent_id}`, `POST /v1/agents/{agent_id}/cancel` (the whole run and its
-  sub-agents), `GET /v1/users/{user_id}/agents`, `POST /v1/runs:batch` (≤ 32, index-aligned).
+  sub-agents), `GET /v1/users/{user_id}/agents` (and its `/stream` of run transitions),
+  `POST /v1/runs:batch` (≤ 32, index-aligned).
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
+from treadle.api.agentstream import parse_filter, user_agent_states
 from treadle.api.auth import principal_view
 from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors, fast_json
 from treadle.api.lazyroute import LazyAPIRoute
+from treadle.api.sse import SSE_HEADERS
 from treadle.domain.events import EventType
 from treadle.domain.runs import RunOptions
 from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
@@ -191,6 +195,22 @@ async def user_agents(
     if wanted is not None:
         runs = [r for r in runs if r.status in wanted][:limit]
     return {"user_id": user_id, "agents": [await agent_state(rt, r) for r in runs]}
+
+
+@router.get("/users/{user_id}/agents/stream", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                             "description": "`stream_open`, then a `run_state` frame per transition"},
+                       **errors(*AUTHED)})
+async def user_agents_stream(
+    user_id: str, rt: Rt, who: Who,
+    status: Annotated[str | None, Query(max_length=256)] = None,
+    agent: Annotated[str | None, Query(max_length=256)] = None,
+) -> StreamingResponse:
+    """loomcycle's run-state stream of one user (api/agentstream.py): `stream_open`, then one
+    `run_state` frame per status change of the user's runs; `?status=a,b`, `?agent=name`."""
+    body = user_agent_states(rt.pool, who.tenant_id, user_id, parse_filter(status), (agent or "").strip() or None,
+                             keepalive_s=rt.settings.sse_keepalive_seconds, budget_s=rt.sse_budget_s)
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 async def spawn_result(rt: Runtime, run: RunRecord) -> dict[str, Any]:

@@ -214,14 +214,10 @@ async def cancel_run(run_id: str, rt: Rt, who: Who, body: CancelRequest | None =
     """`{"scope": "run"}`: cancel the run at its next safe point (never between a tool_use and its
     tool_result), with its unfinished sub-agent runs; cancelling a finished run is a no-op that
     reports its status. `{"scope": "turn"}`: cancel only the current turn of an interactive run
-    (api/steering.py). No scope: loomcycle's turn cancel for an interactive run, the whole run
-    otherwise (loomcycle would answer 409 `not_interactive`)."""
-    scope = body.scope if body is not None else None
-    if scope is None:
-        run = await rt.runs.get(who.tenant_id, run_id)
-        if run is None:
-            raise RunNotFound(f"run {run_id!r} not found")
-        scope = "turn" if run.interactive and not run.terminal else "run"
+    (api/steering.py). No scope: loomcycle's turn cancel (what its client's `cancelTurn` sends):
+    409 `not_interactive` for a run that is not interactive, which goes on running (a turn
+    cancel never ends a run; `{"scope": "run"}` or POST /v1/agents/{id}/cancel does)."""
+    scope = (body.scope if body is not None else None) or "turn"
     if scope == "turn":
         return await cancel_turn(rt, who.tenant_id, run_id, body.reason if body else None)
     reason = (body.reason if body else None) or "cancelled by api"

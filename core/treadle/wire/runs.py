@@ -152,7 +152,7 @@ class CancelRequest(Request):
 
     reason: str | None = Field(default=None, max_length=1024)
     #: run: end the run (and its sub-agents); turn: stop the current turn of an interactive run and
-    #: park it. Omitted: the turn of an interactive run, the whole of another
+    #: park it. Omitted: the turn, as loomcycle (409 `not_interactive` for a run that is not interactive)
     scope: Literal["run", "turn"] | None = None
 
 
