@@ -645,6 +645,9 @@ class Settings(EnvSettings):
     #: more environment variables whose values are secrets (comma-separated names), beyond those
     #: named *_KEY, *_TOKEN, *_SECRET, *_AUTH, *_PASSWORD, *_CREDENTIAL(S), *_DSN
     redact_env: str = ""
+    #: redact secret-shaped strings (provider key formats, Bearer tokens, password=...) at rest too;
+    #: outbound they are always scrubbed (treadle.security.redact)
+    redact_patterns: bool = True
     lease_seconds: float = Field(default=30.0, gt=0)
     sweep_interval_seconds: float = Field(default=2.0, gt=0)
     requeue_after_seconds: float = Field(default=60.0, gt=0)

@@ -309,6 +309,7 @@ class Runtime:
         load_process_secrets(  # secrets never land: treadle.security.redact
             [*settings.redact_env_names(), *(env for _, _, env, _, _ in key_report(config) if env)],
             enabled=settings.redact_secrets,
+            patterns_at_rest=settings.redact_patterns,
         )
         install_log_redaction()
         catalogue = AgentCatalogue(config, registry, built, source=config_source)

@@ -46,5 +46,5 @@ def scrub_messages(messages: list[Message]) -> list[Message]:
 
 def scrub_key() -> object:
     """What `scrub_messages`'s output depends on besides the messages: whether the scrub is on and
-    the known secret values (the set only grows, so its size tells when it changed)."""
-    return (SECRETS.enabled, len(SECRETS))
+    the known secret values (their generation tells when they changed)."""
+    return (SECRETS.enabled, SECRETS.generation)

@@ -26,6 +26,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from treadle.errors import ConfigError, ToolError
+from treadle.security.redact import SECRETS
 from treadle.specs.mcp import CREDENTIAL_REF
 from treadle.store.db import Pool
 
@@ -103,7 +104,18 @@ def process_sealer() -> CredentialSealer:
 
 
 def seal_credentials(tenant_id: str, credentials: Mapping[str, str] | None) -> bytes | None:
-    return process_sealer().seal(tenant_id, credentials) if credentials else None
+    """The sealed blob; the values join this process's secrets first, so the run's prompt and
+    anything else this process stores for it has them redacted (`[redacted:credential]`)."""
+    if not credentials:
+        return None
+    remember(credentials)
+    return process_sealer().seal(tenant_id, credentials)
+
+
+def remember(credentials: Mapping[str, str]) -> None:
+    """The values redacted from everything this process stores, logs or sends to a model."""
+    for value in credentials.values():
+        SECRETS.add_dynamic(value, "credential")
 
 
 async def load_credentials(pool: Pool, tenant_id: str, run_id: str) -> dict[str, str]:
@@ -120,7 +132,9 @@ async def load_credentials(pool: Pool, tenant_id: str, run_id: str) -> dict[str,
     if row is None:
         return {}
     sealed = row["sealed"] if isinstance(row, Mapping) else row[0]
-    return process_sealer().open(tenant_id, bytes(sealed))
+    credentials = process_sealer().open(tenant_id, bytes(sealed))
+    remember(credentials)
+    return credentials
 
 
 def credential_refs(headers: Mapping[str, str]) -> set[str]:
