@@ -191,7 +191,7 @@ async def test_embeddings_float_and_base64(client: openai.AsyncOpenAI, served: S
     one = await client.embeddings.create(model="fake-embed-384", input="solo", dimensions=384)
     assert len(one.data) == 1 and len(one.data[0].embedding) == 384
     with pytest.raises(openai.NotFoundError):
-        await client.embeddings.create(model="text-embedding-3-large", input="x")
+        await client.models.retrieve("text-embedding-3-large")
     with pytest.raises(openai.BadRequestError) as dims:
         await client.embeddings.create(model="fake-embed-384", input="x", dimensions=12)
     assert dims.value.param == "dimensions"

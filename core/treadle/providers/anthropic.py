@@ -67,6 +67,10 @@ class AnthropicProvider(HttpDriver):
             if cache:
                 tools[-1]["cache_control"] = {"type": "ephemeral"}
             body["tools"] = tools
+        choice = opts.get("tool_choice")  # none | required | {"name": n} (api/openai_compat/structured.py)
+        if req.tools and choice is not None:
+            body["tool_choice"] = ({"type": "none"} if choice == "none" else {"type": "any"} if choice == "required"
+                                   else {"type": "tool", "name": choice["name"]})
         budget = opts.get("thinking_budget_tokens")
         if budget is None and opts.get("effort") and "haiku" not in req.model:  # loomcycle's effort mapping
             budget = {"medium": 2048, "high": 8192}.get(str(opts["effort"]))

@@ -100,6 +100,12 @@ class OpenAIChatProvider(HttpDriver):
                     "stop"):
             if opt in req.options:
                 body[opt] = req.options[opt]
+        choice = req.options.get("tool_choice")  # none | required | {"name": n} (api/openai_compat/structured.py)
+        if req.tools and choice is not None:
+            body["tool_choice"] = choice if isinstance(choice, str) else {
+                "type": "function", "function": {"name": choice["name"]}}
+        if self.endpoint.driver == "openai" and "response_format" in req.options:
+            body["response_format"] = req.options["response_format"]  # others get it as an instruction only
         if self.endpoint.driver == "openai" and req.options.get("effort") and "reasoning_effort" not in body:
             body["reasoning_effort"] = req.options["effort"]  # loomcycle's effort on OpenAI
         return body

@@ -5,7 +5,8 @@ the tenant's promoted AgentDefs, `owned_by: treadle:agent`), the `models:` alias
 (`treadle:alias`) and the tiers (`treadle:tier`) — and the embedder's model (`treadle:embedder`).
 
 /v1/embeddings embeds with the configured embedder (`memory.embedder`, the one vector Memory
-uses; texts are embedded as documents). `model` must name that embedder's model (there is one);
+uses; texts are embedded as documents). `model` may be any name (the one embedder serves them all,
+as loomcycle's does) and is echoed back;
 `dimensions` must equal what it returns; `encoding_format` float | base64 (float32 little-endian,
 as OpenAI); token-array input is refused. `usage` counts are 0: embedders do not report tokens.
 """
@@ -104,22 +105,21 @@ def encode(vector: list[float], fmt: str) -> list[float] | str:
 async def embeddings(body: EmbeddingsRequest, rt: Rt, who: Who) -> dict[str, Any]:
     """Embed texts with the configured embedder (module docstring)."""
     embedder = rt.substrate.memory.require_embedder()
-    if body.model not in (embedder.model, f"{embedder.name}/{embedder.model}"):
-        raise NotFound(f"The model `{body.model}` does not exist: this server embeds with `{embedder.model}`",
-                       code="model_not_found")
+    # one embedder serves every name (as loomcycle does): clients hard-code `text-embedding-3-small`
+    # and the like; the answer echoes the name asked for, the audit line names the embedder
     texts = body.texts()
     started = time.monotonic()
     vectors = await embedder.embed(texts, "document")
     if body.dimensions is not None and vectors and len(vectors[0]) != body.dimensions:
         raise UnsupportedParameter(f"dimensions={body.dimensions}: `{embedder.model}` here returns "
                                    f"{len(vectors[0])} dimensions", "dimensions", code="invalid_value")
-    audit.info("embeddings: tenant=%s user=%s driver=%s model=%s inputs=%d dimensions=%d latency_ms=%d",
-               who.tenant_id, body.user or "", embedder.name, embedder.model, len(texts),
+    audit.info("embeddings: tenant=%s user=%s requested=%s driver=%s model=%s inputs=%d dimensions=%d latency_ms=%d",
+               who.tenant_id, body.user or "", body.model, embedder.name, embedder.model, len(texts),
                len(vectors[0]) if vectors else 0, int((time.monotonic() - started) * 1000))
     return {
         "object": "list",
         "data": [{"object": "embedding", "index": i, "embedding": encode(v, body.encoding_format)}
                  for i, v in enumerate(vectors)],
-        "model": embedder.model,
+        "model": body.model,
         "usage": {"prompt_tokens": 0, "total_tokens": 0},
     }

@@ -48,10 +48,11 @@ from treadle.api.openai_compat.wire import (
 )
 from treadle.api.openapi import body_doc
 from treadle.api.sse import SSE_HEADERS
-from treadle.domain.content import TextBlock, ToolUseBlock
+from treadle.domain.content import Block, Message, TextBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent
 from treadle.engine.agents import ModelRoute
 from treadle.errors import BadRequest, NotFound, ProviderError, TreadleError
+from treadle.providers.base import ModelResponse
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.wire import ChatCompletion
@@ -117,19 +118,69 @@ def _error_frame(exc: TreadleError) -> bytes:
     return data_frame(error_doc(exc.status, exc.message, exc.code))
 
 
-async def _direct(rt: Runtime, who: Principal, req: ChatRequest, route: ModelRoute) -> Response:
+def model_call(req: ChatRequest) -> ModelCall:
+    """The one model call a direct request makes (with a `response_format`'s instruction and the
+    `tool_choice`/`response_format` options for drivers that take them natively)."""
     system, messages = to_conversation(req)
-    mc = ModelCall(system, messages, tools=[t.spec() for t in req.tools or ()], max_tokens=req.token_cap or 4096,
-                   options={} if req.temperature is None else {"temperature": req.temperature})
+    wish = req.wish
+    if wish.instruction():
+        system = f"{system}\n\n{wish.instruction()}" if system else wish.instruction()
+    options: dict[str, Any] = {} if req.temperature is None else {"temperature": req.temperature}
+    return ModelCall(system, messages, tools=[t.spec() for t in req.tools or ()], max_tokens=req.token_cap or 4096,
+                     options={**options, **wish.options()})
+
+
+async def _direct(rt: Runtime, who: Principal, req: ChatRequest, route: ModelRoute) -> Response:
+    wish = req.wish
+    mc = model_call(req)
     comp = Completion(req.model, {"request_id": mc.request_id})
-    if req.stream:
+    if req.stream and not wish.active:
         return _sse(_direct_stream(rt, who, req, route, mc, comp, time.monotonic(), list[NewEvent]()))
-    resp = await call_logged(rt, route, mc, "chat_completions", who=who.tenant_id, user_id=req.user)
+    resp = await call_checked(rt, who, req, route, mc)
     comp.extension.update(provider=resp.provider, model=resp.model)
     text = "".join(b.text for b in resp.content if isinstance(b, TextBlock))
     calls = [tool_call_json(b.id, b.name, b.input) for b in resp.content if isinstance(b, ToolUseBlock)]
     usage = usage_json(resp.usage.input_tokens, resp.usage.output_tokens)
+    if req.stream:  # a checked answer streams once it is whole
+        return _sse(_whole_stream(req, comp, text, calls, finish_reason(resp.stop_reason), usage))
     return JSONResponse(comp.message(text, calls, finish_reason(resp.stop_reason), usage))
+
+
+async def call_checked(rt: Runtime, who: Principal, req: ChatRequest, route: ModelRoute,
+                       mc: ModelCall) -> ModelResponse:
+    """One call; with a `response_format` or `tool_choice` the answer is checked (structured.py),
+    and an answer that misses is retried once with the problem named."""
+    resp = await call_logged(rt, route, mc, "chat_completions", who=who.tenant_id, user_id=req.user)
+    wish = req.wish
+    if not wish.active:
+        return resp
+    content, problem = wish.check(resp.content)
+    if problem is None:
+        resp.content = content
+        return resp
+    said: list[Block] = [b for b in resp.content if isinstance(b, TextBlock) and b.text] or [TextBlock("(no answer)")]
+    retry = ModelCall(mc.system, [*mc.messages, Message("assistant", said), Message("user", [TextBlock(problem)])],
+                      tools=mc.tools, max_tokens=mc.max_tokens, options=mc.options, request_id=mc.request_id)
+    resp = await call_logged(rt, route, retry, "chat_completions", who=who.tenant_id, user_id=req.user)
+    content, problem = wish.check(resp.content)
+    if problem is not None:
+        raise ProviderError(f"the model's answer missed the request's response_format/tool_choice twice: {problem}",
+                            code="structured_output_unmet")
+    resp.content = content
+    return resp
+
+
+async def _whole_stream(req: ChatRequest, comp: Completion, text: str, calls: list[dict[str, Any]], finish: str,
+                        usage: dict[str, int]) -> AsyncIterator[bytes]:
+    yield data_frame(comp.chunk({"role": "assistant", "content": ""}))
+    if text:
+        yield data_frame(comp.chunk({"content": text}))
+    for i, call in enumerate(calls):
+        yield data_frame(comp.chunk({"tool_calls": [{"index": i, **call}]}))
+    yield data_frame(comp.chunk({}, finish))
+    if req.include_usage:
+        yield data_frame(comp.usage_chunk(usage))
+    yield DONE_FRAME
 
 
 async def _direct_stream(rt: Runtime, who: Principal, req: ChatRequest, route: ModelRoute, mc: ModelCall,

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from treadle.api.openai_compat.structured import ResponseFormat, ToolChoice, Wish, schema_problem
 from treadle.domain.content import Block, ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from treadle.errors import BadRequest
 from treadle.providers.base import ToolSpec
@@ -25,8 +26,6 @@ DEFAULT_ONLY: dict[str, tuple[Any, ...]] = {
     "logprobs": (False,),
     "parallel_tool_calls": (True,),
     "store": (False,),
-    "response_format": ({"type": "text"},),
-    "tool_choice": ("auto",),
 }
 DATA_URL = re.compile(r"^data:(image/(?:png|jpeg|gif|webp));base64,([A-Za-z0-9+/=\s]+)$")
 
@@ -127,6 +126,8 @@ class ChatRequest(BaseModel):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, max_length=256)
+    response_format: ResponseFormat | None = None
+    tool_choice: ToolChoice | None = None
 
     @field_validator("tools")
     @classmethod
@@ -139,6 +140,10 @@ class ChatRequest(BaseModel):
     @property
     def token_cap(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def wish(self) -> Wish:
+        return Wish(self.response_format, self.tool_choice)
 
     @property
     def include_usage(self) -> bool:
@@ -160,7 +165,18 @@ def parse_request(raw: Any) -> ChatRequest:
     if body.get("stream_options") is not None and not body.get("stream"):
         raise UnsupportedParameter("stream_options applies only with stream: true", "stream_options",
                                    code="invalid_value")
-    return ChatRequest.model_validate(body)
+    req = ChatRequest.model_validate(body)
+    problem = schema_problem(req.response_format)
+    if problem:
+        raise UnsupportedParameter(problem, "response_format", code="invalid_value")
+    choice = req.wish.choice
+    names = {t.function.name for t in req.tools or ()}
+    if choice in ("required",) and not names:
+        raise UnsupportedParameter("tool_choice required needs tools", "tool_choice", code="invalid_value")
+    if choice and choice.startswith("fn:") and choice[3:] not in names:
+        raise UnsupportedParameter(f"tool_choice names {choice[3:]!r}, which is not one of the request's tools",
+                                   "tool_choice", code="invalid_value")
+    return req
 
 
 def _image(part: ImagePart, where: str) -> ImageBlock:

@@ -1,0 +1,148 @@
+"""Structured output and tool choice on /v1/chat/completions, driven by the official `openai` SDK
+(`chat.completions.parse` with a pydantic model, `response_format`, `tool_choice`) against a served
+treadle whose providers point at fake vendors speaking OpenAI's and Anthropic's wire."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+from pydantic import BaseModel
+
+from tests.support.frontdoors import TOKEN, Served
+from tests.support.vendors.base import text, tools
+
+WEATHER_TOOL: Any = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+class City(BaseModel):
+    name: str
+    population: int
+
+
+@pytest.fixture
+async def client(served: Served) -> AsyncIterator[openai.AsyncOpenAI]:
+    c = openai.AsyncOpenAI(base_url=served.url + "/v1", api_key=TOKEN, max_retries=0)
+    yield c
+    await c.close()
+
+
+def user(content: str) -> list[Any]:
+    return [{"role": "user", "content": content}]
+
+
+async def test_parse_with_a_pydantic_model_goes_native_to_openai(client: openai.AsyncOpenAI, served: Served) -> None:
+    served.openai_fake.then(text('{"name": "Oslo", ', '"population": 709000}'))
+    resp = await client.chat.completions.parse(model="gpt", messages=user("biggest city in Norway?"),
+                                               response_format=City)
+    assert resp.choices[0].message.parsed == City(name="Oslo", population=709000)
+    body = served.openai_fake.calls[-1]
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["name"] == "City" and body["response_format"]["json_schema"]["strict"]
+    assert "JSON Schema" in body["messages"][0]["content"]  # the instruction is there for every vendor
+    assert served.openai_fake.violations == []
+
+
+async def test_a_vendor_without_native_format_is_checked_and_retried_once(client: openai.AsyncOpenAI,
+                                                                          served: Served) -> None:
+    fake = served.anthropic_fake
+    before = len(fake.calls)
+    fake.then(text("Sure! Oslo has about 709k people."), text('```json\n{"name": "Oslo", "population": 709000}\n```'))
+    resp = await client.chat.completions.parse(model="claude", messages=user("biggest city in Norway?"),
+                                               response_format=City)
+    assert resp.choices[0].message.parsed == City(name="Oslo", population=709000)
+    assert resp.choices[0].message.content == '{"name": "Oslo", "population": 709000}'  # the fence is gone
+    assert len(fake.calls) == before + 2 and "response_format" not in fake.calls[-2]
+    retry = fake.calls[-1]["messages"]
+    assert retry[-2]["role"] == "assistant" and "not valid JSON" in json.dumps(retry[-1])
+    assert fake.violations == []
+
+
+async def test_an_answer_off_the_schema_twice_is_a_server_error(client: openai.AsyncOpenAI, served: Served) -> None:
+    served.anthropic_fake.then(text('{"name": "Oslo"}'), text('{"name": "Oslo", "population": "many"}'))
+    with pytest.raises(openai.APIStatusError) as exc:
+        await client.chat.completions.parse(model="claude", messages=user("x"), response_format=City)
+    assert exc.value.status_code == 502 and exc.value.code == "structured_output_unmet"
+    assert "population" in json.dumps(served.anthropic_fake.calls[-1]["messages"][-1])
+
+
+async def test_json_object_mode_streams_the_checked_answer(client: openai.AsyncOpenAI, served: Served) -> None:
+    served.openai_fake.then(text('{"ok": ', "true}"))
+    stream = await client.chat.completions.create(model="gpt", messages=user("json please"), stream=True,
+                                                  response_format={"type": "json_object"},
+                                                  stream_options={"include_usage": True})
+    chunks = [c async for c in stream]
+    assert json.loads("".join(c.choices[0].delta.content or "" for c in chunks if c.choices)) == {"ok": True}
+    assert chunks[-1].usage is not None and chunks[-2].choices[0].finish_reason == "stop"
+    assert served.openai_fake.calls[-1]["response_format"] == {"type": "json_object"}
+
+
+async def test_tool_choice_required_and_named_reach_both_vendors(client: openai.AsyncOpenAI, served: Served) -> None:
+    served.openai_fake.then(tools(("get_weather", {"city": "Oslo"})))
+    resp = await client.chat.completions.create(model="gpt", messages=user("weather?"), tools=[WEATHER_TOOL],
+                                                tool_choice="required")
+    assert resp.choices[0].finish_reason == "tool_calls"
+    assert served.openai_fake.calls[-1]["tool_choice"] == "required"
+    served.anthropic_fake.then(tools(("get_weather", {"city": "Oslo"})))
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    resp = await client.chat.completions.create(model="claude", messages=user("weather?"), tools=[WEATHER_TOOL],
+                                                tool_choice=named)  # type: ignore[arg-type]
+    calls = resp.choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["get_weather"]  # type: ignore[union-attr]
+    assert served.anthropic_fake.calls[-1]["tool_choice"] == {"type": "tool", "name": "get_weather"}
+    served.openai_fake.then(text("just text"))
+    resp = await client.chat.completions.create(model="gpt", messages=user("weather?"), tools=[WEATHER_TOOL],
+                                                tool_choice="none")
+    assert resp.choices[0].message.content == "just text"
+    assert served.openai_fake.calls[-1]["tool_choice"] == "none"
+
+
+async def test_tool_choice_required_is_enforced_on_a_text_answer(client: openai.AsyncOpenAI, served: Served) -> None:
+    before = len(served.anthropic_fake.calls)
+    served.anthropic_fake.then(text("I won't."), tools(("get_weather", {"city": "Rome"})))
+    resp = await client.chat.completions.create(model="claude", messages=user("weather?"), tools=[WEATHER_TOOL],
+                                                tool_choice="required")
+    assert resp.choices[0].finish_reason == "tool_calls" and len(served.anthropic_fake.calls) == before + 2
+
+
+async def test_refusals_name_the_field(client: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as unknown_tool:
+        await client.chat.completions.create(model="gpt", messages=user("x"), tools=[WEATHER_TOOL],
+                                             tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert unknown_tool.value.param == "tool_choice"
+    with pytest.raises(openai.BadRequestError) as no_tools:
+        await client.chat.completions.create(model="gpt", messages=user("x"), tool_choice="required")
+    assert no_tools.value.param == "tool_choice"
+    with pytest.raises(openai.BadRequestError) as bad_schema:
+        await client.chat.completions.create(model="gpt", messages=user("x"), response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}})
+    assert bad_schema.value.param == "response_format"
+    with pytest.raises(openai.BadRequestError) as agent:
+        await client.chat.completions.parse(model="helper", messages=user("x"), response_format=City)
+    assert agent.value.param == "response_format"
+    for field, value in (("n", 2), ("logprobs", True), ("parallel_tool_calls", False)):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(model="gpt", messages=user("x"), **{field: value})
+        assert (refused.value.code, refused.value.param) == ("unsupported_parameter", field)
+
+
+async def test_embeddings_echo_any_model_name(client: openai.AsyncOpenAI) -> None:
+    resp = await client.embeddings.create(model="text-embedding-3-small", input="the cat sat")
+    assert resp.model == "text-embedding-3-small" and len(resp.data[0].embedding) == 384
+
+
+async def test_the_sync_client_parses_too(served: Served) -> None:
+    served.openai_fake.then(text('{"name": "Bergen", "population": 291000}'))
+
+    def parse() -> Any:  # the sync SDK blocks: it runs in a thread while the server serves on this loop
+        with openai.OpenAI(base_url=served.url + "/v1", api_key=TOKEN, max_retries=0) as c:
+            return c.chat.completions.parse(model="gpt", messages=user("second city?"), response_format=City)
+
+    resp = await asyncio.to_thread(parse)
+    assert resp.choices[0].message.parsed == City(name="Bergen", population=291000)
