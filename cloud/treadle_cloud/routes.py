@@ -68,8 +68,9 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.memory", "router", ("/v1/_memory/",)),
     ("treadle.api.llm_gateway", "router", ("/v1/_llm/",)),
     ("treadle.api.openai_compat", "routers", ("/v1/chat/", "/v1/embeddings", "/v1/models")),
-    ("treadle.api.mcp", "router", ("/v1/_mcp",)),
+    ("treadle.api.mcp", "router", ("/v1/_mcp", "/mcp")),
     ("treadle.api.teams", "router", ("/v1/_teamdef",)),
+    ("treadle.api.a2a", "router", ("/.well-known/agent-card.json", "/a2a/")),
 )
 
 

@@ -40,6 +40,7 @@ from treadle.domain.scopes import IMPLIES
 from treadle.domain.substrate import EvaluationScope, SkillSpec
 from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
+from treadle.specs.a2a import A2AServerCard
 from treadle.specs.fieldtypes import BaseUrl, DefScope, EnvVarName
 from treadle.specs.hosts import HostPatternStr
 from treadle.specs.loomcycle import adapt as adapt_loomcycle
@@ -340,6 +341,8 @@ class TreadleConfig(BaseModel):
     #: loomcycle's provider walk order and per-user-class routing (specs/loomcycle.py)
     provider_priority: list[str] = []
     user_tiers: dict[str, UserTierConfig] = {}
+    #: loomcycle's `a2a_server_cards:` (specs/a2a.py): the agents served over A2A (api/a2a/); none by default
+    a2a_server_cards: dict[str, A2AServerCard] = Field(default={}, max_length=1)
     # The LAZY_SECTIONS as given (None: absent), each read through the property of its name, which
     # validates it on first read (a full load has validated and set them all: parse_config).
     raw_scheduled_runs: Any = Field(default=None, alias="scheduled_runs")

@@ -1,4 +1,4 @@
-"""MCP function: /v1/_mcp, treadle's MCP server (stateless Streamable HTTP; treadle/api/mcp)."""
+"""MCP function: /v1/_mcp and /mcp, treadle's MCP server (stateless Streamable HTTP; treadle/api/mcp)."""
 
 from functions import initialised
 from treadle.api import mcp

@@ -614,13 +614,14 @@ class TreadleRuntime(Construct):
             ("/{proxy+}", self.entry["api"], "Api"),
             ("/v1/_webhooks/{proxy+}", self.entry["webhook"], "Webhook"),
             ("/v1/_mcp", self.entry["mcp"], "Mcp"),
+            ("/mcp", self.entry["mcp"], "McpShort"),  # the path the MCP Inspector insists on
         ]
+        by_fn: dict[str, integrations.HttpLambdaIntegration] = {}  # /mcp shares /v1/_mcp's integration
         for path, fn, title in routes:
-            self.http_api.add_routes(
-                path=path,
-                methods=[apigw.HttpMethod.ANY],
-                integration=integrations.HttpLambdaIntegration(f"{title}Integration", fn),
-            )
+            key = fn.node.path
+            if key not in by_fn:
+                by_fn[key] = integrations.HttpLambdaIntegration(f"{title}Integration", fn)
+            self.http_api.add_routes(path=path, methods=[apigw.HttpMethod.ANY], integration=by_fn[key])
 
         # (the WebSocket stage has no access logs: a WebSocket API logs only where the account's
         # API Gateway CloudWatch role is set — an account-wide setting a stack should not own)

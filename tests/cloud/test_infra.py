@@ -224,7 +224,7 @@ def test_http_api_routes(synth: dict[str, Any]) -> None:
     [http_id] = resources_of_protocol(t, "HTTP")
     routes = {r["Properties"]["RouteKey"] for r in resources(t, "AWS::ApiGatewayV2::Route").values()
               if r["Properties"]["ApiId"] == {"Ref": http_id}}
-    assert routes == {"ANY /{proxy+}", "ANY /v1/_webhooks/{proxy+}", "ANY /v1/_mcp"}
+    assert routes == {"ANY /{proxy+}", "ANY /v1/_webhooks/{proxy+}", "ANY /v1/_mcp", "ANY /mcp"}
     assert len([r for r in resources(t, "AWS::ApiGatewayV2::Integration").values()
                 if r["Properties"]["ApiId"] == {"Ref": http_id}]) == 3
     tpl.has_resource_properties("AWS::ApiGatewayV2::Integration", {"PayloadFormatVersion": "2.0"})

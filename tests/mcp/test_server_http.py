@@ -135,3 +135,15 @@ async def test_teamdef_meta_tool_authors_and_runs_a_team(base_url: str) -> None:
         assert diagram["diagram"].startswith("stateDiagram-v2")
         ran = payload(await client.call_tool("teamdef", {"op": "run", "name": "mcp-team", "input": "hello team"}))
         assert ran["status"] == "completed" and ran["final_output"] == "hello team", ran
+
+
+async def test_the_mcp_path_serves_the_same_server(base_url: str) -> None:
+    """`/mcp`: the MCP Inspector rewrites any HTTP URL whose path does not end in /mcp."""
+    async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http,
+                Client(streamable_http_client(f"{base_url}/mcp", http_client=http)) as c):
+        names = {t.name for t in (await c.list_tools()).tools}
+        assert {"spawn_run", "spawn_runs"} <= names
+        out = payload(await c.call_tool("spawn_run", {"agent": "echo", "prompt": "via /mcp"}))
+        assert out["status"] == "completed" and "via /mcp" in out["final_text"]
+    async with httpx.AsyncClient() as anon:
+        assert (await anon.post(f"{base_url}/mcp", json={})).status_code == 401

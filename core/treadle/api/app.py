@@ -45,10 +45,10 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     from treadle.api import llm_gateway, loomcycle, mcp, openai_compat  # loomcycle: its /v1/agents routes
 
     routers.append(loomcycle.router)
-    from treadle.api import teams
+    from treadle.api import a2a, teams
 
     return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers(), mcp.router,
-            teams.router]
+            teams.router, a2a.router]
 
 
 def mount(app: FastAPI, routers: Sequence[APIRouter]) -> None:

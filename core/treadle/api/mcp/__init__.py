@@ -30,6 +30,7 @@ from treadle.api.tenantscope import bind_request
 from treadle.errors import StoreError
 
 PATH = "/v1/_mcp"
+SHORT_PATH = "/mcp"
 #: the codes of the HTTP errors the SDK's transport answers itself (a wrong Accept, a refused Host)
 TRANSPORT_CODES = {**_STATUS_CODES, 406: "not_acceptable", 421: "misdirected_request"}
 
@@ -100,7 +101,9 @@ class TreadleErrorShape:
 
 router = APIRouter(tags=["mcp"], route_class=LazyAPIRoute)
 router.routes.append(Route(PATH, McpEndpoint(), methods=["GET", "POST", "DELETE"], include_in_schema=False))
+#: the same endpoint at `/mcp`: the MCP Inspector rewrites an HTTP URL whose path does not end in /mcp
+router.routes.append(Route(SHORT_PATH, McpEndpoint(), methods=["GET", "POST", "DELETE"], include_in_schema=False))
 #: MCPServerDef ops over HTTP (as /v1/_agentdef): POST /v1/_mcpserverdef, GET /v1/_mcpserverdef/names
 add_def_routes(router, "/v1/_mcpserverdef", lambda rt: rt.mcp_defs)
 
-__all__ = ["PATH", "router"]
+__all__ = ["PATH", "SHORT_PATH", "router"]
