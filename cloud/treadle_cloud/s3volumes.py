@@ -7,7 +7,9 @@ seen whole or not at all. Listings (Glob, Grep) page through ListObjectsV2 up to
 limit; reads are ranged GetObjects of at most the bytes asked for. S3 has no symlinks and no
 directories, and a key is only ever built from a derived location plus a clean relative path
 (`treadle.volumes.paths`), so nothing can lead out of a volume. There is no local directory to
-run a command in: `supports_exec` is False and Bash refuses.
+run a command in: `supports_exec` is False and Bash refuses. A conditional write (volumes/base.py)
+is S3's own: PutObject with If-Match (the ETag `stat` reported) or If-None-Match: *, so S3
+itself refuses a stale writer's object (412 → FileChanged).
 
 boto3 is synchronous: every call runs in a worker thread.
 """
@@ -18,7 +20,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from treadle.volumes.base import Entry, FileMissing, Listing, VolumeError
+from treadle.volumes.base import Entry, FileChanged, FileMissing, Listing, VolumeError
 
 PAGE = 1000
 
@@ -50,8 +52,10 @@ class S3VolumeStorage:
     async def read(self, location: str, path: str, max_bytes: int) -> tuple[bytes, int]:
         return await asyncio.to_thread(self._read, location, path, max_bytes)
 
-    async def write(self, location: str, path: str, data: bytes) -> None:
-        await asyncio.to_thread(self.client.put_object, Bucket=self.bucket, Key=self._key(location, path), Body=data)
+    async def write(
+        self, location: str, path: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False
+    ) -> None:
+        await asyncio.to_thread(self._write, location, path, data, if_match, if_absent)
 
     async def walk(self, location: str, prefix: str, limit: int) -> Listing:
         return await asyncio.to_thread(self._walk, location, prefix, limit)
@@ -64,6 +68,23 @@ class S3VolumeStorage:
 
     # -- the work --------------------------------------------------------------------------------
 
+    def _write(self, location: str, path: str, data: bytes, if_match: str | None, if_absent: bool) -> None:
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(location, path), "Body": data}
+        if if_match is not None:
+            args["IfMatch"] = if_match
+        elif if_absent:
+            args["IfNoneMatch"] = "*"
+        try:
+            self.client.put_object(**args)
+        except self.client.exceptions.ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            # 412: not that version any more; 409: a concurrent conditional write won; 404: deleted
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409") or (
+                    if_match is not None and _missing(exc)):
+                raise FileChanged(f"{path!r} changed since it was read (another writer came first): "
+                                  "read it again") from None
+            raise
+
     def _stat(self, location: str, path: str) -> Entry | None:
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self._key(location, path))
@@ -71,7 +92,7 @@ class S3VolumeStorage:
             if _missing(exc):
                 return None
             raise
-        return Entry(path, int(head["ContentLength"]), head["LastModified"].timestamp())
+        return Entry(path, int(head["ContentLength"]), head["LastModified"].timestamp(), head.get("ETag"))
 
     def _read(self, location: str, path: str, max_bytes: int) -> tuple[bytes, int]:
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(location, path)}

@@ -119,6 +119,18 @@ class VolumeStore:
                  effect.result),
             )
 
+    async def answered(self, run_id: str, tool_use_id: str) -> bool:
+        """Whether the transcript holds the call's result: another attempt of it committed, so
+        this one is stale and must not write (builtins/files/common.py)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM events WHERE run_id = %s AND tool_use_id = %s"
+                " AND type = 'tool_result') AS done",
+                (run_id, tool_use_id),
+            )
+            row = await cur.fetchone()
+        return bool(row and row["done"])
+
     async def ended(self, run_id: str) -> list[Instance]:
         """After a run's last commit, in one statement: forget its effect journal (it never runs a
         step again) and return the instances it is the top-level run of (none for most runs)."""

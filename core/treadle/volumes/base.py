@@ -5,6 +5,13 @@ A `VolumeStorage` holds many volumes, each under a *location* the runtime derive
 relative POSIX paths (`paths.clean_path`). An adapter must make `write` atomic (a reader sees
 the old or the new content, never a mix) and must refuse anything that would leave the
 location (the host adapter resolves symlinks; S3 has none).
+
+Conditional writes fence a stale writer: `stat` gives the file's `tag` (it changes with every
+write), and `write(..., if_match=tag)` (or `if_absent=True` for a file `stat` did not find)
+replaces the file only if it is still that version — checked and written as one step by the
+adapter (S3: If-Match / If-None-Match; host: under an exclusive lock of the directory) —
+else `FileChanged`. The file tools write so (builtins/files/common.py): a worker stalled past its
+lease cannot land a write over what another worker did since it looked.
 """
 
 from __future__ import annotations
@@ -28,6 +35,12 @@ class TooLarge(VolumeError):
     code = "file_too_large"
 
 
+class FileChanged(VolumeError):
+    """A conditional write found the file changed since its `stat` (another writer came first)."""
+
+    code = "file_changed"
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """A file in a volume: its path relative to the volume root, size and modification time."""
@@ -35,6 +48,8 @@ class Entry:
     path: str
     size: int
     mtime: float
+    #: the file's version, changed by every write (S3: its ETag); for `write(if_match=)`
+    tag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +73,12 @@ class VolumeStorage(Protocol):
         """The first `max_bytes` of the file and its whole size (FileMissing when absent)."""
         ...
 
-    async def write(self, location: str, path: str, data: bytes) -> None:
-        """Create or replace the file atomically (parents are created)."""
+    async def write(
+        self, location: str, path: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False
+    ) -> None:
+        """Create or replace the file atomically (parents are created). With `if_match` only if
+        the file is still the version `stat` tagged so, with `if_absent` only if there is none:
+        else FileChanged."""
         ...
 
     async def walk(self, location: str, prefix: str, limit: int) -> Listing:

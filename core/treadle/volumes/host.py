@@ -3,21 +3,36 @@
 Every access resolves the real path (following symlinks) and refuses it unless it stays inside
 the volume's own directory, so a symlink planted in a volume (by Bash, or by the operator) never
 leads out of it. Writes go to a temporary file beside the target, are flushed to disk, and are
-renamed into place (atomic on one filesystem). This bounds what the file tools can reach; it is
-not a defence against a process racing them on the same directory (see docs/workspace.md).
+renamed into place (atomic on one filesystem). The rename happens under an exclusive `flock` of
+the file's directory, which every writer of this adapter takes (in every process on the host):
+a conditional write (`if_match` / `if_absent`, volumes/base.py) compares the file's tag and
+renames inside it, so no other writer lands in between. This bounds what the file tools can
+reach; it is not a defence against a process racing them on the same directory outside treadle
+(see docs/workspace.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
-from treadle.volumes.base import Entry, FileMissing, Listing, VolumeError
+from treadle.volumes.base import Entry, FileChanged, FileMissing, Listing, VolumeError
 from treadle.volumes.paths import PathRefused
+
+#: how long a write waits for another writer of the same directory (one stopped in the middle
+#: of its rename holds it) before it gives up
+LOCK_WAIT_S = 30.0
+
+
+def _tag(st: os.stat_result) -> str:
+    """A file's version: every write renames a new inode into place."""
+    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
 
 
 class HostDirStorage:
@@ -35,8 +50,10 @@ class HostDirStorage:
     async def read(self, location: str, path: str, max_bytes: int) -> tuple[bytes, int]:
         return await asyncio.to_thread(self._read, location, path, max_bytes)
 
-    async def write(self, location: str, path: str, data: bytes) -> None:
-        await asyncio.to_thread(self._write, location, path, data)
+    async def write(
+        self, location: str, path: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False
+    ) -> None:
+        await asyncio.to_thread(self._write, location, path, data, if_match, if_absent)
 
     async def walk(self, location: str, prefix: str, limit: int) -> Listing:
         return await asyncio.to_thread(self._walk, location, prefix, limit)
@@ -73,7 +90,7 @@ class HostDirStorage:
             return None
         if not real.is_file():
             return None
-        return Entry(path, st.st_size, st.st_mtime)
+        return Entry(path, st.st_size, st.st_mtime, _tag(st))
 
     def _read(self, location: str, path: str, max_bytes: int) -> tuple[bytes, int]:
         vol = self._volume_root(location, create=False)
@@ -84,7 +101,8 @@ class HostDirStorage:
             size = os.fstat(f.fileno()).st_size
             return f.read(max_bytes), size
 
-    def _write(self, location: str, path: str, data: bytes) -> None:
+    def _write(self, location: str, path: str, data: bytes, if_match: str | None = None,
+               if_absent: bool = False) -> None:
         vol = self._volume_root(location, create=True)
         target = vol / path
         # every existing ancestor must resolve inside the volume before anything is created
@@ -108,16 +126,19 @@ class HostDirStorage:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, parent / target.name)
+            dir_fd = os.open(parent, os.O_RDONLY)
+            try:
+                _lock(dir_fd, path)
+                if if_match is not None or if_absent:
+                    _check(parent / target.name, path, if_match)
+                os.replace(tmp, parent / target.name)
+                os.fsync(dir_fd)  # the rename itself survives a power loss
+            finally:
+                os.close(dir_fd)  # and the lock with it
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        dir_fd = os.open(parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself survives a power loss
-        finally:
-            os.close(dir_fd)
 
     def _walk(self, location: str, prefix: str, limit: int) -> Listing:
         vol = self._volume_root(location, create=False)
@@ -156,3 +177,26 @@ class HostDirStorage:
         shutil.rmtree(vol)
         return count
 
+
+
+def _lock(dir_fd: int, path: str) -> None:
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise VolumeError(f"cannot write {path!r}: another writer has held its directory for "
+                                  f"{LOCK_WAIT_S:g} s") from None
+            time.sleep(0.005)
+
+
+def _check(target: Path, path: str, if_match: str | None) -> None:
+    """Under the directory's lock: the file must still be the version the writer saw."""
+    try:
+        now: str | None = _tag(target.stat())
+    except (FileNotFoundError, NotADirectoryError):
+        now = None
+    if now != if_match:
+        raise FileChanged(f"{path!r} changed since it was read (another writer came first): read it again")

@@ -9,6 +9,13 @@ contains its old one. A re-run that finds the "before" content applies the call 
 attempt died before writing). So each call's write lands at most once per attempt and its
 result reports it once; what no journal can undo is another writer changing the file between the
 attempts (then the re-run works on what it finds, like a fresh call).
+
+A stale attempt never lands (a worker stalled past its lease while another re-ran the call and
+went on): the write is conditional on the file still being the version this attempt read
+(`if_match`, volumes/base.py), and after journaling, the attempt checks that the transcript does
+not hold the call's result yet. A later attempt that wrote since this one read breaks the
+condition; one that committed before the check is seen by it; so whatever a later attempt or a
+later call did is never overwritten by this one (FileChanged; its step's commit is fenced anyway).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from treadle.errors import ToolError
 from treadle.specs.volumes import WorkspaceConfig
 from treadle.store.volumes import Effect, VolumeStore
 from treadle.tools.base import ToolContext
-from treadle.volumes.base import TooLarge
+from treadle.volumes.base import FileChanged, TooLarge
 from treadle.volumes.paths import clean_path
 from treadle.volumes.service import OpenVolume, VolumesUnavailable
 
@@ -134,5 +141,9 @@ async def _journaled_write(
     await journal.record_effect(ctx.tenant_id, ctx.run_id, ctx.tool_use_id, vol.location, path,
                                 Effect(now, after, result))
     if new != current or now != after:
-        await vol.storage.write(vol.location, path, new)
+        if await journal.answered(ctx.run_id, ctx.tool_use_id):
+            raise FileChanged(f"{tool}: another attempt of this call has committed its result; this stale "
+                              "attempt writes nothing")
+        tag = entry.tag if entry is not None else None
+        await vol.storage.write(vol.location, path, new, if_match=tag, if_absent=entry is None)
     return result
