@@ -109,13 +109,7 @@ class MemoryStore:
                 await self._require_vectors(conn)
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                                 (f"memory\x1f{tenant}\x1f{scope}\x1f{scope_id}",))
-            cur = await conn.execute(
-                f"SELECT coalesce(sum(octet_length(value::text)), 0)::bigint AS used FROM memory"
-                f" WHERE tenant_id = %s AND scope = %s AND scope_id = %s AND key <> %s AND {_LIVE}",
-                (tenant, scope, scope_id, key),
-            )
-            row = await cur.fetchone()
-            used = int(row["used"]) if row else 0
+            used = await self._used_by_others(conn, tenant, scope, scope_id, key, size, quota)
             if used + size > quota:
                 raise MemoryQuotaExceeded(
                     f"scope {scope}/{scope_id or '-'} would hold {used + size} bytes; its quota is {quota}"
@@ -148,6 +142,32 @@ class MemoryStore:
                     (tenant, scope, scope_id, key),
                 )
         return {"size_bytes": size, "scope_bytes": used + size, "quota_bytes": quota}
+
+    async def _used_by_others(
+        self, conn: Any, tenant: str, scope: str, scope_id: str, key: str, size: int, quota: int,
+    ) -> int:
+        """Bytes the scope's other keys hold, read from the running count (`memory_scope_bytes`,
+        migration 0041) — constant time however many keys the scope has. The count includes
+        expired rows not yet deleted, so it is an upper bound: when it says "over quota", the
+        scope's expired rows are deleted (the trigger lowers the count) and the count read again.
+        Called under the scope's advisory lock."""
+        query = (
+            "SELECT coalesce((SELECT bytes FROM memory_scope_bytes WHERE tenant_id = %(t)s AND scope = %(s)s"
+            " AND scope_id = %(i)s), 0) - coalesce((SELECT octet_length(value::text) FROM memory"
+            " WHERE tenant_id = %(t)s AND scope = %(s)s AND scope_id = %(i)s AND key = %(k)s), 0) AS used"
+        )
+        params = {"t": tenant, "s": scope, "i": scope_id, "k": key}
+        cur = await conn.execute(query, params)
+        row = await cur.fetchone()
+        used = int(row["used"]) if row else 0
+        if used + size <= quota:
+            return used
+        await conn.execute(
+            "DELETE FROM memory WHERE tenant_id = %(t)s AND scope = %(s)s AND scope_id = %(i)s AND key <> %(k)s"
+            " AND expires_at IS NOT NULL AND expires_at <= now()", params)
+        cur = await conn.execute(query, params)
+        row = await cur.fetchone()
+        return int(row["used"]) if row else 0
 
     async def usage(self, tenant: str, scope: str, scope_id: str) -> dict[str, int]:
         async with self.pool.connection() as conn:
