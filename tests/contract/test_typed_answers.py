@@ -105,6 +105,17 @@ def channels_memory_hooks(api: Checked, monkeypatch: pytest.MonkeyPatch) -> None
     api.call("POST", "/v1/_channels/_await", 200, json={"channels": [name]})
     got = api.call("POST", "/v1/_channels/{name}/subscribe", 200, path={"name": name}, json={})
     api.call("POST", "/v1/_channels/{name}/ack", 200, path={"name": name}, json={"cursor": got["next_cursor"]})
+    api.call("PATCH", "/v1/_channels/{name}", 200, path={"name": name}, json={"description": "patched"})
+    api.call("POST", "/v1/_channels/_broadcast", 200, json={"channels": [name], "payload": {"n": 2}})
+    api.call("POST", "/v1/_channels/{name}/purge", 200, path={"name": name})
+    user_ch = f"{name}-u"
+    api.call("POST", "/v1/_channels", 201, json={"name": user_ch, "scope": "user"})
+    on_user = {"user_id": "contract-u", "name": user_ch}
+    api.call("POST", "/v1/users/{user_id}/channels/{name}/publish", 202, path=on_user, json={"payload": 1})
+    api.call("GET", "/v1/users/{user_id}/channels/{name}/peek", 200, path=on_user)
+    got = api.call("POST", "/v1/users/{user_id}/channels/{name}/subscribe", 200, path=on_user, json={})
+    api.call("POST", "/v1/users/{user_id}/channels/{name}/ack", 200, path=on_user, json={"cursor": got["next_cursor"]})
+    api.call("DELETE", "/v1/_channels/{name}", 200, path={"name": user_ch})
     api.call("DELETE", "/v1/_channels/{name}", 200, path={"name": name})
     api.call("DELETE", "/v1/_channels/{name}", 404, path={"name": name})
 

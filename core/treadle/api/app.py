@@ -45,6 +45,7 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     from treadle.api import llm_gateway, loomcycle, mcp, openai_compat  # loomcycle: its /v1/agents routes
 
     routers.append(loomcycle.router)
+    routers.append(channels.user_router)  # loomcycle's /v1/users/{user_id}/channels/…
     from treadle.api import a2a, teams
 
     return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers(), mcp.router,

@@ -92,6 +92,13 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/sessions/{session_id}/transcript"): R,
     ("POST", "/v1/_channels/{name}/subscribe"): sc.CHANNEL_READ,
     ("POST", "/v1/_channels/{name}/ack"): sc.CHANNEL_READ,
+    ("PATCH", "/v1/_channels/{name}"): sc.TENANT,
+    ("POST", "/v1/_channels/{name}/purge"): sc.TENANT,
+    ("POST", "/v1/_channels/_broadcast"): sc.CHANNEL_PUBLISH,
+    ("POST", "/v1/users/{user_id}/channels/{name}/publish"): sc.CHANNEL_PUBLISH,
+    ("POST", "/v1/users/{user_id}/channels/{name}/subscribe"): sc.CHANNEL_READ,
+    ("GET", "/v1/users/{user_id}/channels/{name}/peek"): sc.CHANNEL_READ,
+    ("POST", "/v1/users/{user_id}/channels/{name}/ack"): sc.CHANNEL_READ,
     ("GET", "/v1/_memory/scopes"): sc.TENANT,
     # the workspace and MCP servers
     ("POST", "/v1/_volumedef"): sc.TENANT,

@@ -182,6 +182,37 @@ class ChannelStore:
             await conn.execute("DELETE FROM channel_cursors WHERE tenant_id = %s AND channel = %s", (tenant_id, name))
         return True
 
+    async def update_def(self, tenant_id: str, name: str, changes: dict[str, Any]) -> ChannelDef:
+        """loomcycle's PATCH: set the given fields of a channel created over the API (`changes`
+        keys: description, semantic, default_ttl_seconds, max_messages; None clears a limit).
+        A channel declared in treadle.yaml is refused (409 `channel_yaml_immutable`)."""
+        allowed = {"description", "semantic", "default_ttl_seconds", "max_messages"}
+        assert set(changes) <= allowed, changes
+        if changes.get("semantic", "broadcast") not in SEMANTICS:
+            raise BadRequest(f"semantic must be one of {SEMANTICS}")
+        sets = ", ".join(f"{k} = %({k})s" for k in sorted(changes)) or "name = name"
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"""UPDATE channels SET {sets} WHERE tenant_id = %(t)s AND name = %(n)s
+                    RETURNING name, scope, semantic, default_ttl_seconds, max_messages, description""",
+                {**changes, "t": tenant_id, "n": name})
+            row = await cur.fetchone()
+        if row is not None:
+            return ChannelDef(**row)
+        if name in self.declared:
+            raise Conflict(f"channel {name!r} is declared in treadle.yaml; change it there",
+                           code="channel_yaml_immutable")
+        raise NotFound(f"channel {name!r} not found", code="channel_not_found")
+
+    async def purge(self, tenant_id: str, name: str) -> int:
+        """Delete a channel's messages (every scope id), keeping its definition and the consumers'
+        cursors; allowed on channels declared in treadle.yaml too. Returns how many went."""
+        await self.get_def(tenant_id, name)  # 404 for an unknown channel
+        async with self.pool.connection() as conn:
+            cur = await conn.execute("DELETE FROM channel_messages WHERE tenant_id = %s AND channel = %s",
+                                     (tenant_id, name))
+            return cur.rowcount
+
     # -- messages ----------------------------------------------------------------------------------
 
     async def publish(

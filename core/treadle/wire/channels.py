@@ -59,6 +59,30 @@ class SubscribeRequest(Request):
     consumer: str = "http"
     max_messages: int = Field(default=10, ge=1, le=100)
     from_cursor: str | None = None
+    #: loomcycle's long poll: with nothing to take, wait up to this long for a publish (≤ 30 s)
+    wait_ms: int = Field(default=0, ge=0, le=30_000)
+
+
+class ChannelUpdateRequest(Request):
+    """Body of PATCH /v1/_channels/{name} (loomcycle's): the fields given change; 0 clears a
+    TTL or a max_messages bound."""
+
+    description: str | None = None
+    semantic: Literal["queue", "broadcast"] | None = None
+    default_ttl: int | None = Field(default=None, ge=0)
+    default_ttl_seconds: int | None = Field(default=None, ge=0)
+    max_messages: int | None = Field(default=None, ge=0)
+
+
+class BroadcastRequest(Request):
+    """Body of POST /v1/_channels/_broadcast (loomcycle's): one payload to every channel named."""
+
+    channels: list[str] = Field(min_length=1, max_length=32)
+    scope: ChannelScope | None = None
+    scope_id: str = ""
+    payload: Any = None
+    value: Any = None
+    deliver_at: str | None = None
 
 
 class AckRequest(Request):
@@ -135,6 +159,27 @@ class Acked(Response):
     channel: str
     cursor: int | None = None
     acked: bool
+    #: loomcycle's answer
+    ok: bool | None = None
+
+
+class ChannelPurged(Response):
+    name: str
+    purged: int
+
+
+class BroadcastEntry(Response):
+    channel: str
+    msg_id: str | None = None
+    created_at: str | None = None
+    visible_at: str | None = None
+    error: str | None = None
+
+
+class BroadcastResult(Response):
+    published: int
+    failed: int
+    results: list[BroadcastEntry]
 
 
 class AwaitResult(Response):
