@@ -41,12 +41,14 @@ from typing import Any, Literal, TypeAlias, overload
 
 import psycopg
 
+from treadle.builtins.registry import default_registry
 from treadle.config import Settings, parse_config
 from treadle.dispatch.inline import InlineDispatcher
 from treadle.domain.content import Block, TextBlock, ToolResultBlock, ToolUseBlock
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Provider, Usage
 from treadle.runtime import Runtime
 from treadle.store.db import Pool
+from treadle.tools.base import Tool
 
 __all__ = [
     "Reply",
@@ -84,6 +86,7 @@ def open_test_runtime(
     config: Mapping[str, Any] | None = None,
     inline: Literal[True] = True,
     providers: Iterable[Provider] | Mapping[str, Provider] | None = None,
+    tools: Iterable[Tool] = (),
     **settings: Any,
 ) -> AbstractAsyncContextManager[tuple[Runtime, InlineDispatcher]]: ...
 
@@ -96,6 +99,7 @@ def open_test_runtime(
     config: Mapping[str, Any] | None = None,
     inline: bool,
     providers: Iterable[Provider] | Mapping[str, Provider] | None = None,
+    tools: Iterable[Tool] = (),
     **settings: Any,
 ) -> AbstractAsyncContextManager[tuple[Runtime, Any]]: ...
 
@@ -107,6 +111,7 @@ def open_test_runtime(
     config: Mapping[str, Any] | None = None,
     inline: bool = True,
     providers: Iterable[Provider] | Mapping[str, Provider] | None = None,
+    tools: Iterable[Tool] = (),
     **settings: Any,
 ) -> AbstractAsyncContextManager[tuple[Runtime, Any]]:
     """`async with open_test_runtime(agents, database_url=url) as (rt, dispatcher):` — a Runtime
@@ -116,10 +121,11 @@ def open_test_runtime(
     `inline=True` (default): the dispatcher is an `InlineDispatcher`; nothing runs until
     `await dispatcher.drain()`. `inline=False`: the Postgres queue (`rt.dispatcher`), whose
     workers the caller starts. `providers`: extra Provider instances (a list, by their `name`, or
-    a mapping by id); they replace built-in ones of the same id (`mock`). `settings` are
+    a mapping by id); they replace built-in ones of the same id (`mock`). `tools`: extra Tool
+    instances, registered beside the built-in ones (agents name them in `tools:`). `settings` are
     `Settings` fields (`workers`, `lease_seconds`, `requeue_after_seconds`, `home`, ...); a test
     runtime has `workers=4, chain_steps=1` unless given."""
-    return _open(agents, database_url, config, inline, _by_id(providers), settings)
+    return _open(agents, database_url, config, inline, _by_id(providers), list(tools), settings)
 
 
 @asynccontextmanager
@@ -129,6 +135,7 @@ async def _open(
     config: Mapping[str, Any] | None,
     inline: bool,
     providers: dict[str, Provider],
+    tools: list[Tool],
     settings: dict[str, Any],
 ) -> AsyncIterator[tuple[Runtime, Any]]:
     data: dict[str, Any] = dict(config or {})
@@ -141,11 +148,16 @@ async def _open(
         data["providers"] = declared
     s = Settings(database_url=database_url, **{**TEST_SETTINGS, **settings})
     dispatcher = InlineDispatcher() if inline else None
+    registry = None
+    if tools:
+        registry = default_registry()
+        for tool in tools:
+            registry.register(tool)
     rt = await Runtime.open(
         s,
         parse_config(data),
         dispatcher_factory=(lambda _pool, _url: dispatcher) if dispatcher is not None else None,
-        registry=None,
+        registry=registry,
         providers=providers or None,
     )
     try:

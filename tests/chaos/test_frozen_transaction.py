@@ -25,8 +25,6 @@ Postgres ends A's session and releases what it held.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ import pytest
 from tests.support.chaos import Db, Replica, write_config
 from tests.support.e2e import execute
 from treadle.client import TreadleClient
-from treadle.testing import until
+from treadle.testing import UntilTimeout, until
 
 pytestmark = pytest.mark.e2e
 
@@ -99,12 +97,11 @@ def replica(name: str, url: str, tmp_path: Path) -> Replica:
 
 async def poll(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
     """Whether `predicate()` became true before `timeout` (no exception either way)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(interval)
-    return bool(await predicate())
+    try:
+        await until(predicate, timeout, interval=interval)
+    except UntilTimeout:
+        return False
+    return True
 
 
 async def expired_run(db: Db, run_id: str) -> None:

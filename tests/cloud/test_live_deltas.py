@@ -31,17 +31,11 @@ from tests.support.vendors.anthropic import FakeAnthropic
 from tests.support.vendors.base import text
 from treadle.engine.hub import RunEventHub
 from treadle.store.db import Pool, open_pool
+from treadle.testing import until
 from treadle_cloud.live import PRESENCE_NS, TEXT_PER_NOTIFY, LiveListener, RelayHub, WatchedHub, presence_key
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
 KEY_ENV = "TREADLE_TEST_LIVE_ANTHROPIC_KEY"
-
-
-async def until(cond: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met"
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture

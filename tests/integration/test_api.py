@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import socket
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ from treadle.client.http import SseEvent, parse_sse
 from treadle.config import Settings, TreadleConfig, parse_config
 from treadle.store.db import open_pool
 from treadle.store.runs import NewRun, RunStore
+from treadle.testing import until as wait_for
+from treadle.testing import user_text
 
 MAX_BODY = 4096
 TOKEN = "s3cret-" + secrets.token_hex(8)
@@ -76,15 +77,14 @@ class Api:
 
     async def wait(self, run_id: str, until: Callable[[dict[str, Any]], bool] | None = None,
                    timeout: float = 20.0) -> dict[str, Any]:
-        until = until or (lambda r: r["status"] in ("completed", "failed", "cancelled"))
-        deadline = time.monotonic() + timeout
-        while True:
+        done = until or (lambda r: r["status"] in ("completed", "failed", "cancelled"))
+
+        async def settled() -> dict[str, Any] | None:
             run = await self.run(run_id)
-            if until(run):
-                return run
-            if time.monotonic() > deadline:
-                raise AssertionError(f"run {run_id} stuck: {run}")
-            await asyncio.sleep(0.02)
+            return run if done(run) else None
+
+        found: dict[str, Any] = await wait_for(settled, timeout, interval=0.02, what=f"run {run_id}")
+        return found
 
     async def events(self, run_id: str, from_seq: int = 0) -> list[dict[str, Any]]:
         resp = await self.client.get(f"/v1/runs/{run_id}/events", params={"from_seq": from_seq})
@@ -234,13 +234,14 @@ async def test_status_progresses_queued_running_completed(api: Api) -> None:
     run_id = resp.json()["run_id"]
     api.started.append(run_id)
     seen = ["queued"]
-    deadline = time.monotonic() + 20
-    while seen[-1] != "completed":
-        assert time.monotonic() < deadline, seen
+
+    async def completed() -> list[str] | None:
         status = (await api.run(run_id))["status"]
         if status != seen[-1]:
             seen.append(status)
-        await asyncio.sleep(0.02)
+        return seen if status == "completed" else None
+
+    await wait_for(completed, 20, interval=0.02, what=f"the run to complete (saw {seen})")
     assert seen == ["queued", "running", "completed"]
 
 
@@ -470,7 +471,7 @@ async def test_a_run_of_another_tenant_is_404(api: Api, db_url: str) -> None:
         store = RunStore(pool, jobs_in_db=False, requeue_after_s=3600)
         other, _ = await store.create(
             NewRun(tenant_id="other-" + secrets.token_hex(4), agent="echo",
-                   segments=[{"role": "user", "content": [{"type": "trusted-text", "text": "private"}]}])
+                   segments=user_text("private"))
         )
         for method, path in (("GET", ""), ("GET", "/events"), ("GET", "/stream"), ("POST", "/cancel")):
             resp = await api.client.request(method, f"/v1/runs/{other.id}{path}")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from treadle.store.runs import NewRun
-from treadle.testing import age_run
+from treadle.testing import age_message, age_run, until
 
 CHANNELS = {
     "news": {"semantic": "broadcast"},
@@ -226,7 +226,7 @@ async def test_deliver_at_hides_a_message_until_then_and_wakes_the_parked_subscr
     await disp.drain()
     assert (await rt.runs.get(tenant, run_id)).status == "waiting"
 
-    published = await rt.publish(tenant, "news", "later", deliver_at=datetime.now(UTC) + timedelta(seconds=1))
+    published = await rt.publish(tenant, "news", "later", deliver_at=datetime.now(UTC) + timedelta(hours=1))
     assert published["woken"] == 0 and "visible_at" in published  # nothing to see yet: nobody woken
     d = await rt.channels.get_def(tenant, "news")
     assert (await rt.channels.read(tenant, d, "", "someone", 10, consume=False))[0] == []
@@ -234,14 +234,15 @@ async def test_deliver_at_hides_a_message_until_then_and_wakes_the_parked_subscr
     await disp.drain()
     assert (await rt.runs.get(tenant, run_id)).status == "waiting"
 
-    await asyncio.sleep(1.1)
+    assert await age_message(rt, published["message_id"], 3600)  # the hour passes
     assert await rt.wake_due() == 1  # the timed poke at deliver_at
     await disp.drain()
     run = await rt.runs.get(tenant, run_id)
     assert run.status == "completed", run.status
     result = tool_result(await rt.runs.events(tenant, run_id))
     assert [m["value"] for m in result["messages"]] == ["later"] and not result["timed_out"]
-    assert result["messages"][0]["visible_at"] == published["visible_at"]
+    aged = datetime.fromisoformat(published["visible_at"]) - timedelta(hours=1)
+    assert datetime.fromisoformat(result["messages"][0]["visible_at"]) == aged
 
 
 async def test_a_delayed_message_is_not_skipped_by_a_cursor_that_moved_past_its_id(
@@ -250,17 +251,20 @@ async def test_a_delayed_message_is_not_skipped_by_a_cursor_that_moved_past_its_
     rt, _ = await open_with_channels(open_runtime, {"l": listener("news")})
     store = rt.channels
     news, work = await store.get_def(tenant, "news"), await store.get_def(tenant, "work")
-    soon = datetime.now(UTC) + timedelta(seconds=0.8)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    delayed_ids = []
     for d in (news, work):
-        delayed, _ = await store.publish(tenant, d, "", "delayed", deliver_at=soon)
+        delayed, _ = await store.publish(tenant, d, "", "delayed", deliver_at=later)
         now, _ = await store.publish(tenant, d, "", "now")
         assert delayed.delayed and not now.delayed and delayed.id < now.id
+        delayed_ids.append(delayed.id)
     msgs, cursor = await store.read(tenant, news, "", "c", 10, consume=True)
     assert [m.value for m in msgs] == ["now"]
     assert [m.value for m in (await store.read(tenant, work, "", "c", 10, consume=True))[0]] == ["now"]
-    await asyncio.sleep(0.9)
-    msgs, later = await store.read(tenant, news, "", "c", 10, consume=True)
-    assert [m.value for m in msgs] == ["delayed"] and later > cursor  # after the cursor, though its id is older
+    for message_id in delayed_ids:
+        assert await age_message(rt, message_id, 3600)  # the hour passes
+    msgs, after = await store.read(tenant, news, "", "c", 10, consume=True)
+    assert [m.value for m in msgs] == ["delayed"] and after > cursor  # after the cursor, though its id is older
     assert (await store.read(tenant, news, "", "c", 10, consume=True))[0] == []
     assert [m.value for m in (await store.read(tenant, work, "", "c", 10, consume=True))[0]] == ["delayed"]
 
@@ -340,18 +344,18 @@ async def test_publishes_to_one_stream_commit_in_id_order(open_runtime: Any, ten
     async with rt.pool.step_transaction():
         first, _ = await rt.channels.publish(tenant, news, "", {"n": 1})  # not committed yet
         later.append(asyncio.create_task(rt.channels.publish(tenant, news, "", {"n": 2})))
-        for _ in range(1000):  # until the second publisher waits for the first one's commit
+
+        async def second_waits() -> bool:  # for the first one's commit
             async with rt.pool.connection() as conn:
                 await conn.execute("SELECT pg_stat_clear_snapshot()")
                 cur = await conn.execute(
                     "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                     " AND query LIKE '%%INSERT INTO channel_messages%%'"
                 )
-                if (await cur.fetchone())["n"]:
-                    break
-            await asyncio.sleep(0.01)
-        else:
-            raise AssertionError("the second publish did not wait for the first one's commit")
+                row = await cur.fetchone()
+                return row is not None and bool(row["n"])
+
+        await until(second_waits, 10, what="the second publisher to wait for the first one's commit")
         # a reader meanwhile (another task: it does not join this transaction) sees neither
         seen, _ = await asyncio.create_task(rt.channels.read(tenant, news, "", "outside", 10, consume=False))
         assert seen == []

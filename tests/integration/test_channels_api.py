@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -15,6 +14,7 @@ from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
 from treadle.config import Settings, parse_config
+from treadle.testing import until
 
 SUFFIX = secrets.token_hex(3)
 NEWS, WORK = f"http-news-{SUFFIX}", f"http-work-{SUFFIX}"
@@ -41,12 +41,12 @@ async def http(db_url: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def wait_status(http: httpx.AsyncClient, run_id: str, want: str) -> dict[str, Any]:
-    for _ in range(200):
-        run = (await http.get(f"/v1/runs/{run_id}")).json()
-        if run["status"] == want:
-            return run  # type: ignore[no-any-return]
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} never became {want}: {run}")
+    async def there() -> dict[str, Any] | None:
+        run: dict[str, Any] = (await http.get(f"/v1/runs/{run_id}")).json()
+        return run if run["status"] == want else None
+
+    found: dict[str, Any] = await until(there, 10, interval=0.05, what=f"run {run_id} to become {want}")
+    return found
 
 
 async def test_publish_over_http_wakes_a_parked_subscriber(http: httpx.AsyncClient) -> None:

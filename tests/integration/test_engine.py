@@ -10,7 +10,7 @@ from typing import Any
 from treadle.domain.runs import StepMessage
 from treadle.engine.outcomes import StepResult
 from treadle.store.runs import NewRun
-from treadle.testing import user_text
+from treadle.testing import until, user_text
 
 TOOL_CALLER = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 3}}
 
@@ -225,11 +225,10 @@ async def test_cancel_reaches_a_chained_run(open_runtime: Any) -> None:
     run_id = await start(rt, "a")
     disp.queue.clear()
     task = asyncio.create_task(rt.engine.handle(StepMessage(run_id, 0)))
-    for _ in range(200):
-        run = await rt.runs.get("default", run_id)
-        if run.iterations >= 2:
-            break
-        await asyncio.sleep(0.01)
+    async def two_iterations() -> bool:
+        return (await rt.runs.get("default", run_id)).iterations >= 2
+
+    await until(two_iterations, 20, what="two iterations")
     await rt.runs.request_cancel("default", run_id, "enough")
     assert await asyncio.wait_for(task, 30) is StepResult.FINISHED
     run = await rt.runs.get("default", run_id)

@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
 
-from treadle.builtins.registry import default_registry
-from treadle.config import Settings, parse_config
 from treadle.dispatch.inline import InlineDispatcher
 from treadle.domain.runs import StepMessage
 from treadle.engine.outcomes import StepResult
@@ -21,6 +20,7 @@ from treadle.providers.base import ModelRequest, ModelResponse
 from treadle.providers.mock import MockProvider
 from treadle.runtime import Runtime
 from treadle.store.runs import NewRun
+from treadle.testing import expire_lease, open_test_runtime, user_text
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 TENANT = f"t_once_{secrets.token_hex(4)}"  # Memory is per tenant: each test below uses its own agent
@@ -76,26 +76,15 @@ AGENTS = {name: AGENT for name in ("crashes", "stalls", "fails")}
 
 @pytest.fixture
 async def harness(db_url: str, tmp_path: Any) -> AsyncIterator[Any]:
-    opened: list[Runtime] = []
+    async with AsyncExitStack() as stack:
 
-    async def open_rt(tool: Tally, provider: MockProvider | None = None) -> tuple[Runtime, InlineDispatcher]:
-        registry = default_registry()
-        registry.register(tool)
-        disp = InlineDispatcher()
-        rt = await Runtime.open(
-            Settings(database_url=db_url, home=tmp_path, workers=1, chain_steps=1),
-            parse_config({"agents": AGENTS}),
-            dispatcher_factory=lambda _p, _u: disp,
-            registry=registry,
-            providers={"mock": provider} if provider is not None else None,
-        )
-        disp.handler = rt.engine.handle
-        opened.append(rt)
-        return rt, disp
+        async def open_rt(tool: Tally, provider: MockProvider | None = None) -> tuple[Runtime, InlineDispatcher]:
+            return await stack.enter_async_context(open_test_runtime(
+                AGENTS, database_url=db_url, tools=[tool], providers={"mock": provider} if provider else None,
+                home=tmp_path, workers=1,
+            ))
 
-    yield open_rt
-    for rt in opened:
-        await rt.close()
+        yield open_rt
 
 
 async def tally(rt: Runtime, agent: str) -> Any:
@@ -104,17 +93,8 @@ async def tally(rt: Runtime, agent: str) -> Any:
 
 
 async def start(rt: Runtime, agent: str) -> str:
-    segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]
-    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=segments))
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=user_text("count")))
     return run.id
-
-
-async def expire_lease(rt: Runtime, run_id: str) -> None:
-    """What the sweeper does to a dead worker's step, without waiting for the lease to run out."""
-    async with rt.pool.connection() as conn:
-        await conn.execute(
-            "UPDATE runs SET lease_owner = NULL, lease_until = now() - interval '1 second' WHERE id = %s", (run_id,)
-        )
 
 
 async def test_a_crash_between_the_write_and_the_commit_applies_the_effect_once(harness: Any) -> None:
@@ -127,7 +107,7 @@ async def test_a_crash_between_the_write_and_the_commit_applies_the_effect_once(
     assert tool.invocations == 1
     assert await tally(rt, "crashes") is None  # the write rolled back with the step that never committed
 
-    await expire_lease(rt, run_id)
+    assert await expire_lease(rt, run_id)
     for swept_id, step_no in await rt.steps.sweep_expired():
         await disp.enqueue(StepMessage(swept_id, step_no))
     await disp.drain()
@@ -149,7 +129,7 @@ async def test_a_worker_that_stalled_past_its_lease_writes_nothing(harness: Any)
     stalled = asyncio.create_task(rt.engine.handle(first))
     await provider.entered.wait()  # worker A is inside its model call
 
-    await expire_lease(rt, run_id)  # A was presumed dead and swept
+    assert await expire_lease(rt, run_id)  # A was presumed dead and swept
     assert await rt.engine.handle(first) is StepResult.CONTINUED  # worker B runs the same step
     await disp.drain()
     provider.gate.set()

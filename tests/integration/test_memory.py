@@ -17,6 +17,7 @@ from treadle.config import AgentConfig
 from treadle.errors import ToolError
 from treadle.store.db import Pool, open_pool
 from treadle.store.memory import MemoryStore
+from treadle.testing import age_memory
 from treadle.tools.base import ToolContext, ToolResult
 
 TOOL = MemoryTool()
@@ -155,11 +156,12 @@ async def test_ttl_sets_an_expiry_and_expired_keys_vanish(store: MemoryStore, rt
     assert (await call(c, op="get", scope="agent", key="temp"))["value"] == "back"
 
 
-async def test_ttl_in_real_time(store: MemoryStore, rt: Any, tenant: str) -> None:
+async def test_a_ttl_runs_out(store: MemoryStore, rt: Any, tenant: str) -> None:
     c = ctx(rt, tenant)
-    await call(c, op="set", scope="agent", key="blink", value=True, ttl_seconds=0.3)
+    await call(c, op="set", scope="agent", key="blink", value=True, ttl_seconds=60)
+    assert await age_memory(rt, tenant, "blink", 59) == 1
     assert (await call(c, op="get", scope="agent", key="blink"))["found"] is True
-    await asyncio.sleep(0.45)
+    assert await age_memory(rt, tenant, "blink", 2) == 1  # past the minute
     assert (await call(c, op="get", scope="agent", key="blink"))["found"] is False
 
 

@@ -18,7 +18,7 @@ from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.store.db import Pool, open_pool
 from treadle.store.runs import NewRun, RunStore
 from treadle.store.steps import StepOutcome, StepStore
-from treadle.testing import user_text
+from treadle.testing import age_run, until, user_text
 
 TOOL_CALLER = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 3}}
 
@@ -64,11 +64,7 @@ async def env(migrated_db_url: str) -> AsyncIterator[QueueEnv]:
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
+    await until(check, timeout, interval=0.05)
 
 
 async def test_creating_a_run_enqueues_its_first_step(env: QueueEnv) -> None:
@@ -128,7 +124,7 @@ async def test_a_delayed_job_is_not_claimed_early(env: QueueEnv) -> None:
     due = await env.queue.next_due_in()
     assert due is not None and 25 < due <= 30
     assert await env.jobs() == [(run_id, 0)]  # still there, untouched
-    await env.sql("UPDATE jobs SET run_at = now() - interval '1 second'")  # time passes
+    await age_run(env.pool, run_id, 31)  # time passes
     found, leased = await env.steps.claim_job("w")
     assert found and leased is not None and leased.run_id == run_id
 
@@ -137,7 +133,7 @@ async def test_a_short_delay_becomes_due(env: QueueEnv) -> None:
     run_id = await env.create(jobs=False)
     await env.queue.enqueue(StepMessage(run_id, 0), delay_s=0.3)
     assert await env.steps.claim_job("w") == (False, None)
-    await asyncio.sleep(0.4)
+    await age_run(env.pool, run_id, 0.3)  # the delay passes
     _found, leased = await env.steps.claim_job("w")
     assert leased is not None and leased.run_id == run_id
 

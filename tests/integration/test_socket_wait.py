@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from treadle.store.db import Pool, open_pool
+from treadle.testing import until
 
 
 @pytest.fixture
@@ -65,10 +66,7 @@ async def test_a_cancelled_query_is_cancelled_on_the_server_and_the_connection_g
                                           " WHERE query = 'SELECT pg_sleep(30)' AND state = 'active'")
                 return bool((await cur.fetchone())["n"])  # type: ignore[index]
 
-        for _ in range(200):
-            if await running():
-                break
-            await asyncio.sleep(0.01)
+        await until(running, 10, what="the server to run the pg_sleep")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -10,6 +10,7 @@ from typing import Any
 from treadle.api.sse import stream_run_events
 from treadle.store.channels import ChannelDef
 from treadle.store.runs import NewRun
+from treadle.testing import user_text
 
 
 def parse(frame: bytes) -> tuple[str, dict[str, Any]] | None:
@@ -25,8 +26,7 @@ async def test_a_live_delta_waits_for_the_committed_tool_result_before_its_turn(
     rt, disp = await open_runtime({"l": {"model": "script", "tools": ["Channel"], "mock": {"script": script}}})
     rt.channels.declared["sse-news"] = ChannelDef("sse-news", source="yaml")
     tenant = f"t-{time.monotonic_ns()}"
-    segs = [{"role": "user", "content": [{"type": "trusted-text", "text": "listen"}]}]
-    run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="l", segments=segs))
+    run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="l", segments=user_text("listen")))
     await disp.drain()  # iteration 1: the tool call parks the run
 
     stream = stream_run_events(rt.runs, rt.hub, tenant, run.id, 0, poll_s=0.05)

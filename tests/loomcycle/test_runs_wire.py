@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from tests.support.vendors.openai import FakeOpenAI
 from tests.support.waiting import asker, spawner
 from treadle.client.http import SseEvent, parse_sse
 from treadle.config import Settings, parse_config
+from treadle.testing import until as wait_for
 
 KEY_ENV = "I18B_LOOM_FAKE_OPENAI_KEY"
 PNG_1PX = base64.b64encode(bytes.fromhex(
@@ -51,14 +51,14 @@ class Served:
         return await self.post("/v1/runs", {"agent": agent, "prompt": "hello", "user_id": self.user, **body}, 202)
 
     async def wait(self, run_id: str, until: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
-        until = until or (lambda r: r["status"] in ("completed", "failed", "cancelled"))
-        deadline = time.monotonic() + 20
-        while True:
+        done = until or (lambda r: r["status"] in ("completed", "failed", "cancelled"))
+
+        async def settled() -> dict[str, Any] | None:
             run = await self.get(f"/v1/runs/{run_id}")
-            if until(run):
-                return run
-            assert time.monotonic() < deadline, f"run {run_id} stuck: {run}"
-            await asyncio.sleep(0.02)
+            return run if done(run) else None
+
+        found: dict[str, Any] = await wait_for(settled, 20, interval=0.02, what=f"run {run_id}")
+        return found
 
     async def stream(self, method: str, url: str, **kw: Any) -> list[SseEvent]:
         async with self.client.stream(method, url, headers={"Accept": "text/event-stream"}, **kw) as resp:

@@ -16,7 +16,7 @@ from treadle.errors import ConfigError
 from treadle.providers.base import ModelRequest
 from treadle.store.runs import NewRun
 from treadle.telemetry.logs import configure_logging, log_format, make_handler
-from treadle.testing import ScriptedProvider, open_test_runtime
+from treadle.testing import ScriptedProvider, open_test_runtime, user_text
 
 
 @pytest.fixture
@@ -39,8 +39,7 @@ async def test_a_steps_log_lines_carry_its_run(db_url: str, json_lines: io.Strin
                                                spans: InMemorySpanExporter) -> None:
     agents = {"a": {"provider": "scripted", "model": "echo"}}
     async with open_test_runtime(agents, database_url=db_url, providers=[ScriptedProvider(broken_driver)]) as (rt, d):
-        run, _ = await rt.start_run(NewRun(tenant_id="default", agent="a", segments=[
-            {"role": "user", "content": [{"type": "trusted-text", "text": "hi"}]}]))
+        run, _ = await rt.start_run(NewRun(tenant_id="default", agent="a", segments=user_text("hi")))
         await d.drain()
     lines = [json.loads(line) for line in json_lines.getvalue().splitlines()]
     mine = [r for r in lines if r.get("run_id") == run.id]

@@ -3,9 +3,7 @@ prometheus_client's own parser: bearer-authed, and every series agrees with the 
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +14,7 @@ from treadle_sidecar.server import BackgroundServer
 from tests.support.db import TEST_HOME
 from treadle.config import Settings, parse_config
 from treadle.telemetry.metrics import Metrics
+from treadle.testing import until
 
 TOKEN = "metrics-" + secrets.token_hex(8)
 CONFIG = parse_config({"agents": {
@@ -37,11 +36,11 @@ def total(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str
 
 
 async def wait_terminal(client: httpx.AsyncClient, run_ids: list[str]) -> None:
-    deadline = time.monotonic() + 30
-    for rid in run_ids:
-        while (await client.get(f"/v1/runs/{rid}")).json()["status"] not in ("completed", "failed", "cancelled"):
-            assert time.monotonic() < deadline, f"run {rid} did not finish"
-            await asyncio.sleep(0.05)
+    async def ended() -> list[str] | None:
+        statuses = [(await client.get(f"/v1/runs/{rid}")).json()["status"] for rid in run_ids]
+        return None if set(statuses) - {"completed", "failed", "cancelled"} else statuses
+
+    await until(ended, 30, interval=0.05, what=f"runs {run_ids} to finish")
 
 
 async def test_metrics_agree_with_the_database(migrated_db_url: str, fresh_metrics: Metrics) -> None:

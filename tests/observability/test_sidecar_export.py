@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +15,7 @@ from tests.support.db import TEST_HOME
 from tests.support.loopback import Answer, Loopback, Seen
 from treadle.config import Settings, parse_config
 from treadle.errors import ConfigError
+from treadle.testing import until
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CONFIG = parse_config({"agents": {"tools": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 1}}}})
@@ -39,10 +38,11 @@ async def test_spans_are_exported_over_otlp_http(db_url: str, monkeypatch: pytes
                 started = await client.post("/v1/runs", json={"agent": "tools", "prompt": "hi"},
                                             headers={"traceparent": f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"})
                 run_id = started.json()["run_id"]
-                deadline = time.monotonic() + 20
-                while (await client.get(f"/v1/runs/{run_id}")).json()["status"] != "completed":
-                    assert time.monotonic() < deadline
-                    await asyncio.sleep(0.05)
+
+                async def completed() -> bool:
+                    return bool((await client.get(f"/v1/runs/{run_id}")).json()["status"] == "completed")
+
+                await until(completed, 20, interval=0.05, what="the run to complete")
         finally:
             await server.stop()  # flushes the batch processor
     posts = [s for s in otlp.seen if s.path == "/v1/traces"]

@@ -14,7 +14,7 @@ from treadle.api.sse import stream_run_events
 from treadle.client.http import SseEvent, TreadleClient, parse_sse
 from treadle.config import Settings, parse_config
 from treadle.store.runs import NewRun
-from treadle.testing import until
+from treadle.testing import until, user_text
 
 PIECES = ("The ", "quick ", "brown ", "fox.")
 
@@ -35,8 +35,7 @@ async def test_live_deltas_then_assembled_text(kind: str, vendor: StartVendor, t
                 text(*PIECES, chunk_delay_s=0.05))  # fmt: skip
     h = await treadle({"providers": {"p": v.provider()},
                        "agents": {"a": {"provider": "p", "model": v.model, "tools": ["Memory"]}}})  # fmt: skip
-    segs = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
-    run, _ = await h.rt.start_run(NewRun(tenant_id=h.tenant, agent="a", segments=segs))
+    run, _ = await h.rt.start_run(NewRun(tenant_id=h.tenant, agent="a", segments=user_text("go")))
     reader = asyncio.create_task(frames_of(stream_run_events(h.rt.runs, h.rt.hub, h.tenant, run.id, 0, poll_s=0.05)))
     await until(lambda: h.rt.hub.has_live(run.id), what="the reader to subscribe")  # before the model starts
     await h.disp.drain()

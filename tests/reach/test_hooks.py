@@ -23,6 +23,7 @@ from treadle.dispatch.inline import InlineDispatcher
 from treadle.runtime import Runtime
 from treadle.security.network import NetworkSetup
 from treadle.store.runs import NewRun
+from treadle.testing import user_text
 
 SECRET = "hook-signing-secret"
 NETWORK = NetworkSetup(env={"TREADLE_HTTP_PRIVATE_HOST_ALLOWLIST": "hooks.test"},
@@ -66,8 +67,7 @@ async def register(client: httpx.AsyncClient, srv: Loopback, path: str, **fields
 
 async def run_setter(rt: Runtime, disp: InlineDispatcher) -> tuple[dict[str, Any], Any]:
     tenant = "default"
-    segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
-    run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="setter", segments=segments))
+    run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="setter", segments=user_text("go")))
     await disp.drain()
     [result] = [e.payload for e in await rt.runs.events(tenant, run.id) if e.type == "tool_result"]
     found, value = await rt.memory.get(tenant, "agent", "setter", "k")

@@ -20,6 +20,7 @@ from treadle.errors import ToolError
 from treadle.runtime import Runtime
 from treadle.security.network import NetworkSetup
 from treadle.store.runs import NewRun
+from treadle.testing import user_text
 from treadle.tools.base import ToolResult
 
 TENANT = f"t_reach_{secrets.token_hex(4)}"
@@ -60,8 +61,7 @@ def script(tool: str, args: dict[str, Any], **extra: Any) -> dict[str, Any]:
 async def run(rt: Runtime, agent: str, allowed_hosts: list[str] | None = None) -> list[dict[str, Any]]:
     """Start a run (the caller narrowing its hosts with `allowed_hosts`), drive it to its end; its
     tool_result payloads."""
-    segments = [{"role": "user", "content": [{"type": "trusted-text", "text": "go"}]}]
-    record, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=segments,
+    record, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=user_text("go"),
                                           allowed_hosts=allowed_hosts))
     dispatcher = rt.dispatcher
     assert isinstance(dispatcher, InlineDispatcher)

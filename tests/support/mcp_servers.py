@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 
+from treadle.testing import until
+
 
 def vault(expected_bearer: str) -> MCPServer:
     server = MCPServer("vault")
@@ -50,10 +52,13 @@ async def serve_http(server: MCPServer, port: int = 0) -> AsyncIterator[str]:
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     task = asyncio.create_task(uv.serve(sockets=[sock]))
-    while not uv.started:
+
+    def started() -> bool:
         if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
+            task.result()  # serving ended before it started: its error
+        return bool(uv.started)
+
+    await until(started, 30, what="the MCP server to start")
     try:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:

@@ -11,13 +11,13 @@ import pytest
 
 from treadle.store import scope
 from treadle.store.runs import NewRun
+from treadle.testing import user_text
 
 AGENTS = {"echo": {"provider": "mock", "model": "echo"}}
 
 
 async def start(rt: Any, tenant: str, prompt: str) -> str:
-    segments = [{"role": "user", "content": [{"type": "trusted-text", "text": prompt}]}]
-    run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="echo", segments=segments))
+    run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="echo", segments=user_text(prompt)))
     return str(run.id)
 
 

@@ -3,9 +3,7 @@ firing and running on_complete hooks, workers running the fired runs, webhooks o
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,19 +13,17 @@ import pytest
 
 from tests.support.signing import github_headers
 from treadle.config import Settings, parse_config
+from treadle.testing import until
 
 SECRET = "gh-" + uuid.uuid4().hex
 
 
 async def wait_for(fetch: Any, ok: Any, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
+    async def fetched() -> Any:
         value = await fetch()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out; last: {value}")
-        await asyncio.sleep(0.05)
+        return value if ok(value) else None
+
+    return await until(fetched, timeout, interval=0.05)
 
 
 async def test_sidecar_fires_schedules_and_serves_webhooks(

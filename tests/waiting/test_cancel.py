@@ -17,7 +17,7 @@ from treadle.dispatch.inline import InlineDispatcher
 from treadle.runtime import Runtime
 from treadle.store.inputs import InputStore
 from treadle.store.runs import NewRun
-from treadle.testing import user_text
+from treadle.testing import until, user_text
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 SLOW = {"model": "echo", "mock": {"latency_ms": 60_000}}  # a model call that would take a minute
@@ -61,14 +61,14 @@ async def open_rt(db_url: str, home: Any, agents: dict[str, Any], **settings: An
 
 async def wait_for_lease(rt: Runtime, run_id: str) -> None:
     """Until a worker holds the run's step (polling, 20 s at most)."""
-    for _ in range(2000):
+
+    async def leased() -> bool:
         async with rt.pool.connection() as conn:
             cur = await conn.execute("SELECT lease_owner FROM runs WHERE id = %s", (run_id,))
             row = await cur.fetchone()
-        if row is not None and row["lease_owner"]:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the step was never leased")
+        return row is not None and bool(row["lease_owner"])
+
+    await until(leased, 20, what="a worker to lease the step")
 
 
 @pytest.mark.parametrize("watch", ["notify", "poll"])
@@ -159,11 +159,11 @@ async def test_the_answer_and_the_end_agree_wherever_the_cancel_lands(open_runti
             return not run.terminal or run.status == "cancelled"  # what the API answers
 
         answers = await asyncio.gather(*(cancel_later(r) for r in run_ids))
-        for _ in range(3000):
+        async def all_ended() -> list[str] | None:
             ends = [await status(rt, r) for r in run_ids]
-            if all(s in ("completed", "cancelled", "failed") for s in ends):
-                break
-            await asyncio.sleep(0.01)
+            return ends if all(s in ("completed", "cancelled", "failed") for s in ends) else None
+
+        ends: list[str] = await until(all_ended, 30, what="every run to end")
         assert all(s in ("completed", "cancelled") for s in ends), ends
         for run_id, promised, end in zip(run_ids, answers, ends, strict=True):
             assert (end == "cancelled") == promised, (run_id, promised, end)

@@ -3,8 +3,6 @@ wake-ups insert jobs in their own statements (jobs_in_db), and parked runs leave
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from tests.support.waiting import ECHO, answer, asker, result_json, spawner, start
@@ -15,13 +13,11 @@ from treadle.testing import until
 
 
 async def wait_for(rt: Any, run_id: str, statuses: tuple[str, ...], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
+    async def settled() -> Any:
         run = await rt.runs.get("default", run_id)
-        if run.status in statuses and run.lease_owner is None:
-            return run
-        assert time.monotonic() < deadline, f"{run_id} stuck in {run.status}"
-        await asyncio.sleep(0.02)
+        return run if run.status in statuses and run.lease_owner is None else None
+
+    return await until(settled, timeout, interval=0.02, what=f"{run_id} to be {statuses} and unleased")
 
 
 async def jobs(rt: Any) -> int:
@@ -45,16 +41,16 @@ async def test_children_questions_and_input_on_the_postgres_queue(open_runtime: 
         parent = await start(rt, "parent")
         chat = await start(rt, "chat", "hello", interactive=True)
         await wait_for(rt, chat, ("waiting",))
-        deadline = time.monotonic() + 20
-        while True:  # the five echo children finish; the asker child waits for its answer
+        async def asker_waits() -> Any:  # the five echo children finish; the asker child waits for its answer
             async with rt.pool.connection() as conn:
                 cur = await conn.execute("SELECT id, agent, status FROM runs WHERE parent_run_id = %s", (parent,))
                 kids = await cur.fetchall()
             [ask] = [k for k in kids if k["agent"] == "asker"] or [None]
             if ask is not None and ask["status"] == "waiting" and sum(k["status"] == "completed" for k in kids) == 5:
-                break
-            assert time.monotonic() < deadline, kids
-            await asyncio.sleep(0.02)
+                return ask
+            return None
+
+        ask = await until(asker_waits, 20, interval=0.02, what="five children done and the asker waiting")
         await wait_for(rt, parent, ("waiting",))
         # three parked runs, no job, no worker busy: a wake that raced the parent's last step leaves
         # a stale job the workers consume and drop, so "none left" is waited for, not sampled once
@@ -71,10 +67,10 @@ async def test_children_questions_and_input_on_the_postgres_queue(open_runtime: 
         results = result_json(await rt.runs.events("default", parent))
         assert [r["ok"] for r in results] == [True] * 6
         assert [r["output"] for r in results] == ["p0", "p1", "p2", "p3", "p4", "asked"]
-        deadline = time.monotonic() + 20
-        while [e.type for e in await rt.runs.events("default", chat)].count("awaiting_input") < 2:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.02)
+        async def asked_twice() -> bool:
+            return [e.type for e in await rt.runs.events("default", chat)].count("awaiting_input") >= 2
+
+        await until(asked_twice, 20, interval=0.02, what="the chat to ask for input a second time")
         await wait_for(rt, chat, ("waiting",))
         await rt.cancel_run("default", chat, "bye")
         await wait_for(rt, chat, ("cancelled",))
