@@ -80,3 +80,17 @@ def test_text_lines_name_the_run() -> None:
         logger.propagate = True
     assert out.getvalue().splitlines() == ["WARNING treadle.test.text: inside [r_1#2]",
                                            "WARNING treadle.test.text: outside"]
+
+
+def test_the_audit_lines_appear_at_the_default_warning_level() -> None:
+    root, audit = logging.getLogger(), logging.getLogger("treadle.audit")
+    saved = (root.level, list(root.handlers), audit.level)
+    try:
+        audit.setLevel(logging.NOTSET)
+        configure_logging(logging.WARNING)
+        assert not logging.getLogger("treadle.engine").isEnabledFor(logging.INFO)
+        assert audit.isEnabledFor(logging.INFO)  # docs/openai.md: one line per call without a run
+    finally:
+        root.setLevel(saved[0])
+        root.handlers[:] = saved[1]
+        audit.setLevel(saved[2])

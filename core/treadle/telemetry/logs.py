@@ -94,5 +94,10 @@ def make_handler(fmt: str | None = None, stream: TextIO | None = None) -> loggin
 
 
 def configure_logging(level: int = logging.WARNING, fmt: str | None = None) -> None:
-    """The root logger's handler, in `fmt` (default: $TREADLE_LOG_FORMAT, else text)."""
+    """The root logger's handler, in `fmt` (default: $TREADLE_LOG_FORMAT, else text). The
+    `treadle.audit` logger (one INFO line per model call without a run: docs/openai.md) logs at
+    INFO whatever the root level, so the audit lines the docs promise do appear."""
     logging.basicConfig(level=level, handlers=[make_handler(fmt)], force=True)
+    audit = logging.getLogger("treadle.audit")
+    if audit.level == logging.NOTSET or audit.level > logging.INFO:
+        audit.setLevel(logging.INFO)

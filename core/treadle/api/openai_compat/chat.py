@@ -147,10 +147,10 @@ async def _direct(rt: Runtime, who: Principal, req: ChatRequest, route: ModelRou
 
 
 async def call_checked(rt: Runtime, who: Principal, req: ChatRequest, route: ModelRoute,
-                       mc: ModelCall) -> ModelResponse:
+                       mc: ModelCall, kind: str = "chat_completions") -> ModelResponse:
     """One call; with a `response_format` or `tool_choice` the answer is checked (structured.py),
     and an answer that misses is retried once with the problem named."""
-    resp = await call_logged(rt, route, mc, "chat_completions", who=who.tenant_id, user_id=req.user)
+    resp = await call_logged(rt, route, mc, kind, who=who.tenant_id, user_id=req.user)
     wish = req.wish
     if not wish.active:
         return resp
@@ -161,7 +161,7 @@ async def call_checked(rt: Runtime, who: Principal, req: ChatRequest, route: Mod
     said: list[Block] = [b for b in resp.content if isinstance(b, TextBlock) and b.text] or [TextBlock("(no answer)")]
     retry = ModelCall(mc.system, [*mc.messages, Message("assistant", said), Message("user", [TextBlock(problem)])],
                       tools=mc.tools, max_tokens=mc.max_tokens, options=mc.options, request_id=mc.request_id)
-    resp = await call_logged(rt, route, retry, "chat_completions", who=who.tenant_id, user_id=req.user)
+    resp = await call_logged(rt, route, retry, kind, who=who.tenant_id, user_id=req.user)
     content, problem = wish.check(resp.content)
     if problem is not None:
         raise ProviderError(f"the model's answer missed the request's response_format/tool_choice twice: {problem}",

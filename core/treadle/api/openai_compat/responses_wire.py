@@ -1,0 +1,272 @@
+"""OpenAI's Responses API on the wire: the request treadle accepts, its translation to a Chat
+Completions request (one path answers both front doors: the same model routing, structured output
+and agent runs), and the `response` object and its streaming events with `sequence_number`.
+
+Why a translation: a Responses `input` is Chat's `messages` with other names (`instructions` is a
+system message, `function_call` items are an assistant's `tool_calls`, `function_call_output`
+items are `tool` messages, `text.format` is `response_format`), so everything chat honours —
+and everything it refuses, by name — holds here too."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from treadle.api.openai_compat.wire import ChatRequest, UnsupportedParameter, parse_request
+from treadle.errors import BadRequest
+
+#: Responses fields accepted only with these values (or null); others are refused by name
+DEFAULT_ONLY: dict[str, tuple[Any, ...]] = {
+    "store": (False,),  # responses are not stored yet: no retrieve/previous_response_id
+    "background": (False,),
+    "parallel_tool_calls": (True,),
+    "top_p": (1, 1.0),
+    "truncation": ("disabled",),
+    "include": ([],),
+    "previous_response_id": (),
+    "conversation": (),
+    "reasoning": (),
+    "max_tool_calls": (),
+    "prompt": (),
+    "service_tier": ("auto", "default"),
+    "top_logprobs": (0,),
+}
+
+
+class InputText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["input_text", "output_text"]
+    text: str
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class InputImage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["input_image"]
+    image_url: str | None = None
+    detail: Literal["auto", "low", "high"] | None = None
+    file_id: None = None
+
+
+class MessageItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[InputText | InputImage]
+    id: str | None = None
+    status: str | None = None
+    phase: str | None = None
+
+
+class FunctionCallItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1, max_length=512)
+    name: str = Field(min_length=1, max_length=128)
+    arguments: str = ""
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function_call_output"]
+    call_id: str = Field(min_length=1, max_length=512)
+    output: str | list[InputText]
+    id: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
+
+
+class FunctionToolDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = Field(default=None, max_length=8192)
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class TextConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format: dict[str, Any] | None = None
+    verbosity: Literal["medium"] | None = None
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, max_length=256)
+    input: str | list[MessageItem | FunctionCallItem | FunctionCallOutputItem] = Field(min_length=1)
+    instructions: str | None = None
+    tools: list[FunctionToolDef] | None = Field(default=None, max_length=128)
+    tool_choice: Any = None
+    text: TextConfig | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    stream: bool | None = False
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    user: str | None = Field(default=None, max_length=256)
+    safety_identifier: str | None = Field(default=None, max_length=256)
+
+    def item_list(self) -> list[MessageItem | FunctionCallItem | FunctionCallOutputItem]:
+        return [MessageItem(role="user", content=self.input)] if isinstance(self.input, str) else self.input
+
+
+def _refuse_defaults(body: dict[str, Any]) -> None:
+    for name, allowed in DEFAULT_ONLY.items():
+        if name in body:
+            value = body.pop(name)
+            if value is not None and value not in allowed:
+                why = ("responses are not stored by treadle yet" if name in ("store", "previous_response_id",
+                                                                              "conversation", "background")
+                       else "treadle does not apply it")
+                raise UnsupportedParameter(f"{name}={json.dumps(value)} is not supported ({why})", name)
+
+
+def _content(item: MessageItem, where: str) -> str | list[dict[str, Any]]:
+    if isinstance(item.content, str):
+        return item.content
+    parts: list[dict[str, Any]] = []
+    for j, p in enumerate(item.content):
+        if isinstance(p, InputText):
+            parts.append({"type": "text", "text": p.text})
+        elif p.image_url is None:
+            raise UnsupportedParameter("an input_image needs image_url (a data: URL; file ids are not supported)",
+                                       f"{where}.content.{j}.image_url", code="invalid_value")
+        else:
+            parts.append({"type": "image_url", "image_url": {"url": p.image_url,
+                                                             **({"detail": p.detail} if p.detail else {})}})
+    if item.role != "user" and all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def to_chat(raw: Any) -> tuple[ResponsesRequest, ChatRequest]:
+    """The body as a ResponsesRequest and the ChatRequest that answers it."""
+    if not isinstance(raw, dict):
+        raise BadRequest("the request body must be a JSON object", code="invalid_request")
+    body = dict(raw)
+    _refuse_defaults(body)
+    req = ResponsesRequest.model_validate(body)
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "developer", "content": req.instructions})
+    for i, item in enumerate(req.item_list()):
+        where = f"input.{i}"
+        if isinstance(item, MessageItem):
+            messages.append({"role": item.role, "content": _content(item, where)})
+        elif isinstance(item, FunctionCallItem):
+            call = {"id": item.call_id, "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments}}
+            if messages and messages[-1]["role"] == "assistant" and "tool_calls" in messages[-1]:
+                messages[-1]["tool_calls"].append(call)
+            elif messages and messages[-1]["role"] == "assistant":
+                messages[-1]["tool_calls"] = [call]
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        else:
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
+    chat: dict[str, Any] = {"model": req.model, "messages": messages, "stream": bool(req.stream)}
+    if req.tools:
+        for k, t in enumerate(req.tools):
+            if t.strict:
+                raise UnsupportedParameter("strict function tools are not supported (send strict: false)",
+                                           f"tools.{k}.strict")
+        chat["tools"] = [{"type": "function", "function": {
+            "name": t.name, "description": t.description or "",
+            **({"parameters": t.parameters} if t.parameters is not None else {})}} for t in req.tools]
+    if req.tool_choice is not None:
+        tc = req.tool_choice
+        if isinstance(tc, dict) and tc.get("type") == "function" and set(tc) == {"type", "name"}:
+            tc = {"type": "function", "function": {"name": tc["name"]}}
+        elif not (isinstance(tc, str) and tc in ("auto", "none", "required")):
+            raise UnsupportedParameter("tool_choice: auto, none, required or {type: function, name}", "tool_choice",
+                                       code="invalid_value")
+        chat["tool_choice"] = tc
+    fmt = req.text.format if req.text else None
+    if fmt is not None:
+        if fmt.get("type") == "json_schema":
+            spec = {k: fmt[k] for k in ("name", "schema", "description", "strict") if k in fmt}
+            extra = set(fmt) - {"type", "name", "schema", "description", "strict"}
+            if extra:
+                raise UnsupportedParameter(f"text.format: unknown field {sorted(extra)[0]}", "text.format",
+                                           code="invalid_value")
+            chat["response_format"] = {"type": "json_schema", "json_schema": spec}
+        else:
+            chat["response_format"] = fmt
+    for name, value in (("max_completion_tokens", req.max_output_tokens), ("temperature", req.temperature),
+                        ("user", req.user or req.safety_identifier)):
+        if value is not None:
+            chat[name] = value
+    try:
+        return req, parse_request(chat)
+    except UnsupportedParameter as exc:
+        exc.param = {"max_completion_tokens": "max_output_tokens", "response_format": "text.format",
+                     "messages": "input"}.get(exc.param, exc.param.replace("messages.", "input."))
+        raise
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+def usage_json(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens}
+
+
+class ResponseDoc:
+    """One response: its id, the request's echoed settings, the output items as they complete,
+    and the numbered stream events built from them."""
+
+    def __init__(self, req: ResponsesRequest, extension: dict[str, Any]) -> None:
+        self.id = new_id("resp")
+        self.created_at = int(time.time())
+        self.req = req
+        self.output: list[dict[str, Any]] = []
+        self.seq = 0
+        self.extension = extension
+        self.final: dict[str, Any] | None = None  # the finished document (completed / incomplete / failed)
+
+    def doc(self, status: str, usage: dict[str, Any] | None = None, error: dict[str, str] | None = None,
+            incomplete: str | None = None) -> dict[str, Any]:
+        r = self.req
+        tc = r.tool_choice if r.tool_choice is not None else "auto"
+        return {
+            "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
+            "background": False, "error": error,
+            "incomplete_details": {"reason": incomplete} if incomplete else None,
+            "instructions": r.instructions, "max_output_tokens": r.max_output_tokens, "model": r.model,
+            "output": list(self.output), "parallel_tool_calls": True, "previous_response_id": None,
+            "reasoning": None, "store": False, "temperature": r.temperature,
+            "text": {"format": (r.text.format if r.text and r.text.format else {"type": "text"})},
+            "tool_choice": tc, "tools": [t.model_dump(exclude_none=True) for t in r.tools or ()],
+            "top_p": None, "truncation": "disabled", "usage": usage, "user": r.user,
+            "metadata": r.metadata or {}, "treadle": self.extension,
+        }
+
+    def event(self, type_: str, **fields: Any) -> bytes:
+        doc = {"type": type_, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return f"event: {type_}\ndata: {json.dumps(doc, separators=(',', ':'))}\n\n".encode()
+
+
+def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status == "completed" \
+        else []
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": content}
+
+
+def function_call_item(call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
+    """A chat `tool_calls` entry as a Responses `function_call` item."""
+    fn = call["function"]
+    return {"id": "fc_" + secrets.token_hex(12), "type": "function_call", "status": status,
+            "call_id": call["id"], "name": fn["name"], "arguments": fn["arguments"] if status == "completed" else ""}

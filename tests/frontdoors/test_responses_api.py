@@ -1,0 +1,141 @@
+"""OpenAI's Responses API (`client.responses.create / stream / parse`) from the official `openai`
+SDK against a served treadle: aliases on a fake OpenAI vendor and the mock, an agent's durable run
+with function calls handed back and continued, structured output, and the refusals by name."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+from pydantic import BaseModel
+
+from tests.support.frontdoors import TOKEN, Served
+from tests.support.vendors.base import text, tools
+
+WEATHER: Any = {"type": "function", "name": "get_weather", "description": "The weather in a city", "strict": False,
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+class City(BaseModel):
+    name: str
+    population: int
+
+
+@pytest.fixture
+async def client(served: Served) -> AsyncIterator[openai.AsyncOpenAI]:
+    c = openai.AsyncOpenAI(base_url=served.url + "/v1", api_key=TOKEN, max_retries=0)
+    yield c
+    await c.close()
+
+
+async def test_create_with_a_string_input_and_instructions(client: openai.AsyncOpenAI, served: Served) -> None:
+    served.openai_fake.then(text("Hel", "lo!"))
+    resp = await client.responses.create(model="gpt", input="hi", instructions="Be brief.", max_output_tokens=50,
+                                         metadata={"ticket": "42"})
+    assert resp.object == "response" and resp.status == "completed" and resp.id.startswith("resp_")
+    assert resp.output_text == "Hello!" and resp.metadata == {"ticket": "42"}
+    assert resp.usage is not None and resp.usage.total_tokens == resp.usage.input_tokens + resp.usage.output_tokens
+    body = served.openai_fake.calls[-1]
+    assert body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert body["max_completion_tokens"] == 50 and served.openai_fake.violations == []
+
+
+async def test_stream_events_in_order_with_sequence_numbers(client: openai.AsyncOpenAI) -> None:
+    stream = await client.responses.create(model="echo-alias", input="stream me", stream=True)
+    events = [e async for e in stream]
+    kinds = [e.type for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          "response.completed"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "stream me"
+    done = events[-1]
+    assert done.type == "response.completed" and done.response.output_text == "stream me"
+
+
+async def test_the_stream_helper_and_function_calls(client: openai.AsyncOpenAI, served: Served) -> None:
+    served.openai_fake.then(tools(("get_weather", {"city": "Oslo"})))
+    async with client.responses.stream(model="gpt", input="weather in Oslo?", tools=[WEATHER],
+                                       tool_choice="required") as stream:
+        deltas = [e.delta async for e in stream if e.type == "response.function_call_arguments.delta"]
+        final = await stream.get_final_response()
+    assert deltas == ['{"city": "Oslo"}']
+    call = final.output[0]
+    assert call.type == "function_call" and call.name == "get_weather" and call.arguments == '{"city": "Oslo"}'
+    assert served.openai_fake.calls[-1]["tool_choice"] == "required"
+    served.openai_fake.then(text("Cold."))
+    follow = await client.responses.create(model="gpt", tools=[WEATHER], input=[
+        {"role": "user", "content": "weather in Oslo?"}, *[o.model_dump(exclude_none=True) for o in final.output],
+        {"type": "function_call_output", "call_id": call.call_id, "output": "-5 C"}])
+    assert follow.output_text == "Cold."
+    sent = served.openai_fake.calls[-1]["messages"]
+    assert sent[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "-5 C"}
+    assert served.openai_fake.violations == []
+
+
+async def test_an_agent_run_hands_back_function_calls_and_continues(client: openai.AsyncOpenAI,
+                                                                    served: Served) -> None:
+    first = await client.responses.create(model="weather", input="weather in Paris?", tools=[WEATHER])
+    call = first.output[-1]
+    assert call.type == "function_call" and call.call_id.startswith("tc.r_") and call.name == "get_weather"
+    run_id = call.call_id.split(".")[1]
+    assert (await served.http.get(f"/v1/runs/{run_id}")).json()["status"] == "waiting"
+    second = await client.responses.create(model="weather", tools=[WEATHER], input=[
+        {"role": "user", "content": "weather in Paris?"}, *[o.model_dump(exclude_none=True) for o in first.output],
+        {"type": "function_call_output", "call_id": call.call_id, "output": "22 C, sunny"}])
+    assert second.output_text == "It is sunny in Paris."
+    assert second.model_extra is not None and second.model_extra["treadle"]["run_id"] == run_id
+    assert (await served.http.get(f"/v1/runs/{run_id}")).json()["status"] == "completed"
+
+
+async def test_parse_with_a_pydantic_text_format(client: openai.AsyncOpenAI, served: Served) -> None:
+    served.anthropic_fake.then(text('{"name": "Oslo", "population": 709000}'))
+    resp = await client.responses.parse(model="claude", input="biggest city in Norway?", text_format=City)
+    assert resp.output_parsed == City(name="Oslo", population=709000)
+    assert "JSON Schema" in served.anthropic_fake.calls[-1]["system"][0]["text"]
+
+
+async def test_the_sync_client(served: Served) -> None:
+    def create() -> Any:
+        with openai.OpenAI(base_url=served.url + "/v1", api_key=TOKEN, max_retries=0) as c:
+            return c.responses.create(model="echo-alias", input=[{"role": "user", "content": [
+                {"type": "input_text", "text": "sync "}, {"type": "input_text", "text": "works"}]}])
+
+    assert (await asyncio.to_thread(create)).output_text == "sync works"
+
+
+async def test_refusals_name_the_field_in_openais_shape(client: openai.AsyncOpenAI, served: Served) -> None:
+    for field, value in (("background", True), ("store", True), ("previous_response_id", "resp_x"),
+                         ("reasoning", {"effort": "high"}), ("top_p", 0.2)):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.responses.create(model="gpt", input="x", **{field: value})
+        assert (refused.value.code, refused.value.param) == ("unsupported_parameter", field)
+    with pytest.raises(openai.BadRequestError) as unknown:
+        await client.responses.create(model="gpt", input="x", extra_body={"bogus": 1})
+    assert unknown.value.param == "bogus"
+    with pytest.raises(openai.NotFoundError) as model:
+        await client.responses.create(model="nope", input="x")
+    assert model.value.code == "model_not_found"
+    with pytest.raises(openai.NotFoundError) as gone:
+        await client.responses.retrieve("resp_123")
+    assert gone.value.code == "response_not_found"
+    served.openai_fake.then(tools(("get_weather", {"city": "Oslo"})))
+    with pytest.raises(openai.BadRequestError) as strict:
+        await client.responses.create(model="gpt", input="x", tools=[{**WEATHER, "strict": True}])
+    assert strict.value.param == "tools.0.strict"
+
+
+async def test_each_call_writes_its_audit_line(client: openai.AsyncOpenAI, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="treadle.audit"):
+        resp = await client.responses.create(model="echo-alias", input="audit me", user="alice")
+        await client.chat.completions.create(model="echo-alias", messages=[{"role": "user", "content": "and me"}])
+    lines = [r.getMessage() for r in caplog.records if r.name == "treadle.audit"]
+    mine = [line for line in lines if line.startswith("responses: ")]
+    assert len(mine) == 1 and f"request_id={resp.model_extra['treadle']['request_id']}" in mine[0]  # type: ignore[index]
+    assert "user_id=alice" in mine[0] and "status=ok" in mine[0]
+    assert any(line.startswith("chat_completions: ") for line in lines)
