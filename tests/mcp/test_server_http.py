@@ -39,7 +39,7 @@ async def test_lists_loomcycle_meta_tools(base_url: str) -> None:
             "agentdef", "skilldef", "scheduledef", "webhookdef", "whoami",
         }
         spawn = next(t for t in listed.tools if t.name == "spawn_runs")
-        assert spawn.input_schema["properties"]["runs"]["maxItems"] == 32
+        assert {"spawns", "runs"} <= set(spawn.input_schema["properties"])
         who = payload(await client.call_tool("whoami", {}))
         assert who["tenant_id"] == "default" and who["subject"] == "operator"
 
@@ -147,3 +147,30 @@ async def test_the_mcp_path_serves_the_same_server(base_url: str) -> None:
         assert out["status"] == "completed" and "via /mcp" in out["final_text"]
     async with httpx.AsyncClient() as anon:
         assert (await anon.post(f"{base_url}/mcp", json={})).status_code == 401
+
+
+async def test_loomcycle_shaped_spawn_runs_get_run_and_cancel_run(base_url: str) -> None:
+    """loomcycle's argument schemas: spawn_runs wants `spawns`; get_run / cancel_run take `agent_id`."""
+    seg = [{"role": "user", "content": [{"type": "trusted-text", "text": "loomcycle shaped"}]}]
+    async with connect(base_url) as client:
+        out = payload(await client.call_tool("spawn_runs", {
+            "spawns": [{"agent": "echo", "segments": seg, "agent_id": "lc-echo-1"},
+                       {"agent": "no-such-agent", "segments": seg}],
+            "timeout_ms": 60_000}))
+        ok, refused = out["results"]
+        assert ok["agent_id"] == "lc-echo-1" and ok["status"] == "completed"
+        assert "loomcycle shaped" in ok["final_text"]
+        assert refused["status"] == "failed" and refused["code"] == "unknown_agent"
+        state = payload(await client.call_tool("get_run", {"agent_id": "lc-echo-1"}))
+        assert state["agent_id"] == "lc-echo-1" and state["run_id"] == ok["run_id"]
+        live = payload(await client.call_tool("spawn_run", {"agent": "forever", "prompt": "go", "timeout_ms": 0}))
+        [started] = payload(await client.call_tool("spawn_runs", {
+            "spawns": [{"agent": "forever", "prompt": "go", "agent_id": "lc-forever-1"}], "timeout_ms": 0}))["results"]
+        cancelled = payload(await client.call_tool("cancel_run", {"agent_id": "lc-forever-1", "reason": "enough"}))
+        assert cancelled["agent_id"] == "lc-forever-1"
+        payload(await client.call_tool("cancel_run", {"run_id": live["run_id"]}))
+        both = await client.call_tool("spawn_runs", {"spawns": [{"agent": "echo"}], "runs": [{"agent": "echo"}]})
+        assert both.is_error
+        missing = await client.call_tool("get_run", {"agent_id": "lc-nobody"})
+        assert missing.is_error and "agent_not_found" in missing.content[0].text
+        assert started["agent_id"] == "lc-forever-1"

@@ -18,20 +18,21 @@ from typing import Any, Literal
 
 import mcp_types as types
 import psycopg
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from treadle.api import channels, interrupts, memory, runs, steering
+from treadle.api import channels, interrupts, loomcycle, memory, runs, steering
 from treadle.api.auth import may_call_tool, principal_view, tool_scope
 from treadle.api.clienttools import client_tool_specs
 from treadle.api.mcp.join import outcome, settle
 from treadle.api.runs import CancelRequest, RunRequest
 from treadle.domain.runs import RunStatus
-from treadle.errors import TreadleError, ValidationFailed
+from treadle.errors import NotFound, TreadleError, ValidationFailed
 from treadle.mcp.credentials import seal_credentials
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.channels import parse_deliver_at
 from treadle.store.runs import NewRun
+from treadle.wire import AgentCancelRequest, BatchRequest
 
 log = logging.getLogger("treadle.mcp")
 
@@ -78,10 +79,19 @@ class SpawnRunArgs(RunRequest):
 
 
 class SpawnRunsArgs(_Args):
-    runs: list[RunRequest] = Field(min_length=1, max_length=MAX_SPAWNS)
+    #: loomcycle's: each a POST /v1/runs body, answered in loomcycle's envelope (as POST /v1/runs:batch)
+    spawns: list[dict[str, Any]] | None = Field(default=None, min_length=1, max_length=MAX_SPAWNS)
+    #: treadle's (the same runs; its own envelope: {index, ok, run_id, status, settled, final_text?})
+    runs: list[RunRequest] | None = Field(default=None, min_length=1, max_length=MAX_SPAWNS)
     #: join: return when every run settled, or at the timeout with what settled so far
     mode: Literal["join"] = "join"
     timeout_ms: int = Field(default=DEFAULT_TIMEOUT_MS, ge=0, le=int(MAX_WAIT_S * 1000))
+
+    @model_validator(mode="after")
+    def _one_list(self) -> SpawnRunsArgs:
+        if (self.spawns is None) == (self.runs is None):
+            raise ValueError("give spawns (loomcycle's) or runs (treadle's), not both")
+        return self
 
 
 def _deadline(rt: Runtime, timeout_ms: int) -> float:
@@ -110,10 +120,17 @@ async def spawn_run(rt: Runtime, who: Principal, a: SpawnRunArgs) -> dict[str, A
 
 
 @tool("spawn_runs", f"Start up to {MAX_SPAWNS} runs at once (mode join) and wait until all settle or "
-      "timeout_ms passes. results[i] belongs to runs[i]: {index, ok, run_id, status, settled, final_text?} "
+      "timeout_ms passes. loomcycle's `spawns` (each a POST /v1/runs body) answer as POST /v1/runs:batch: "
+      "{results: [{agent_id, run_id, session_id, status, stop_reason, final_text, usage, error}], spawned}; "
+      "treadle's `runs` answer results[i] = {index, ok, run_id, status, settled, final_text?} "
       "or {index, ok: false, error: {code, error}} when that run could not start.", SpawnRunsArgs)
 async def spawn_runs(rt: Runtime, who: Principal, a: SpawnRunsArgs) -> dict[str, Any]:
     deadline = _deadline(rt, a.timeout_ms)
+    if a.spawns is not None:  # loomcycle's call: POST /v1/runs:batch's answer
+        wait_ms = max(1, int((deadline - time.monotonic()) * 1000)) if a.timeout_ms else 0
+        return await runs.create_runs(BatchRequest(spawns=a.spawns, mode=a.mode, timeout_ms=min(wait_ms, 600_000)),
+                                      rt, who)
+    assert a.runs is not None
     started: list[str | dict[str, Any]] = []
     for body in a.runs:
         try:
@@ -136,18 +153,42 @@ async def spawn_runs(rt: Runtime, who: Principal, a: SpawnRunsArgs) -> dict[str,
             "timed_out": settled < len(ids)}
 
 
-class GetRunArgs(_Args):
-    run_id: str = Field(min_length=1, max_length=128)
+class _RunOrAgent(_Args):
+    """A run named by treadle's `run_id` or by loomcycle's `agent_id` (its newest run), one of them."""
+
+    run_id: str | None = Field(default=None, min_length=1, max_length=128)
+    agent_id: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @model_validator(mode="after")
+    def _one_id(self) -> _RunOrAgent:
+        if (self.run_id is None) == (self.agent_id is None):
+            raise ValueError("give agent_id (loomcycle's) or run_id, not both")
+        return self
+
+    async def resolve(self, rt: Runtime, who: Principal) -> str:
+        if self.run_id is not None:
+            return self.run_id
+        assert self.agent_id is not None
+        run = await loomcycle.latest_by_agent_id(rt, who.tenant_id, self.agent_id)
+        if run is None:
+            raise NotFound(f"agent {self.agent_id!r} not found", code="agent_not_found")
+        return run.id
+
+
+class GetRunArgs(_RunOrAgent):
     #: wait up to this long for the run to settle first (0: answer at once)
     wait_ms: int = Field(default=0, ge=0, le=int(MAX_WAIT_S * 1000))
 
 
 @tool("get_run", "A run's state: status, stop_reason, usage, parent/root ids; wait_ms waits for it to "
-      "settle first.", GetRunArgs)
+      "settle first. By loomcycle's agent_id: its newest run's snapshot (GET /v1/agents/{agent_id}).", GetRunArgs)
 async def get_run(rt: Runtime, who: Principal, a: GetRunArgs) -> dict[str, Any]:
+    run_id = await a.resolve(rt, who)
     if a.wait_ms:
-        await settle(rt, who.tenant_id, [a.run_id], _deadline(rt, a.wait_ms))
-    return await runs.get_run(a.run_id, rt, who)
+        await settle(rt, who.tenant_id, [run_id], _deadline(rt, a.wait_ms))
+    if a.agent_id is not None:  # loomcycle's snapshot (GET /v1/agents/{agent_id})
+        return await loomcycle.get_agent(a.agent_id, rt, who)
+    return await runs.get_run(run_id, rt, who)
 
 
 class ListRunsArgs(_Args):
@@ -165,12 +206,26 @@ async def list_runs(rt: Runtime, who: Principal, a: ListRunsArgs) -> dict[str, A
 
 
 class CancelArgs(CancelRequest):
-    run_id: str = Field(min_length=1, max_length=128)
+    run_id: str | None = Field(default=None, min_length=1, max_length=128)
+    #: loomcycle's key: the whole run of that agent_id (POST /v1/agents/{agent_id}/cancel)
+    agent_id: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @model_validator(mode="after")
+    def _one_id(self) -> CancelArgs:
+        if (self.run_id is None) == (self.agent_id is None):
+            raise ValueError("give agent_id (loomcycle's) or run_id, not both")
+        if self.agent_id is not None and self.scope is not None:
+            raise ValueError("scope: only with run_id (an agent_id cancel ends the whole run, as loomcycle's)")
+        return self
 
 
-@tool("cancel_run", "Cancel a run (and its sub-agent runs) at its next safe point; scope 'turn' stops only "
-      "the current turn of an interactive run.", CancelArgs)
+@tool("cancel_run", "Cancel a run (and its sub-agent runs) at its next safe point, by run_id or by "
+      "loomcycle's agent_id; scope 'turn' (with run_id) stops only the current turn of an interactive run.",
+      CancelArgs)
 async def cancel_run(rt: Runtime, who: Principal, a: CancelArgs) -> dict[str, Any]:
+    if a.agent_id is not None:
+        return await loomcycle.cancel_agent(a.agent_id, rt, who, AgentCancelRequest(reason=a.reason))
+    assert a.run_id is not None
     return await runs.cancel_run(a.run_id, rt, who, CancelRequest(reason=a.reason, scope=a.scope))
 
 
