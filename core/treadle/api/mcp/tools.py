@@ -226,7 +226,8 @@ async def cancel_run(rt: Runtime, who: Principal, a: CancelArgs) -> dict[str, An
     if a.agent_id is not None:
         return await loomcycle.cancel_agent(a.agent_id, rt, who, AgentCancelRequest(reason=a.reason))
     assert a.run_id is not None
-    return await runs.cancel_run(a.run_id, rt, who, CancelRequest(reason=a.reason, scope=a.scope))
+    # the whole run unless scope says turn (POST …/cancel without scope is loomcycle's turn cancel)
+    return await runs.cancel_run(a.run_id, rt, who, CancelRequest(reason=a.reason, scope=a.scope or "run"))
 
 
 class TranscriptArgs(_Args):
