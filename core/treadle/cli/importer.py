@@ -11,9 +11,13 @@ bearer from TREADLE_AUTH_TOKEN): skills first, then agents; a name that exists w
 gets a new promoted version (a fork); an identical one is left as it is.
 
 Claude Code grants every tool when `tools:` is absent; treadle is default-deny, so such an agent
-gets none (listed as lossy). Tools without a treadle equivalent (file system, shell, todo lists)
-are dropped; `mcp__<server>__<tool>` names carry over as they are (the server must be configured
-in treadle). `model: sonnet | opus | haiku` becomes a model alias of that name (declare it under
+gets none (listed as lossy). Claude Code's file and shell tools map to treadle's workspace tools
+(Read, Write, Edit, Glob, Grep, NotebookEdit, Bash; MultiEdit, LS, NotebookRead and Bash are
+narrowed, each with why); `--volume NAME` binds such an agent to a volume (rw when a tool writes),
+without it the tools are kept and reach no files. Tools without a treadle equivalent (background
+shells, todo lists, slash commands, plan mode) are dropped, each with why;
+`mcp__<server>__<tool>` names carry over as they are (the server must be configured in
+treadle). `model: sonnet | opus | haiku` becomes a model alias of that name (declare it under
 treadle.yaml `models:`); `inherit` or none becomes `--default-model`.
 
 Skills stay on demand: an agent whose `tools:` names `Skill` gets treadle's Skill tool (`list`,
@@ -35,13 +39,27 @@ from typing import Any
 import click
 import yaml
 
-#: Claude Code tool → treadle tool (None: no equivalent)
-TOOL_MAP: dict[str, str | None] = {
-    "WebFetch": "WebFetch", "WebSearch": "WebSearch", "Task": "Agent", "Agent": "Agent",
-    "Read": None, "Write": None, "Edit": None, "MultiEdit": None, "Glob": None, "Grep": None, "LS": None,
-    "Bash": None, "BashOutput": None, "KillShell": None, "KillBash": None, "NotebookEdit": None,
-    "NotebookRead": None, "TodoWrite": None, "SlashCommand": None, "Skill": "Skill", "ExitPlanMode": None,
+#: Claude Code tool → (treadle tool or None, why: how it is narrowed, or why it is dropped)
+TOOLS: dict[str, tuple[str | None, str]] = {
+    "WebFetch": ("WebFetch", ""), "WebSearch": ("WebSearch", ""), "Task": ("Agent", ""), "Agent": ("Agent", ""),
+    "Skill": ("Skill", ""),
+    "Read": ("Read", ""), "Write": ("Write", ""), "Edit": ("Edit", ""), "Glob": ("Glob", ""), "Grep": ("Grep", ""),
+    "NotebookEdit": ("NotebookEdit", ""),
+    "MultiEdit": ("Edit", "one replacement per call (treadle's Edit; several calls for several edits)"),
+    "LS": ("Glob", "a directory is listed with a Glob pattern (dir/*)"),
+    "NotebookRead": ("Read", "a notebook is read as its JSON text"),
+    "Bash": ("Bash", "treadle's restricted Bash: sidecar only, off until treadle.yaml `bash: {enabled: true}`, "
+                     "runs in the volume, no background shells (docs/workspace.md)"),
+    "BashOutput": (None, "no background shells in treadle"), "KillShell": (None, "no background shells in treadle"),
+    "KillBash": (None, "no background shells in treadle"),
+    "TodoWrite": (None, "no todo list tool in treadle"), "SlashCommand": (None, "no slash commands in treadle"),
+    "ExitPlanMode": (None, "no plan mode in treadle"),
 }
+#: the earlier table (tool → treadle tool or None)
+TOOL_MAP: dict[str, str | None] = {name: mapped for name, (mapped, _) in TOOLS.items()}
+#: treadle's workspace tools: they reach files only through a volume binding (docs/workspace.md)
+FILE_TOOLS = {"Read", "Write", "Edit", "Glob", "Grep", "NotebookEdit", "Bash"}
+WRITING_TOOLS = {"Write", "Edit", "NotebookEdit", "Bash"}
 AGENT_KEYS = {"name", "description", "tools", "model", "skills"}
 SKILL_KEYS = {"name", "description", "allowed-tools"}
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -54,6 +72,8 @@ class Planned:
     source: str
     overlay: dict[str, Any]
     lossy: list[str] = field(default_factory=list)
+    #: the tools carried over as they are
+    mapped: list[str] = field(default_factory=list)
 
 
 def split_frontmatter(text: str) -> tuple[dict[str, Any], str]:
@@ -74,7 +94,9 @@ def tool_list(value: Any) -> list[str]:
     return [str(t).strip() for t in items if str(t).strip()]
 
 
-def map_tools(names: list[str], lossy: list[str]) -> list[str]:
+def map_tools(names: list[str], lossy: list[str], mapped: list[str] | None = None) -> list[str]:
+    """Claude Code tool names → treadle's; `mapped` gets a line per tool carried over, `lossy` one
+    per tool narrowed (what changes) or dropped (why)."""
     out: list[str] = []
     for name in names:
         if name.startswith("mcp__"):
@@ -82,15 +104,34 @@ def map_tools(names: list[str], lossy: list[str]) -> list[str]:
             lossy.append(f"tool {name}: kept; the MCP server must be configured in treadle (mcp_servers or an "
                          "MCPServerDef)")
             continue
-        mapped = TOOL_MAP.get(name)
-        if mapped is None:
-            lossy.append(f"tool {name}: no treadle equivalent, dropped")
-        elif mapped not in out:
-            out.append(mapped)
+        target, why = TOOLS.get(name, (None, "not a Claude Code tool treadle knows"))
+        if target is None:
+            lossy.append(f"tool {name}: dropped ({why})")
+            continue
+        if why:
+            lossy.append(f"tool {name} → {target}: narrowed ({why})")
+        elif mapped is not None:
+            mapped.append(f"{name} → {target}" if target != name else name)
+        if target not in out:
+            out.append(target)
     return out
 
 
-def plan_agent(path: Path, default_model: str) -> Planned:
+def bind_volume(overlay: dict[str, Any], volume: str | None, lossy: list[str]) -> None:
+    """An agent with file tools gets `volumes: [{name, mode}]` (rw when a tool writes) from
+    `--volume`; without it the tools are kept and say they are bound to no volume."""
+    files = [t for t in overlay.get("tools", []) if t in FILE_TOOLS]
+    if not files:
+        return
+    if volume is None:
+        lossy.append(f"tools {', '.join(files)}: kept, but bound to no volume — pass --volume NAME (a volume "
+                     "declared under treadle.yaml volumes:) so they reach files")
+        return
+    mode = "rw" if any(t in WRITING_TOOLS for t in files) else "ro"
+    overlay["volumes"] = [{"name": volume, "mode": mode}]
+
+
+def plan_agent(path: Path, default_model: str, volume: str | None = None) -> Planned:
     meta, body = split_frontmatter(path.read_text())
     name = str(meta.get("name") or path.stem)
     lossy: list[str] = []
@@ -106,8 +147,10 @@ def plan_agent(path: Path, default_model: str) -> Planned:
     else:
         overlay["model"] = model
         lossy.append(f"model {model}: a treadle model alias of that name must be declared under models:")
+    mapped: list[str] = []
     if "tools" in meta:
-        overlay["tools"] = map_tools(tool_list(meta.get("tools")), lossy)
+        overlay["tools"] = map_tools(tool_list(meta.get("tools")), lossy, mapped)
+        bind_volume(overlay, volume, lossy)
     else:
         overlay["tools"] = []
         lossy.append("tools: absent (Claude Code grants every tool); treadle is default-deny: none granted")
@@ -116,7 +159,7 @@ def plan_agent(path: Path, default_model: str) -> Planned:
         overlay["skills"] = skills
     for key in sorted(set(meta) - AGENT_KEYS):
         lossy.append(f"frontmatter {key}: not imported")
-    return Planned("agent", name, str(path), overlay, lossy)
+    return Planned("agent", name, str(path), overlay, lossy, mapped)
 
 
 def plan_skill(path: Path) -> Planned:
@@ -128,23 +171,24 @@ def plan_skill(path: Path) -> Planned:
     overlay: dict[str, Any] = {"body": body.strip()}
     if meta.get("description"):
         overlay["description"] = str(meta["description"])[:4096]
+    mapped: list[str] = []
     if "allowed-tools" in meta:
-        overlay["tools"] = map_tools(tool_list(meta.get("allowed-tools")), lossy)
+        overlay["tools"] = map_tools(tool_list(meta.get("allowed-tools")), lossy, mapped)
     others = sorted(str(p.relative_to(path.parent)) for p in path.parent.rglob("*") if p.is_file() and p != path)
     if others:
         lossy.append(f"{len(others)} other file(s) of the skill not imported: {', '.join(others[:10])}"
                      + (" …" if len(others) > 10 else ""))
     for key in sorted(set(meta) - SKILL_KEYS):
         lossy.append(f"frontmatter {key}: not imported")
-    return Planned("skill", name, str(path), overlay, lossy)
+    return Planned("skill", name, str(path), overlay, lossy, mapped)
 
 
-def plan(root: Path, default_model: str) -> list[Planned]:
+def plan(root: Path, default_model: str, volume: str | None = None) -> list[Planned]:
     """Skills first (agents may list them), each kind in name order."""
     if not root.is_dir():
         raise ValueError(f"{root}: not a directory (the .claude folder of a project, or ~/.claude)")
     skills = [plan_skill(p) for p in sorted((root / "skills").glob("*/SKILL.md"))]
-    agents = [plan_agent(p, default_model) for p in sorted((root / "agents").glob("*.md"))]
+    agents = [plan_agent(p, default_model, volume) for p in sorted((root / "agents").glob("*.md"))]
     return skills + agents
 
 
@@ -154,6 +198,10 @@ def print_plan(items: list[Planned], out: Any = sys.stdout) -> None:
         print(f"{item.kind} {item.source} → {label} {item.name}", file=out)
         if item.kind == "agent":
             print(f"  tools: {', '.join(item.overlay['tools']) or '(none)'}; model: {item.overlay['model']}", file=out)
+            for binding in item.overlay.get("volumes", []):
+                print(f"  volume: {binding['name']} ({binding['mode']})", file=out)
+        if item.mapped:
+            print(f"  mapped: {', '.join(item.mapped)}", file=out)
         for note in item.lossy:
             print(f"  lossy: {note}", file=out)
     if not items:
@@ -187,7 +235,7 @@ def write(items: list[Planned], url: str, token: str | None) -> list[dict[str, A
 
 def cmd_import(args: Args) -> int:
     try:
-        items = plan(Path(args.source), args.default_model)
+        items = plan(Path(args.source), args.default_model, args.volume)
     except (ValueError, OSError, yaml.YAMLError) as exc:
         print(f"import: {exc}", file=sys.stderr)
         return 2
@@ -217,6 +265,8 @@ def cmd_import(args: Args) -> int:
 @click.option("--url", help="the treadle to write to (default: $TREADLE_URL, else http://127.0.0.1:8787)")
 @click.option("--default-model", default="sonnet", show_default=True,
               help="the model (alias) for agents with model inherit or none")
+@click.option("--volume", help="bind agents with file tools (Read, Write, Edit, Grep, Glob, Bash, …) to this "
+              "volume (declared under treadle.yaml volumes:); rw when one of their tools writes")
 @click.option("--json", "json_", is_flag=True, help="print the plan (or the results) as JSON")
 def import_command(json_: bool, **kw: Any) -> int:
     return cmd_import(Args(json=json_, **kw))
