@@ -117,6 +117,29 @@ def test_claude_codes_file_and_shell_tools_map_to_treadles_with_a_volume(tmp_pat
     assert "volume: work (rw)" in text and "mapped: Read, Grep, Glob, Edit, Write, WebSearch" in text
 
 
+MCP_JSON = {"mcpServers": {
+    "github": {"type": "http", "url": "https://mcp.example.com/mcp",
+               "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"}},
+    "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."]},
+    "old": {"type": "sse", "url": "https://sse.example.com/sse"},
+}}
+
+
+def test_mcp_json_http_servers_become_mcpserverdefs(tmp_path: Path) -> None:
+    root = claude_dir(tmp_path)
+    (tmp_path / ".mcp.json").write_text(json.dumps(MCP_JSON))
+    plan = json.loads(treadle("--from", str(root), "--json").stdout)
+    servers = {p["name"]: p for p in plan if p["kind"] == "mcp"}
+    assert [p["kind"] for p in plan][:3] == ["mcp", "mcp", "mcp"]  # before the agents that use them
+    assert servers["github"]["overlay"] == {"transport": "http", "url": "https://mcp.example.com/mcp",
+                                            "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"}}
+    assert "header Authorization: ${GITHUB_TOKEN} is not expanded" in "\n".join(servers["github"]["lossy"])
+    assert servers["files"]["overlay"] == {} and "stdio" in servers["files"]["lossy"][0]
+    assert servers["old"]["overlay"] == {} and "SSE transport" in servers["old"]["lossy"][0]
+    text = treadle("--from", str(root)).stdout
+    assert "→ MCPServerDef github" in text and "→ (not imported) files" in text
+
+
 async def test_write_creates_the_defs_and_the_imported_agent_runs(tmp_path: Path, migrated_db_url: str) -> None:
     root = claude_dir(tmp_path)
     (root / "agents" / "reviewer.md").write_text(REVIEWER.replace(", mcp__github__get_diff", ""))
@@ -127,8 +150,14 @@ async def test_write_creates_the_defs_and_the_imported_agent_runs(tmp_path: Path
     server = BackgroundServer(settings, config)
     base = await server.start()
     try:
-        first = await asyncio.to_thread(treadle, "--from", str(root), "--write", "--url", base, "--volume", "work")
+        (tmp_path / ".mcp.json").write_text(json.dumps(MCP_JSON))
+        first = await asyncio.to_thread(treadle, "--from", str(root), "--write", "--url", base, "--volume", "work",
+                                        "--no-discover")
         assert first.returncode == 0, first.stdout + first.stderr
+        assert "created mcp github" in first.stdout and "mcp files" not in first.stdout and "FAILED" not in first.stdout
+        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+            assert "github" in (await client.get("/v1/_mcpserverdef/names")).json()["names"]
+        (tmp_path / ".mcp.json").unlink()
         assert "created skill house-style" in first.stdout and "created agent reviewer" in first.stdout
         again = await asyncio.to_thread(treadle, "--from", str(root), "--write", "--url", base, "--volume", "work")
         assert again.returncode == 0 and again.stdout.count("unchanged") == 3, again.stdout

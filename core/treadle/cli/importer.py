@@ -4,6 +4,7 @@ treadle defs.
     .claude/agents/<name>.md         frontmatter (name, description, tools, model, skills) + the
                                      system prompt → an AgentDef
     .claude/skills/<name>/SKILL.md   frontmatter (name, description, allowed-tools) + the body → a SkillDef
+    .mcp.json (next to .claude)      each HTTP server → an MCPServerDef (stdio, SSE: listed as dropped)
 
 Without `--write` it is a dry run: it prints what it would create and everything that does not
 carry over (the lossy list). With `--write` it creates the defs on a running treadle (`--url`,
@@ -183,18 +184,72 @@ def plan_skill(path: Path) -> Planned:
     return Planned("skill", name, str(path), overlay, lossy, mapped)
 
 
+MCP_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ENV_REF = re.compile(r"\$\{(?!run\.credentials\.)([^}]*)\}")
+
+
+def plan_mcp(path: Path) -> list[Planned]:
+    """`.mcp.json` (`{"mcpServers": {name: {type, url, headers} | {command, args, env}}}`): an
+    HTTP server becomes an MCPServerDef; a stdio one cannot (a def must not start processes) and
+    an SSE one is not spoken by treadle: both are listed as dropped, with what to do."""
+    data = json.loads(path.read_text())
+    servers = data.get("mcpServers") if isinstance(data, dict) else None
+    if not isinstance(servers, dict):
+        raise ValueError(f"{path}: no mcpServers object")
+    items: list[Planned] = []
+    for name, spec in sorted(servers.items()):
+        if not isinstance(spec, dict):
+            raise ValueError(f"{path}: mcpServers.{name} is not an object")
+        kind = str(spec.get("type") or ("stdio" if spec.get("command") else "http"))
+        lossy: list[str] = []
+        item = Planned("mcp", name, str(path), {}, lossy)
+        if not MCP_NAME.match(name) or "__" in name:
+            lossy.append(f"server {name}: dropped (a treadle MCP server name matches [A-Za-z0-9_-]{{1,64}} "
+                         "without '__')")
+        elif kind == "stdio":
+            lossy.append("server: dropped (stdio: an MCPServerDef must not start processes) — declare it in "
+                         "treadle.yaml mcp_servers: {transport: stdio, command, args, env} (the sidecar only)")
+        elif kind == "sse":
+            lossy.append("server: dropped (SSE transport: treadle speaks Streamable HTTP; use the server's "
+                         "Streamable HTTP URL if it has one)")
+        elif kind == "http":
+            headers = {str(k): str(v) for k, v in (spec.get("headers") or {}).items()}
+            item.overlay = {"transport": "http", "url": str(spec.get("url") or "")}
+            if headers:
+                item.overlay["headers"] = headers
+            item.mapped.append(f"{name} (http) → MCPServerDef")
+            for key, value in sorted(headers.items()):
+                for var in ENV_REF.findall(value):
+                    lossy.append(f"header {key}: ${{{var}}} is not expanded by treadle (Claude Code reads the "
+                                 f"environment) — use ${{run.credentials.NAME}} and pass the run's credentials")
+        else:
+            lossy.append(f"server: dropped (type {kind!r} unknown)")
+        for key in sorted(set(spec) - {"type", "url", "headers", "command", "args", "env"}):
+            lossy.append(f"key {key}: not imported")
+        items.append(item)
+    return items
+
+
 def plan(root: Path, default_model: str, volume: str | None = None) -> list[Planned]:
-    """Skills first (agents may list them), each kind in name order."""
+    """MCP servers (the project's `.mcp.json`), then skills (agents may list them), then agents,
+    each kind in name order."""
     if not root.is_dir():
         raise ValueError(f"{root}: not a directory (the .claude folder of a project, or ~/.claude)")
     skills = [plan_skill(p) for p in sorted((root / "skills").glob("*/SKILL.md"))]
     agents = [plan_agent(p, default_model, volume) for p in sorted((root / "agents").glob("*.md"))]
-    return skills + agents
+    mcp_json = root.resolve().parent / ".mcp.json"  # the project's, next to its .claude folder
+    servers = plan_mcp(mcp_json) if mcp_json.is_file() else []
+    return servers + skills + agents
 
 
 def print_plan(items: list[Planned], out: Any = sys.stdout) -> None:
     for item in items:
-        label = "AgentDef" if item.kind == "agent" else "SkillDef"
+        label = {"agent": "AgentDef", "skill": "SkillDef", "mcp": "MCPServerDef"}[item.kind]
+        if item.kind == "mcp" and not item.overlay:
+            print(f"mcp {item.source} → (not imported) {item.name}", file=out)
+            for note in item.lossy:
+                print(f"  lossy: {note}", file=out)
+            continue
         print(f"{item.kind} {item.source} → {label} {item.name}", file=out)
         if item.kind == "agent":
             print(f"  tools: {', '.join(item.overlay['tools']) or '(none)'}; model: {item.overlay['model']}", file=out)
@@ -208,19 +263,22 @@ def print_plan(items: list[Planned], out: Any = sys.stdout) -> None:
         print("nothing to import (no agents/*.md, no skills/*/SKILL.md)", file=out)
 
 
-def write(items: list[Planned], url: str, token: str | None) -> list[dict[str, Any]]:
+def write(items: list[Planned], url: str, token: str | None, discover: bool = True) -> list[dict[str, Any]]:
     import httpx
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     results: list[dict[str, Any]] = []
     with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60) as client:
         for item in items:
-            path = "/v1/_agentdef" if item.kind == "agent" else "/v1/_skilldef"
-            resp = client.post(path, json={"op": "create", "name": item.name, "overlay": item.overlay})
+            if item.kind == "mcp" and not item.overlay:
+                continue  # dropped (the plan says why)
+            path = {"agent": "/v1/_agentdef", "skill": "/v1/_skilldef", "mcp": "/v1/_mcpserverdef"}[item.kind]
+            extra = {"discover": discover} if item.kind == "mcp" else {}
+            resp = client.post(path, json={"op": "create", "name": item.name, "overlay": item.overlay, **extra})
             action = "created"
             if resp.status_code == 409:  # exists with another body: a new, promoted version
                 resp = client.post(path, json={"op": "fork", "name": item.name, "overlay": item.overlay,
-                                               "promote": True})
+                                               "promote": True, **extra})
                 action = "forked"
             body = resp.json()
             if resp.status_code >= 400:
@@ -247,7 +305,7 @@ def cmd_import(args: Args) -> int:
         print("dry run: nothing written (pass --write to create these defs on a running treadle)")
         return 0
     url = args.url or os.environ.get("TREADLE_URL") or "http://127.0.0.1:8787"
-    results = write(items, url, os.environ.get("TREADLE_AUTH_TOKEN"))
+    results = write(items, url, os.environ.get("TREADLE_AUTH_TOKEN"), args.discover)
     for r in results:
         if r["ok"]:
             print(f"{r['action']} {r['kind']} {r['name']} (def {r['def_id']}, version {r['version']})")
@@ -267,6 +325,9 @@ def cmd_import(args: Args) -> int:
               help="the model (alias) for agents with model inherit or none")
 @click.option("--volume", help="bind agents with file tools (Read, Write, Edit, Grep, Glob, Bash, …) to this "
               "volume (declared under treadle.yaml volumes:); rw when one of their tools writes")
+@click.option("--discover/--no-discover", default=True, show_default=True,
+              help="list an imported MCP server's tools when its MCPServerDef is created (--no-discover: record it "
+              "without tools; `rediscover` later)")
 @click.option("--json", "json_", is_flag=True, help="print the plan (or the results) as JSON")
 def import_command(json_: bool, **kw: Any) -> int:
     return cmd_import(Args(json=json_, **kw))
