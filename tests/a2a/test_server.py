@@ -50,7 +50,9 @@ async def test_card_lists_the_exposed_agents_only(base_url: str) -> None:
     async with httpx.AsyncClient() as http:
         card = (await http.get(f"{base_url}/.well-known/agent-card.json")).json()
     assert [s["id"] for s in card["skills"]] == ["echo", "asker", "chat", "forever"]
-    assert {i["protocolBinding"] for i in card["supportedInterfaces"]} == {"JSONRPC", "HTTP+JSON"}
+    assert {(i["protocolBinding"], i["protocolVersion"]) for i in card["supportedInterfaces"]} == {
+        ("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("JSONRPC", "0.3")}
+    assert card["url"].endswith("/a2a/jsonrpc") and card["protocolVersion"] == "0.3"  # 0.3 clients too
     assert card["capabilities"]["streaming"] is True and not card["capabilities"].get("pushNotifications")
 
 
@@ -134,3 +136,15 @@ async def test_stream_then_resume_a_cut_stream(base_url: str, binding: str) -> N
             if event.HasField("status_update"):
                 final = event.status_update.status.state
         assert final == pb.TASK_STATE_CANCELED
+
+
+async def test_an_a2a_0_3_client_is_served_on_the_same_endpoint(base_url: str) -> None:
+    """0.3's `message/send` (no A2A-Version header) through the SDK's compat layer."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+        "kind": "message", "role": "user", "messageId": uuid.uuid4().hex,
+        "parts": [{"kind": "text", "text": "old client"}], "metadata": {"skillId": "echo"}}}}
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http:
+        out = (await http.post(f"{base_url}/a2a/jsonrpc", json=body)).json()
+    task = out["result"]
+    assert task["kind"] == "task" and task["status"]["state"] == "completed", out
+    assert "old client" in task["artifacts"][0]["parts"][0]["text"]

@@ -55,6 +55,9 @@ def agent_card(card: A2AServerCard, base_url: str) -> AgentCard:
         supported_interfaces=[
             pb.AgentInterface(url=base_url + JSONRPC_PATH, protocol_binding="JSONRPC", protocol_version="1.0"),
             pb.AgentInterface(url=base_url + REST_PATH, protocol_binding="HTTP+JSON", protocol_version="1.0"),
+            # A2A 0.3 clients: the same endpoint (the SDK's compat layer); the card then carries 0.3's
+            # `url` / `preferredTransport` / `protocolVersion` beside 1.0's fields
+            pb.AgentInterface(url=base_url + JSONRPC_PATH, protocol_binding="JSONRPC", protocol_version="0.3"),
         ],
         capabilities=pb.AgentCapabilities(streaming=card.capabilities.streaming, push_notifications=False,
                                           extended_agent_card=False),
@@ -131,7 +134,7 @@ def binding_routes() -> list[BaseRoute]:
 
     handler = RunTaskHandler()
     builder = _context_builder()
-    routes = [*create_jsonrpc_routes(handler, JSONRPC_PATH, context_builder=builder),
+    routes = [*create_jsonrpc_routes(handler, JSONRPC_PATH, context_builder=builder, enable_v0_3_compat=True),
               *create_rest_routes(handler, context_builder=builder, path_prefix=REST_PATH)]
     return list(routes)
 
