@@ -174,3 +174,18 @@ async def test_loomcycle_shaped_spawn_runs_get_run_and_cancel_run(base_url: str)
         missing = await client.call_tool("get_run", {"agent_id": "lc-nobody"})
         assert missing.is_error and "agent_not_found" in missing.content[0].text
         assert started["agent_id"] == "lc-forever-1"
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy", "auto"])
+async def test_both_protocol_eras_list_and_spawn_at_the_mcp_path(base_url: str, mode: str) -> None:
+    """MCP 2026-07-28 (stateless: no handshake, each request carries its version; `auto` probes
+    server/discover) and the 2025-11-25 initialize handshake (`legacy`), loomcycle-shaped calls."""
+    async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http,
+                Client(streamable_http_client(f"{base_url}/mcp", http_client=http), mode=mode) as c):
+        expected = "2025-11-25" if mode == "legacy" else "2026-07-28"
+        assert c.protocol_version == expected
+        assert "spawn_runs" in {t.name for t in (await c.list_tools()).tools}
+        seg = [{"role": "user", "content": [{"type": "trusted-text", "text": f"era {mode}"}]}]
+        out = payload(await c.call_tool("spawn_runs", {"spawns": [{"agent": "echo", "segments": seg}],
+                                                       "timeout_ms": 60_000}))
+        assert out["results"][0]["status"] == "completed" and f"era {mode}" in out["results"][0]["final_text"]
