@@ -68,6 +68,12 @@ async def test_the_stream_helper_and_function_calls(client: openai.AsyncOpenAI, 
     call = final.output[0]
     assert call.type == "function_call" and call.name == "get_weather" and call.arguments == '{"city": "Oslo"}'
     assert served.openai_fake.calls[-1]["tool_choice"] == "required"
+    served.openai_fake.then(tools(("get_weather", {"city": "Oslo"})))
+    single = await client.responses.create(model="gpt", input="weather?", tools=[WEATHER], parallel_tool_calls=False,
+                                           reasoning={"effort": "low"})
+    assert single.parallel_tool_calls is False and single.reasoning is not None and single.reasoning.effort == "low"
+    body = served.openai_fake.calls[-1]
+    assert body["parallel_tool_calls"] is False and body["reasoning_effort"] == "low"
     served.openai_fake.then(text("Cold."))
     follow = await client.responses.create(model="gpt", tools=[WEATHER], input=[
         {"role": "user", "content": "weather in Oslo?"}, *[o.model_dump(exclude_none=True) for o in final.output],
@@ -111,7 +117,7 @@ async def test_the_sync_client(served: Served) -> None:
 
 async def test_refusals_name_the_field_in_openais_shape(client: openai.AsyncOpenAI, served: Served) -> None:
     for field, value in (("background", True), ("store", True), ("previous_response_id", "resp_x"),
-                         ("reasoning", {"effort": "high"}), ("top_p", 0.2)):
+                         ("top_p", 0.2)):
         with pytest.raises(openai.BadRequestError) as refused:
             await client.responses.create(model="gpt", input="x", **{field: value})
         assert (refused.value.code, refused.value.param) == ("unsupported_parameter", field)

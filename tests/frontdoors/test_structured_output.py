@@ -111,6 +111,24 @@ async def test_tool_choice_required_is_enforced_on_a_text_answer(client: openai.
     assert resp.choices[0].finish_reason == "tool_calls" and len(served.anthropic_fake.calls) == before + 2
 
 
+async def test_parallel_tool_calls_false_and_reasoning_effort(client: openai.AsyncOpenAI, served: Served) -> None:
+    served.openai_fake.then(tools(("get_weather", {"city": "Oslo"})))
+    await client.chat.completions.create(model="gpt", messages=user("weather?"), tools=[WEATHER_TOOL],
+                                         parallel_tool_calls=False, reasoning_effort="high")
+    body = served.openai_fake.calls[-1]
+    assert body["parallel_tool_calls"] is False and body["reasoning_effort"] == "high"
+    fake = served.anthropic_fake
+    before = len(fake.calls)
+    fake.then(tools(("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"})),
+              tools(("get_weather", {"city": "Oslo"})))
+    resp = await client.chat.completions.create(model="claude", messages=user("weather?"), tools=[WEATHER_TOOL],
+                                                parallel_tool_calls=False, reasoning_effort="high")
+    assert len(resp.choices[0].message.tool_calls or []) == 1 and len(fake.calls) == before + 2
+    assert fake.calls[-2]["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+    assert fake.calls[-2]["thinking"]["type"] == "enabled"  # effort high: a thinking budget
+    assert "at most one tool" in json.dumps(fake.calls[-1]["messages"][-1])
+
+
 async def test_refusals_name_the_field(client: openai.AsyncOpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as unknown_tool:
         await client.chat.completions.create(model="gpt", messages=user("x"), tools=[WEATHER_TOOL],
@@ -126,7 +144,11 @@ async def test_refusals_name_the_field(client: openai.AsyncOpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as agent:
         await client.chat.completions.parse(model="helper", messages=user("x"), response_format=City)
     assert agent.value.param == "response_format"
-    for field, value in (("n", 2), ("logprobs", True), ("parallel_tool_calls", False)):
+    for field, value in (("parallel_tool_calls", False), ("reasoning_effort", "high")):
+        with pytest.raises(openai.BadRequestError) as for_agent:
+            await client.chat.completions.create(model="helper", messages=user("x"), **{field: value})
+        assert (for_agent.value.code, for_agent.value.param) == ("unsupported_parameter", field)
+    for field, value in (("n", 2), ("logprobs", True)):
         with pytest.raises(openai.BadRequestError) as refused:
             await client.chat.completions.create(model="gpt", messages=user("x"), **{field: value})
         assert (refused.value.code, refused.value.param) == ("unsupported_parameter", field)

@@ -22,7 +22,7 @@ def req(**body: Any) -> Any:
 def test_default_valued_fields_pass_and_others_are_refused() -> None:
     assert req(n=1, top_p=1, presence_penalty=0, tool_choice="auto", response_format={"type": "text"}).model == "m"
     for field, value in [("n", 2), ("top_p", 0.3), ("tool_choice", "required"),  # required: without tools
-                         ("logprobs", True), ("parallel_tool_calls", False)]:
+                         ("logprobs", True), ("presence_penalty", 0.5)]:
         with pytest.raises(UnsupportedParameter) as exc:
             req(**{field: value})
         assert exc.value.param == field

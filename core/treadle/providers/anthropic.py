@@ -71,6 +71,8 @@ class AnthropicProvider(HttpDriver):
         if req.tools and choice is not None:
             body["tool_choice"] = ({"type": "none"} if choice == "none" else {"type": "any"} if choice == "required"
                                    else {"type": "tool", "name": choice["name"]})
+        if req.tools and opts.get("parallel_tool_calls") is False:
+            body["tool_choice"] = {**body.get("tool_choice", {"type": "auto"}), "disable_parallel_tool_use": True}
         budget = opts.get("thinking_budget_tokens")
         if budget is None and opts.get("effort") and "haiku" not in req.model:  # loomcycle's effort mapping
             budget = {"medium": 2048, "high": 8192}.get(str(opts["effort"]))

@@ -104,6 +104,8 @@ class OpenAIChatProvider(HttpDriver):
         if req.tools and choice is not None:
             body["tool_choice"] = choice if isinstance(choice, str) else {
                 "type": "function", "function": {"name": choice["name"]}}
+        if req.tools and req.options.get("parallel_tool_calls") is False:
+            body["parallel_tool_calls"] = False
         if self.endpoint.driver == "openai" and "response_format" in req.options:
             body["response_format"] = req.options["response_format"]  # others get it as an instruction only
         if self.endpoint.driver == "openai" and req.options.get("effort") and "reasoning_effort" not in body:

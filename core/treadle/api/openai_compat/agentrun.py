@@ -71,6 +71,13 @@ def refuse_sampling(req: ChatRequest) -> None:
     if req.response_format is not None and req.response_format.type != "text":
         raise UnsupportedParameter(f"response_format applies to a model alias or tier; the agent {req.model!r} "
                                    "answers in its own format", "response_format")
+    for name in ("reasoning_effort",):
+        if getattr(req, name) is not None:
+            raise UnsupportedParameter(f"{name} applies to a model alias or tier; the agent {req.model!r} uses its "
+                                       "own model settings", name)
+    if req.parallel_tool_calls is False:
+        raise UnsupportedParameter(f"parallel_tool_calls=false applies to a model alias or tier; the agent "
+                                   f"{req.model!r} chooses its own tools", "parallel_tool_calls")
     if req.tool_choice is not None and req.tool_choice != "auto":
         raise UnsupportedParameter(f"tool_choice applies to a model alias or tier; the agent {req.model!r} "
                                    "chooses its own tools", "tool_choice")

@@ -23,13 +23,11 @@ from treadle.errors import BadRequest
 DEFAULT_ONLY: dict[str, tuple[Any, ...]] = {
     "store": (False,),  # responses are not stored yet: no retrieve/previous_response_id
     "background": (False,),
-    "parallel_tool_calls": (True,),
     "top_p": (1, 1.0),
     "truncation": ("disabled",),
     "include": ([],),
     "previous_response_id": (),
     "conversation": (),
-    "reasoning": (),
     "max_tool_calls": (),
     "prompt": (),
     "service_tier": ("auto", "default"),
@@ -94,6 +92,11 @@ class FunctionToolDef(BaseModel):
     strict: bool | None = None
 
 
+class Reasoning(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    effort: Literal["minimal", "low", "medium", "high"] | None = None
+
+
 class TextConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: dict[str, Any] | None = None
@@ -114,6 +117,8 @@ class ResponsesRequest(BaseModel):
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
     user: str | None = Field(default=None, max_length=256)
     safety_identifier: str | None = Field(default=None, max_length=256)
+    parallel_tool_calls: bool | None = None
+    reasoning: Reasoning | None = None
 
     def item_list(self) -> list[MessageItem | FunctionCallItem | FunctionCallOutputItem]:
         return [MessageItem(role="user", content=self.input)] if isinstance(self.input, str) else self.input
@@ -202,13 +207,15 @@ def to_chat(raw: Any) -> tuple[ResponsesRequest, ChatRequest]:
         else:
             chat["response_format"] = fmt
     for name, value in (("max_completion_tokens", req.max_output_tokens), ("temperature", req.temperature),
-                        ("user", req.user or req.safety_identifier)):
+                        ("user", req.user or req.safety_identifier), ("parallel_tool_calls", req.parallel_tool_calls),
+                        ("reasoning_effort", req.reasoning.effort if req.reasoning else None)):
         if value is not None:
             chat[name] = value
     try:
         return req, parse_request(chat)
     except UnsupportedParameter as exc:
         exc.param = {"max_completion_tokens": "max_output_tokens", "response_format": "text.format",
+                     "reasoning_effort": "reasoning.effort",
                      "messages": "input"}.get(exc.param, exc.param.replace("messages.", "input."))
         raise
 
@@ -245,8 +252,9 @@ class ResponseDoc:
             "background": False, "error": error,
             "incomplete_details": {"reason": incomplete} if incomplete else None,
             "instructions": r.instructions, "max_output_tokens": r.max_output_tokens, "model": r.model,
-            "output": list(self.output), "parallel_tool_calls": True, "previous_response_id": None,
-            "reasoning": None, "store": False, "temperature": r.temperature,
+            "output": list(self.output), "parallel_tool_calls": r.parallel_tool_calls is not False,
+            "previous_response_id": None, "reasoning": r.reasoning.model_dump() if r.reasoning else None,
+            "store": False, "temperature": r.temperature,
             "text": {"format": (r.text.format if r.text and r.text.format else {"type": "text"})},
             "tool_choice": tc, "tools": [t.model_dump(exclude_none=True) for t in r.tools or ()],
             "top_p": None, "truncation": "disabled", "usage": usage, "user": r.user,

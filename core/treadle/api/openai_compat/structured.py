@@ -58,8 +58,11 @@ ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
 class Wish:
     """What the request asks of the answer: a JSON shape, and which tool calls it must (not) hold."""
 
-    def __init__(self, fmt: ResponseFormat | None, choice: ToolChoice | None) -> None:
+    def __init__(self, fmt: ResponseFormat | None, choice: ToolChoice | None, parallel: bool | None = None,
+                 effort: str | None = None) -> None:
         self.fmt = fmt if fmt is not None and fmt.type != "text" else None
+        self.single_call = parallel is False  # parallel_tool_calls: false — at most one call per answer
+        self.effort = effort  # reasoning effort: sent as the providers' `effort` option (not checked)
         self.choice: str | None = None  # none | required | <function name>; None = auto
         if isinstance(choice, NamedToolChoice):
             self.choice = "fn:" + choice.function.name
@@ -68,7 +71,7 @@ class Wish:
 
     @property
     def active(self) -> bool:
-        return self.fmt is not None or self.choice is not None
+        return self.fmt is not None or self.choice is not None or self.single_call
 
     def options(self) -> dict[str, Any]:
         """`options` for the providers: `tool_choice` (none | required | {"name": n}) and
@@ -78,6 +81,10 @@ class Wish:
             out["tool_choice"] = {"name": self.choice[3:]} if self.choice.startswith("fn:") else self.choice
         if self.fmt is not None:
             out["response_format"] = self.fmt.wire()
+        if self.single_call:
+            out["parallel_tool_calls"] = False
+        if self.effort is not None:
+            out["effort"] = self.effort
         return out
 
     def instruction(self) -> str:
@@ -95,6 +102,8 @@ class Wish:
         uses = [b for b in content if isinstance(b, ToolUseBlock)]
         if self.choice == "none" and uses:
             return content, "tool_choice is none: answer in text and call no tool."
+        if self.single_call and len(uses) > 1:
+            return content, "parallel_tool_calls is false: call at most one tool in this answer."
         if self.choice == "required" and not uses:
             return content, "tool_choice is required: answer by calling one of the tools."
         if self.choice is not None and self.choice.startswith("fn:"):

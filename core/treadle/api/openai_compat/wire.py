@@ -24,7 +24,6 @@ DEFAULT_ONLY: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (0, 0.0),
     "frequency_penalty": (0, 0.0),
     "logprobs": (False,),
-    "parallel_tool_calls": (True,),
     "store": (False,),
 }
 DATA_URL = re.compile(r"^data:(image/(?:png|jpeg|gif|webp));base64,([A-Za-z0-9+/=\s]+)$")
@@ -128,6 +127,8 @@ class ChatRequest(BaseModel):
     user: str | None = Field(default=None, max_length=256)
     response_format: ResponseFormat | None = None
     tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
 
     @field_validator("tools")
     @classmethod
@@ -143,7 +144,7 @@ class ChatRequest(BaseModel):
 
     @property
     def wish(self) -> Wish:
-        return Wish(self.response_format, self.tool_choice)
+        return Wish(self.response_format, self.tool_choice, self.parallel_tool_calls, self.reasoning_effort)
 
     @property
     def include_usage(self) -> bool:
