@@ -78,3 +78,16 @@ def test_the_docs_pages_load_their_assets_from_the_server(served_api: ServedInTh
         for src in local:
             asset = httpx.get(served_api.url + src)
             assert asset.status_code == 200 and len(asset.content) > 1000, src
+
+
+def test_a_stream_route_documents_its_errors_as_json(served_api: ServedInThread) -> None:
+    """An SSE route answers its errors with the JSON error body, and its spec says so (a `model`
+    would have documented them as text/event-stream)."""
+    spec = httpx.get(f"{served_api.url}/openapi.json", headers=served_api.auth).json()
+    responses = spec["paths"]["/v1/runs/{run_id}/stream"]["get"]["responses"]
+    assert list(responses["200"]["content"]) == ["text/event-stream"]
+    assert {s: list(r["content"]) for s, r in responses.items() if s != "200"} == {
+        s: ["application/json"] for s in ("401", "403", "404", "422", "503")}
+    r = httpx.get(f"{served_api.url}/v1/runs/r_missing/stream", headers=served_api.auth)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("application/json"), r.text
+    assert r.json()["code"]

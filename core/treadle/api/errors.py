@@ -64,6 +64,15 @@ def errors(*statuses: int, openai: bool = False) -> dict[int | str, dict[str, An
             for status in sorted(set(statuses))}
 
 
+def json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`errors(...)` for a route whose success answer is not JSON (an SSE stream): its errors are
+    still the JSON error body, documented as `application/json` (a `model` would take the route's
+    media type)."""
+    content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    return {status: {"description": STATUS_DOCS.get(status, "error"), "content": content}
+            for status in sorted(set(statuses))}
+
+
 _ANY_JSON: TypeAdapter[Any] = TypeAdapter(Any)
 
 

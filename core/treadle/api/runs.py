@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from treadle.api.clienttools import client_tool_specs
 from treadle.api.deps import Rt, Who
-from treadle.api.errors import AUTHED, BODY, errors, fast_json
+from treadle.api.errors import AUTHED, BODY, errors, fast_json, json_errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.loomcycle import (
     check_agent_id,
@@ -189,7 +189,8 @@ async def get_events(run_id: str, rt: Runtime, who: Principal, from_seq: int = 0
     return {"run_id": run_id, "status": run.status, "events": [e.to_api() for e in events]}
 
 
-@router.get("/runs/{run_id}/stream", response_class=EventStream, responses={200: SSE_DOC, **errors(*AUTHED, 404)})
+@router.get("/runs/{run_id}/stream", response_class=EventStream,
+            responses={200: SSE_DOC, **json_errors(*AUTHED, 404)})
 async def stream(
     run_id: str,
     rt: Rt,
