@@ -139,3 +139,25 @@ def test_delivery_ids_are_validated() -> None:
         signature.delivery_id(ST, lower({"Stripe-Signature": st}), b'{"id": 5}')
     no_id = signature.delivery_id(ST, lower({"Stripe-Signature": st}), b'{"type": "x"}')
     assert no_id.startswith("sha256:")
+
+
+GENERIC = auth(signing_secret_env="GH")  # no header named: treadle's X-Treadle-Signature, or loomcycle's
+
+
+def test_loomcyles_signature_header_in_its_three_envelopes() -> None:
+    """loomcycle's receiver (internal/api/webhook/signature.go verifyHMAC) reads
+    X-Loomcycle-Signature by default: Stripe's `t=,v1=` envelope, `sha256=<hex>` or bare hex."""
+    secret = ENV["GH"]
+    now = time.time()
+    for value in (stripe_header(secret, BODY, int(now)), "sha256=" + signature.hmac_hex(secret, BODY),
+                  signature.hmac_hex(secret, BODY)):
+        check(GENERIC, {"X-Loomcycle-Signature": value}, now=now)
+        with pytest.raises(InvalidSignature):
+            check(GENERIC, {"X-Loomcycle-Signature": value}, BODY + b" ", now=now)
+    with pytest.raises(InvalidSignature):  # Stripe's envelope keeps its 5-minute window
+        check(GENERIC, {"X-Loomcycle-Signature": stripe_header(secret, BODY, int(now) - 600)}, now=now)
+    with pytest.raises(InvalidSignature, match="X-Treadle-Signature"):  # treadle's header wins when given
+        check(GENERIC, {"X-Treadle-Signature": "0" * 64, "X-Loomcycle-Signature": signature.hmac_hex(secret, BODY)})
+    named = auth(header="X-Treadle-Signature", signing_secret_env="GH")  # a def that names its header
+    with pytest.raises(InvalidSignature, match="missing X-Treadle-Signature"):
+        check(named, {"X-Loomcycle-Signature": signature.hmac_hex(secret, BODY)})

@@ -6,7 +6,10 @@ Formats (`auth.format`, else inferred from `auth.header`):
 - stripe  — `Stripe-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>[,v1=…]`; the
             timestamp must be within 5 minutes of now (either way)
 - linear  — `Linear-Signature: <hex HMAC-SHA256(secret, body)>`
-- generic — `<auth.header or X-Treadle-Signature>: <hex>` or `sha256=<hex>`, HMAC-SHA256 of the body
+- generic — `<auth.header or X-Treadle-Signature>: <hex>` or `sha256=<hex>`, HMAC-SHA256 of the body;
+            with no `auth.header`, loomcycle's `X-Loomcycle-Signature` is accepted too (when
+            X-Treadle-Signature is absent), in loomcycle's envelopes: `t=<unix>,v1=<hex>` (Stripe's,
+            its default), `sha256=<hex>` or bare hex
 - bearer (`auth.kind: bearer`) — `Authorization: Bearer <secret>`, or the bare secret in `auth.header`
 
 The secret comes from the environment variable the def names; infrastructure variables are never
@@ -74,6 +77,21 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return headers.get(name.lower())
 
 
+LOOMCYCLE_HEADER = "X-Loomcycle-Signature"
+
+
+def given_signature(auth: WebhookAuth, headers: Mapping[str, str]) -> tuple[str, str | None]:
+    """(header, value) of a delivery's HMAC signature: the def's header; for a generic def that
+    names none, loomcycle's X-Loomcycle-Signature when treadle's header is absent."""
+    header = auth.signature_header()
+    value = _header(headers, header)
+    if not value and auth.header is None and auth.signature_format() == "generic":
+        alt = _header(headers, LOOMCYCLE_HEADER)
+        if alt:
+            return LOOMCYCLE_HEADER, alt
+    return header, value
+
+
 def verify(
     auth: WebhookAuth,
     headers: Mapping[str, str],
@@ -98,12 +116,11 @@ def verify(
         return
     assert auth.signing_secret_env is not None
     secret = resolve_secret(auth.signing_secret_env, allowlist, environ)
-    header = auth.signature_header()
-    value = _header(headers, header)
+    header, value = given_signature(auth, headers)
     if not value:
         raise InvalidSignature(f"missing {header} header")
     fmt = auth.signature_format()
-    if fmt == "stripe":
+    if fmt == "stripe" or (header == LOOMCYCLE_HEADER and "v1=" in value):
         _verify_stripe(secret, value, body, time.time() if now is None else now)
         return
     if fmt == "github":

@@ -186,8 +186,11 @@ class WebhookService:
         spec = hook.spec
         out: dict[str, Any] = {"webhook_name": hook.name, "def_id": hook.record.def_id, "version": hook.record.version,
                                "delivery": spec.delivery}
-        header = spec.auth.signature_header() if spec.auth.kind == "hmac" else (spec.auth.header or "authorization")
-        if spec.auth.kind == "hmac" and not headers.get(header.lower()):
+        if spec.auth.kind == "hmac":
+            header, given = signature.given_signature(spec.auth, headers)
+        else:
+            header, given = spec.auth.header or "authorization", "-"
+        if not given:
             out["signature"] = {"checked": False, "header": header}
         else:
             try:
