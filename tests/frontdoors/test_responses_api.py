@@ -130,6 +130,11 @@ async def test_refusals_name_the_field_in_openais_shape(client: openai.AsyncOpen
     with pytest.raises(openai.NotFoundError) as gone:
         await client.responses.retrieve("resp_123")
     assert gone.value.code == "response_not_found"
+    for call in (client.responses.cancel("resp_123"), client.responses.delete("resp_123"),
+                 client.responses.input_items.list("resp_123")):
+        with pytest.raises(openai.NotFoundError) as none:
+            await call  # type: ignore[misc]
+        assert none.value.code == "response_not_found" and none.value.body["message"]  # type: ignore[index]
     served.openai_fake.then(tools(("get_weather", {"city": "Oslo"})))
     with pytest.raises(openai.BadRequestError) as strict:
         await client.responses.create(model="gpt", input="x", tools=[{**WEATHER, "strict": True}])

@@ -109,6 +109,11 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     # the OpenAI-compatible front door and the LLM gateway: a chat may start an agent run
     ("POST", "/v1/chat/completions"): W,
     ("POST", "/v1/embeddings"): W,
+    ("POST", "/v1/responses"): W,
+    ("GET", "/v1/responses/{response_id}"): R,
+    ("DELETE", "/v1/responses/{response_id}"): W,
+    ("POST", "/v1/responses/{response_id}/cancel"): W,
+    ("GET", "/v1/responses/{response_id}/input_items"): R,
     ("GET", "/v1/models"): R,
     ("GET", "/v1/models/{model_id}"): R,
     ("POST", "/v1/_llm/chat"): W,

@@ -87,11 +87,33 @@ class _Failed(TreadleError):
     status = 502
 
 
+def _not_stored(response_id: str) -> NotFound:
+    return NotFound(f"No response with id '{response_id}' found: treadle does not store responses yet "
+                    "(create them with store: false)", code="response_not_found")
+
+
 @router.get("/responses/{response_id}", responses=OPENAI_ERRORS)
 async def get_response(response_id: str, who: Who) -> Response:
     """Responses are not stored yet: every id is unknown (docs/openai.md)."""
-    raise NotFound(f"No response with id '{response_id}' found: treadle does not store responses yet "
-                   "(create them with store: false)", code="response_not_found")
+    raise _not_stored(response_id)
+
+
+@router.delete("/responses/{response_id}", responses=OPENAI_ERRORS)
+async def delete_response(response_id: str, who: Who) -> Response:
+    """Nothing is stored to delete yet."""
+    raise _not_stored(response_id)
+
+
+@router.post("/responses/{response_id}/cancel", responses=OPENAI_ERRORS)
+async def cancel_response(response_id: str, who: Who) -> Response:
+    """Only background responses can be cancelled, and treadle has none yet."""
+    raise _not_stored(response_id)
+
+
+@router.get("/responses/{response_id}/input_items", responses=OPENAI_ERRORS)
+async def list_input_items(response_id: str, who: Who) -> Response:
+    """A response's input is not stored yet."""
+    raise _not_stored(response_id)
 
 
 # The answer as a sequence of (kind, payload): "text" deltas, "calls" (chat tool_calls), then
