@@ -217,6 +217,10 @@ class AgentConfig(BaseModel):
     skills: list[str] = Field(default=[], max_length=32)
     # byte quota of this agent's `agent` Memory scope (default: memory.max_scope_bytes)
     memory_quota_bytes: int | None = Field(default=None, ge=16)
+    # SQL memory (loomcycle's sql_scopes, default-deny): the scopes its Memory sql_* ops may use,
+    # and a byte quota per scope overriding memory.sql.quota_bytes
+    sql_scopes: list[Literal["agent", "user", "run", "tenant"]] = []
+    sql_quota_bytes: int | None = Field(default=None, ge=8192)
     # sub-agents (tool Agent): how many children of one call run at once
     max_concurrent_children: int = Field(default=4, ge=1, le=32)
     # HTTP / WebFetch: the hosts this agent may reach, within the operator's `http.allowed_hosts`

@@ -41,6 +41,7 @@ from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
 from treadle.store.runs import NewRun, RunRecord, RunStore
+from treadle.store.sqlmem import SqlAudit, SqlMemory, SqlMemorySettings
 from treadle.store.steps import LeasedRun, StepStore
 from treadle.store.subruns import SubRunStore
 from treadle.store.volumes import VolumeStore
@@ -263,6 +264,7 @@ class Runtime:
             ops=_OpServices(self),
             catalogue=_ToolCatalogue(self.registry),
             volumes=self.volumes,
+            sql_memory=self.sql_memory, sql_audit=SqlAudit(pool) if self.sql_memory is not None else None,
         )
         return Engine(
             steps=self.steps,
@@ -287,6 +289,16 @@ class Runtime:
             ),
             on_run_end=self.volumes.run_ended,
         )
+
+    @cached_property
+    def sql_memory(self) -> SqlMemory | None:
+        """SQL memory's host (store/sqlmem.py) where `memory.sql` is configured."""
+        sql = self.config.memory.sql
+        if sql is None:
+            return None
+        return SqlMemory(self.database_url, SqlMemorySettings(
+            database_url=sql.database_url, statement_timeout_ms=sql.statement_timeout_ms, max_rows=sql.max_rows,
+            max_result_bytes=sql.max_result_bytes, quota_bytes=sql.quota_bytes))
 
     @classmethod
     async def open(

@@ -23,6 +23,9 @@ MAX_VALUE_BYTES = DEFAULT_MAX_VALUE_BYTES
 MAX_KEY_LEN = 512
 OPS = ("set", "get", "delete", "list", "incr", "search")
 SCOPES = ("agent", "user", "tenant")
+#: loomcycle's SQL memory ops (knowledge/sqlmemory.py), gated by the agent's sql_scopes
+SQL_OPS = ("sql_query", "sql_exec", "sql_begin", "sql_commit", "sql_rollback")
+SQL_SCOPES = ("agent", "user", "run", "tenant")
 
 
 #: `incr` as a folded write: the new value's digits spliced into the result's JSON
@@ -39,13 +42,16 @@ class MemoryTool:
         "expiry), and embed: true (with optional embed_text) to make "
         "the entry findable by meaning; search takes query and optional k (or top_k), min_score (cosine similarity), "
         "recency_weight (0..1) and prefix, and returns keys ranked by score. list takes optional prefix and "
-        "limit; incr takes optional delta (default 1)."
+        "limit; incr takes optional delta (default 1). SQL memory (only in the agent's sql_scopes): sql_query runs "
+        "one read-only statement, sql_exec one DDL/DML statement (args bind $1, $2, …) in a per-scope Postgres "
+        "schema: agent, user, tenant (durable) or run (this run's scratch)."
     )
     input_schema: dict[str, Any] = {
         "type": "object",
         "properties": {
-            "op": {"type": "string", "enum": list(OPS)},
-            "scope": {"type": "string", "enum": list(SCOPES)},
+            "op": {"type": "string", "enum": [*OPS, *SQL_OPS]},
+            "scope": {"type": "string", "enum": [*SCOPES, "run"],
+                      "description": "run: SQL ops only (a scratch database of this run)"},
             "key": {"type": "string"},
             "value": {},
             "ttl_seconds": {"type": "number", "exclusiveMinimum": 0, "description": "set/incr: expire after"},
@@ -66,11 +72,21 @@ class MemoryTool:
             "prefix": {"type": "string"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
             "delta": {"type": "integer"},
+            "statement": {"type": "string",
+                          "description": "sql_query (read-only) / sql_exec (DDL, DML): one statement"},
+            "args": {"type": "array", "description": "sql_query / sql_exec: values of $1, $2, …", "items": {}},
+            "timeout_ms": {"type": "integer", "minimum": 1,
+                           "description": "sql_query / sql_exec: a shorter statement timeout than the server's"},
         },
         "required": ["op", "scope"],
     }
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        if args.get("op") in SQL_OPS:
+            from treadle.knowledge.sqlmemory import sql_op  # the knowledge layer's; loaded on first use
+
+            refuse_unknown(args, self.input_schema, "Memory")
+            return await sql_op(ctx, args)
         op, scope, scope_id = self._target(ctx, args)
         try:
             return await self._op(ctx, op, scope, scope_id, args)
@@ -100,7 +116,8 @@ class MemoryTool:
         refuse_unknown(args, self.input_schema, "Memory")
         op = args.get("op")
         if op not in OPS:
-            raise ToolError(f"Memory: op must be one of {', '.join(OPS)}")
+            raise ToolError(f"Memory: op must be one of {', '.join((*OPS, *SQL_OPS))}")
+        refuse_fields(args, ("statement", "args", "timeout_ms"), "Memory", op, "the sql_* ops")
         scope = args.get("scope")
         if scope not in SCOPES:
             raise ToolError(f"Memory: scope must be one of {', '.join(SCOPES)}")

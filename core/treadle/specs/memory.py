@@ -75,9 +75,23 @@ class MemorySearchConfig(BaseModel):
     exact_scan_limit: int = Field(default=20_000, ge=0)
 
 
+class SqlMemoryConfig(BaseModel):
+    """SQL memory (store/sqlmem.py): on when this block is present. loomcycle's sqlmem_* settings."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    #: the database that hosts the scopes (None: one beside treadle's, named <its name>_sqlmem)
+    database_url: str | None = None
+    statement_timeout_ms: int = Field(default=30_000, ge=10, le=600_000)
+    max_rows: int = Field(default=10_000, ge=1, le=1_000_000)
+    max_result_bytes: int = Field(default=4 << 20, ge=1024, le=256 << 20)
+    #: bytes per scope (its tables, indexes, TOAST); an agent's sql_quota_bytes overrides
+    quota_bytes: int = Field(default=64 << 20, ge=8192, le=1 << 40)
+
+
 class MemoryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     embedder: EmbedderConfig | None = None
+    sql: SqlMemoryConfig | None = None
     max_value_bytes: int = Field(default=64 * 1024, ge=16, le=16 << 20)
     max_scope_bytes: int = Field(default=1 << 20, ge=16, le=1 << 34)
     search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)

@@ -18,6 +18,7 @@ from treadle.store.folding import FoldedWrite
 from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
 from treadle.store.runs import RunStore
+from treadle.store.sqlmem import SqlAudit, SqlMemory
 from treadle.store.subruns import SubRunStore
 from treadle.store.waits import WaitStore
 from treadle.volumes.service import VolumeService
@@ -55,6 +56,9 @@ class ToolServices:
     catalogue: Mapping[str, tuple[str, dict[str, Any]]]
     #: the agent's workspace (volumes/): None where the runtime has no volume storage wired
     volumes: VolumeService | None = None
+    #: SQL memory (store/sqlmem.py) and its audit trail: None where `memory.sql` is not configured
+    sql_memory: SqlMemory | None = None
+    sql_audit: SqlAudit | None = None
 
 
 @dataclass(slots=True)
