@@ -116,3 +116,23 @@ async def test_a_channel_publish_whose_poke_was_lost(open_runtime: Any) -> None:
     await parked(rt, disp, run_id)
     await rt.channels.publish("default", d, "", {"headline": "hello"}, None)  # what rt.publish (HTTP, webhooks) stores
     await woken_by_the_sweeper(rt, disp, run_id)
+
+
+async def test_a_retried_interrupt_answer_wakes_the_run_at_once(open_runtime: Any) -> None:
+    rt, disp = await open_runtime({"a": asker()})
+    run_id = await start(rt, "a")
+    await parked(rt, disp, run_id)
+    store = InterruptStore(rt.pool)
+    [pending] = await store.list_for_run("default", run_id, "pending")
+    assert await store.resolve("default", run_id, pending.id, answer="yes", status="resolved",
+                               resolved_by="api") is not None  # commit, then death
+    async with client_for(rt) as c:
+        url = f"/v1/runs/{run_id}/interrupts/{pending.id}/resolve"
+        other = await c.post(url, json={"disposition": "answer", "answer": "no"})
+        assert (other.status_code, other.json()["code"]) == (409, "interrupt_settled")  # a different answer
+        retry = await c.post(url, json={"disposition": "answer", "answer": "yes"})
+        assert (retry.status_code, retry.json()["status"]) == (200, "resolved"), retry.text
+        await disp.drain()
+        assert await status(rt, run_id) == "completed"
+        again = await c.post(url, json={"disposition": "answer", "answer": "yes"})
+        assert (again.status_code, again.json()["code"]) == (409, "interrupt_settled")  # the run took it

@@ -104,4 +104,10 @@ async def resolve_interrupt(run_id: str, interrupt_id: str, body: ResolveRequest
         raise InterruptExpired(f"interrupt {interrupt_id} expired")
     if current.status == "pending":
         raise InterruptSettled(f"interrupt {interrupt_id} can no longer be answered: its run has finished")
+    if (current.status, current.answer) == (status, body.answer) and \
+            await rt.poke(who.tenant_id, [interrupt_key(interrupt_id)]):
+        # the same answer again while the run still waits (the first request's wake was lost): a
+        # retry, and it wakes the run
+        return {"interrupt_id": current.id, "status": current.status,
+                "resolved_at": current.resolved_at.isoformat() if current.resolved_at else None}
     raise InterruptSettled(f"interrupt {interrupt_id} is already {current.status}")
