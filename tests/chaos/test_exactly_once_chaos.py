@@ -435,7 +435,7 @@ def find_problems(obs: dict[str, Any], parent_ids: list[str]) -> tuple[list[str]
     memory = {(m["scope"], m["scope_id"], m["key"]): m["value"] for m in obs["memory"]}
     expected_memory: dict[tuple[str, str, str], int] = {("agent", "chaos", "total"): len(parents)}
     totals_seen: list[Any] = []
-    feed = {}
+    feed: dict[str, Any] = {}
     for m in obs["messages"]:
         if m["channel"] == "feed":
             feed.setdefault(m["scope_id"], []).append(m)

@@ -141,7 +141,7 @@ async def sweeps_while_frozen(a: Replica, b: Replica, db: Db, backend: int) -> t
 
     async def ghost_swept() -> bool:
         rows = await db.query("SELECT lease_owner FROM runs WHERE id = 'r_ghost'")
-        return rows[0]["lease_owner"] != GHOST_OWNER
+        return bool(rows[0]["lease_owner"] != GHOST_OWNER)
 
     swept = await poll(ghost_swept, timeout=LEASE_S + 3)  # 20 sweep intervals of B
     blocked = await db.query(

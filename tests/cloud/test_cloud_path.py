@@ -96,7 +96,7 @@ def queue_is_empty(sqs: Any, url: str) -> bool:
     attrs = sqs.get_queue_attributes(
         QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     )["Attributes"]
-    return attrs["ApproximateNumberOfMessages"] == "0" and attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
+    return bool(attrs["ApproximateNumberOfMessages"] == "0" and attrs["ApproximateNumberOfMessagesNotVisible"] == "0")
 
 
 def sse_frames(body: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -149,7 +149,7 @@ def test_an_application_tool_parks_the_run_and_the_answer_resumes_it_through_sqs
     esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [worker])
 
     def waiting() -> bool:
-        return run_rows(cloud_db, [run_id])[run_id]["status"] == "waiting"
+        return bool(run_rows(cloud_db, [run_id])[run_id]["status"] == "waiting")
 
     esm.run_until(waiting, timeout_s=60)  # parked: no message left, no Lambda held
     assert queue_is_empty(sqs, queue["url"])

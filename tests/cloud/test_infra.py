@@ -282,7 +282,8 @@ def test_alarms(synth: dict[str, Any]) -> None:
     def find(metric: str, ref: str) -> dict[str, Any]:
         [p] = [a["Properties"] for a in alarms.values()
                if a["Properties"]["MetricName"] == metric and ref in json.dumps(a["Properties"].get("Dimensions"))]
-        return p
+        result: dict[str, Any] = p
+        return result
 
     queues = resources(t, "AWS::SQS::Queue")
     [dlq_id] = [k for k in queues if "DeadLetter" in k]

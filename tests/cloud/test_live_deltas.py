@@ -76,7 +76,7 @@ async def test_a_watched_runs_frames_arrive_and_an_unwatched_runs_are_never_sent
         await relay.flush()
         assert (relay.sent, relay.unwatched) == (2, 1)  # one coalesced delta and one poke; nothing for the other
         frames: list[Any] = []
-        await until(lambda: bool(frames.extend(sub.drain()) or frames))
+        await until(lambda: frames.extend(sub.drain()) or frames)
         assert [(f.event, f.data) for f in frames] == [
             ("text_delta", {"text": "Hello, world", "iteration": 1, "attempt": 0, "provider": "p"})]
         await until(lambda: listener.received == 2)  # the poke woke the reader too
@@ -85,7 +85,7 @@ async def test_a_watched_runs_frames_arrive_and_an_unwatched_runs_are_never_sent
         relay.publish(*delta(watched, long, iteration=2))
         await relay.flush()
         got: list[Any] = []
-        await until(lambda: bool(got.extend(sub.drain())) or "".join(f.data["text"] for f in got) == long)
+        await until(lambda: got.extend(sub.drain()) or "".join(f.data["text"] for f in got) == long)
         assert len(got) == 4 and {f.data["iteration"] for f in got} == {2}
     # the reader left: the lock is released and nothing more is sent
     await until(lambda: watched not in listener.locked)

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tests.support.lambda_sim import LambdaEnv, http_event, sqs_event
 from tests.support.localcloud import API_TOKEN
-from tests.support.spans import by_trace, leaked, recording_spans, tree
+from tests.support.spans import attrs, by_trace, leaked, recording_spans, tree
 
 
 @pytest.fixture
@@ -97,8 +97,8 @@ def test_steps_on_two_lambdas_are_one_trace(
         *[("chat tool-caller", "step calc")] * 4,
         *[("execute_tool Memory", "step calc")] * 3,
     ])
-    steps = sorted((s for s in trace_spans if s.name == "step calc"), key=lambda s: s.attributes["treadle.step_no"])
-    assert len({s.attributes["treadle.worker"] for s in steps}) == 2  # two Lambda environments
+    steps = sorted((s for s in trace_spans if s.name == "step calc"), key=lambda s: attrs(s)["treadle.step_no"])
+    assert len({attrs(s)["treadle.worker"] for s in steps}) == 2  # two Lambda environments
     # each step links to the span that sent its message: the request, then the step before it
     (request,) = [s for s in trace_spans if s.name == "POST /v1/runs"]
     senders = [request, *steps[:-1]]
@@ -119,7 +119,7 @@ def _pending(sqs: Any, url: str) -> bool:
     attrs = sqs.get_queue_attributes(
         QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     )["Attributes"]
-    return attrs["ApproximateNumberOfMessages"] != "0" or attrs["ApproximateNumberOfMessagesNotVisible"] != "0"
+    return bool(attrs["ApproximateNumberOfMessages"] != "0" or attrs["ApproximateNumberOfMessagesNotVisible"] != "0")
 
 
 def test_json_logs_in_the_functions_are_powertools_lines_with_the_run(

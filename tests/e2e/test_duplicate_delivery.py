@@ -80,12 +80,12 @@ async def run_workload(make_db: Any, start_server: Any, mode: str) -> dict[str, 
 
         async def all_done() -> bool:
             rows = await query(url, "SELECT count(*) AS n FROM runs WHERE status IN ('queued','running','waiting')")
-            return rows[0]["n"] == 0
+            return bool(rows[0]["n"] == 0)
 
         await until(all_done, timeout=60, interval=0.1, what=f"the {mode} runs to end")
 
         async def queue_drained() -> bool:
-            return (await query(url, "SELECT count(*) AS n FROM jobs"))[0]["n"] == 0
+            return bool((await query(url, "SELECT count(*) AS n FROM jobs"))[0]["n"] == 0)
 
         await until(queue_drained, timeout=15, interval=0.1, what=f"the {mode} job queue to drain")
         runs = [await client.get_run(r) for r in run_ids]

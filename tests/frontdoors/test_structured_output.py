@@ -92,9 +92,9 @@ async def test_tool_choice_required_and_named_reach_both_vendors(client: openai.
     served.anthropic_fake.then(tools(("get_weather", {"city": "Oslo"})))
     named = {"type": "function", "function": {"name": "get_weather"}}
     resp = await client.chat.completions.create(model="claude", messages=user("weather?"), tools=[WEATHER_TOOL],
-                                                tool_choice=named)  # type: ignore[arg-type]
+                                                tool_choice=named)
     calls = resp.choices[0].message.tool_calls or []
-    assert [c.function.name for c in calls] == ["get_weather"]  # type: ignore[union-attr]
+    assert [c.function.name for c in calls] == ["get_weather"]
     assert served.anthropic_fake.calls[-1]["tool_choice"] == {"type": "tool", "name": "get_weather"}
     served.openai_fake.then(text("just text"))
     resp = await client.chat.completions.create(model="gpt", messages=user("weather?"), tools=[WEATHER_TOOL],

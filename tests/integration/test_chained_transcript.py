@@ -112,7 +112,7 @@ async def test_a_chained_run_sends_the_model_what_a_full_replay_gives(open_runti
         sent.append((list(transcript.messages), list(lease.run.events), lease.replayer))
         return await inner(lease, agent, transcript, iteration, retry)
 
-    rt.engine._call_model = recording  # type: ignore[method-assign]
+    rt.engine._call_model = recording
     run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="replayed", segments=[
         {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
     assert await disp.drain() == 2  # steps 0-3 chained, 4-6 chained after a new message
@@ -148,7 +148,7 @@ async def test_steering_input_queued_mid_chain_is_taken_by_the_next_chained_step
             assert queued.input_id is not None
         return await inner(leased, agent, transcript, iteration, retry)
 
-    rt.engine._call_model = steering  # type: ignore[method-assign]
+    rt.engine._call_model = steering
     run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="steered_chain", segments=[
         {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
     run_id = run.id
@@ -181,7 +181,7 @@ async def _run_on_the_queue(rt: Any, queue: Any, agent: str) -> tuple[str, list[
         return await inner(lease, agent, transcript, iteration, retry)
 
     rt.engine._call_model = recording
-    steps_module._leased = spying  # type: ignore[assignment]
+    steps_module._leased = spying
     run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=[
         {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
     workers = WorkerPool(rt.engine, queue, 1, idle_poll_s=0.05)
@@ -194,7 +194,7 @@ async def _run_on_the_queue(rt: Any, queue: Any, agent: str) -> tuple[str, list[
         await until(ended, timeout=60, interval=0.02, what="the run")
     finally:
         await workers.stop()
-        steps_module._leased = leased_from_row  # type: ignore[assignment]
+        steps_module._leased = leased_from_row
     stored = await rt.runs.get(TENANT, run.id)
     assert stored is not None and (stored.status, stored.iterations) == ("completed", 8)
     events = [(e.seq, e.type, e.payload) for e in await rt.runs.events(TENANT, run.id)]

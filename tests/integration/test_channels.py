@@ -32,7 +32,7 @@ def listener(channel: str, wait_ms: int = 600_000) -> dict[str, Any]:
 async def start(rt: Any, agent: str, tenant: str) -> str:
     segs = [{"role": "user", "content": [{"type": "trusted-text", "text": "listen"}]}]
     run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent=agent, segments=segs))
-    return run.id
+    return str(run.id)
 
 
 async def open_with_channels(open_runtime: Any, agents: dict[str, Any], **settings: Any) -> Any:
@@ -51,7 +51,8 @@ def tenant() -> str:
 
 def tool_result(events: list[Any]) -> dict[str, Any]:
     [res] = [e.payload for e in events if e.type == "tool_result"]
-    return json.loads(res["text"])
+    result: dict[str, Any] = json.loads(res["text"])
+    return result
 
 
 async def test_subscriber_parks_holding_nothing_and_a_publish_wakes_it(open_runtime: Any, tenant: str) -> None:

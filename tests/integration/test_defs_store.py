@@ -35,12 +35,14 @@ async def test_versions_lineage_and_active_pointer(defs: DefStore) -> None:
     v3 = await defs.create(t, "agent", "writer", {"system_prompt": "c"}, content_sha256({"p": "c"}),
                            parent_def_id=v2.def_id, promote=False)
     assert [v1.version, v2.version, v3.version] == [1, 2, 3]
-    assert (await defs.get(t, "agent", name="writer")).def_id == v1.def_id  # fork does not promote
+    current = await defs.get(t, "agent", name="writer")
+    assert current is not None and current.def_id == v1.def_id  # fork does not promote
     assert [d.def_id for d in await defs.lineage(t, "agent", v3.def_id)] == [v3.def_id, v2.def_id, v1.def_id]
     await defs.promote(t, "agent", v3.def_id)
     active = await defs.get(t, "agent", name="writer")
-    assert active.def_id == v3.def_id and active.active
-    assert (await defs.get(t, "agent", name="writer", version=2)).def_id == v2.def_id
+    assert active is not None and active.def_id == v3.def_id and active.active
+    second = await defs.get(t, "agent", name="writer", version=2)
+    assert second is not None and second.def_id == v2.def_id
     retired = await defs.retire(t, "agent", v3.def_id)
     assert retired.status == "retired" and not retired.active
     assert await defs.get(t, "agent", name="writer") is None

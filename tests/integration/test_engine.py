@@ -19,7 +19,7 @@ async def start(rt: Any, agent: str, text: str = "hi", **kw: Any) -> str:
     run, created = await rt.start_run(NewRun(tenant_id=kw.pop("tenant", "default"), agent=agent,
                                              segments=user_text(text), **kw))
     assert created
-    return run.id
+    return str(run.id)
 
 
 def shape(events: list[Any]) -> list[tuple[int, str, Any]]:
@@ -226,7 +226,7 @@ async def test_cancel_reaches_a_chained_run(open_runtime: Any) -> None:
     disp.queue.clear()
     task = asyncio.create_task(rt.engine.handle(StepMessage(run_id, 0)))
     async def two_iterations() -> bool:
-        return (await rt.runs.get("default", run_id)).iterations >= 2
+        return bool((await rt.runs.get("default", run_id)).iterations >= 2)
 
     await until(two_iterations, 20, what="two iterations")
     await rt.runs.request_cancel("default", run_id, "enough")

@@ -48,7 +48,7 @@ async def test_a_chain_keeps_its_lease_deadline_and_the_commits_are_heap_only(op
         seen.append((row["step_no"], row["lease_until"]))
         return await inner(lease, agent, transcript, iteration, retry)
 
-    rt.engine._call_model = recording  # type: ignore[method-assign]
+    rt.engine._call_model = recording
     run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="hot", segments=[
         {"role": "user", "content": [{"type": "trusted-text", "text": "count"}]}]))
     assert await disp.drain() == 1  # one lease chain ran every step

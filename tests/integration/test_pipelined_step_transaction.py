@@ -65,7 +65,7 @@ async def test_the_commit_statement_travels_with_the_commit(pool_and_table: tupl
 
         await after_commit(done)
         assert current_step_transaction(pool) is tx and tx.can_finish
-        row = await tx.finish_with(f"UPDATE {table} SET n = n + 1 RETURNING n", {})  # type: ignore[arg-type]
+        row = await tx.finish_with(f"UPDATE {table} SET n = n + 1 RETURNING n", {})
         assert row == {"n": 2} and tx.committed and tx.pipeline is None
         assert ran == []  # after the block
         async with pool.connection() as conn:  # still lent to the task, autocommit now
@@ -88,7 +88,7 @@ async def test_a_failing_commit_statement_rolls_everything_back(pool_and_table: 
             await after_commit(done)
             # the fence of the engine's commit statement: 1 / (rows its UPDATE matched)
             await tx.finish_with(
-                f"WITH g AS (UPDATE {table} SET n = n + 1 WHERE k = 'nobody' RETURNING n)"  # type: ignore[arg-type]
+                f"WITH g AS (UPDATE {table} SET n = n + 1 WHERE k = 'nobody' RETURNING n)"
                 " SELECT 1 / count(*) AS fenced FROM g", {})
     assert not tx.committed and ran == []
     assert await rows(pool, table) == {}  # the insert before it rolled back with it
@@ -113,7 +113,7 @@ async def test_a_lone_commit_statement_runs_alone_in_autocommit(pool_and_table: 
         async with pool.inner.connection() as other:
             cur = await other.execute("SELECT clock_timestamp() AS t")
             before = (await cur.fetchone() or {})["t"]
-        row = await tx.finish_with(  # type: ignore[call-overload]
+        row = await tx.finish_with(
             f"WITH i AS (INSERT INTO {table} VALUES ('a', 1) RETURNING n)"
             " SELECT i.n, now() > %(before)s AS own_transaction FROM i", {"before": before})
         assert row == {"n": 1, "own_transaction": True}
@@ -134,7 +134,7 @@ async def test_a_lone_failing_commit_statement_rolls_back_whole(pool_and_table: 
 
             await after_commit(done)
             # a folded write (the insert) and the fence failing in the same statement
-            await tx.finish_with(  # type: ignore[call-overload]
+            await tx.finish_with(
                 f"WITH i AS (INSERT INTO {table} VALUES ('a', 1)),"
                 f" g AS (UPDATE {table} SET n = n + 1 WHERE k = 'nobody' RETURNING n)"
                 " SELECT 1 / count(*) AS fenced FROM g", {})
@@ -151,7 +151,7 @@ async def test_a_savepoint_open_forbids_finishing(pool_and_table: tuple[Pool, st
         async with pool.connection() as conn, conn.transaction():
             assert not tx.can_finish
             with pytest.raises(RuntimeError):
-                await tx.finish_with(f"SELECT 1 FROM {table}", {})  # type: ignore[arg-type]
+                await tx.finish_with(f"SELECT 1 FROM {table}", {})
         assert tx.can_finish
 
 
@@ -191,13 +191,13 @@ async def test_a_commit_statement_that_cannot_be_sent_leaves_the_connection_clea
             async with pool.step_transaction() as tx:
                 async with pool.connection() as conn:
                     await conn.execute(f"INSERT INTO {table} VALUES ('a', 1)")
-                await tx.finish_with(f"SELECT %(x)s FROM {table}", {"x": object()})  # type: ignore[arg-type]
+                await tx.finish_with(f"SELECT %(x)s FROM {table}", {"x": object()})
         assert not tx.finished and not tx.committed
         async with pool.step_transaction() as tx2, pool.connection() as conn:
             async with conn.transaction():
                 await conn.execute(f"INSERT INTO {table} VALUES ('b', 1)")
             assert tx2.can_finish
-            assert await tx2.finish_with(f"SELECT count(*) AS c FROM {table}", {}) == {"c": 1}  # type: ignore[arg-type]
+            assert await tx2.finish_with(f"SELECT count(*) AS c FROM {table}", {}) == {"c": 1}
         assert await rows(pool, table) == {"b": 1}
     finally:
         async with pool.connection() as conn:

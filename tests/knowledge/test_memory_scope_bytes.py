@@ -92,7 +92,7 @@ async def _migrate_until(url: str, last: int) -> None:
 
     real = m.available_migrations
     try:
-        m.available_migrations = lambda: [mig for mig in real() if mig.version <= last]  # type: ignore[assignment]
+        m.available_migrations = lambda: [mig for mig in real() if mig.version <= last]
         await m.migrate(url)
     finally:
-        m.available_migrations = real  # type: ignore[assignment]
+        m.available_migrations = real

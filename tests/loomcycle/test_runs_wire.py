@@ -48,7 +48,9 @@ class Served:
         return resp.json()
 
     async def start(self, agent: str, **body: Any) -> dict[str, Any]:
-        return await self.post("/v1/runs", {"agent": agent, "prompt": "hello", "user_id": self.user, **body}, 202)
+        body = {"agent": agent, "prompt": "hello", "user_id": self.user, **body}
+        result: dict[str, Any] = await self.post("/v1/runs", body, 202)
+        return result
 
     async def wait(self, run_id: str, until: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
         done = until or (lambda r: r["status"] in ("completed", "failed", "cancelled"))

@@ -9,7 +9,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.support.spans import by_trace, leaked, tree
+from tests.support.spans import attrs, by_trace, leaked, span_id, tree
 from treadle.engine.workers import WorkerPool
 from treadle.providers.base import ModelRequest
 from treadle.store.runs import NewRun
@@ -72,26 +72,26 @@ async def test_a_run_across_two_workers_is_one_trace_without_content(
         *[("chat echo", "step a")] * 3,
         *[("execute_tool Memory", "step a")] * 2,
     ])
-    steps = sorted((s for s in trace_spans if s.name == "step a"), key=lambda s: s.attributes["treadle.step_no"])
-    assert [s.attributes["treadle.step_no"] for s in steps] == [0, 1, 2]
-    assert {s.attributes["treadle.worker"] for s in steps} == workers  # both workers took steps
-    assert all(s.attributes["treadle.run.id"] == run.id for s in steps)
-    assert [s.attributes["treadle.outcome"] for s in steps] == ["continued", "continued", "finished"]
+    steps = sorted((s for s in trace_spans if s.name == "step a"), key=lambda s: attrs(s)["treadle.step_no"])
+    assert [attrs(s)["treadle.step_no"] for s in steps] == [0, 1, 2]
+    assert {attrs(s)["treadle.worker"] for s in steps} == workers  # both workers took steps
+    assert all(attrs(s)["treadle.run.id"] == run.id for s in steps)
+    assert [attrs(s)["treadle.outcome"] for s in steps] == ["continued", "continued", "finished"]
 
     chats = [s for s in trace_spans if s.name.startswith("chat ")]
     for c in chats:
-        assert c.attributes["gen_ai.operation.name"] == "chat"
-        assert c.attributes["gen_ai.provider.name"] == "scripted"
-        assert c.attributes["gen_ai.request.model"] == "echo"
-        assert c.attributes["gen_ai.usage.input_tokens"] == 1
-        assert c.attributes["gen_ai.usage.output_tokens"] >= 1
-    assert sorted(c.attributes["treadle.iteration"] for c in chats) == [1, 2, 3]
+        assert attrs(c)["gen_ai.operation.name"] == "chat"
+        assert attrs(c)["gen_ai.provider.name"] == "scripted"
+        assert attrs(c)["gen_ai.request.model"] == "echo"
+        assert attrs(c)["gen_ai.usage.input_tokens"] == 1
+        assert attrs(c)["gen_ai.usage.output_tokens"] >= 1
+    assert sorted(attrs(c)["treadle.iteration"] for c in chats) == [1, 2, 3]
     tools = [s for s in trace_spans if s.name.startswith("execute_tool")]
-    assert {t.attributes["gen_ai.tool.name"] for t in tools} == {"Memory"}
-    assert {t.attributes["treadle.outcome"] for t in tools} == {"ok"}
+    assert {attrs(t)["gen_ai.tool.name"] for t in tools} == {"Memory"}
+    assert {attrs(t)["treadle.outcome"] for t in tools} == {"ok"}
     # each model/tool span sits under the step of its iteration
-    step_of = {s.context.span_id: s.attributes["treadle.step_no"] for s in steps}
-    assert sorted((step_of[c.parent.span_id], c.attributes["treadle.iteration"]) for c in chats) == [
+    step_of = {span_id(s.get_span_context()): attrs(s)["treadle.step_no"] for s in steps}
+    assert sorted((step_of[span_id(c.parent)], attrs(c)["treadle.iteration"]) for c in chats) == [
         (0, 1), (1, 2), (2, 3)]
 
     # no content: the prompt, the system prompt, the tool inputs and results, the completion
@@ -127,7 +127,7 @@ async def test_a_sub_agent_run_is_its_own_trace_linked_to_the_parent(
     assert set(runs) == {"run parent", "run child"}
     parent, child = runs["run parent"], runs["run child"]
     assert child.parent is None and child.context.trace_id != parent.context.trace_id
-    assert child.attributes["treadle.run.parent_id"] == run.id
+    assert attrs(child)["treadle.run.parent_id"] == run.id
     (link,) = child.links
     caller = next(s for s in finished if s.context.span_id == link.context.span_id)
     assert caller.name == "execute_tool Agent" and caller.context.trace_id == parent.context.trace_id
@@ -160,11 +160,11 @@ async def test_retries_and_made_up_tool_names_are_recorded_without_content(
     assert record is not None and record.status == "completed"
     finished = spans.get_finished_spans()
     chats = sorted((s for s in finished if s.name == "chat echo"), key=lambda s: s.start_time or 0)
-    assert [(c.attributes["treadle.attempt"], c.status.is_ok) for c in chats] == [(0, False), (1, True), (0, True)]
-    assert chats[0].attributes["error.type"] == "RetryableProviderError"
-    assert chats[0].attributes["treadle.error.code"] == "provider_unavailable"
+    assert [(attrs(c)["treadle.attempt"], c.status.is_ok) for c in chats] == [(0, False), (1, True), (0, True)]
+    assert attrs(chats[0])["error.type"] == "RetryableProviderError"
+    assert attrs(chats[0])["treadle.error.code"] == "provider_unavailable"
     (tool,) = [s for s in finished if s.name.startswith("execute_tool")]
-    assert tool.name == "execute_tool (not permitted)" and tool.attributes["treadle.outcome"] == "error"
+    assert tool.name == "execute_tool (not permitted)" and attrs(tool)["treadle.outcome"] == "error"
     assert leaked(finished, ["SECRET-ERROR-TEXT", "SECRET-NAME"]) == []
     assert fresh_metrics.registry is not None
     get = fresh_metrics.registry.get_sample_value

@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.support.signing import github_headers
-from tests.support.spans import by_trace, leaked, tree
+from tests.support.spans import attrs, by_trace, leaked, tree
 from tests.support.triggers import client_for
 from treadle.telemetry.metrics import Metrics
 from treadle.testing import open_test_runtime
@@ -38,7 +38,7 @@ async def test_webhook_deliveries(migrated_db_url: str, spans: InMemorySpanExpor
         await disp.drain()
     assert (first.status_code, again.status_code, forged.status_code) == (202, 200, 401)
     finished = spans.get_finished_spans()
-    hooks = {s.attributes["treadle.outcome"] if "treadle.outcome" in s.attributes else s.attributes["error.type"]: s
+    hooks = {attrs(s)["treadle.outcome"] if "treadle.outcome" in attrs(s) else attrs(s)["error.type"]: s
              for s in finished if s.name == "webhook gh"}
     assert set(hooks) == {"accepted", "duplicate", "InvalidSignature"}
     trace = by_trace(finished)[hooks["accepted"].context.trace_id]
@@ -65,7 +65,7 @@ async def test_a_schedule_fire_starts_the_runs_trace(migrated_db_url: str, spans
     assert result.fired == 1
     finished = spans.get_finished_spans()
     (fire,) = [s for s in finished if s.name == "schedule fire m"]
-    assert fire.attributes["treadle.schedule.id"] == st.schedule_id and fire.attributes["treadle.outcome"] == "started"
+    assert attrs(fire)["treadle.schedule.id"] == st.schedule_id and attrs(fire)["treadle.outcome"] == "started"
     trace = by_trace(finished)[fire.context.trace_id]
     assert tree(trace) == sorted([("schedule fire m", None), ("run echo", "schedule fire m"),
                                   ("step echo", "run echo"), ("chat echo", "step echo")])

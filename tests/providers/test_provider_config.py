@@ -70,7 +70,7 @@ def test_agents_name_a_provider_an_alias_or_a_tier() -> None:
     assert not local.endpoint.key_required and local.endpoint.first_byte_s == 30
     assert isinstance(cloud, OpenAIChatProvider) and cloud.endpoint.base_url == "https://ollama.com"
     assert cloud.endpoint.key_required and cloud.endpoint.first_byte_s == 300
-    assert providers["g"].endpoint.max_concurrent == 2  # type: ignore[attr-defined]
+    assert providers["g"].endpoint.max_concurrent == 2
 
 
 @pytest.mark.parametrize(("data", "expected"), [

@@ -11,7 +11,9 @@ WORKER = {"model": "echo", "system_prompt": "work"}
 
 
 async def _worker_def(c: Any) -> dict[str, Any]:
-    return (await c.post("/v1/_agentdef", json={"op": "create", "name": "worker", "overlay": WORKER})).json()
+    created = await c.post("/v1/_agentdef", json={"op": "create", "name": "worker", "overlay": WORKER})
+    result: dict[str, Any] = created.json()
+    return result
 
 
 async def test_every_op_through_the_tool(open_rt: Any) -> None:

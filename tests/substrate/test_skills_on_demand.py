@@ -63,8 +63,8 @@ async def test_skill_tool_lists_invokes_and_pins(open_rt: Any) -> None:
     plain = {"model": "echo", "system_prompt": "P.", "skills": ["review/security"]}
     config = {"agents": {"reader": reader, "plain": plain}, "skills": SKILLS}
     rt, disp = await open_rt(config)
-    assert "Skill" in rt.catalogue.get("reader").tools_by_name  # type: ignore[union-attr]
-    assert "Skill" not in rt.catalogue.get("plain").tools_by_name  # type: ignore[union-attr]
+    assert "Skill" in rt.catalogue.get("reader").tools_by_name
+    assert "Skill" not in rt.catalogue.get("plain").tools_by_name
 
     run = await run_agent(rt, disp, "reader")
     assert run.status == "completed"

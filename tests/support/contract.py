@@ -55,7 +55,7 @@ def serve_in_thread(db_url: str, timeout: float = 60.0) -> Iterator[ServedInThre
     if not ready.wait(timeout):
         raise TimeoutError(f"the served treadle did not start within {timeout}s")
     if "error" in state:
-        raise RuntimeError("the served treadle failed to start") from state["error"]  # type: ignore[arg-type]
+        raise RuntimeError("the served treadle failed to start") from state["error"]
     try:
         yield ServedInThread(str(state["url"]), TOKEN)
     finally:

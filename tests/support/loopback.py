@@ -174,6 +174,6 @@ def make_tls(*names: str) -> LocalTLS:
         server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         server.load_cert_chain(cert_file, key_file)
     sni: list[str | None] = []
-    server.sni_callback = lambda _sock, name, _ctx: sni.append(name)  # type: ignore[assignment,func-returns-value]
+    server.sni_callback = lambda _sock, name, _ctx: sni.append(name)
     client = ssl.create_default_context(cadata=ca_cert.public_bytes(pem).decode())
     return LocalTLS(server, client, sni)

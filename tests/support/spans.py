@@ -9,6 +9,18 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    """A span's attributes (none: empty), typed for reading in asserts."""
+    return dict(span.attributes or {})
+
+
+def span_id(context: SpanContext | None) -> int:
+    """The span id of a span's context or parent (there must be one)."""
+    assert context is not None
+    return context.span_id
 
 
 def by_trace(spans: Iterable[ReadableSpan]) -> dict[int, list[ReadableSpan]]:

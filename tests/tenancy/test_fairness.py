@@ -33,10 +33,10 @@ async def test_a_tenants_backlog_cannot_starve_another_tenant(
 
         await until(b_done, timeout=60, interval=0.02, what="tenant B's run")
         seen = await rt.runs.concurrency("acme")
-        a_finished = sum([(await rt.runs.get("acme", rid)).terminal for rid in a_ids])  # type: ignore[union-attr]
+        a_finished = sum([(await rt.runs.get("acme", rid)).terminal for rid in a_ids])
 
         async def all_done() -> bool:
-            return all([(await rt.runs.get("acme", rid)).terminal for rid in a_ids])  # type: ignore[union-attr]
+            return all([(await rt.runs.get("acme", rid)).terminal for rid in a_ids])
 
         # the capped backlog is served in the end: queued, not refused
         await until(all_done, timeout=60, interval=0.1, what="tenant A's backlog")
@@ -48,7 +48,7 @@ async def test_a_tenants_backlog_cannot_starve_another_tenant(
         assert seen["running"] <= cap and seen["queued"] + seen["running"] > 0, seen
     else:
         assert a_finished >= BACKLOG // 2, a_finished  # first come, first served: B waited
-    assert (await rt.runs.get("globex", b_id)).status == "completed"  # type: ignore[union-attr]
+    assert (await rt.runs.get("globex", b_id)).status == "completed"
 
 
 async def test_claims_at_once_never_lease_past_the_cap(open_runtime: Any, migrated_db_url: str) -> None:

@@ -14,7 +14,7 @@ async def test_the_operator_lists_and_cancels_a_tenants_runs(tenancy_rt: Any) ->
         operator = bearer(await mint(c, {}, "operator"))
         acme = bearer(await mint(c, operator, "acme", tenant="acme", scopes=["substrate:admin"]))
         globex = bearer(await mint(c, operator, "globex", tenant="globex", scopes=["substrate:tenant"]))
-        started = {}
+        started: dict[str, Any] = {}
         for who, name in ((acme, "acme"), (acme, "acme"), (globex, "globex")):
             r = await c.post("/v1/runs", json={"agent": "asker", "prompt": "go"}, headers=who)
             assert r.status_code == 202, r.text

@@ -12,7 +12,7 @@ import pytest
 from tests.support.triggers import client_for
 from treadle.builtins.scheduledef import ScheduleDefTool
 from treadle.errors import DefRefused
-from treadle.tools.base import ToolContext
+from treadle.tools.base import ToolContext, ToolResult
 
 NIGHTLY = {"agent": "echo", "schedule": "0 3 * * *", "timezone": "Europe/Berlin", "prompt": "nightly report"}
 
@@ -168,11 +168,12 @@ async def test_tool_is_default_deny_and_scoped(open_rt: Any) -> None:
     ok = await tool.invoke(
         tool_ctx(rt, "self_only"), {"op": "create", "name": "mine", "overlay": {**NIGHTLY, "agent": "self_only"}}
     )
-    assert not ok.is_error and '"version":1' in ok.content and '"created_by_run_id":"r_test"' in ok.content
+    assert isinstance(ok, ToolResult) and not ok.is_error
+    assert '"version":1' in ok.content and '"created_by_run_id":"r_test"' in ok.content
     ok = await tool.invoke(tool_ctx(rt, "boss"), {"op": "create", "name": "theirs", "overlay": NIGHTLY})
-    assert not ok.is_error
+    assert isinstance(ok, ToolResult) and not ok.is_error
     listed = await tool.invoke(tool_ctx(rt, "boss"), {"op": "list"})
-    assert '"theirs"' in listed.content and '"mine"' not in listed.content
+    assert isinstance(listed, ToolResult) and '"theirs"' in listed.content and '"mine"' not in listed.content
     with pytest.raises(ToolError, match="outside"):
         await tool.invoke(tool_ctx(rt, "boss"), {"op": "retire", "name": "mine"})
 

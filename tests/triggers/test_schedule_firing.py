@@ -19,7 +19,8 @@ EVERY_MINUTE = {"agent": "echo", "schedule": "* * * * *", "prompt": "tick"}
 async def create(rt: Any, name: str, **overlay: Any) -> ScheduleState:
     svc = rt.triggers.schedules
     await svc.family.dispatch(TENANT, {"op": "create", "name": name, "overlay": {**EVERY_MINUTE, **overlay}})
-    return await svc.resolve(TENANT, name)
+    result: ScheduleState = await svc.resolve(TENANT, name)
+    return result
 
 
 async def runs_of(rt: Any, schedule_id: str) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.signing import generic_signature, github_headers, linear_headers, stripe_header
 from tests.support.triggers import client_for
+from treadle.tools.base import ToolResult
 
 GH_SECRET = "gh-" + uuid.uuid4().hex
 STRIPE_SECRET = "whsec_" + uuid.uuid4().hex
@@ -384,4 +385,5 @@ async def test_webhookdef_tool_is_default_deny(open_rt: Any) -> None:
         await tool.invoke(ctx("selfish"), {"op": "create", "name": "w", "overlay": {
             "delivery": "channel", "channel": "events", "auth": auth}})
     ok = await tool.invoke(ctx("selfish"), {"op": "create", "name": "w", "overlay": {"agent": "selfish", "auth": auth}})
-    assert not ok.is_error and json.loads(ok.content)["url_path"] == "/v1/_webhooks/w"
+    assert isinstance(ok, ToolResult) and not ok.is_error
+    assert json.loads(ok.content)["url_path"] == "/v1/_webhooks/w"

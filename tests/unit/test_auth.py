@@ -4,11 +4,12 @@ listen openly on a network address. Tokens in the database: tests/tenancy."""
 from __future__ import annotations
 
 import pytest
-from treadle_sidecar.app import check_listen, is_loopback_host
+from treadle_sidecar.app import check_listen
 
 from treadle.api.auth import Authenticator
 from treadle.config import Settings
 from treadle.errors import ConfigError, Unauthorized, ValidationFailed
+from treadle.security.network import is_loopback_host
 from treadle.security.principal import DEFAULT_TENANT, OPEN_PRINCIPAL, bearer_from_header
 
 

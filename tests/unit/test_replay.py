@@ -33,6 +33,13 @@ class Transcript:
         return self.add("usage", usage=usage, iteration=it)
 
 
+def results(m: Message) -> list[ToolResultBlock]:
+    """A message's blocks, every one a tool result."""
+    blocks = [b for b in m.content if isinstance(b, ToolResultBlock)]
+    assert len(blocks) == len(m.content), m.content
+    return blocks
+
+
 def assert_pairing(messages: list[Message]) -> None:
     """Invariant 2: every assistant tool_use is answered, in order, by the very next user message."""
     for i, m in enumerate(messages):
@@ -83,7 +90,7 @@ def test_results_are_reordered_to_the_tool_use_order() -> None:
     assistant, answers = out.messages[1], out.messages[2]
     assert [u.id for u in assistant.tool_uses()] == ["a", "b", "c"]
     assert answers.role == "user"
-    assert [(b.tool_use_id, b.content, b.is_error) for b in answers.content] == [
+    assert [(b.tool_use_id, b.content, b.is_error) for b in results(answers)] == [
         ("a", "A", True),
         ("b", "B", False),
         ("c", "C", False),
@@ -130,8 +137,8 @@ def test_orphan_closed_by_a_later_user_input() -> None:
     out = replay(t.events)
     assert out.pending == []
     assert [m.role for m in out.messages] == ["user", "assistant", "user", "user"]
-    assert [(b.tool_use_id, b.is_error) for b in out.messages[2].content] == [("a", False), ("b", True)]
-    assert out.messages[2].content[1].content == ORPHAN_RESULT_TEXT  # type: ignore[union-attr]
+    assert [(b.tool_use_id, b.is_error) for b in results(out.messages[2])] == [("a", False), ("b", True)]
+    assert results(out.messages[2])[1].content == ORPHAN_RESULT_TEXT
     assert out.messages[3].text() == "two"
     assert_pairing(out.messages)
 
@@ -140,7 +147,7 @@ def test_result_for_an_unknown_tool_use_is_ignored() -> None:
     t = Transcript().prompt("go").call(1, "a").usage(1).result("zzz", "stray").result("a", "A")
     out = replay(t.events)
     answers = out.messages[-1]
-    assert [b.tool_use_id for b in answers.content] == ["a"]
+    assert [b.tool_use_id for b in results(answers)] == ["a"]
     assert out.pending == []
 
 

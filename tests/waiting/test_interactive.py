@@ -9,6 +9,7 @@ from typing import Any
 
 from tests.support.waiting import ECHO, answer, asker, events, spawner, start, status, tool_results, types
 from tests.support.waits import GatedProvider
+from treadle.domain.content import ToolResultBlock
 from treadle.engine.replay import replay
 from treadle.engine.waiting import input_key
 from treadle.store.inputs import InputStore
@@ -19,7 +20,7 @@ async def steer(rt: Any, run_id: str, text: str, kind: str = "input") -> int:
     """What POST /v1/runs/{id}/input does: queue, then poke the run's input key."""
     queued = await InputStore(rt.pool).add("default", run_id, kind, text)
     assert queued.input_id is not None, queued
-    return await rt.poke("default", [input_key(run_id)])
+    return int(await rt.poke("default", [input_key(run_id)]))
 
 
 async def test_interactive_run_parks_takes_input_answers_and_parks_again(open_runtime: Any) -> None:
@@ -77,7 +78,8 @@ async def test_steering_lands_between_iterations_never_inside_a_tool_exchange(op
     messages = replay([(e.seq, e.type, e.payload) for e in evs]).messages
     for m, nxt in itertools.pairwise(messages):  # every tool_use is answered right after it
         if m.role == "assistant" and m.tool_uses():
-            assert nxt.role == "user" and {b.tool_use_id for b in nxt.content} == {u.id for u in m.tool_uses()}
+            answered = {b.tool_use_id for b in nxt.content if isinstance(b, ToolResultBlock)}
+            assert nxt.role == "user" and answered == {u.id for u in m.tool_uses()}
 
 
 async def test_input_to_a_run_parked_on_a_tool_waits_for_the_tool_result(open_runtime: Any) -> None:

@@ -140,7 +140,8 @@ async def test_a_cancel_that_lands_mid_step_rolls_the_step_back_and_ends_the_run
         # task: it does not join that transaction); the park commit then sees it and does not park
         cancelling.append(asyncio.create_task(rt.cancel_run("default", run_id, "never mind")))
         await cancelling[0]
-        return await ask(ctx, args)
+        result: ToolResult | Park = await ask(ctx, args)
+        return result
 
     monkeypatch.setattr(tool, "invoke", ask_while_a_cancel_lands)
     await disp.drain()

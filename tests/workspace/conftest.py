@@ -49,4 +49,5 @@ async def ws(open_runtime: Any, storage: VolumeStorage, tmp_path: Path) -> Runti
     """A runtime with the workspace agents whose volumes live in `storage`."""
     rt, _dispatcher = await open_runtime(AGENTS, config=CONFIG)
     rt.volumes.storage = storage  # the adapter under test, as a shape's composition root plugs it in
-    return rt
+    result: Runtime = rt
+    return result

@@ -21,7 +21,8 @@ async def _rt(open_runtime: Any, tmp_path: Path, workspace: dict[str, Any] | Non
     config = {**CONFIG, **({"workspace": workspace} if workspace else {})}
     rt, _d = await open_runtime(AGENTS, config=config)
     rt.volumes.storage = HostDirStorage(tmp_path / "volumes")
-    return rt
+    result: Runtime = rt
+    return result
 
 
 async def test_bash_is_off_unless_enabled(open_runtime: Any, tmp_path: Path) -> None:

@@ -58,8 +58,9 @@ async def read(call: Caller, path: str) -> str:
 
 @pytest.mark.parametrize("existing", [False, True], ids=["new-file", "existing-file"])
 async def test_a_stalled_write_does_not_undo_a_later_edit(ws: Runtime, existing: bool) -> None:
+    assert ws.volumes.storage is not None
     gated = Gated(ws.volumes.storage)
-    ws.volumes.storage = gated  # type: ignore[assignment]
+    ws.volumes.storage = gated
     call = Caller(ws)
     if existing:
         await call("Write", {"path": "doc.md", "content": "old draft\n"})
