@@ -12,6 +12,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import TextContent
 
 from tests.support.mcp import TOKEN, payload
 
@@ -172,7 +173,8 @@ async def test_loomcycle_shaped_spawn_runs_get_run_and_cancel_run(base_url: str)
         both = await client.call_tool("spawn_runs", {"spawns": [{"agent": "echo"}], "runs": [{"agent": "echo"}]})
         assert both.is_error
         missing = await client.call_tool("get_run", {"agent_id": "lc-nobody"})
-        assert missing.is_error and "agent_not_found" in missing.content[0].text
+        assert missing.is_error and isinstance(missing.content[0], TextContent)
+        assert "agent_not_found" in missing.content[0].text
         assert started["agent_id"] == "lc-forever-1"
 
 
