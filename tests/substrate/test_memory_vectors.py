@@ -163,6 +163,11 @@ async def test_embed_and_search_without_an_embedder(open_rt: Any) -> None:
     async with client_for(rt) as c:
         resp = await c.post("/v1/_memory/search", json={"scope": "agent", "scope_id": "a", "query": "v"})
         assert resp.status_code == 501 and resp.json()["code"] == "embedder_not_configured"
+        # the OpenAI route answers 501 in OpenAI's error shape, and its spec lists it
+        resp = await c.post("/v1/embeddings", json={"model": "any", "input": "v"})
+        assert resp.status_code == 501 and resp.json()["error"]["code"] == "embedder_not_configured", resp.text
+        spec = (await c.get("/openapi.json")).json()
+        assert "501" in spec["paths"]["/v1/embeddings"]["post"]["responses"]
 
 
 async def test_another_tenants_memory_is_invisible(open_rt: Any) -> None:

@@ -23,6 +23,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from treadle.api.deps import Rt, Who
+from treadle.api.errors import errors
 from treadle.api.openai_compat.errors import OPENAI_ERRORS, OpenAIRoute
 from treadle.api.openai_compat.wire import UnsupportedParameter
 from treadle.errors import NotFound
@@ -101,7 +102,8 @@ def encode(vector: list[float], fmt: str) -> list[float] | str:
     return vector
 
 
-@router.post("/embeddings", response_model=EmbeddingList, response_model_exclude_unset=True, responses=OPENAI_ERRORS)
+@router.post("/embeddings", response_model=EmbeddingList, response_model_exclude_unset=True,
+             responses={**OPENAI_ERRORS, **errors(501, openai=True)})  # 501: no embedder configured
 async def embeddings(body: EmbeddingsRequest, rt: Rt, who: Who) -> dict[str, Any]:
     """Embed texts with the configured embedder (module docstring)."""
     embedder = rt.substrate.memory.require_embedder()
