@@ -91,3 +91,11 @@ def test_a_stream_route_documents_its_errors_as_json(served_api: ServedInThread)
     r = httpx.get(f"{served_api.url}/v1/runs/r_missing/stream", headers=served_api.auth)
     assert r.status_code == 404 and r.headers["content-type"].startswith("application/json"), r.text
     assert r.json()["code"]
+
+
+def test_a_405_allows_every_method_the_path_serves(served_api: ServedInThread) -> None:
+    """Two routes on one path (GET and POST /v1/runs): a 405 names both, not the first one only."""
+    r = httpx.put(f"{served_api.url}/v1/runs", headers=served_api.auth)
+    assert (r.status_code, r.headers["allow"], r.json()["code"]) == (405, "GET, POST", "method_not_allowed")
+    r = httpx.post(f"{served_api.url}/v1/_channels/news", headers=served_api.auth)
+    assert (r.status_code, r.headers["allow"]) == (405, "DELETE, PATCH")

@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from treadle import wire
 from treadle.errors import Forbidden, TreadleError
@@ -64,6 +65,18 @@ def errors(*statuses: int, openai: bool = False) -> dict[int | str, dict[str, An
             for status in sorted(set(statuses))}
 
 
+def _allowed(req: Request) -> str:
+    """Every method some route serves at the request's path: Starlette's 405 names only the
+    methods of the first route whose path matched (a path served by two routes, say GET and POST
+    /v1/runs, would answer a PUT with `Allow: POST`)."""
+    methods: set[str] = set()
+    for route in req.app.routes:
+        match, _ = route.matches(req.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
+
+
 def json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`errors(...)` for a route whose success answer is not JSON (an SSE stream): its errors are
     still the JSON error body, documented as `application/json` (a `model` would take the route's
@@ -113,10 +126,13 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(req: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "error")
         message = exc.detail if isinstance(exc.detail, str) else code
-        return JSONResponse(error_body(code, message), status_code=exc.status_code, headers=exc.headers)
+        headers = exc.headers
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": _allowed(req)}
+        return JSONResponse(error_body(code, message), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(psycopg.DataError)
     async def _unstorable(_req: Request, exc: psycopg.DataError) -> JSONResponse:
