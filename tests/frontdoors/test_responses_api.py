@@ -135,10 +135,18 @@ async def test_refusals_name_the_field_in_openais_shape(client: openai.AsyncOpen
         with pytest.raises(openai.NotFoundError) as none:
             await call  # type: ignore[misc]
         assert none.value.code == "response_not_found" and none.value.body["message"]  # type: ignore[index]
-    served.openai_fake.then(tools(("get_weather", {"city": "Oslo"})))
-    with pytest.raises(openai.BadRequestError) as strict:
-        await client.responses.create(model="gpt", input="x", tools=[{**WEATHER, "strict": True}])
-    assert strict.value.param == "tools.0.strict"
+
+
+
+async def test_strict_tools_are_checked_and_retried(client: openai.AsyncOpenAI, served: Served) -> None:
+    fake = served.openai_fake
+    fake.then(tools(("get_weather", {"town": "Oslo"})), tools(("get_weather", {"city": "Oslo"})))
+    resp = await client.responses.create(model="gpt", input="x", tools=[{**WEATHER, "strict": True}])
+    assert [(o.type, getattr(o, "arguments", None)) for o in resp.output] == [("function_call", '{"city": "Oslo"}')]
+    assert "do not conform" in str(fake.calls[-1]["messages"][-1]["content"])
+    with pytest.raises(openai.BadRequestError) as agent:
+        await client.responses.create(model="weather", input="x", tools=[{**WEATHER, "strict": True}])
+    assert agent.value.param == "tools.0.function.strict"
 
 
 async def test_each_call_writes_its_audit_line(client: openai.AsyncOpenAI, caplog: pytest.LogCaptureFixture) -> None:

@@ -75,6 +75,10 @@ def refuse_sampling(req: ChatRequest) -> None:
         if getattr(req, name) is not None:
             raise UnsupportedParameter(f"{name} applies to a model alias or tier; the agent {req.model!r} uses its "
                                        "own model settings", name)
+    for k, t in enumerate(req.tools or ()):
+        if t.function.strict:
+            raise UnsupportedParameter(f"strict tools apply to a model alias or tier; the agent {req.model!r} "
+                                       "checks no application tool arguments", f"tools.{k}.function.strict")
     if req.parallel_tool_calls is False:
         raise UnsupportedParameter(f"parallel_tool_calls=false applies to a model alias or tier; the agent "
                                    f"{req.model!r} chooses its own tools", "parallel_tool_calls")

@@ -180,12 +180,8 @@ def to_chat(raw: Any) -> tuple[ResponsesRequest, ChatRequest]:
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
     chat: dict[str, Any] = {"model": req.model, "messages": messages, "stream": bool(req.stream)}
     if req.tools:
-        for k, t in enumerate(req.tools):
-            if t.strict:
-                raise UnsupportedParameter("strict function tools are not supported (send strict: false)",
-                                           f"tools.{k}.strict")
         chat["tools"] = [{"type": "function", "function": {
-            "name": t.name, "description": t.description or "",
+            "name": t.name, "description": t.description or "", "strict": bool(t.strict),
             **({"parameters": t.parameters} if t.parameters is not None else {})}} for t in req.tools]
     if req.tool_choice is not None:
         tc = req.tool_choice

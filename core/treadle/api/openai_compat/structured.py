@@ -59,10 +59,11 @@ class Wish:
     """What the request asks of the answer: a JSON shape, and which tool calls it must (not) hold."""
 
     def __init__(self, fmt: ResponseFormat | None, choice: ToolChoice | None, parallel: bool | None = None,
-                 effort: str | None = None) -> None:
+                 effort: str | None = None, strict_tools: dict[str, dict[str, Any]] | None = None) -> None:
         self.fmt = fmt if fmt is not None and fmt.type != "text" else None
         self.single_call = parallel is False  # parallel_tool_calls: false — at most one call per answer
         self.effort = effort  # reasoning effort: sent as the providers' `effort` option (not checked)
+        self.strict_tools = strict_tools or {}  # strict function tools: name → parameters schema
         self.choice: str | None = None  # none | required | <function name>; None = auto
         if isinstance(choice, NamedToolChoice):
             self.choice = "fn:" + choice.function.name
@@ -71,7 +72,7 @@ class Wish:
 
     @property
     def active(self) -> bool:
-        return self.fmt is not None or self.choice is not None or self.single_call
+        return self.fmt is not None or self.choice is not None or self.single_call or bool(self.strict_tools)
 
     def options(self) -> dict[str, Any]:
         """`options` for the providers: `tool_choice` (none | required | {"name": n}) and
@@ -110,6 +111,16 @@ class Wish:
             name = self.choice[3:]
             if not uses or any(b.name != name for b in uses):
                 return content, f"tool_choice names the function {name}: answer by calling {name} (only)."
+        for b in uses:
+            schema = self.strict_tools.get(b.name)
+            if schema is not None:
+                from jsonschema import Draft202012Validator
+
+                errors = sorted(Draft202012Validator(schema).iter_errors(b.input), key=str)
+                if errors:
+                    where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+                    return content, (f"The arguments of {b.name} do not conform to its parameters schema at "
+                                     f"{where}: {errors[0].message}. Call it again with valid arguments.")
         if self.fmt is None or uses:
             return content, None
         text = "".join(b.text for b in content if isinstance(b, TextBlock))

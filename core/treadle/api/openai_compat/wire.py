@@ -96,7 +96,7 @@ class FunctionDef(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str = Field(default="", max_length=8192)
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    strict: Literal[False] | None = None
+    strict: bool | None = None  # true: the call's arguments are checked against `parameters` (structured.py)
 
 
 class FunctionTool(BaseModel):
@@ -144,7 +144,9 @@ class ChatRequest(BaseModel):
 
     @property
     def wish(self) -> Wish:
-        return Wish(self.response_format, self.tool_choice, self.parallel_tool_calls, self.reasoning_effort)
+        strict = {t.function.name: {"type": "object", **t.function.parameters}
+                  for t in self.tools or () if t.function.strict}
+        return Wish(self.response_format, self.tool_choice, self.parallel_tool_calls, self.reasoning_effort, strict)
 
     @property
     def include_usage(self) -> bool:
