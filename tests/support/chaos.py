@@ -4,23 +4,18 @@ tests/support/e2e.py, plus stop/continue). Loopback only; every wait is bounded 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 import yaml
 from psycopg.rows import dict_row
 
 # -- SQL (the databases come from tests.support.db) ---------------------------------------------------
-from tests.support.e2e import free_port, query  # the same helpers as the e2e tests
+from tests.support.e2e import ServerProcess, query  # the same helpers as the e2e tests
 
 
 async def scalar(url: str, sql: str, params: Any = None) -> int:
@@ -70,84 +65,28 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-class Replica:
+class Replica(ServerProcess):
     """One `python -m treadle.cli.main serve` on a fresh loopback port per start, in its own
-    process group; stdout+stderr go to `<name>-<n>.log` in `workdir` (one file per start)."""
+    process group (e2e's `ServerProcess`), that can also be frozen (SIGSTOP) and continued;
+    stdout+stderr go to `<name>-<n>.log` in `workdir` (one file per start)."""
 
     def __init__(
         self, *, name: str, database_url: str, config_path: Path, workdir: Path, env: dict[str, str]
     ) -> None:
-        self.name = name
-        self.database_url = database_url
-        self.config_path = config_path
-        self.workdir = workdir
-        self.extra_env = dict(env)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = ""
-        self.starts = 0
+        super().__init__(database_url=database_url, config_path=config_path, workdir=workdir, name=name, env=env)
         self.stopped = False  # SIGSTOPped and not continued yet
-        self.logs: list[Path] = []
         self.pids: list[int] = []
 
     def start(self) -> None:
-        if self.running:
-            raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
-        self.starts += 1
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_") and k != "DATABASE_URL"}
-        env.update(
-            {
-                "DATABASE_URL": self.database_url,
-                "TREADLE_CONFIG": str(self.config_path),
-                "TREADLE_LISTEN": f"127.0.0.1:{port}",
-                "TREADLE_HOME": str(self.workdir / ".treadle"),
-                "PYTHONUNBUFFERED": "1",
-                **self.extra_env,
-            }
-        )
-        log_path = self.workdir / f"{self.name}-{self.starts}.log"
-        self.logs.append(log_path)
-        with log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "treadle.cli.main", "serve", "--log-level", "info"],
-                env=env,
-                cwd=self.workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        super().start()
+        assert self.proc is not None
         self.pids.append(self.proc.pid)
         self.stopped = False
-
-    async def wait_ready(self, timeout: float = 60.0) -> None:
-        """Poll GET /healthz until 200 (uvicorn answers only once the runtime is open)."""
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        async with httpx.AsyncClient(timeout=1.0) as http:
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"{self.name} exited with {self.proc.returncode} during startup:\n{self.log_tail()}"
-                    )
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(f"{self.url}/healthz")).status_code == 200:
-                        return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{self.name} not healthy after {timeout}s:\n{self.log_tail()}")
-                await asyncio.sleep(0.05)
-
-    async def restart(self, timeout: float = 60.0) -> None:
-        self.start()
-        await self.wait_ready(timeout)
 
     def kill9(self) -> None:
         """SIGKILL: no shutdown hook, no lease release, connections dropped mid-statement."""
         assert self.running, f"{self.name} is not running"
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=15)
+        super().kill9()
         self.stopped = False
 
     def sigstop(self) -> None:
@@ -165,32 +104,10 @@ class Replica:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM (after a SIGCONT, so that a frozen process can act on it), then SIGKILL."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.proc.pid, signal.SIGCONT)
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=15)
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    def log_tail(self, chars: int = 4000, all_starts: bool = False) -> str:
-        out = []
-        for p in self.logs if all_starts else self.logs[-1:]:
-            with contextlib.suppress(OSError):
-                text = p.read_text(errors="replace")
-                out.append(f"--- {p.name} ---\n{text[-chars:]}")
-        return "\n".join(out)
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
+        super().stop(timeout)
 
     def log_grep(self, *needles: str, limit: int = 40) -> list[str]:
         """Log lines (of every start) containing any of `needles`."""

@@ -14,25 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
+from tests.support.fake_http import Request
 
-@dataclass
-class Seen:
-    """A request as the server received it."""
-
-    method: str
-    target: str
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def path(self) -> str:
-        return urlsplit(self.target).path
-
-    @property
-    def query(self) -> dict[str, list[str]]:
-        return parse_qs(urlsplit(self.target).query)
+#: a request as the server received it (the fake vendors' request type)
+Seen = Request
 
 
 @dataclass

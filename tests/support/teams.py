@@ -72,17 +72,9 @@ class PlayersOpenAI(FakeOpenAI):
         self.delay_s = delay_s
 
     def _handle(self, req: Request) -> Reply:
-        other = self.route(req)
-        if other is not None:
-            return other
-        if not self.authorized(req):
-            return self.auth_reply(req)
-        body = req.json()
-        problems = self.validate(req, body)
-        if problems:
-            self.violations.extend(problems)
-            return self.bad_request("; ".join(problems))
-        self.calls.append(body)
+        refused, body = self.accept(req)
+        if refused is not None:
+            return refused
         msgs = body["messages"]
         who = next((_text(m) for m in msgs if m["role"] in ("system", "developer")), "")
         task = next((_text(m) for m in msgs if m["role"] == "user"), "")

@@ -96,18 +96,27 @@ class VendorFake:
             self.violations.append(f"fake vendor crashed: {type(exc).__name__}: {exc}")
             return Reply.json(500, {"error": {"message": "fake vendor crashed"}})
 
-    def _handle(self, req: Request) -> Reply:
+    def accept(self, req: Request) -> tuple[Reply | None, Any]:
+        """What every fake does first: its extra routes, the key, the body's validity (a
+        violation is recorded and answered 400); else `(None, body)`, the body recorded in
+        `calls`."""
         other = self.route(req)
         if other is not None:
-            return other
+            return other, None
         if not self.authorized(req):
-            return self.auth_reply(req)
+            return self.auth_reply(req), None
         body = req.json()
         problems = self.validate(req, body)
         if problems:
             self.violations.extend(problems)
-            return self.bad_request("; ".join(problems))
+            return self.bad_request("; ".join(problems)), None
         self.calls.append(body)
+        return None, body
+
+    def _handle(self, req: Request) -> Reply:
+        refused, body = self.accept(req)
+        if refused is not None:
+            return refused
         if not self.model_ok(req, body):
             return self.fail_reply(Fail("unknown_model"), req)
         if not self.script:
