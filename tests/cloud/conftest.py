@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.support.db import create_database, drop_database
-from tests.support.localcloud import AGENTS, API_TOKEN
+from tests.support.localcloud import A2A_CARDS, AGENTS, API_TOKEN
 
 _AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -94,7 +94,7 @@ def cloud_db(server_url: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("cloudcfg") / "treadle.yaml"
-    path.write_text(yaml.safe_dump({"agents": AGENTS}))
+    path.write_text(yaml.safe_dump({"agents": AGENTS, "a2a_server_cards": A2A_CARDS}))
     return path
 
 

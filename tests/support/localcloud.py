@@ -16,6 +16,8 @@ AGENTS: dict[str, Any] = {
                 "mock": {"script": [{"tool": "lookup_order", "input": {"order_id": "A-17"}}, {"text": "found it"}]}},
 }
 API_TOKEN = "test-token-0123456789"
+#: the agents the local cloud serves over A2A (tests/cloud/test_a2a_function.py)
+A2A_CARDS: dict[str, Any] = {"main": {"name": "cloud agents", "exposed_agents": [{"agent_name": "echo"}]}}
 
 
 def db_host_parts(url: str) -> dict[str, str]:
