@@ -4,10 +4,12 @@ scripted mock agents and their tool results, and a mock that fills run ids into 
 from __future__ import annotations
 
 import json
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.db import TEST_HOME
 from treadle.api.app import create_app
@@ -111,3 +113,15 @@ class TemplatingMock:
         resp.content = [ToolUseBlock(b.id, b.name, fill(b.input)) if isinstance(b, ToolUseBlock) else b
                         for b in resp.content]
         return resp
+
+
+@pytest.fixture
+async def open_rt(migrated_db_url: str) -> AsyncIterator[Any]:
+    """`await open_rt(config_dict, providers=None)` → (runtime, inline dispatcher), on a migrated
+    database of the test's own; closed after the test (substrate and team tests' conftest)."""
+    async with AsyncExitStack() as stack:
+
+        async def factory(config: dict[str, Any], **kw: Any) -> Any:
+            return await stack.enter_async_context(substrate_runtime(migrated_db_url, config, **kw))
+
+        yield factory
