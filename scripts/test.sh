@@ -8,6 +8,11 @@ scripts/bootstrap.sh dev cloud
 .venv/bin/ruff check core sidecar cloud functions infra layers tests scripts
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
+# the MCP Inspector CLI for tests/mcp/test_inspector.py (it skips where npm or the registry is missing)
+if command -v npm >/dev/null && [ ! -d tests/mcp/inspector/node_modules/@modelcontextprotocol/inspector ]; then
+  npm ci --prefix tests/mcp/inspector --no-audit --no-fund --ignore-scripts >/dev/null 2>&1 ||
+    echo "· the MCP Inspector did not install: tests/mcp/test_inspector.py skips"
+fi
 # Mermaid's own parser for tests/teams/test_mermaid.py (it skips where npm or the registry is missing)
 if command -v npm >/dev/null && [ ! -d tests/teams/mermaid/node_modules/mermaid ]; then
   npm ci --prefix tests/teams/mermaid --no-audit --no-fund --ignore-scripts >/dev/null 2>&1 ||
