@@ -1,12 +1,14 @@
-"""One served treadle per test module (tests/support/frontdoors.py)."""
+"""One served treadle per test module (tests/support/frontdoors.py), and the official `openai`
+client on it."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import openai
 import pytest
 
-from tests.support.frontdoors import Served, served_treadle
+from tests.support.frontdoors import TOKEN, Served, served_treadle
 
 
 @pytest.fixture(scope="module")
@@ -19,3 +21,10 @@ async def served(db_url: str) -> AsyncIterator[Served]:
 def _clean_vendor_scripts(served: Served) -> None:
     served.openai_fake.script.clear()
     served.anthropic_fake.script.clear()
+
+
+@pytest.fixture
+async def client(served: Served) -> AsyncIterator[openai.AsyncOpenAI]:
+    c = openai.AsyncOpenAI(base_url=served.url + "/v1", api_key=TOKEN, max_retries=0)
+    yield c
+    await c.close()

@@ -4,30 +4,14 @@ and with providers pointed at fake vendors that speak OpenAI's and Anthropic's r
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
 
 from tests.support.fake_embeddings import bag_of_words
-from tests.support.frontdoors import TOKEN, Served
+from tests.support.frontdoors import WEATHER_TOOL, Served, user
 from tests.support.vendors.base import Fail, text, tools
-
-WEATHER_TOOL: Any = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-
-
-@pytest.fixture
-async def client(served: Served) -> AsyncIterator[openai.AsyncOpenAI]:
-    c = openai.AsyncOpenAI(base_url=served.url + "/v1", api_key=TOKEN, max_retries=0)
-    yield c
-    await c.close()
-
-
-def user(content: str) -> list[Any]:
-    return [{"role": "user", "content": content}]
 
 
 async def test_models_lists_agents_aliases_tiers_and_the_embedder(client: openai.AsyncOpenAI) -> None:

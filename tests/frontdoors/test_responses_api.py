@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -23,13 +22,6 @@ WEATHER: Any = {"type": "function", "name": "get_weather", "description": "The w
 class City(BaseModel):
     name: str
     population: int
-
-
-@pytest.fixture
-async def client(served: Served) -> AsyncIterator[openai.AsyncOpenAI]:
-    c = openai.AsyncOpenAI(base_url=served.url + "/v1", api_key=TOKEN, max_retries=0)
-    yield c
-    await c.close()
 
 
 async def test_create_with_a_string_input_and_instructions(client: openai.AsyncOpenAI, served: Served) -> None:

@@ -6,35 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.support.frontdoors import TOKEN, Served
+from tests.support.frontdoors import TOKEN, WEATHER_TOOL, Served, user
 from tests.support.vendors.base import text, tools
-
-WEATHER_TOOL: Any = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
 class City(BaseModel):
     name: str
     population: int
-
-
-@pytest.fixture
-async def client(served: Served) -> AsyncIterator[openai.AsyncOpenAI]:
-    c = openai.AsyncOpenAI(base_url=served.url + "/v1", api_key=TOKEN, max_retries=0)
-    yield c
-    await c.close()
-
-
-def user(content: str) -> list[Any]:
-    return [{"role": "user", "content": content}]
 
 
 async def test_parse_with_a_pydantic_model_goes_native_to_openai(client: openai.AsyncOpenAI, served: Served) -> None:

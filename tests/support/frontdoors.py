@@ -23,6 +23,10 @@ from treadle.client.http import SseEvent, parse_sse
 from treadle.config import Settings, parse_config
 
 TOKEN = "frontdoor-" + secrets.token_hex(8)
+#: the OpenAI-shaped function tool the front-door tests offer a model
+WEATHER_TOOL: Any = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 WEATHER_SCRIPT = [{"tool": "get_weather", "input": {"city": "Paris"}}, {"text": "It is sunny in Paris."}]
 
 
@@ -87,3 +91,8 @@ async def served_treadle(db_url: str) -> AsyncIterator[Served]:
 
 async def sse_events(resp: httpx.Response) -> list[SseEvent]:
     return [ev async for ev in parse_sse(resp.aiter_lines())]
+
+
+def user(content: str) -> list[Any]:
+    """One user message, as Chat Completions' `messages` takes it."""
+    return [{"role": "user", "content": content}]
