@@ -46,6 +46,7 @@ from treadle.specs.hosts import HostPatternStr
 from treadle.specs.loomcycle import adapt as adapt_loomcycle
 from treadle.specs.mcp import McpServerSpec, check_server_names
 from treadle.specs.memory import MemoryConfig
+from treadle.specs.pricing import PricingConfig
 from treadle.specs.volumes import VolumeBinding, VolumeSpec, WorkspaceConfig
 
 if TYPE_CHECKING:
@@ -347,6 +348,8 @@ class TreadleConfig(BaseModel):
     user_tiers: dict[str, UserTierConfig] = {}
     #: loomcycle's `a2a_server_cards:` (specs/a2a.py): the agents served over A2A (api/a2a/); none by default
     a2a_server_cards: dict[str, A2AServerCard] = Field(default={}, max_length=1)
+    #: the operator's price table (specs/pricing.py): usage is priced when recorded (GET /v1/_usage)
+    pricing: PricingConfig | None = None
     # The LAZY_SECTIONS as given (None: absent), each read through the property of its name, which
     # validates it on first read (a full load has validated and set them all: parse_config).
     raw_scheduled_runs: Any = Field(default=None, alias="scheduled_runs")

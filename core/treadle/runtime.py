@@ -44,6 +44,7 @@ from treadle.store.runs import NewRun, RunRecord, RunStore
 from treadle.store.sqlmem import SqlAudit, SqlMemory, SqlMemorySettings
 from treadle.store.steps import LeasedRun, StepStore
 from treadle.store.subruns import SubRunStore
+from treadle.store.usage import UsageStore
 from treadle.store.volumes import VolumeStore
 from treadle.store.waits import WaitStore
 from treadle.substrate import Substrate
@@ -214,6 +215,7 @@ class Runtime:
         jobs_in_db = self.dispatcher.jobs_in_db
         requeue = settings.requeue_after_seconds
         self.runs = RunStore(pool, jobs_in_db=jobs_in_db, requeue_after_s=requeue)
+        self.usage = UsageStore(pool)  # usage and cost as recorded (GET /v1/_usage)
         self.steps = StepStore(
             pool, jobs_in_db=jobs_in_db, lease_s=settings.lease_seconds, requeue_after_s=requeue,
             sync_mid_step=settings.sync_mid_step_writes,
@@ -343,6 +345,7 @@ class Runtime:
                  volume_storage=volume_storage)
         for family in (rt.substrate.agents, rt.substrate.skills):
             await family.rehash_legacy()  # rows hashed before loomcycle's hash (migration 0018)
+        await rt.usage.set_prices(config.pricing.rows() if config.pricing else [])  # usage is priced by it
         if isinstance(rt.cancels, NotifyCancels):
             await rt.cancels.start()  # listening before the first step is leased
         return rt

@@ -124,6 +124,8 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/_admin/tenants/{tenant_id}/cancel"): sc.ADMIN,
     ("GET", "/v1/_admin/tenants/{tenant_id}/export"): sc.ADMIN,
     ("DELETE", "/v1/_admin/tenants/{tenant_id}"): sc.ADMIN,
+    # governance (issue 42): usage and cost
+    ("GET", "/v1/_usage"): sc.TENANT,
     ("GET", "/openapi.json"): R,
     ("GET", "/docs"): R,
     ("GET", "/redoc"): R,

@@ -41,7 +41,6 @@ UNSUPPORTED_TOP: dict[str, str] = {
     "change_subscriptions": "treadle has no change subscriptions",
     "document_sources": "treadle has no document sources",
     "hooks": "treadle registers tool hooks with POST /v1/hooks",
-    "pricing": "treadle does not price usage",
     "principals": "treadle authenticates with TREADLE_AUTH_TOKEN",
     "env_allowlist": "treadle reads no secrets from yaml",
 }

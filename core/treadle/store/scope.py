@@ -63,6 +63,13 @@ def bind(tenant_id: str) -> bool:
     return True
 
 
+def unbind() -> None:
+    """Act across tenants for the rest of the request (an operator's report, checked by its route)."""
+    binding = _BINDING.get()
+    if binding is not None:
+        binding.tenant_id = None
+
+
 @contextmanager
 def bound_tenant(tenant_id: str) -> Iterator[None]:
     """Bind `tenant_id` for a block (tests, tools acting for one tenant)."""
