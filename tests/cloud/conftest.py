@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.support.db import create_database, drop_database
+from tests.support.lambda_sim import LambdaEnv
 from tests.support.localcloud import A2A_CARDS, AGENTS, API_TOKEN
 
 _AWS_ENV = {
@@ -117,3 +118,11 @@ def cloud_env(
     for k in ("TREADLE_DB_SECRET_ARN", "TREADLE_API_TOKEN_SECRET_ARN", "TREADLE_PROVIDER_KEYS_SECRET_ARN"):
         monkeypatch.delenv(k, raising=False)
     return {**aws, **env}
+
+
+@pytest.fixture
+def worker(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
+    """The worker Lambda (an environment of its own), on `cloud_env`."""
+    env = LambdaEnv("worker")
+    yield env
+    env.close()

@@ -25,12 +25,6 @@ def api(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
     env.close()
 
 
-@pytest.fixture
-def worker(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
-    env = LambdaEnv("worker")
-    yield env
-    env.close()
-
 
 def rpc(fn: LambdaEnv, method: str, params: dict[str, Any]) -> tuple[int, Any]:
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}

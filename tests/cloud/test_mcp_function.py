@@ -26,12 +26,6 @@ def mcp(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
     env.close()
 
 
-@pytest.fixture
-def worker(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
-    env = LambdaEnv("worker")
-    yield env
-    env.close()
-
 
 def rpc(fn: LambdaEnv, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None,
         msg_id: int = 1) -> tuple[int, Any]:
