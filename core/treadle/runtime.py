@@ -292,6 +292,14 @@ class Runtime:
             on_run_end=self.volumes.run_ended,
         )
 
+    async def _purge_ended(self) -> int:
+        """The sweeper's pass over ended runs: their ephemeral volumes, and their SQL memory `run`
+        scopes (dropped at run end)."""
+        purged = await self.volumes.purge_ended()
+        if self.sql_memory is not None:
+            await self.sql_memory.drop_ended_runs(self.pool)
+        return purged
+
     @cached_property
     def sql_memory(self) -> SqlMemory | None:
         """SQL memory's host (store/sqlmem.py) where `memory.sql` is configured."""
@@ -400,7 +408,7 @@ class Runtime:
         from treadle.triggers.service import Triggers
 
         return Triggers(self.pool, self.config, self, self.substrate.agents, self.memory,
-                        ScopedPublisher(self.channels, self), purge_volumes=self.volumes.purge_ended,
+                        ScopedPublisher(self.channels, self), purge_volumes=self._purge_ended,
                         retention=self.enforce_retention,
                         mcp=lambda tenant, server, tool, args: self.mcp.call_hook(tenant, server, tool, args))
 

@@ -36,6 +36,9 @@ async def test_tables_args_returning_and_the_row_cap(open_rt: Any) -> None:
     assert capped[1]["rows"] == [[1], [2], [3]] and capped[1]["truncated"] is True
     assert not scratch[0] and counted[1]["rows"] == [[0]]
     assert apart[0] and "sql_error" in apart[1] and "notes" in apart[1]
+    assert sorted(k.scope for k in await rt.sql_memory.scopes()) == ["agent", "run"]
+    await rt.triggers.sweeper().tick_once()  # the run has ended: its scratch database goes
+    assert [k.scope for k in await rt.sql_memory.scopes()] == ["agent"]
 
 
 async def test_sql_scopes_are_default_deny_and_fields_are_checked(open_rt: Any) -> None:

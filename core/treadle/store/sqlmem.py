@@ -244,6 +244,27 @@ class SqlMemory:
                 " WHERE %(t)s::text IS NULL OR tenant_id = %(t)s ORDER BY 1, 2, 3", {"t": tenant})
             return [ScopeKey(r["tenant_id"], r["scope"], r["scope_id"]) for r in await cur.fetchall()]
 
+    async def drop_ended_runs(self, main: Any) -> int:
+        """Drop the `run` scopes whose run has finished (or is gone): the sweeper's pass, so a run's
+        scratch database outlives it by at most one tick. `main`: treadle's pool."""
+        await self.open()
+        async with await self._admin() as conn:
+            cur = await conn.execute(
+                "SELECT tenant_id, scope_id FROM treadle_sqlmem.scopes WHERE scope = 'run' LIMIT 500")
+            runs = [(r["tenant_id"], r["scope_id"]) for r in await cur.fetchall()]
+        if not runs:
+            return 0
+        async with main.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id FROM runs WHERE id = ANY(%s) AND status NOT IN ('completed', 'failed', 'cancelled')",
+                ([run_id for _, run_id in runs],))
+            live = {r["id"] for r in await cur.fetchall()}
+        dropped = 0
+        for tenant, run_id in runs:
+            if run_id not in live:
+                dropped += await self.drop_scope(ScopeKey(tenant, "run", run_id))
+        return dropped
+
     async def drop_all(self) -> int:
         """Drop every scope of this database (tests; a tenant erase uses drop_scope per scope)."""
         found = await self.scopes()
