@@ -29,8 +29,10 @@ def test_defaults_and_line_endings_do_not_change_the_hash() -> None:
 
 def test_behaviour_changes_the_hash_but_description_and_def_scopes_do_not() -> None:
     base = agent_hash(AgentConfig.model_validate(DEF))
-    for change in ({"system_prompt": "You write code."}, {"tools": ["Memory"]}, {"max_iterations": 6},
-                   {"skills": []}, {"model": "echo"}, {"memory_scopes": ["agent"]}):
+    changes: tuple[dict[str, object], ...] = (
+        {"system_prompt": "You write code."}, {"tools": ["Memory"]}, {"max_iterations": 6},
+        {"skills": []}, {"model": "echo"}, {"memory_scopes": ["agent"]})
+    for change in changes:
         assert agent_hash(AgentConfig.model_validate({**DEF, **change})) != base, change
     for same in ({"description": "reviews"}, {"agent_def_scopes": ["any"]}, {"skill_def_scopes": ["self"]}):
         assert agent_hash(AgentConfig.model_validate({**DEF, **same})) == base, same

@@ -57,7 +57,7 @@ def test_every_type_is_described() -> None:
 ])
 def test_typed_events_round_trip(typed: events.TypedEvent) -> None:
     event = typed.event()
-    assert event.type == typed.type and event.type in EventType
+    assert event.type == typed.type and event.type in set(EventType)
     assert events.parse(event.type, event.payload) == typed
     if isinstance(typed, events.ToolResult):
         assert event.tool_use_id == "t1"

@@ -72,7 +72,7 @@ def test_a_built_route_is_an_ordinary_api_route() -> None:
 
 
 def test_every_route_of_the_api_is_declared_lazy() -> None:
-    eager = [f"{r.path} {sorted(r.methods)}" for router in api_routers() for r in router.routes
+    eager = [f"{r.path} {sorted(r.methods or ())}" for router in api_routers() for r in router.routes
              if isinstance(r, APIRoute) and not isinstance(r, LazyAPIRoute)]
     assert eager == []
 

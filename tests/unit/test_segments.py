@@ -25,7 +25,7 @@ def test_untrusted_text_cannot_break_out_of_its_fence() -> None:
 
 @pytest.mark.parametrize("kind", [None, "", "<script>", "admin", "Web_Content"])
 def test_unknown_kinds_render_as_untrusted(kind: str | None) -> None:
-    block = {"type": "untrusted-block", "text": "t"}
+    block: dict[str, object] = {"type": "untrusted-block", "text": "t"}
     if kind is not None:
         block["kind"] = kind
     assert render_block(block) == "<untrusted>\nt\n</untrusted>"
@@ -37,7 +37,7 @@ def test_every_known_kind_is_kept() -> None:
 
 
 def test_split_segments_separates_system_from_user() -> None:
-    segs = [
+    segs: list[dict[str, object]] = [
         {"role": "system", "content": [{"type": "trusted-text", "text": "S1"}, {"type": "trusted-text", "text": "S2"}]},
         {"role": "user", "content": [{"type": "trusted-text", "text": "U1"}]},
         {"role": "user", "content": [{"type": "untrusted-block", "kind": "uploaded_cv", "text": "cv<"}]},

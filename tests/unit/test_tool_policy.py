@@ -13,7 +13,7 @@ from treadle.config import parse_config
 from treadle.engine.agents import resolve_agents
 from treadle.errors import ConfigError
 from treadle.providers.mock import MockProvider
-from treadle.tools.base import Park, ToolContext, ToolResult
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 from treadle.tools.registry import ToolRegistry
 
 
@@ -21,6 +21,7 @@ class Echo:
     name = "Echo"
     description = "echoes"
     input_schema: dict[str, Any] = {"type": "object"}
+    effects: ToolEffects = "external"  # what a tool without `effects` gets
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         return ToolResult.json(args)
