@@ -73,3 +73,18 @@ async def test_tenants_and_agents_have_their_own_databases(open_rt: Any) -> None
     other = await tool_results(rt, (await run_agent(rt, disp, "w", tenant="other")).id, tenant="other")
     assert all(not e for e, _ in other)  # the same agent in another tenant: a database of its own
     assert len(await rt.sql_memory.scopes()) == 3
+
+
+async def test_erasing_a_tenant_drops_its_sql_scopes(open_rt: Any) -> None:
+    from tests.support.tenancy import api, bearer, mint
+
+    writer = scripted(op("sql_exec", statement="CREATE TABLE t (v text)"), sql_scopes=["agent"])
+    rt, disp = await open_rt({"agents": {"w": writer}, **SQL})
+    for tenant in ("acme", "other"):
+        await ok_results(rt, (await run_agent(rt, disp, "w", tenant=tenant)).id, tenant=tenant)
+    async with api(rt) as c:
+        operator = bearer(await mint(c, {}, "operator"))
+        r = await c.delete("/v1/_admin/tenants/acme", params={"confirm": "acme"}, headers=operator)
+        assert r.status_code == 200, r.text
+        assert r.json()["deleted"]["sql_memory_scopes"] == 1
+    assert [k.tenant for k in await rt.sql_memory.scopes()] == ["other"]

@@ -103,5 +103,11 @@ async def erase_tenant(tenant_id: str, rt: Rt, who: Who, confirm: str | None = N
     for run in await rt.runs.list_unfinished(tenant, MAX_CANCEL):  # nothing of it keeps running
         await rt.cancel_run(tenant, run.id, "tenant erased")
     deleted = await TenantData(rt.pool).erase(tenant)
+    if rt.sql_memory is not None:  # its SQL memory scopes (schemas and roles in their own database)
+        scopes = await rt.sql_memory.scopes(tenant)
+        for key in scopes:
+            await rt.sql_memory.drop_scope(key)
+        if scopes:
+            deleted["sql_memory_scopes"] = len(scopes)
     rt.auth_generation += 1  # its tokens are gone: no cached principal may outlive them here
     return {"tenant_id": tenant, "deleted": deleted}
