@@ -143,3 +143,22 @@ async def test_another_tenants_evaluations_are_invisible(open_rt: Any) -> None:
         agg = (await c.post("/v1/_evaluation", json={"op": "aggregate", "name": "worker"})).json()
         assert agg["overall"]["count"] == 0
     assert TENANT != "tenant-b"
+
+
+async def test_judgement_is_free_form_json_as_in_loomcycle(open_rt: Any) -> None:
+    """loomcycle's Evaluation.submit `judgement` is a json.RawMessage (evaluation.go), ≤ 32 KiB by
+    default; a string still works."""
+    rt, disp = await open_rt({"agents": {}})
+    async with client_for(rt) as c:
+        await _worker_def(c)
+        run = await run_agent(rt, disp, "worker")
+        for judgement in ({"verdict": "pass", "checks": [1, 2, {"ok": True}]}, ["a", "b"], "pass", 3):
+            resp = await c.post("/v1/_evaluation", json={"op": "submit", "run_id": run.id, "score": 1,
+                                                         "judgement": judgement})
+            assert resp.status_code == 200, resp.text
+            assert resp.json()["judgement"] == judgement
+            got = await c.post("/v1/_evaluation", json={"op": "get", "eval_id": resp.json()["eval_id"]})
+            assert got.json()["judgement"] == judgement
+        big = await c.post("/v1/_evaluation", json={"op": "submit", "run_id": run.id, "score": 1,
+                                                    "judgement": {"x": "y" * 33_000}})
+        assert big.status_code == 422 and "32768 bytes" in big.text, big.text

@@ -30,7 +30,7 @@ class EvaluationTool:
             "name": {"type": "string", "description": "an agent name (list_for_def, aggregate)"},
             "score": {"type": "number"},
             "dimensions": {"type": "object", "additionalProperties": {"type": "number"}},
-            "judgement": {"type": "string"},
+            "judgement": {"description": "submit: a free-form JSON value (≤ 32 KiB): a label, an object, …"},
             "rationale": {"type": "string"},
             "include_lineage": {"type": "boolean"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 1000},

@@ -32,7 +32,7 @@ class EvaluationRecord:
     def_content_sha256: str | None
     score: float
     dimensions: dict[str, float]
-    judgement: str | None
+    judgement: Any
     rationale: str
     emitter_role: str
     emitter_agent: str | None
@@ -54,7 +54,9 @@ class EvaluationStore:
         self.pool = pool
 
     async def insert(self, rec: dict[str, Any]) -> EvaluationRecord:
-        params = {**rec, "eval_id": new_eval_id(), "dimensions": Jsonb(rec.get("dimensions") or {})}
+        judgement = rec.get("judgement")
+        params = {**rec, "eval_id": new_eval_id(), "dimensions": Jsonb(rec.get("dimensions") or {}),
+                  "judgement": Jsonb(judgement) if judgement is not None else None}
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 f"""INSERT INTO evaluations (eval_id, tenant_id, run_id, agent, def_id, def_content_sha256, score,

@@ -1,7 +1,7 @@
 """Evaluation: scores for runs, attributed to the AgentDef each run ran with.
 
 Ops (tool input shape, also the body of POST /v1/_evaluation):
-  submit        {run_id, score, dimensions?{name: number}, judgement?, rationale?}
+  submit        {run_id, score, dimensions?{name: number}, judgement? (any JSON ≤ 32 KiB), rationale?}
   get           {eval_id}
   list_for_run  {run_id, limit?}
   list_for_def  {def_id | name, include_lineage?, limit?}
@@ -15,6 +15,7 @@ stays policy: nothing here promotes anything.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ OPS = ("submit", "get", "list_for_run", "list_for_def", "aggregate")
 DIMENSION = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 MAX_DIMENSIONS = 32
 MAX_RATIONALE = 16 * 1024
+MAX_JUDGEMENT_BYTES = 32 * 1024  # loomcycle's EvaluationMaxJudgementBytes default
 MAX_ANCESTRY = 16
 
 
@@ -90,9 +92,9 @@ class EvaluationService:
         for name, value in dims.items():
             if not DIMENSION.match(str(name)) or not _number(value):
                 raise _refuse("submit", f"dimension {name!r} must be named [A-Za-z0-9_.:-]{{1,64}} and be a number")
-        judgement = args.get("judgement")
-        if judgement is not None and (not isinstance(judgement, str) or len(judgement) > 256):
-            raise _refuse("submit", "judgement must be a string of at most 256 characters")
+        judgement = args.get("judgement")  # free-form JSON, as loomcycle's (a string still works)
+        if judgement is not None and len(json.dumps(judgement).encode()) > MAX_JUDGEMENT_BYTES:
+            raise _refuse("submit", f"judgement must be JSON of at most {MAX_JUDGEMENT_BYTES} bytes")
         rationale = args.get("rationale") or ""
         if not isinstance(rationale, str) or len(rationale) > MAX_RATIONALE:
             raise _refuse("submit", f"rationale must be a string of at most {MAX_RATIONALE} characters")

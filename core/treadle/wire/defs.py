@@ -46,7 +46,8 @@ class EvaluationOp(Request):
     name: str | None = Field(default=None, description="an agent name (list_for_def, aggregate)")
     score: float | None = None
     dimensions: dict[str, float] | None = None
-    judgement: str | None = None
+    #: free-form JSON (loomcycle's), at most 32 KiB
+    judgement: Any = None
     rationale: str | None = None
     include_lineage: bool | None = None
     limit: int | None = Field(default=None, ge=1, le=1000)
