@@ -64,13 +64,15 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.admin", "router", ("/v1/_admin/",)),
     ("treadle.api.admin", "tenant_router", ("/v1/_concurrency",)),
     ("treadle.api.loomcycle", "router", ("/v1/_me", "/v1/agents/", "/v1/sessions/", "/v1/users/")),
+    ("treadle.api.channels", "user_router", ("/v1/users/",)),
     ("treadle.api.substrate", "router", ("/v1/_agentdef", "/v1/_evaluation", "/v1/_skilldef", "/v1/_volumedef")),
     ("treadle.api.memory", "router", ("/v1/_memory/",)),
     ("treadle.api.llm_gateway", "router", ("/v1/_llm/",)),
-    ("treadle.api.openai_compat", "routers", ("/v1/chat/", "/v1/embeddings", "/v1/models")),
+    ("treadle.api.openai_compat", "routers", ("/v1/chat/", "/v1/embeddings", "/v1/models", "/v1/responses")),
     ("treadle.api.mcp", "router", ("/v1/_mcp", "/mcp")),
     ("treadle.api.teams", "router", ("/v1/_teamdef",)),
     ("treadle.api.a2a", "router", ("/.well-known/agent-card.json", "/a2a/")),
+    ("treadle.api.usage", "router", ("/v1/_usage",)),
 )
 
 

@@ -215,6 +215,12 @@ def openai_routes_and_the_gateway(api: Checked) -> None:
         {"role": "user", "content": "hi"}]})
     api.call("POST", "/v1/chat/completions", 400, json={"model": "helper", "messages": []})
     api.call("POST", "/v1/embeddings", 200, json={"model": "fake-embed-384", "input": "hello"})
+    api.call("POST", "/v1/responses", 200, json={"model": "helper", "input": "hi"})
+    gone = {"response_id": "resp_unknown"}  # nothing is stored yet (docs/openai.md): OpenAI's 404
+    api.call("GET", "/v1/responses/{response_id}", 404, path=gone)
+    api.call("GET", "/v1/responses/{response_id}/input_items", 404, path=gone)
+    api.call("POST", "/v1/responses/{response_id}/cancel", 404, path=gone)
+    api.call("DELETE", "/v1/responses/{response_id}", 404, path=gone)
     api.call("POST", "/v1/_llm/chat", 200, json={"provider": "mock", "model": "echo", "messages": [
         {"role": "user", "content": "hi"}]})
 

@@ -33,7 +33,7 @@ PATH_VALUES = ("x", "%00", "a" * 300, "..", "r_0")
 PARAMS = ("{run_id}", "{id}", "{name}", "{ident}", "{interrupt_id}", "{user_id}", "{tenant}", "{scope}",
           "{scope_id}", "{key}", "{channel}")
 #: routes that answer in OpenAI's error shape (docs/openai.md)
-OPENAI_PATHS = ("/v1/chat/completions", "/v1/embeddings", "/v1/models")
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/embeddings", "/v1/models", "/v1/responses")
 
 
 def bad_error_shape(path: str, doc: Any) -> bool:

@@ -68,7 +68,7 @@ def refuse_sampling(req: ChatRequest) -> None:
         if getattr(req, name) is not None:
             raise UnsupportedParameter(f"{name} applies to a model alias or tier; the agent {req.model!r} uses its "
                                        "own model settings", name)
-    if req.response_format is not None and req.response_format.type != "text":
+    if req.response_format is not None and req.response_format.type in ("json_object", "json_schema"):
         raise UnsupportedParameter(f"response_format applies to a model alias or tier; the agent {req.model!r} "
                                    "answers in its own format", "response_format")
     for name in ("reasoning_effort",):

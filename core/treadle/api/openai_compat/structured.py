@@ -60,7 +60,7 @@ class Wish:
 
     def __init__(self, fmt: ResponseFormat | None, choice: ToolChoice | None, parallel: bool | None = None,
                  effort: str | None = None, strict_tools: dict[str, dict[str, Any]] | None = None) -> None:
-        self.fmt = fmt if fmt is not None and fmt.type != "text" else None
+        self.fmt = fmt if fmt is not None and fmt.type in ("json_object", "json_schema") else None
         self.single_call = parallel is False  # parallel_tool_calls: false — at most one call per answer
         self.effort = effort  # reasoning effort: sent as the providers' `effort` option (not checked)
         self.strict_tools = strict_tools or {}  # strict function tools: name → parameters schema
