@@ -271,21 +271,21 @@ async def _user_channel(rt: Runtime, tenant_id: str, name: str, user_id: str, bo
 
 
 @user_router.post("/{name}/publish", status_code=202, response_model=Published, response_model_exclude_unset=True,
-                  responses=errors(*BODY, 404, 503))
+                  responses=errors(*BODY, 400, 404, 503))
 async def user_publish(user_id: str, name: str, body: PublishRequest, rt: Rt, who: Who) -> JSONResponse:
     await _user_channel(rt, who.tenant_id, name, user_id, body.scope_id)
     return await _publish(rt, who.tenant_id, name, user_id, body)
 
 
 @user_router.post("/{name}/subscribe", response_model=Subscribed, response_model_exclude_unset=True,
-                  responses=errors(*BODY, 404))
+                  responses=errors(*BODY, 400, 404))
 async def user_subscribe(user_id: str, name: str, body: SubscribeRequest, rt: Rt, who: Who) -> dict[str, Any]:
     d = await _user_channel(rt, who.tenant_id, name, user_id, body.scope_id)
     return await _subscribe(rt, who.tenant_id, d, user_id, body)
 
 
 @user_router.get("/{name}/peek", response_model=Peeked, response_model_exclude_unset=True,
-                 responses=errors(*AUTHED, 404))
+                 responses=errors(*AUTHED, 400, 404))
 async def user_peek(
     user_id: str, name: str, rt: Rt, who: Who, consumer: str = "http",
     max_messages: Annotated[int, Query(ge=1, le=100)] = 10,
@@ -295,7 +295,7 @@ async def user_peek(
 
 
 @user_router.post("/{name}/ack", response_model=Acked, response_model_exclude_unset=True,
-                  responses=errors(*BODY, 404))
+                  responses=errors(*BODY, 400, 404))
 async def user_ack(user_id: str, name: str, body: AckRequest, rt: Rt, who: Who) -> dict[str, Any]:
     d = await _user_channel(rt, who.tenant_id, name, user_id, body.scope_id)
     return await _ack(rt, who.tenant_id, d, user_id, body)

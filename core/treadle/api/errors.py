@@ -130,7 +130,7 @@ def install_error_handlers(app: FastAPI) -> None:
         code = _STATUS_CODES.get(exc.status_code, "error")
         message = exc.detail if isinstance(exc.detail, str) else code
         headers = exc.headers
-        if exc.status_code == 405:
+        if exc.status_code == 405 and exc.detail == "Method Not Allowed":  # the router's; a route's own Allow wins
             headers = {**(headers or {}), "Allow": _allowed(req)}
         return JSONResponse(error_body(code, message), status_code=exc.status_code, headers=headers)
 
