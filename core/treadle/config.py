@@ -440,35 +440,6 @@ class TreadleConfig(BaseModel):
         """A run's `user_tier`: a `user_tiers:` entry, or (without that block) a `tiers:` one."""
         return name in self.user_tiers if self.user_tiers else name in self.tiers
 
-    def agent_candidates(self, name: str, user_tier: str | None = None) -> list[tuple[str, ModelRef]]:
-        """The agent's ordered (key path, provider + model) candidates; references must be valid.
-        A tier agent's candidates follow loomcycle's user tier (the run's, else `default`) and
-        provider priority; without `user_tiers:` a run's user_tier names the tier to use."""
-        agent = self.agents[name]
-        tier = agent.tier
-        if user_tier is not None and not self.user_tiers and user_tier in self.tiers:
-            tier = user_tier  # treadle's reading: the run picks a `tiers:` entry
-        if tier is not None:
-            ut = self.user_tiers.get(user_tier or "default") if self.user_tiers else None
-            if ut is not None and tier in ut.tiers:
-                cands = [(f"user_tiers.{user_tier or 'default'}.tiers.{tier}.{i}", self._deref(c))
-                         for i, c in enumerate(ut.tiers[tier])]
-            else:
-                cands = [(f"tiers.{tier}.candidates.{i}", self._deref(c))
-                         for i, c in enumerate(self.tiers[tier].candidates)]
-            order = (ut.provider_priority if ut is not None and ut.provider_priority else None) \
-                or self.provider_priority
-            if order:
-                cands = sorted((c for c in cands if c[1].provider in order), key=lambda c: order.index(c[1].provider))
-            if ut is not None and not ut.fallback_on_error:
-                cands = cands[:1]
-            elif ut is not None and ut.max_fallback_attempts is not None:
-                cands = cands[:1 + ut.max_fallback_attempts]
-            return cands
-        if "provider" not in agent.model_fields_set and agent.model in self.models:
-            return [(f"agents.{name}.model", self.models[agent.model])]
-        return [(f"agents.{name}.provider", ModelRef(provider=self.agent_provider(agent), model=agent.model))]
-
     def agent_provider(self, agent: AgentConfig) -> str:
         """The provider of an agent's `model`: `provider:` when given; else the mock for the mock's
         own models; else the one configured non-mock provider (with several, reference_errors asks
@@ -492,7 +463,7 @@ class TreadleConfig(BaseModel):
         def check_ref(path: str, ref: ModelRef) -> None:
             if ref.provider not in known:
                 errs.append((f"{path}.provider", f"unknown provider {ref.provider!r} (configured: {', '.join(known)})"))
-            elif self._driver(ref.provider) == "mock" and ref.model not in MOCK_MODELS:
+            elif self.driver(ref.provider) == "mock" and ref.model not in MOCK_MODELS:
                 errs.append((f"{path}.model", f"unknown mock model {ref.model!r} (one of {', '.join(MOCK_MODELS)})"))
 
         for alias, ref in self.models.items():
@@ -525,14 +496,7 @@ class TreadleConfig(BaseModel):
             if agent.tier is not None:
                 if agent.tier not in self.tiers:
                     errs.append((f"agents.{name}.tier", f"unknown tier {agent.tier!r}" + _listing(self.tiers)))
-                elif not errs:
-                    user_tiers: list[str | None] = [*self.user_tiers] or [None]
-                    for ut_key in user_tiers:
-                        if not self.agent_candidates(name, ut_key):
-                            where = f"user tier {ut_key!r}" if ut_key else "provider_priority"
-                            errs.append((f"agents.{name}.tier", f"no candidate of tier {agent.tier!r} is allowed "
-                                                                f"by {where}"))
-                continue
+                continue  # (what a user tier leaves it: engine/model_routes.py route_errors)
             explicit = "provider" in agent.model_fields_set
             if not explicit and agent.model in self.models:
                 continue
@@ -550,7 +514,7 @@ class TreadleConfig(BaseModel):
                 errs.append(
                     (f"agents.{name}.provider", f"unknown provider {provider!r} (configured: {', '.join(known)})")
                 )
-            elif self._driver(provider) == "mock" and agent.model not in MOCK_MODELS:
+            elif self.driver(provider) == "mock" and agent.model not in MOCK_MODELS:
                 hint = "" if explicit or not self.models else f"; model aliases: {', '.join(self.models)}"
                 errs.append(
                     (
@@ -558,18 +522,13 @@ class TreadleConfig(BaseModel):
                         f"unknown mock model {agent.model!r} (one of {', '.join(MOCK_MODELS)}{hint})",
                     )
                 )
-        if not errs:
-            for name, agent in self.agents.items():
-                for path, ref in self.agent_candidates(name):
-                    if self._driver(ref.provider) == "mock" and ref.model == "script" and agent.mock.script is None:
-                        errs.append((f"agents.{name}.mock.script", f"model 'script' (from {path}) needs mock.script"))
         errs += _substrate_errors(self)
         if not lazy:
             errs += _trigger_errors(self)
             errs += _volume_errors(self)
         return errs
 
-    def _driver(self, provider_id: str) -> str:
+    def driver(self, provider_id: str) -> str:
         cfg = self.providers.get(provider_id)
         return cfg.driver if cfg is not None else "mock"
 

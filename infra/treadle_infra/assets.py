@@ -22,8 +22,9 @@ def validate_config(config_file: Path) -> str:
     """The operator YAML as text, after the same validation `treadle serve` does (a broken config
     fails `cdk synth`, not the first invocation)."""
     from treadle.config import load_config
+    from treadle.engine.model_routes import check_routes
 
-    load_config(config_file)
+    check_routes(load_config(config_file), str(config_file))
     return config_file.read_text()
 
 

@@ -57,6 +57,11 @@ pytestmark = pytest.mark.e2e  # real processes; part of the normal `pytest` run
 SEED = int(os.environ.get("TREADLE_CHAOS_SEED") or secrets.randbelow(1_000_000))
 N_RUNS = int(os.environ.get("TREADLE_CHAOS_RUNS") or 240)
 FAULTS = ["kill"] * 4 + ["stop"] * 4
+#: while faults remain, more runs are started whenever fewer than FEED_FLOOR are unfinished (in
+#: batches of FEED_BATCH, up to FEED_MAX_FACTOR x N_RUNS parents in all)
+FEED_FLOOR = 40
+FEED_BATCH = 20
+FEED_MAX_FACTOR = 4
 DUP_PERCENT = 10  # of the step jobs the replicas enqueue, copied by the trigger
 LEASE_S = 2.0
 SLOW_WRITE_S = 0.03
@@ -182,6 +187,10 @@ class Chaos:
         self.faults: list[dict[str, Any]] = []
         self.t0 = time.monotonic()
         self.db = Db(url)  # one connection for all the polling
+        #: replicas killed or stopped right now; a fault is injected under `gate`, so the feeder
+        #: (which starts runs under it too) never sends a start to a replica about to go down
+        self.down: set[str] = set()
+        self.gate = asyncio.Lock()
 
     async def progress(self) -> int:
         return await self.db.scalar("SELECT count(*) FROM events WHERE type = 'tool_result'")
@@ -216,7 +225,9 @@ class Chaos:
     async def kill(self, victim: Replica, threshold: int) -> None:
         assert victim.pid is not None
         pid = victim.pid
-        victim.kill9()
+        async with self.gate:
+            self.down.add(victim.name)
+            victim.kill9()
         held = await self.leases_of(pid)  # the dead cannot renew: what they held is what they had
         fault = {"kind": "kill", "replica": victim.name, "pid": pid, "at_s": round(time.monotonic() - self.t0, 1),
                  "threshold": threshold, "results": await self.progress(), "unfinished": await self.unfinished(),
@@ -224,6 +235,7 @@ class Chaos:
         self.faults.append(fault)
         print(f"[chaos] {fault}")
         await victim.restart()
+        self.down.discard(victim.name)
 
     async def stop(self, victim: Replica, threshold: int, hold: float) -> None:
         """SIGSTOP, then SIGCONT once `hold` has passed and no run the frozen replica held is
@@ -231,7 +243,9 @@ class Chaos:
         taken_over: False, a liveness problem the checks report)."""
         assert victim.pid is not None
         pid = victim.pid
-        victim.sigstop()
+        async with self.gate:
+            self.down.add(victim.name)
+            victim.sigstop()
         stopped_at = time.monotonic()
         held = await self.leases_of(pid)
         fault: dict[str, Any] = {
@@ -271,6 +285,7 @@ class Chaos:
             self.faults.append(fault)
             print(f"[chaos] {fault}")
             victim.sigcont()
+            self.down.discard(victim.name)
 
     async def frozen_holders(self) -> list[dict[str, Any]]:
         """Sessions idle in a transaction for longer than the lease while another session waits
@@ -583,36 +598,61 @@ async def test_exactly_once_under_kills_stops_and_duplicates(chaos_db: str, tmp_
         # -- a few hundred runs, started through both replicas ---------------------------------------
         async with TreadleClient(replicas[0].url, timeout=30) as ca, TreadleClient(replicas[1].url, timeout=30) as cb:
             sem = asyncio.Semaphore(16)
+            parent_ids: list[str] = []
 
-            async def start(i: int) -> str:
+            async def start(i: int, client: TreadleClient | None = None) -> None:
                 async with sem:
-                    run = await (ca if i % 2 == 0 else cb).start_run("chaos", f"chaos run {i}", user_id=f"u{i:04d}")
-                    return str(run["run_id"])
+                    run = await (client or (ca if i % 2 == 0 else cb)).start_run(
+                        "chaos", f"chaos run {i}", user_id=f"u{i:04d}")
+                    parent_ids.append(str(run["run_id"]))
 
-            parent_ids = list(await asyncio.gather(*(start(i) for i in range(N_RUNS))))
-        chaos.t0 = time.monotonic()
-        total = N_RUNS * RESULTS_PER_RUN
-        # one threshold per fault, each in its own slice of 3 %..85 % of the work
-        edges = [0.03 + (0.85 - 0.03) * i / len(FAULTS) for i in range(len(FAULTS) + 1)]
-        thresholds = [int(total * rng.uniform(lo, hi)) for lo, hi in itertools.pairwise(edges)]
+            await asyncio.gather(*(start(i) for i in range(N_RUNS)))
+            chaos.t0 = time.monotonic()
+            total = N_RUNS * RESULTS_PER_RUN
+            # one threshold per fault, each in its own slice of 3 %..85 % of the work
+            edges = [0.03 + (0.85 - 0.03) * i / len(FAULTS) for i in range(len(FAULTS) + 1)]
+            thresholds = [int(total * rng.uniform(lo, hi)) for lo, hi in itertools.pairwise(edges)]
+            faults_done = asyncio.Event()
 
-        injector = asyncio.create_task(chaos.inject(stop_injecting))
+            async def feed() -> None:
+                """Runs finish faster than faults take (a stop lasts its lease and a takeover): while
+                faults remain, keep FEED_FLOOR runs unfinished so that every fault hits live work."""
+                async with Db(url, application_name="chaos-feeder") as db:  # its own: chaos.db is the faults'
+                    while not faults_done.is_set() and len(parent_ids) < N_RUNS * FEED_MAX_FACTOR:
+                        if await db.scalar(f"SELECT count(*) FROM runs WHERE status NOT IN {TERMINAL}") < FEED_FLOOR:
+                            # through a replica that stays up while it answers (on its port of this start)
+                            async with chaos.gate:
+                                up = next(r for r in replicas if r.name not in chaos.down)
+                                async with TreadleClient(up.url, timeout=30) as client:
+                                    base = len(parent_ids)
+                                    await asyncio.gather(*(start(base + i, client) for i in range(FEED_BATCH)))
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(faults_done.wait(), 0.1)
 
-        async def all_terminal() -> bool:
-            return await chaos.unfinished() == 0
+            injector = asyncio.create_task(chaos.inject(stop_injecting))
+            feeder = asyncio.create_task(feed())
 
-        try:
-            await chaos.run_faults(thresholds)
-            t_faults = time.monotonic()
-            await until(all_terminal, timeout=90, interval=0.25, what="every run to end (90 s after the faults)")
-        except TimeoutError as exc:  # liveness: the work stopped moving
-            stuck = await query(url, "SELECT id, agent, status, step_no, lease_owner, lease_until, updated_at"
-                                     f" FROM runs WHERE status NOT IN {TERMINAL} ORDER BY id LIMIT 20")
-            raise AssertionError(
-                f"seed {SEED} (TREADLE_CHAOS_SEED={SEED}): {exc}\nunfinished runs (first 20): {stuck}\n"
-                f"blockers: {await chaos.blockers()}\nfaults: {chaos.faults}\n"
-                + "\n".join(r.log_tail(3000) for r in replicas)
-            ) from None
+            async def all_terminal() -> bool:
+                return await chaos.unfinished() == 0
+
+            try:
+                await chaos.run_faults(thresholds)
+                faults_done.set()
+                await feeder
+                t_faults = time.monotonic()
+                await until(all_terminal, timeout=90, interval=0.25, what="every run to end (90 s after the faults)")
+            except TimeoutError as exc:  # liveness: the work stopped moving
+                stuck = await query(url, "SELECT id, agent, status, step_no, lease_owner, lease_until, updated_at"
+                                         f" FROM runs WHERE status NOT IN {TERMINAL} ORDER BY id LIMIT 20")
+                raise AssertionError(
+                    f"seed {SEED} (TREADLE_CHAOS_SEED={SEED}): {exc}\nunfinished runs (first 20): {stuck}\n"
+                    f"blockers: {await chaos.blockers()}\nfaults: {chaos.faults}\n"
+                    + "\n".join(r.log_tail(3000) for r in replicas)
+                ) from None
+            finally:
+                faults_done.set()
+                if not feeder.done():
+                    feeder.cancel()
         t_done = time.monotonic()
         stop_injecting.set()
         await injector
@@ -649,7 +689,7 @@ async def test_exactly_once_under_kills_stops_and_duplicates(chaos_db: str, tmp_
     summary = {
         "seed": SEED,
         "runs": len(obs["runs"]),
-        "parents": N_RUNS,
+        "parents": len(parent_ids),
         "steps": steps,
         "jobs_original": inserted["original"],
         "jobs_reenqueued": inserted["original"] - first_jobs,  # by sweeps and wake-ups

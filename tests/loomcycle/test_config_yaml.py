@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from treadle.builtins.registry import default_registry
 from treadle.config import load_config, parse_config
+from treadle.engine.agents import resolve_agents
+from treadle.engine.model_routes import agent_refs
 from treadle.errors import ConfigError
+from treadle.providers.registry import build_providers
 
 LOOMCYCLE_YAML = """
 provider_priority: [ollama-local, deepseek, anthropic, ollama]
@@ -95,7 +99,7 @@ def test_provider_priority_and_user_tiers_route_like_loomcycle() -> None:
     config = parse_config(yaml.safe_load(LOOMCYCLE_YAML))
 
     def route(agent: str, user_tier: str | None = None) -> list[tuple[str, str]]:
-        return [(r.provider, r.model) for _, r in config.agent_candidates(agent, user_tier)]
+        return [(r.provider, r.model) for _, r in agent_refs(config, agent, user_tier)]
 
     # `default` user tier: its provider order walks the tier's candidates; openai is not allowed
     assert route("triage") == [("ollama-local", "gemma4:9b"), ("anthropic", "claude-haiku-4-5")]
@@ -146,6 +150,6 @@ def test_a_user_tier_that_leaves_an_agent_nothing_is_a_config_error() -> None:
     data = {"tiers": {"t": [{"provider": "mock", "model": "echo"}]},
             "user_tiers": {"default": {}, "cloud-only": {"provider_priority": ["anthropic"]}},
             "agents": {"a": {"tier": "t"}}}
-    with pytest.raises(ConfigError) as info:
-        parse_config(data)
+    with pytest.raises(ConfigError) as info:  # at start (the catalogue), `treadle check` and `cdk synth`
+        resolve_agents(parse_config(data), default_registry(), build_providers(parse_config(data)))
     assert "agents.a.tier: no candidate of tier 't' is allowed by user tier 'cloud-only'" in str(info.value)

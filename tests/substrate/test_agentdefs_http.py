@@ -172,3 +172,14 @@ def _new(agent: str) -> Any:
     from treadle.testing import user_text
 
     return NewRun(tenant_id=TENANT, agent=agent, segments=user_text("hi"))
+
+
+async def test_a_def_whose_route_cannot_run_is_refused_at_write(open_rt: Any) -> None:
+    """The def gate runs the route checks (engine/model_routes.py route_errors), not only the
+    reference checks: an alias to the mock's `script` model without a script is refused."""
+    rt, _ = await open_rt({**CONFIG, "models": {"scripted": {"provider": "mock", "model": "script"}}})
+    async with client_for(rt) as c:
+        err = await op(c, "/v1/_agentdef", {"op": "create", "name": "x", "overlay": {"model": "scripted"}}, 422)
+        assert err["code"] == "tool_refused" and "needs mock.script" in err["error"], err
+        ok = {"model": "scripted", "mock": {"script": [{"text": "hi"}]}}
+        assert (await op(c, "/v1/_agentdef", {"op": "create", "name": "x", "overlay": ok}))["def_id"]

@@ -17,6 +17,7 @@ from treadle.config import (
     load_settings,
     parse_config,
 )
+from treadle.engine.model_routes import agent_refs
 from treadle.errors import ConfigError
 
 
@@ -248,8 +249,8 @@ def test_a_vendor_model_without_a_provider_never_means_the_mock() -> None:
         parse_config({"providers": two, "agents": {"a": {"model": "claude-sonnet-4-5"}}})
     one = parse_config({"providers": {"claude": {"driver": "anthropic"}},
                         "agents": {"a": {"model": "claude-sonnet-4-5"}, "e": {"model": "echo"}}})
-    assert [ref.provider for _, ref in one.agent_candidates("a")] == ["claude"]  # the one configured
-    assert [ref.provider for _, ref in one.agent_candidates("e")] == ["mock"]  # the mock's own model
+    assert [ref.provider for _, ref in agent_refs(one, "a")] == ["claude"]  # the one configured
+    assert [ref.provider for _, ref in agent_refs(one, "e")] == ["mock"]  # the mock's own model
 
 
 # --- lazy sections (parse_config(..., lazy=True): the cloud functions) ---------------------------

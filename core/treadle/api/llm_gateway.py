@@ -34,7 +34,7 @@ from treadle.api.sse import SSE_HEADERS
 from treadle.domain.content import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from treadle.domain.ids import is_identifier
 from treadle.domain.runs import NewEvent
-from treadle.engine.agents import ModelRoute
+from treadle.engine.model_routes import ModelRoute
 from treadle.errors import BadRequest, ProviderError
 from treadle.providers.base import ModelResponse, ToolSpec
 from treadle.runtime import Runtime

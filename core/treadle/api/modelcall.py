@@ -17,13 +17,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from treadle.config import ModelRef
 from treadle.domain.content import Message, TextBlock
 from treadle.domain.events import EventType
 from treadle.domain.runs import NewEvent
-from treadle.engine.agents import Candidate, ModelRoute
+from treadle.engine.model_routes import Candidate, ModelRoute, Routes
 from treadle.engine.routing import Call, RetryPolicy, call_route
-from treadle.errors import BadRequest, NotFound, ProviderError
+from treadle.errors import ProviderError
 from treadle.providers.base import DeltaSink, ModelResponse, ToolSpec
 from treadle.runtime import Runtime
 
@@ -35,59 +34,21 @@ def new_request_id() -> str:
     return "req_" + secrets.token_hex(8)
 
 
-def _candidate(rt: Runtime, path: str, ref: ModelRef) -> Candidate:
-    provider = rt.providers.get(ref.provider)
-    if provider is None:
-        raise BadRequest(f"{path}: unknown provider {ref.provider!r}; providers: {', '.join(sorted(rt.providers))}",
-                         code="unknown_provider")
-    pcfg = rt.config.providers.get(ref.provider)
-    options = {**(pcfg.options if pcfg else {}), **ref.options}
-    return Candidate(ref.provider, provider, ref.model, options, pcfg.retries if pcfg else None)
-
-
 def alias_route(rt: Runtime, alias: str) -> ModelRoute:
-    return ModelRoute((_candidate(rt, f"models.{alias}", rt.config.models[alias]),))
+    return Routes(rt.config, rt.providers).alias(alias)
 
 
 def tier_route(rt: Runtime, tier: str) -> ModelRoute:
-    spec = rt.config.tiers.get(tier)
-    if spec is None:
-        raise NotFound(f"unknown tier {tier!r}; tiers: {', '.join(sorted(rt.config.tiers)) or '(none configured)'}",
-                       code="unknown_tier")
-    cands = tuple(
-        _candidate(rt, f"tiers.{tier}.candidates.{i}", rt.config.models[c] if isinstance(c, str) else c)
-        for i, c in enumerate(spec.candidates)
-    )
-    return ModelRoute(cands, spec.pin_after_success, tier)
+    return Routes(rt.config, rt.providers).tier(tier)
 
 
 def pinned_route(rt: Runtime, provider: str, model: str) -> ModelRoute:
-    return ModelRoute((_candidate(rt, "provider", ModelRef(provider=provider, model=model)),))
+    return Routes(rt.config, rt.providers).pinned(provider, model)
 
 
 def gateway_route(rt: Runtime, *, provider: str | None, model: str | None, tier: str | None) -> ModelRoute:
-    """loomcycle's precedence: provider + model → that pin; provider only → the tier's candidates
-    on that provider; model only → the alias of that name, else the tier's candidates serving that
-    model (the tier given, else every tier and alias); neither → the tier (default `default`)."""
-    if provider and model:
-        return pinned_route(rt, provider, model)
-    if model and not tier and model in rt.config.models:
-        return alias_route(rt, model)
-    if model and not tier:
-        refs = [c for a in rt.config.models for c in alias_route(rt, a).candidates if c.model == model]
-        refs += [c for t in rt.config.tiers for c in tier_route(rt, t).candidates if c.model == model]
-        refs = [c for c in refs if provider is None or c.provider_id == provider]
-        if not refs:
-            raise NotFound(f"no alias or tier candidate serves model {model!r}; name the provider too "
-                           "(provider + model), or a models: alias", code="model_not_found")
-        return ModelRoute((refs[0],))
-    route = tier_route(rt, tier or "default")
-    keep = tuple(c for c in route.candidates
-                 if (provider is None or c.provider_id == provider) and (model is None or c.model == model))
-    if not keep:
-        raise NotFound(f"tier {route.tier!r} has no candidate with provider={provider!r} model={model!r}",
-                       code="model_not_found")
-    return ModelRoute(keep, route.pin_after_success, route.tier)
+    """loomcycle's precedence (engine/model_routes.py Routes.gateway)."""
+    return Routes(rt.config, rt.providers).gateway(provider=provider, model=model, tier=tier)
 
 
 @dataclass(slots=True)

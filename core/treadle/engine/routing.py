@@ -29,7 +29,7 @@ from typing import Any
 from treadle.domain.content import Message, ThinkingBlock, ToolUseBlock
 from treadle.domain.events import EventType
 from treadle.domain.runs import NewEvent
-from treadle.engine.agents import Candidate, ModelRoute
+from treadle.engine.model_routes import Candidate, ModelRoute
 from treadle.errors import ProviderError, RetryableProviderError, UnknownModel
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, RunInfo
 from treadle.providers.observed import observed_call

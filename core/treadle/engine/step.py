@@ -31,10 +31,11 @@ from treadle.domain.events import EventType, Text, Thinking, ToolCall, ToolUseRe
 from treadle.domain.runs import NewEvent, StepMessage
 from treadle.domain.signals import CancelSignal
 from treadle.engine import plan
-from treadle.engine.agents import Candidate, ResolvedAgent
+from treadle.engine.agents import ResolvedAgent
 from treadle.engine.cancelling import CancelWatch, StepInterrupted, interruptible
 from treadle.engine.hub import RunEventHub
 from treadle.engine.lease import Lease
+from treadle.engine.model_routes import Candidate
 from treadle.engine.outcomes import StepResult
 from treadle.engine.plan import Next, StepPlan
 from treadle.engine.replay import Replayer, Transcript

@@ -21,6 +21,7 @@ from treadle.defs.lifecycle import DefLifecycle
 from treadle.domain import loomhash
 from treadle.domain.defs import content_sha256, normalize_text
 from treadle.engine.agents import AgentCatalogue
+from treadle.engine.model_routes import route_errors
 from treadle.errors import DefRefused
 from treadle.specs.mcp import is_mcp_tool_name
 from treadle.specs.volumes import binding_grants
@@ -99,8 +100,8 @@ class AgentDefFamily(DefLifecycle):
     async def normalize(self, tenant: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         cfg = parse_spec(self.label, AgentConfig, body)
         probe = self.catalogue.config.model_copy(update={"agents": {name: cfg}})
-        errs = [f"{path.removeprefix(f'agents.{name}.')}: {msg}" for path, msg in probe.reference_errors()
-                if path.startswith(f"agents.{name}.")]
+        errs = [f"{path.removeprefix(f'agents.{name}.')}: {msg}"
+                for path, msg in probe.reference_errors() or route_errors(probe) if path.startswith(f"agents.{name}.")]
         registry = self.catalogue.registry
         unknown = [t for t in cfg.tools if registry.get(t) is None and not is_mcp_tool_name(t)]
         if unknown:

@@ -20,7 +20,8 @@ from typing import Any
 from treadle.config import AgentConfig
 from treadle.domain.defs import DefRecord
 from treadle.domain.events import EventType
-from treadle.engine.agents import Candidate, ModelRoute, ResolvedAgent
+from treadle.engine.agents import ResolvedAgent
+from treadle.engine.model_routes import Candidate, ModelRoute
 from treadle.errors import NotFound, UnknownAgent
 from treadle.ports import RunStarter
 from treadle.store.defs import DefStore

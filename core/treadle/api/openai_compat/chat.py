@@ -50,7 +50,7 @@ from treadle.api.openapi import body_doc
 from treadle.api.sse import SSE_HEADERS
 from treadle.domain.content import Block, Message, TextBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent
-from treadle.engine.agents import ModelRoute
+from treadle.engine.model_routes import ModelRoute
 from treadle.errors import BadRequest, NotFound, ProviderError, TreadleError
 from treadle.providers.base import ModelResponse
 from treadle.runtime import Runtime
