@@ -15,6 +15,7 @@ import pytest
 from treadle.dispatch.inline import InlineDispatcher
 from treadle.domain.runs import StepMessage
 from treadle.engine.outcomes import StepResult
+from treadle.engine.step import MAX_STEP_FAILURES
 from treadle.errors import ToolError
 from treadle.providers.base import ModelRequest, ModelResponse
 from treadle.providers.mock import MockProvider
@@ -153,3 +154,46 @@ async def test_a_tool_that_fails_after_writing_leaves_no_write(harness: Any) -> 
     results = [e.payload for e in await rt.runs.events(TENANT, run_id) if e.type == "tool_result"]
     assert [(r["is_error"], r["text"]) for r in results] == [(True, "Tally: failed after writing")]
     assert await tally(rt, "fails") is None  # rolled back to the savepoint before the call
+
+
+async def test_a_step_that_keeps_crashing_backs_off_then_fails_the_run(harness: Any) -> None:
+    """Invariant 8: a step that raises (here its commit: a database hiccup) hands its lease back
+    with exponential backoff (0.5 s, 1 s, 2 s, 4 s) and the run keeps going; the 5th failure in a
+    row ends the run `internal_error`, naming the last error."""
+    rt, disp = await harness(Tally())
+    run_id = await start(rt, "crashes")
+    real_commit = rt.steps.commit
+    hiccups = 0
+
+    async def flaky_commit(*args: Any, **kwargs: Any) -> Any:
+        nonlocal hiccups
+        if hiccups < MAX_STEP_FAILURES:
+            hiccups += 1
+            raise RuntimeError(f"database hiccup {hiccups}")
+        return await real_commit(*args, **kwargs)
+
+    rt.steps.commit = flaky_commit  # type: ignore[method-assign]  # the fault, on this runtime only
+    backoffs: list[float] = []
+    for attempt in range(1, MAX_STEP_FAILURES + 1):
+        await disp.drain()
+        assert hiccups == attempt
+        async with rt.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT status, lease_owner, step_failures,"
+                " extract(epoch FROM lease_until - updated_at)::float8 AS backoff FROM runs WHERE id = %s",
+                (run_id,))
+            row = await cur.fetchone()
+        assert row is not None
+        if attempt < MAX_STEP_FAILURES:  # handed back, to be retried after the backoff
+            assert (row["status"], row["lease_owner"], row["step_failures"]) == ("running", None, attempt), row
+            backoffs.append(round(row["backoff"], 2))
+            assert await expire_lease(rt, run_id)  # the backoff has passed
+            [(swept, step_no)] = await rt.steps.sweep_expired()
+            assert swept == run_id
+            await disp.enqueue(StepMessage(run_id, step_no))
+    assert backoffs == [0.5, 1.0, 2.0, 4.0]
+    run = await rt.runs.get(TENANT, run_id)
+    assert run is not None and run.status == "failed" and run.error is not None
+    assert run.error["code"] == "internal_error"
+    assert f"step failed {MAX_STEP_FAILURES} times" in run.error["error"]
+    assert "database hiccup 5" in run.error["error"]
