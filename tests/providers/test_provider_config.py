@@ -12,6 +12,7 @@ from treadle.builtins.registry import default_registry
 from treadle.cli.main import main
 from treadle.config import parse_config
 from treadle.engine.agents import resolve_agents
+from treadle.engine.model_routes import check_routes
 from treadle.errors import ConfigError
 from treadle.providers.anthropic import AnthropicProvider
 from treadle.providers.gemini import GeminiProvider
@@ -30,8 +31,9 @@ PROVIDERS = {
 
 
 def error_of(data: dict[str, Any]) -> str:
+    """What a config gets at start: its reference errors (parse_config), else its route errors."""
     with pytest.raises(ConfigError) as info:
-        parse_config(data)
+        check_routes(parse_config(data), "treadle.yaml")
     return str(info.value)
 
 
