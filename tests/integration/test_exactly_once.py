@@ -172,7 +172,7 @@ async def test_a_step_that_keeps_crashing_backs_off_then_fails_the_run(harness: 
             raise RuntimeError(f"database hiccup {hiccups}")
         return await real_commit(*args, **kwargs)
 
-    rt.steps.commit = flaky_commit  # type: ignore[method-assign]  # the fault, on this runtime only
+    rt.steps.commit = flaky_commit  # the fault, on this runtime only
     backoffs: list[float] = []
     for attempt in range(1, MAX_STEP_FAILURES + 1):
         await disp.drain()
