@@ -197,6 +197,9 @@ def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> No
     api.call("GET", "/v1/_operatortokendef/names", 200)
     api.call("GET", "/v1/_admin/runs", 200)
     api.call("GET", "/v1/_usage", 200, params={"group_by": "tenant,day"})
+    api.call("GET", "/v1/_models", 200)
+    api.call("GET", "/v1/_routing", 200)
+    api.call("GET", "/v1/_runnable-agents", 200)
     other = "t" + tag
     api.call("POST", "/v1/_admin/tenants/{tenant_id}/cancel", 200, path={"tenant_id": other})
     api.call("GET", "/v1/_admin/tenants/{tenant_id}/export", 200, path={"tenant_id": other})

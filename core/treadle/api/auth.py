@@ -126,6 +126,10 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/_admin/tenants/{tenant_id}"): sc.ADMIN,
     # governance (issue 42): usage and cost
     ("GET", "/v1/_usage"): sc.TENANT,
+    # introspection (loomcycle's): the model aliases, the routing cascades, the runnable agents
+    ("GET", "/v1/_models"): sc.TENANT,
+    ("GET", "/v1/_routing"): sc.TENANT,
+    ("GET", "/v1/_runnable-agents"): R,
     ("GET", "/openapi.json"): R,
     ("GET", "/docs"): R,
     ("GET", "/redoc"): R,

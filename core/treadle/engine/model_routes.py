@@ -59,6 +59,12 @@ def agent_refs(config: TreadleConfig, name: str, user_tier: str | None = None) -
         if "provider" not in agent.model_fields_set and agent.model in config.models:
             return [(f"agents.{name}.model", config.models[agent.model])]
         return [(f"agents.{name}.provider", ModelRef(provider=config.agent_provider(agent), model=agent.model))]
+    return tier_refs(config, tier, user_tier)
+
+
+def tier_refs(config: TreadleConfig, tier: str, user_tier: str | None = None) -> list[tuple[str, ModelRef]]:
+    """A tier's ordered (key path, provider + model) cascade for a run of `user_tier` (see the
+    module docstring); `tier` must be configured."""
     ut_name = user_tier or "default"
     ut = config.user_tiers.get(ut_name) if config.user_tiers else None
     if ut is not None and tier in ut.tiers:
@@ -178,4 +184,4 @@ class Routes:
         return ModelRoute(keep, route.pin_after_success, route.tier)
 
 
-__all__ = ["Candidate", "ModelRoute", "Routes", "agent_refs", "check_routes", "route_errors"]
+__all__ = ["Candidate", "ModelRoute", "Routes", "agent_refs", "check_routes", "route_errors", "tier_refs"]

@@ -76,3 +76,62 @@ class Concurrency(Response):
 class Health(Response):
     ok: bool
     version: str
+
+
+# -- introspection (loomcycle's models_admin.go, routing.go, runnable_agents.go) ----------------------
+
+
+class ModelAlias(Response):
+    provider: str
+    model: str
+
+
+class ModelAliases(Response):
+    """GET /v1/_models."""
+
+    aliases: dict[str, ModelAlias]
+
+
+class RoutingCandidate(Response):
+    provider: str
+    model: str
+    primary: bool
+    available: bool
+    selected: bool
+    reachable: bool
+
+
+class RoutingTier(Response):
+    tier: str
+    cascade: list[RoutingCandidate]
+
+
+class RoutingUserTier(Response):
+    name: str
+    tiers: list[RoutingTier]
+
+
+class RoutingProvider(Response):
+    provider: str
+    reachable: bool
+    excluded: bool
+
+
+class RoutingView(Response):
+    """GET /v1/_routing."""
+
+    generated_at: str
+    admin: bool
+    providers: list[RoutingProvider]
+    user_tiers: list[RoutingUserTier]
+
+
+class RunnableAgent(Response):
+    name: str
+    source: str = Field(description="bundled (treadle.yaml) or tenant (an active AgentDef)")
+
+
+class RunnableAgents(Response):
+    """GET /v1/_runnable-agents."""
+
+    agents: list[RunnableAgent]
