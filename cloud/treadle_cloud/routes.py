@@ -74,6 +74,7 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.a2a", "router", ("/.well-known/agent-card.json", "/a2a/")),
     ("treadle.api.usage", "router", ("/v1/_usage",)),
     ("treadle.api.introspection", "router", ("/v1/_models", "/v1/_routing", "/v1/_runnable-agents")),
+    ("treadle.api.budgets", "router", ("/v1/_limits",)),
 )
 
 

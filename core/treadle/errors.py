@@ -29,6 +29,7 @@
     ├── EmbedderError                  (502 embedder_error | embedder_auth | embedder_unreachable | ...)
     ├── QueueFull                      (429 queue_full)        too many undelivered inputs for a run
     ├── RateLimited                    (429 rate_limited)      per-webhook rate limit; carries Retry-After
+    ├── TokenLimitExceeded             (429 token_limit_exceeded)  a hard budget (/v1/_limits) is spent
     ├── ChannelsUnavailable            (503 channels_unavailable)
     ├── ChannelPublishFailed           (503 channel_publish_failed)  a schedule/webhook publish failed
     ├── SecretUnresolvable             (503 secret_unresolvable)  a webhook's secret variable is unset
@@ -286,6 +287,19 @@ class RateLimited(TreadleError):
     def __init__(self, message: str, retry_after_s: float) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class TokenLimitExceeded(TreadleError):
+    """A hard budget of the run's tenant, user or agent is spent (governance/budgets.py): the run
+    is refused before it starts; `body_extra` is loomcycle's 429 body (scope, scope_id, used,
+    limit, window)."""
+
+    code = "token_limit_exceeded"
+    status = 429
+
+    def __init__(self, message: str, body: dict[str, object]) -> None:
+        super().__init__(message)
+        self.body_extra = {k: v for k, v in body.items() if k not in ("code", "error")}
 
 
 class BadPayload(BadRequest):

@@ -23,6 +23,9 @@ from treadle.engine.hub import RunEventHub
 from treadle.engine.sending import StepSender
 from treadle.engine.waiting import Steering
 from treadle.engine.waking import RunWaker
+from treadle.errors import TokenLimitExceeded
+from treadle.governance.budgets import Verdict
+from treadle.governance.limits import LimitStore
 from treadle.hooks.calls import HttpToolHooks
 from treadle.ports import OpService
 from treadle.providers.base import Provider
@@ -216,6 +219,7 @@ class Runtime:
         requeue = settings.requeue_after_seconds
         self.runs = RunStore(pool, jobs_in_db=jobs_in_db, requeue_after_s=requeue)
         self.usage = UsageStore(pool)  # usage and cost as recorded (GET /v1/_usage)
+        self.limits = LimitStore(pool)  # budgets (GET|PUT|DELETE /v1/_limits), checked at start and each step
         self.steps = StepStore(
             pool, jobs_in_db=jobs_in_db, lease_s=settings.lease_seconds, requeue_after_s=requeue,
             sync_mid_step=settings.sync_mid_step_writes,
@@ -290,6 +294,7 @@ class Runtime:
                 chain_budget_s=settings.chain_budget_seconds,
             ),
             on_run_end=self.volumes.run_ended,
+            budgets=self._budget,
         )
 
     async def _purge_ended(self) -> int:
@@ -452,7 +457,15 @@ class Runtime:
             return await self.teams.resolve(leased)
         return await self.substrate.pinning.resolve(leased)
 
+    async def _budget(self, leased: LeasedRun) -> Verdict | None:
+        """The engine's budget check at a step's top (governance/limits.py)."""
+        return await self.limits.verdict(leased.tenant_id, leased.user_id, leased.agent)
+
     async def start_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        verdict = await self.limits.verdict(new.tenant_id, new.user_id, new.agent)
+        if verdict is not None and verdict.hard is not None:  # refused before it starts (loomcycle's 429)
+            body = verdict.hard.body()
+            raise TokenLimitExceeded(str(body["message"]), body)
         if is_team_agent(new.agent):  # a team run: the TeamDef version it walks (teams/runs.py)
             await self.teams.pin(new)
         else:

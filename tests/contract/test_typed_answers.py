@@ -200,6 +200,11 @@ def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> No
     api.call("GET", "/v1/_models", 200)
     api.call("GET", "/v1/_routing", 200)
     api.call("GET", "/v1/_runnable-agents", 200)
+    api.call("PUT", "/v1/_limits", 200, json={"scope": "agent", "scope_id": f"a{tag}", "soft_limit": 10})
+    api.call("PUT", "/v1/_limits", 400, json={"scope": "user", "hard_limit": 1})
+    api.call("GET", "/v1/_limits", 200)
+    api.call("DELETE", "/v1/_limits", 204, params={"scope": "agent", "scope_id": f"a{tag}"})
+    api.call("DELETE", "/v1/_limits", 404, params={"scope": "agent", "scope_id": f"a{tag}"})
     other = "t" + tag
     api.call("POST", "/v1/_admin/tenants/{tenant_id}/cancel", 200, path={"tenant_id": other})
     api.call("GET", "/v1/_admin/tenants/{tenant_id}/export", 200, path={"tenant_id": other})

@@ -51,6 +51,7 @@ def test_every_type_is_described() -> None:
     events.AwaitingInput(4),
     events.TurnCancelled("stop", 2, 9),
     events.UserInput.steer("more", 5),
+    events.LimitCrossed({"scope": "tenant", "scope_id": "", "severity": "soft", "used": 9, "limit": 8}, 2),
     events.Done("end_turn", {"input_tokens": 1}),
     events.Done("cancelled", {}, reason="by api"),
     events.Error("run_timeout", "run timeout exceeded", {"status": 504}),

@@ -248,3 +248,33 @@ def test_run_options_round_trip_and_refuse_what_is_not_theirs() -> None:
     assert RunOptions().to_json() is None and RunOptions.from_json(None) == RunOptions()
     odd = RunOptions.from_json({"tools": "Memory", "deadline_unix": True, "user_tier": 3})
     assert odd == RunOptions()  # wrong shapes are not read as options
+
+
+# -- budgets -----------------------------------------------------------------------------------------
+
+
+def test_a_spent_hard_budget_ends_the_run_before_the_model_but_after_pending_calls() -> None:
+    from treadle.governance.budgets import Breach, Limit
+
+    breach = Breach(Limit("acme", "tenant", "", hard_limit=100), "hard", 120.0, 100.0)
+    spent = facts(over_budget=breach)
+    assert plan.top(spent, replay(events(user(), call("t1"))), 0.0) is Next.PENDING  # the call is answered first
+    decided = plan.top(spent, replay(events(user(), call("t1"), usage(), result("t1"))), 0.0)
+    assert isinstance(decided, StepPlan) and decided.outcome.stop_reason == StopReason.BUDGET_EXCEEDED
+    assert decided.outcome.status == "completed" and types(decided) == ["limit", "done"]
+    assert decided.events[0].payload["limit"] == {"scope": "tenant", "scope_id": "", "severity": "hard",
+                                                  "window": "month", "used": 120.0, "limit": 100.0,
+                                                  "metric": "tokens"}
+    cancelled = plan.top(facts(cancel_requested=True, over_budget=breach), replay(events(user())), 0.0)
+    assert isinstance(cancelled, StepPlan) and cancelled.outcome.status == "cancelled"  # a cancel still wins
+
+
+def test_a_soft_budget_is_recorded_once_per_run() -> None:
+    from treadle.governance.budgets import Breach, Limit
+
+    soft = (Breach(Limit("acme", "agent", "w", soft_limit=5), "soft", 7.0, 5.0),)
+    first = plan.soft_crossings(soft, events(user()), 2)
+    assert [e.type for e in first] == [EventType.LIMIT] and first[0].payload["iteration"] == 2
+    recorded = events(user(), (first[0].type, first[0].payload))
+    assert plan.soft_crossings(soft, recorded, 3) == []
+    assert plan.soft_crossings((), recorded, 3) == []

@@ -46,10 +46,10 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
 
     routers.append(loomcycle.router)
     routers.append(channels.user_router)  # loomcycle's /v1/users/{user_id}/channels/…
-    from treadle.api import a2a, introspection, teams, usage
+    from treadle.api import a2a, budgets, introspection, teams, usage
 
     return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers(), mcp.router,
-            teams.router, a2a.router, usage.router, introspection.router]
+            teams.router, a2a.router, usage.router, introspection.router, budgets.router]
 
 
 def mount(app: FastAPI, routers: Sequence[APIRouter]) -> None:

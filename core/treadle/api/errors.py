@@ -96,7 +96,7 @@ def fast_json(doc: Any, status_code: int = 200) -> Response:
     return Response(_ANY_JSON.dump_json(doc), status_code=status_code, media_type="application/json")
 
 
-def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+def error_body(code: str, message: str, /, **extra: Any) -> dict[str, Any]:
     return {"code": code, "error": message, **extra}
 
 

@@ -42,6 +42,8 @@ class EventType(StrEnum):
     # interactive runs
     AWAITING_INPUT = "awaiting_input"
     TURN_CANCELLED = "turn_cancelled"
+    # budgets (governance/budgets.py)
+    LIMIT = "limit"
     # endings
     DONE = "done"
     ERROR = "error"
@@ -75,8 +77,11 @@ CATALOGUE: dict[EventType, str] = {
     EventType.SPAWN_CHILD_RESULT: "a sub-agent's result reached its parent: `spawn_child`",
     EventType.AWAITING_INPUT: "an interactive run ended its turn and waits for input: `since_turn`",
     EventType.TURN_CANCELLED: "a turn was cancelled: `reason`, `since_turn`, `input_id`",
-    EventType.DONE: "the run ended: `stop_reason` (end_turn, max_iterations, cancelled), `usage` totals, "
-    "`reason`? (cancel)",
+    EventType.LIMIT: "a budget was crossed (loomcycle's shape): `limit` {`scope` (tenant, user, agent), "
+    "`scope_id`, `severity` (soft: the run goes on; hard: it stops), `window`, `used`, `limit`, `metric`, "
+    "`currency`?}, `iteration`",
+    EventType.DONE: "the run ended: `stop_reason` (end_turn, max_iterations, cancelled, budget_exceeded), "
+    "`usage` totals, `reason`? (cancel)",
     EventType.ERROR: "the run failed: `code`, `error` and details",
     EventType.TEXT_DELTA: "live only: a piece of text while the model answers: `text`, `iteration`, "
     "`attempt`, `provider`",
@@ -259,6 +264,19 @@ class UserInput(_Typed):
 
 
 @dataclass(frozen=True, slots=True)
+class LimitCrossed(_Typed):
+    """A budget crossed at an iteration boundary: `limit` is `Breach.info()` (governance/budgets.py)."""
+
+    type: ClassVar[EventType] = EventType.LIMIT
+    limit: dict[str, Any]
+    iteration: int
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> LimitCrossed:
+        return cls(dict(p.get("limit") or {}), int(p.get("iteration") or 0))
+
+
+@dataclass(frozen=True, slots=True)
 class Done(_Typed):
     type: ClassVar[EventType] = EventType.DONE
     stop_reason: str
@@ -294,12 +312,12 @@ class Error(_Typed):
 
 
 TypedEvent = (Text | Thinking | ToolCall | Usage | ToolResult | ToolParked | AwaitingInput | TurnCancelled
-              | UserInput | Done | Error)
+              | UserInput | LimitCrossed | Done | Error)
 
 _PARSERS: dict[str, Any] = {
     cls.type: cls.parse
     for cls in (Text, Thinking, ToolCall, Usage, ToolResult, ToolParked, AwaitingInput, TurnCancelled,
-                UserInput, Done, Error)
+                UserInput, LimitCrossed, Done, Error)
 }
 
 

@@ -30,6 +30,8 @@ class StopReason(StrEnum):
     MAX_ITERATIONS = "max_iterations"
     CANCELLED = "cancelled"
     ERROR = "error"
+    #: a hard budget of the run's tenant, user or agent was spent (governance/budgets.py)
+    BUDGET_EXCEEDED = "budget_exceeded"
 
 
 @dataclass(frozen=True, slots=True)

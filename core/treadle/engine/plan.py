@@ -6,8 +6,9 @@ and sends the next step; nothing here does I/O, so every rule below is tested wi
 
 The step in order (engine/README.md):
 1. `top` — before anything else: a pending cancel, the run's deadline, an unknown agent, queued
-   steering input, an interactive run at rest, pending tool calls, the iteration cap; or `MODEL`:
-   call the model.
+   steering input, an interactive run at rest, pending tool calls, the iteration cap, a spent hard
+   budget (`budget_exceeded`); or `MODEL`: call the model (a soft budget crossed for the first
+   time records a `limit` event with the turn: `soft_crossings`).
 2. `after_model` — the model answered: end the turn (complete, park an interactive run for
    input, or go on when input was queued meanwhile), or run the turn's tools.
 3. `after_tools` — the tools answered (or parked): record the results and go on, park on the
@@ -29,6 +30,7 @@ from treadle.domain.events import (
     Done,
     Error,
     EventType,
+    LimitCrossed,
     ToolParked,
     ToolUseRef,
     TurnCancelled,
@@ -37,6 +39,7 @@ from treadle.domain.events import (
 from treadle.domain.runs import NewEvent, StopReason
 from treadle.engine.outcomes import ParkedCall, tool_result_event
 from treadle.engine.replay import Transcript, input_id_of
+from treadle.governance.budgets import Breach
 from treadle.store.inputs import QueuedInput
 from treadle.store.steps import StepOutcome, WaitSpec
 
@@ -87,6 +90,9 @@ class Facts:
     interactive: bool
     at_rest: bool
     iteration_cap: int
+    #: the run's budgets as checked at this step (store/limits.py): a spent hard one, crossed soft ones
+    over_budget: Breach | None = None
+    soft_budget: tuple[Breach, ...] = ()
 
 
 def top(facts: Facts, transcript: Transcript, now: float) -> StepPlan | Next:
@@ -110,7 +116,29 @@ def after_steering(facts: Facts, transcript: Transcript) -> StepPlan | Next:
         return Next.PENDING
     if transcript.iterations >= facts.iteration_cap:
         return finished([], transcript.usage, StopReason.MAX_ITERATIONS)
+    if facts.over_budget is not None:  # the boundary before the next model call
+        return over_budget(transcript, facts.over_budget)
     return Next.MODEL
+
+
+def over_budget(transcript: Transcript, breach: Breach) -> StepPlan:
+    """A hard budget is spent: the run ends before its next model call — a `limit` event naming
+    it, then `done` with stop reason `budget_exceeded` (no pending call: tools are answered first)."""
+    crossed = LimitCrossed(breach.info(), transcript.iterations).event()
+    return finished([crossed], transcript.usage, StopReason.BUDGET_EXCEEDED)
+
+
+def soft_crossings(soft: tuple[Breach, ...], events: list[tuple[int, str, dict[str, Any]]],
+                   iteration: int) -> list[NewEvent]:
+    """A `limit` event (severity soft) for each crossed soft budget this run has not recorded yet."""
+    if not soft:
+        return []
+    seen = {_limit_key(p.get("limit") or {}) for _, t, p in events if t == EventType.LIMIT}
+    return [LimitCrossed(b.info(), iteration).event() for b in soft if _limit_key(b.info()) not in seen]
+
+
+def _limit_key(info: dict[str, Any]) -> tuple[Any, ...]:
+    return (info.get("scope"), info.get("scope_id"), info.get("window"), info.get("metric"), info.get("severity"))
 
 
 # -- endings ----------------------------------------------------------------------------------------

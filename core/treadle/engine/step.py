@@ -46,6 +46,7 @@ from treadle.engine.slots import slot_given_back
 from treadle.engine.toolcalls import Outcome, ToolRaised, ToolRunner, TurnCalls
 from treadle.engine.waiting import Steering
 from treadle.errors import CancelPending, LeaseLost, ProviderError
+from treadle.governance.budgets import Breach, Verdict
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.security.redact import SECRETS
 from treadle.store.cancels import CancelState, cancel_state
@@ -82,6 +83,8 @@ AgentResolver = Callable[[LeasedRun], Awaitable[ResolvedAgent | None]]
 ClientTools = Callable[[LeasedRun], list[Tool]]
 #: the MCP servers' tools the agent's `tools:` select for this step (treadle/mcp/tools.py)
 McpTools = Callable[[LeasedRun, ResolvedAgent], Awaitable[list[Tool]]]
+#: the run's budgets now (governance/limits.py `LimitStore.verdict`); None: no limit binds it
+BudgetCheck = Callable[[LeasedRun], Awaitable[Verdict | None]]
 
 
 class Engine:
@@ -101,7 +104,10 @@ class Engine:
         hooks: ToolHooks | None = None,
         mcp_tools: McpTools | None = None,
         on_run_end: Callable[[str], Awaitable[object]] | None = None,
+        budgets: BudgetCheck | None = None,
     ) -> None:
+        #: consulted at each step's top (the iteration boundary): a spent hard budget ends the run
+        self.budgets = budgets
         #: called (best effort) with a run's id after the step that ended it committed — unless
         #: that commit found no volume instances rooted at the run (`LeasedRun.rooted_volumes`)
         self.on_run_end = on_run_end
@@ -276,7 +282,7 @@ class Engine:
         return r.feed(events[r.fed:]).transcript()
 
     @staticmethod
-    def _facts(leased: LeasedRun, agent: ResolvedAgent | None) -> plan.Facts:
+    def _facts(leased: LeasedRun, agent: ResolvedAgent | None, budget: Verdict | None = None) -> plan.Facts:
         return plan.Facts(
             cancel_requested=leased.cancel_requested,
             cancel_reason=leased.cancel_reason,
@@ -287,6 +293,8 @@ class Engine:
             interactive=leased.interactive,
             at_rest=plan.at_rest(leased.interactive, leased.events),
             iteration_cap=iteration_cap(agent, leased) if agent is not None else 0,
+            over_budget=budget.hard if budget is not None else None,
+            soft_budget=budget.soft if budget is not None else (),
         )
 
     async def _step(self, lease: Lease) -> StepResult:
@@ -296,7 +304,8 @@ class Engine:
             lease.reloaded(await self.steps.reload_events(leased.run_id))
         transcript = self._transcript(lease)
         agent = await self._agent_for(leased)
-        facts = self._facts(leased, agent)
+        budget = await self.budgets(leased) if self.budgets is not None else None
+        facts = self._facts(leased, agent, budget)
         decision = plan.top(facts, transcript, time.time())
         if decision is Next.STEER:  # steering input / a turn cancel queued
             steered = await self._steer(lease, transcript)
@@ -319,12 +328,14 @@ class Engine:
                 lease, calls, [], usage=_last_turn_usage(leased.events) if behind else None,
                 new_iteration=behind,
             )
-        return await self._model_turn(lease, agent, transcript)
+        return await self._model_turn(lease, agent, transcript, facts.soft_budget)
 
-    async def _model_turn(self, lease: Lease, agent: ResolvedAgent, transcript: Transcript) -> StepResult:
+    async def _model_turn(self, lease: Lease, agent: ResolvedAgent, transcript: Transcript,
+                          soft_budget: tuple[Breach, ...] = ()) -> StepResult:
         leased = lease.run
         iteration = transcript.iterations + 1
-        retry_events: list[NewEvent] = []
+        # a soft budget crossed for the first time: recorded with the turn (engine/plan.py)
+        retry_events: list[NewEvent] = plan.soft_crossings(soft_budget, leased.events, iteration)
         try:
             response = await self._interruptible(
                 lease, self._call_model(lease, agent, transcript, iteration, retry_events)

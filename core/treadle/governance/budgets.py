@@ -29,6 +29,8 @@ class Limit:
     hard_limit: float | None = None
     window: Window = "month"
     metric: Metric = "tokens"
+    #: a cost limit counts the usage priced in this currency (never summed across currencies)
+    currency: str = "USD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,16 @@ class Breach:
     severity: Literal["soft", "hard"]
     used: float
     ceiling: float
+
+    def info(self) -> dict[str, object]:
+        """loomcycle's `LimitInfo` (the `limit` event's payload): scope, scope_id, severity, window,
+        used, limit — plus treadle's metric."""
+        out: dict[str, object] = {"scope": self.limit.scope, "scope_id": self.limit.scope_id,
+                                  "severity": self.severity, "window": self.limit.window, "used": self.used,
+                                  "limit": self.ceiling, "metric": self.limit.metric}
+        if self.limit.metric == "cost":
+            out["currency"] = self.limit.currency
+        return out
 
     def body(self) -> dict[str, object]:
         """loomcycle's 429 body (`writeTokenLimitError`) / its `limit` event's fields."""

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         WebhookDryRun,
     )
     from treadle.wire.errors import ErrorBody, ErrorDetail
+    from treadle.wire.governance import LimitList, LimitRequest, LimitRow
     from treadle.wire.hooks import Hook, HookList, HookRequest
     from treadle.wire.interrupts import (
         Interrupt,
@@ -128,6 +129,7 @@ _MODULE_OF: dict[str, str] = {
     "AdminRun": "admin", "AdminRuns": "admin", "CancelTenantRequest": "admin", "Capabilities": "admin",
     "Concurrency": "admin", "ConcurrencyCaps": "admin", "Health": "admin", "TenantCancelled": "admin",
     "TenantErased": "admin", "Whoami": "admin",
+    "LimitList": "governance", "LimitRequest": "governance", "LimitRow": "governance",
     "Acked": "channels", "AckRequest": "channels", "AwaitRequest": "channels", "AwaitResult": "channels",
     "Channel": "channels", "ChannelDeleted": "channels", "ChannelList": "channels", "ChannelRequest": "channels",
     "Message": "channels", "Peeked": "channels", "Published": "channels", "PublishRequest": "channels",
@@ -207,6 +209,9 @@ __all__ = [
     "InputRequest",
     "Interrupt",
     "InterruptResolved",
+    "LimitList",
+    "LimitRequest",
+    "LimitRow",
     "LoomcycleRunFields",
     "MemoryDeleted",
     "MemoryEntries",

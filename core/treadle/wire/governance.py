@@ -1,0 +1,43 @@
+"""Governance (issue 42): budgets (`/v1/_limits`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from treadle.wire._base import Request, Response
+
+
+class LimitRequest(Request):
+    """Body of PUT /v1/_limits — one budget, upserted (loomcycle's fields, plus treadle's agent
+    scope, `window`, `metric` and `currency`). A tenant's caller writes its own tenant's only."""
+
+    tenant_id: str | None = Field(default=None, max_length=64)
+    scope: Literal["tenant", "user", "agent"]
+    scope_id: str = Field(default="", max_length=256)
+    soft_limit: float | None = Field(default=None, ge=0)
+    hard_limit: float | None = Field(default=None, ge=0)
+    window: Literal["month", "day"] = "month"
+    metric: Literal["tokens", "cost"] = "tokens"
+    currency: str = Field(default="USD", min_length=1, max_length=8)
+
+
+class LimitRow(Response):
+    """One budget with the usage its window has counted so far."""
+
+    tenant_id: str
+    scope: str
+    scope_id: str = ""
+    soft_limit: float | None = None
+    hard_limit: float | None = None
+    window: str
+    metric: str
+    currency: str | None = None
+    used: float
+    updated_at: str | None = None
+    updated_by: str | None = None
+
+
+class LimitList(Response):
+    limits: list[LimitRow]

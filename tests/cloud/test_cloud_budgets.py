@@ -1,0 +1,46 @@
+"""Budgets in the cloud shape (issue 42 item 2): /v1/_limits served by the API function (its lazy
+route table), the worker Lambda ending a run at its next iteration boundary once the tenant's hard
+limit is spent (stop reason `budget_exceeded`), and the API function refusing the next run with
+loomcycle's 429 body until the limit is deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.cloud.test_cloud_path import AUTH, all_terminal, call, events_of, run_rows, start_run
+from tests.support.lambda_sim import EventSourceMapping, LambdaEnv, http_event
+
+
+@pytest.fixture
+def lambdas(cloud_env: dict[str, str]) -> Iterator[dict[str, LambdaEnv]]:
+    envs = {"api": LambdaEnv("api"), "worker": LambdaEnv("worker")}
+    yield envs
+    for env in envs.values():
+        env.close()
+
+
+def test_a_hard_limit_stops_a_run_on_the_worker_and_refuses_the_next_at_the_api(
+    lambdas: dict[str, LambdaEnv], sqs: Any, queue: dict[str, str], cloud_db: str
+) -> None:
+    api, worker = lambdas["api"], lambdas["worker"]
+    status, row, _ = call(api, "PUT", "/v1/_limits", {"scope": "tenant", "hard_limit": 1})
+    assert status == 200 and row["hard_limit"] == 1 and row["used"] == 0, row
+    run_id = start_run(api, "calc")  # nothing used yet: admitted
+    esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [worker])
+    esm.run_until(lambda: all_terminal(cloud_db, [run_id]), timeout_s=60)
+    row = run_rows(cloud_db, [run_id])[run_id]
+    assert (row["status"], row["stop_reason"], row["iterations"]) == ("completed", "budget_exceeded", 1)
+    events = events_of(api, run_id)
+    assert [e["limit"]["severity"] for e in events if e["type"] == "limit"] == ["hard"]
+
+    status, body, _ = call(api, "POST", "/v1/runs", {"agent": "calc", "prompt": "again"})
+    assert status == 429 and body["code"] == "token_limit_exceeded" and body["scope"] == "tenant", body
+    assert body["limit"] == 1 and body["used"] >= 1 and body["window"] == "month"
+    status, listed, _ = call(api, "GET", "/v1/_limits")
+    assert status == 200 and listed["limits"][0]["used"] == body["used"]
+    deleted = api.invoke(http_event("DELETE", "/v1/_limits", headers=AUTH, query="scope=tenant"))
+    assert deleted["statusCode"] == 204 and not deleted["body"]
+    start_run(api, "echo")  # lifted
