@@ -44,6 +44,7 @@ from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
 from treadle.store.runs import NewRun, RunRecord, RunStore
+from treadle.store.sessions import SessionStore
 from treadle.store.sqlmem import SqlAudit, SqlMemory, SqlMemorySettings
 from treadle.store.steps import LeasedRun, StepStore
 from treadle.store.subruns import SubRunStore
@@ -189,6 +190,7 @@ class Runtime:
     registry: ToolRegistry
     providers: dict[str, Provider]
     runs: RunStore = field(init=False)
+    sessions: SessionStore = field(init=False)
     steps: StepStore = field(init=False)
     memory: MemoryStore = field(init=False)
     waits: WaitStore = field(init=False)
@@ -218,6 +220,7 @@ class Runtime:
         jobs_in_db = self.dispatcher.jobs_in_db
         requeue = settings.requeue_after_seconds
         self.runs = RunStore(pool, jobs_in_db=jobs_in_db, requeue_after_s=requeue)
+        self.sessions = SessionStore(pool)
         self.usage = UsageStore(pool)  # usage and cost as recorded (GET /v1/_usage)
         self.limits = LimitStore(pool)  # budgets (GET|PUT|DELETE /v1/_limits), checked at start and each step
         self.steps = StepStore(

@@ -41,10 +41,13 @@ def test_the_table_is_the_apis_routers_in_order_and_every_route_is_under_its_pre
 def test_a_path_loads_only_the_routers_whose_prefixes_it_has() -> None:
     lazy = api_lazy_routers()
     assert {(lr.module, lr.attr) for lr in needed(lazy, "/v1/_whoami")} == {("treadle.api.tokens", "router")}
-    # /v1/users/… is shared by interrupts, loomcycle's routes and a user's channels (a prefix, not a pattern)
+    # /v1/users/… is shared by interrupts, loomcycle's routes, sessions and a user's channels (a
+    # prefix, not a pattern)
     assert {lr.module for lr in needed(lazy, "/v1/users/u1/agents")} == {"treadle.api.interrupts",
                                                                          "treadle.api.loomcycle",
+                                                                         "treadle.api.sessions",
                                                                          "treadle.api.channels"}
+    assert {lr.module for lr in needed(lazy, "/v1/sessions/s_1/messages")} == {"treadle.api.sessions"}
     assert len(needed(lazy, "/v1/no-such-thing")) == len(API_ROUTERS)  # a 404 is the whole API's
     assert len(needed(lazy, "/openapi.json")) == len(API_ROUTERS)
 

@@ -78,6 +78,15 @@ def runs_and_agents(api: Checked) -> None:
     api.call("GET", "/v1/agents/{agent_id}", 200, path={"agent_id": agent_id})
     api.call("GET", "/v1/users/{user_id}/agents", 200, path={"user_id": user})
     api.call("GET", "/v1/sessions/{session_id}/transcript", 200, path={"session_id": session_id})
+    api.call("GET", "/v1/sessions/{session_id}", 200, path={"session_id": session_id})
+    api.call("PATCH", "/v1/sessions/{session_id}", 200, path={"session_id": session_id}, json={"title": "t"})
+    api.call("GET", "/v1/sessions", 200, params={"user_id": user})
+    api.call("GET", "/v1/users/{user_id}/sessions", 200, path={"user_id": user})
+    continued = api.call("POST", "/v1/sessions/{session_id}/messages", 202, path={"session_id": session_id},
+                         json={"prompt": "again"})
+    assert continued["session_id"] == session_id
+    assert wait_finished(api, continued["run_id"])["status"] == "completed"
+    api.call("POST", "/v1/sessions/{session_id}/messages", 404, path={"session_id": "s_nope"}, json={"prompt": "x"})
     api.call("POST", "/v1/runs/{run_id}/cancel", 200, path={"run_id": run_id}, json={"scope": "run"})
     api.call("POST", "/v1/agents/{agent_id}/cancel", 200, path={"agent_id": agent_id})
     api.call("POST", "/v1/runs/{run_id}/input", 409, path={"run_id": run_id}, json={"text": "more"})

@@ -45,6 +45,9 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     from treadle.api import llm_gateway, loomcycle, mcp, openai_compat  # loomcycle: its /v1/agents routes
 
     routers.append(loomcycle.router)
+    from treadle.api import sessions
+
+    routers.append(sessions.router)
     routers.append(channels.user_router)  # loomcycle's /v1/users/{user_id}/channels/…
     from treadle.api import a2a, budgets, introspection, teams, usage
 

@@ -90,6 +90,12 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/users/{user_id}/agents"): R,
     ("GET", "/v1/users/{user_id}/agents/stream"): R,
     ("GET", "/v1/sessions/{session_id}/transcript"): R,
+    # sessions (api/sessions.py)
+    ("POST", "/v1/sessions/{session_id}/messages"): W,
+    ("GET", "/v1/sessions"): R,
+    ("GET", "/v1/sessions/{session_id}"): R,
+    ("PATCH", "/v1/sessions/{session_id}"): W,
+    ("GET", "/v1/users/{user_id}/sessions"): R,
     ("POST", "/v1/_channels/{name}/subscribe"): sc.CHANNEL_READ,
     ("POST", "/v1/_channels/{name}/ack"): sc.CHANNEL_READ,
     ("PATCH", "/v1/_channels/{name}"): sc.TENANT,

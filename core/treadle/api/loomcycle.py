@@ -5,7 +5,8 @@
   while a run with it is live), `user_tier` (the run's model route comes from that `tiers:`
   entry), `parent_context` (stored, echoed on run state and the `agent` frame, inherited by
   sub-agents), `sampling` (passed to the provider), `run_timeout_seconds` (the run fails with
-  `run_timeout` at its next step after the deadline), `tenant_id` (must be the caller's).
+  `run_timeout` at its next step after the deadline), `tenant_id` (must be the caller's),
+  `session_id` (continue that session: api/runs.py `continued_session`, api/sessions.py).
 - Those it does not have are refused with 400 `unsupported_field` naming the field.
 - `GET /v1/agents/{agent_id}`, `POST /v1/agents/{agent_id}/cancel` (the whole run and its
   sub-agents), `GET /v1/users/{user_id}/agents` (and its `/stream` of run transitions),
@@ -19,14 +20,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from treadle.api.agentstream import parse_filter, user_agent_states
 from treadle.api.auth import principal_view
 from treadle.api.deps import Rt, Who
-from treadle.api.errors import AUTHED, BODY, errors, fast_json
+from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.sse import SSE_HEADERS
 from treadle.domain.events import EventType
@@ -34,7 +35,7 @@ from treadle.domain.runs import RunOptions
 from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
-from treadle.store.runs import RunRecord, session_id_of
+from treadle.store.runs import RunRecord
 from treadle.wire import (
     AgentCancelled,
     AgentCancelRequest,
@@ -43,7 +44,6 @@ from treadle.wire import (
     BatchRequest,
     LoomcycleRunFields,
     ParentContext,
-    Transcript,
     Whoami,
 )
 from treadle.wire.runs import MAX_BATCH
@@ -53,7 +53,6 @@ router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
 __all__ = ["MAX_BATCH", "BatchRequest", "LoomcycleRunFields", "ParentContext", "router"]
 #: loomcycle fields treadle does not have: refused (never accepted and ignored)
 UNSUPPORTED = {
-    "session_id": "treadle has no sessions to attach a run to (every run is its own session); omit session_id",
     "user_bearer": "treadle does not substitute a per-run bearer into MCP headers; omit user_bearer",
     "compaction": "treadle does not compact a run's context; omit compaction",
     "web_search_filter": "treadle's WebSearch does not filter results by allowed_hosts; omit web_search_filter",
@@ -120,7 +119,7 @@ async def agent_state(rt: Runtime, run: RunRecord) -> dict[str, Any]:
     return {
         **run.to_api(),
         "agent_id": run.agent_id or run.id,
-        "session_id": session_id_of(run.id),
+        "session_id": run.session,
         "parent_agent_id": parent_agent_id,
         "started_at": run.created_at.isoformat(),
         "live": not run.terminal,
@@ -219,7 +218,7 @@ async def spawn_result(rt: Runtime, run: RunRecord) -> dict[str, Any]:
         events = await rt.runs.events(run.tenant_id, run.id, 0, 5000)
         texts = [str(e.payload.get("text", "")) for e in events if e.type == EventType.TEXT]
         final_text = texts[-1] if texts else ""
-    return {"agent_id": run.agent_id or run.id, "run_id": run.id, "session_id": session_id_of(run.id),
+    return {"agent_id": run.agent_id or run.id, "run_id": run.id, "session_id": run.session,
             "status": run.status, "stop_reason": loomcycle_stop_reason(run), "final_text": final_text,
             "usage": run.usage(), "error": (run.error or {}).get("error") if run.error else None,
             "parent_context": run.parent_context}
@@ -263,36 +262,3 @@ async def _wait_a_little(rt: Runtime, run_id: str) -> None:
 async def whoami(who: Who) -> dict[str, Any]:
     """loomcycle's whoami: the caller's tenant, subject and scopes (api/auth.py principal_view)."""
     return principal_view(who)
-
-
-def run_id_of_session(session_id: str) -> str:
-    """The run a session id names (a treadle session is one run: `s_<hex>` ↔ `r_<hex>`)."""
-    if not session_id.startswith("s_"):
-        raise NotFound(f"session {session_id!r} not found", code="session_not_found")
-    return "r_" + session_id.removeprefix("s_")
-
-
-@router.get("/sessions/{session_id}/transcript", response_model=Transcript, response_model_exclude_unset=True,
-            responses=errors(*AUTHED, 404))
-async def transcript(session_id: str, rt: Rt, who: Who) -> Response:
-    """loomcycle's transcript of a session: `{session{id, user_id, agent, created_at}, events:
-    [{seq, run_id, ts_ns, type, event, payload?}]}`; `payload` holds a `user_input`'s segments."""
-    run = await rt.runs.get(who.tenant_id, run_id_of_session(session_id))
-    if run is None:
-        raise NotFound(f"session {session_id!r} not found", code="session_not_found")
-    events: list[dict[str, Any]] = []
-    from_seq = 0
-    while True:
-        page = await rt.runs.events(who.tenant_id, run.id, from_seq, 1000)
-        for e in page:
-            ts_ns = int(e.created_at.timestamp() * 1_000_000_000) if e.created_at else 0
-            item: dict[str, Any] = {"seq": e.seq, "run_id": run.id, "ts_ns": ts_ns, "type": e.type,
-                                    "event": e.to_api()}
-            if e.type == EventType.USER_INPUT:
-                item["payload"] = e.payload.get("segments")
-            events.append(item)
-        if len(page) < 1000:
-            break
-        from_seq = page[-1].seq
-    return fast_json({"session": {"id": session_id, "user_id": run.user_id or "", "agent": run.agent,
-                                  "created_at": run.created_at.isoformat()}, "events": events})

@@ -22,11 +22,12 @@ from treadle.api.loomcycle import (
 from treadle.api.sse import SSE_HEADERS, sse_frame, stream_run_events
 from treadle.api.steering import cancel_turn, decode_cursor, encode_cursor, waits_of
 from treadle.domain.runs import RunStatus
-from treadle.errors import RunNotFound, ValidationFailed
+from treadle.errors import BadRequest, NotFound, RunNotFound, ValidationFailed
 from treadle.mcp.credentials import seal_credentials
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
-from treadle.store.runs import NewRun, RunRecord, session_id_of
+from treadle.store.runs import NewRun, RunRecord
+from treadle.store.sessions import SessionRecord
 from treadle.wire import (
     BatchRequest,
     BatchResult,
@@ -61,7 +62,7 @@ def _wants_sse(request: Request) -> bool:
 
 def _sse_response(rt: Runtime, tenant: str, run: RunRecord, from_seq: int, *, fresh: bool = False) -> StreamingResponse:
     """loomcycle's first frames (`session`, `agent`; no ids) and then the run's events."""
-    session_id = session_id_of(run.id)
+    session_id = run.session
     agent: dict[str, Any] = {"agent_id": run.agent_id or run.id, "run_id": run.id, "session_id": session_id}
     preamble = []
     if fresh:
@@ -75,8 +76,24 @@ def _sse_response(rt: Runtime, tenant: str, run: RunRecord, from_seq: int, *, fr
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
+async def continued_session(rt: Runtime, who: Principal, body: RunRequest) -> SessionRecord | None:
+    """The session a run continues (`session_id`): 404 `session_not_found` when it is not the
+    caller's (another tenant's, or another user's), 400 `session_agent_mismatch` when the run names
+    another agent than the session's."""
+    if body.session_id is None:
+        return None
+    session = await rt.sessions.get(who.tenant_id, body.session_id)
+    if session is None or (body.user_id is not None and session.user_id not in (None, body.user_id)):
+        raise NotFound(f"session {body.session_id!r} not found", code="session_not_found")
+    if session.agent != body.agent:
+        raise BadRequest(f"agent: session {session.id!r} holds runs of agent {session.agent!r}, not {body.agent!r}",
+                         code="session_agent_mismatch")
+    return session
+
+
 async def _start(rt: Runtime, who: Principal, body: RunRequest, idempotency_key: str | None) -> tuple[RunRecord, bool]:
     refuse_unsupported(body, rt, who)
+    session = await continued_session(rt, who, body)
     if body.agent_id is not None and idempotency_key is None:  # a retry gets its run back (store/runs.py)
         await check_agent_id(rt, who.tenant_id, body.agent_id)
     return await rt.start_run(
@@ -84,7 +101,8 @@ async def _start(rt: Runtime, who: Principal, body: RunRequest, idempotency_key:
             tenant_id=who.tenant_id,
             agent=body.agent,
             segments=body.to_segments(),
-            user_id=body.user_id,
+            user_id=body.user_id if session is None else (body.user_id or session.user_id),
+            session_id=session.id if session is not None else None,
             metadata=body.metadata,
             interactive=body.interactive,
             idempotency_key=idempotency_key,
@@ -116,7 +134,7 @@ async def create_run(
     if _wants_sse(request):
         return _sse_response(rt, who.tenant_id, run, 0, fresh=True)
     return JSONResponse({"run_id": run.id, "status": run.status, "created": created,
-                         "agent_id": run.agent_id or run.id, "session_id": session_id_of(run.id),
+                         "agent_id": run.agent_id or run.id, "session_id": run.session,
                          "parent_context": run.parent_context}, status_code=202)
 
 

@@ -22,6 +22,8 @@ OTHER_NAMES = frozenset({
     "TREADLE_DEMO_EXIT", "TREADLE_TEST_WORKERS",
     # tests/frontdoors: where `npm install openai` ran (the npm SDK test skips without it)
     "TREADLE_OPENAI_NPM",
+    # tests/loomcycle: loomcycle's TypeScript client, built (the TS client test skips without it)
+    "TREADLE_LOOMCYCLE_TS",
     # the cloud shape (CloudSettings)
     "TREADLE_QUEUE_URL", "TREADLE_DB_SECRET_ARN", "TREADLE_DB_HOST", "TREADLE_DB_NAME", "TREADLE_DB_PORT",
     "TREADLE_DB_SSLMODE", "TREADLE_DB_POOL_SIZE", "TREADLE_API_TOKEN_SECRET_ARN",

@@ -47,6 +47,8 @@ from treadle.wire import (
     ScheduleFired,
     ScheduleList,
     ScheduleState,
+    SessionList,
+    SessionView,
     Subscribed,
     TenantCancelled,
     TenantErased,
@@ -70,7 +72,7 @@ __all__ = [
     "Interrupt", "InterruptResolved", "MemoryDeleted", "MemoryEntries", "MemoryEntry", "MemoryScopes",
     "MemorySearchResult", "MemoryWritten", "Message", "Names", "OpResult", "Peeked", "Published", "Run",
     "RunCancelled", "RunCreated", "RunEvents", "RunInterrupts", "RunList", "RunStatus", "ScheduleDetail",
-    "ScheduleFired", "ScheduleList", "ScheduleState", "Subscribed", "TenantCancelled", "TenantErased",
+    "ScheduleFired", "ScheduleList", "ScheduleState", "SessionList", "SessionView", "Subscribed", "TenantCancelled", "TenantErased",
     "TenantInterrupts", "ToolResultAccepted", "Transcript", "TurnCancelled", "UserInterrupts", "WebhookAccepted",
     "WebhookDeliveries", "WebhookDryRun", "Whoami",
 ]

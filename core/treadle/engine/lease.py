@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from treadle.domain.content import Message
 from treadle.domain.runs import NewEvent
 from treadle.engine.replay import Replayer
 from treadle.store.steps import Committed, LeasedRun, StepOutcome
@@ -31,6 +32,9 @@ class Lease:
     #: after the run's final commit: whether volume instances are rooted at it (to purge); True
     #: when the run ended by another statement, which did not look
     rooted_volumes: bool = True
+    #: a session continuation's history: the messages of the session's earlier runs (None: not
+    #: read yet, or the run starts its session)
+    history: list[Message] | None = None
 
     @classmethod
     def of(cls, run: LeasedRun, owner: str, deadline: float) -> Lease:

@@ -81,8 +81,10 @@ class Replayer:
         "last_seq",
     )
 
-    def __init__(self) -> None:
-        self._closed: list[Message] = []  # messages no later event can change
+    def __init__(self, history: list[Message] | None = None) -> None:
+        #: messages no later event can change; a session's continuation starts from the messages of
+        #: the session's earlier runs (`history`, rendered by `history_messages`)
+        self._closed: list[Message] = list(history or [])
         self._system: list[str] = []
         self._assistant: Message | None = None  # the assistant turn being assembled
         self._assistant_iter: object = None
@@ -229,6 +231,20 @@ class Replayer:
             done = [*done, *scrub(self._closed[len(done):closed])]
         self._scrubbed = (key, done)
         return [*done, *scrub(transcript.messages[closed:])]
+
+
+    def closed_messages(self) -> list[Message]:
+        """Every turn closed as a later run sees it: an unanswered tool_use of the last turn gets
+        the orphan answer (invariant 2), nothing is pending."""
+        self._close_turn()
+        return list(self._closed)
+
+
+def history_messages(events: list[tuple[int, str, dict[str, Any]]]) -> list[Message]:
+    """The conversation of a session's earlier runs (their events in order), as the messages a
+    continuing run starts from: user turns, assistant turns and their results; the earlier runs'
+    system segments, usage and endings are not carried over."""
+    return Replayer().feed(events).closed_messages()
 
 
 def input_id_of(etype: str, payload: dict[str, Any]) -> int:

@@ -38,7 +38,7 @@ from treadle.engine.lease import Lease
 from treadle.engine.model_routes import Candidate
 from treadle.engine.outcomes import StepResult
 from treadle.engine.plan import Next, StepPlan
-from treadle.engine.replay import Replayer, Transcript
+from treadle.engine.replay import Replayer, Transcript, history_messages
 from treadle.engine.routing import Call, RetryPolicy, call_route
 from treadle.engine.scrub import scrub_key, scrub_messages
 from treadle.engine.sending import StepSender
@@ -63,6 +63,8 @@ MAX_STEP_FAILURES = 5
 #: how long a step waits on its model or external tools before it gives its connection and its
 #: worker slot back (engine/slots.py, store/db.py `Pool.released`)
 HOLD_ACROSS_S = 0.005
+#: continuations whose session history one engine keeps (engine/step.py `_session_history`)
+HISTORY_CACHE = 256
 
 
 @dataclass(slots=True)
@@ -127,6 +129,8 @@ class Engine:
         self._renewals: set[asyncio.Future[None]] = set()
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._owner_seq = itertools.count(1)
+        #: run id → its session history (`_session_history`), oldest entry evicted first
+        self._histories: dict[str, list[Message]] = {}
 
     def new_owner(self) -> str:
         """A lease token unique to one step attempt (workers in one process never share one)."""
@@ -278,7 +282,7 @@ class Engine:
         what was fed (re-read) is replayed from its start."""
         events, r = lease.run.events, lease.replayer
         if r is None or r.fed > len(events) or (r.fed and events[r.fed - 1][0] != r.last_seq):
-            r = lease.replayer = Replayer()
+            r = lease.replayer = Replayer(lease.history)
         return r.feed(events[r.fed:]).transcript()
 
     @staticmethod
@@ -302,6 +306,8 @@ class Engine:
         leased = lease.run
         if lease.stale:
             lease.reloaded(await self.steps.reload_events(leased.run_id))
+        if leased.session_seq and lease.history is None:
+            lease.history = await self._session_history(leased)
         transcript = self._transcript(lease)
         agent = await self._agent_for(leased)
         budget = await self.budgets(leased) if self.budgets is not None else None
@@ -469,6 +475,17 @@ class Engine:
         if lease.chained + 1 >= self.settings.chain_steps or time.monotonic() >= lease.deadline:
             return None
         return self.new_owner()
+
+    async def _session_history(self, leased: LeasedRun) -> list[Message]:
+        """The messages of the session's earlier runs (a continuation's history), read in place once
+        per process: those runs have ended, so the history of a run never changes."""
+        cached = self._histories.get(leased.run_id)
+        if cached is None:
+            cached = history_messages(await self.steps.session_history(leased))
+            if len(self._histories) >= HISTORY_CACHE:
+                self._histories.pop(next(iter(self._histories)))
+            self._histories[leased.run_id] = cached
+        return cached
 
     # -- model ---------------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
 
 from treadle.domain.runs import RunOptions, RunStatus
-from treadle.errors import Conflict
+from treadle.errors import Conflict, NotFound
 from treadle.store.db import Pool
 from treadle.telemetry import tracing
 
@@ -56,6 +56,15 @@ class RunRecord:
     agent_id: str | None = None
     parent_context: dict[str, Any] | None = None
     run_options: dict[str, Any] | None = None
+    #: the session the run belongs to and its place in it (migration 0050; None: a sub-agent run,
+    #: whose session id is derived from its run id)
+    session_id: str | None = None
+    session_seq: int | None = None
+
+    @property
+    def session(self) -> str:
+        """loomcycle's session id of the run."""
+        return self.session_id or session_id_of(self.id)
 
     @property
     def terminal(self) -> bool:
@@ -93,7 +102,7 @@ class RunRecord:
             "completed_at": self.completed_at.isoformat() if self.completed_at else None,
             # loomcycle's names (additive): the caller's handle, a session per run, the context
             "agent_id": self.agent_id or self.id,
-            "session_id": session_id_of(self.id),
+            "session_id": self.session,
             "parent_context": self.parent_context,
         }
 
@@ -102,12 +111,13 @@ _RUN_COLUMNS = (
     "id, tenant_id, user_id, agent, status, stop_reason, error, step_no, last_seq, iterations, interactive,"
     " metadata, input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, cancel_requested,"
     " created_at, updated_at, completed_at, lease_owner, lease_until, parent_run_id, root_run_id, depth,"
-    " def_id, def_content_sha256, skill_def_ids, agent_id, parent_context, run_options"
+    " def_id, def_content_sha256, skill_def_ids, agent_id, parent_context, run_options, session_id, session_seq"
 )
 
 
 def session_id_of(run_id: str) -> str:
-    """loomcycle's session id of a run: treadle has one session per run, named after it."""
+    """The session id a run opens (a top-level run started without `session_id`), or — for a
+    sub-agent run, which has no session row — its derived session id."""
     return "s_" + run_id.removeprefix("r_")
 
 
@@ -145,6 +155,9 @@ class NewRun:
     #: the caller's `user_credentials`, sealed (treadle/mcp/credentials.py); stored in
     #: run_credentials with the run, never in the runs row
     sealed_credentials: bytes | None = None
+    #: continue this session (store/sessions.py): the run takes the session's next place and its
+    #: history is the session's earlier runs (None: a top-level run opens its own session)
+    session_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -178,19 +191,33 @@ class RunStore:
         if new.def_id is not None:
             started["def_id"] = new.def_id
             started["def_content_sha256"] = new.def_content_sha256
+        continues = new.session_id is not None
+        # a continuation takes the session's next place (the row lock orders concurrent starts; the
+        # second then meets runs_live_session: 409 session_busy); a top-level run opens its session
         sql = f"""
-        WITH r AS (
+        WITH s AS (
+            UPDATE sessions SET run_count = run_count + 1, updated_at = now()
+            WHERE %(cont)s AND id = %(sid)s AND tenant_id = %(tenant)s
+            RETURNING id, run_count - 1 AS seq
+        ), r AS (
             INSERT INTO runs (id, tenant_id, user_id, agent, status, metadata, interactive,
                               idempotency_key, root_run_id, last_seq, lease_until,
                               parent_run_id, depth, parent_wait_key, def_id, def_content_sha256,
                               skill_def_ids, client_tools, client_tool_timeout_s, allowed_hosts,
-                              trace_context, agent_id, parent_context, run_options)
-            VALUES (%(id)s, %(tenant)s, %(user)s, %(agent)s, 'queued', %(meta)s, %(interactive)s,
+                              trace_context, agent_id, parent_context, run_options, session_id, session_seq)
+            SELECT %(id)s, %(tenant)s, %(user)s, %(agent)s, 'queued', %(meta)s, %(interactive)s,
                     %(idem)s, coalesce(%(root)s, %(id)s), 2, now() + make_interval(secs => %(requeue)s),
                     %(parent)s, %(depth)s, %(pwk)s, %(def_id)s, %(def_sha)s, %(skills)s, %(ctools)s,
-                    %(ctimeout)s, %(hosts)s, %(trace)s, %(agent_id)s, %(pctx)s, %(ropts)s)
+                    %(ctimeout)s, %(hosts)s, %(trace)s, %(agent_id)s, %(pctx)s, %(ropts)s,
+                    CASE WHEN %(cont)s THEN (SELECT id FROM s) ELSE %(own_sid)s END,
+                    CASE WHEN %(cont)s THEN (SELECT seq FROM s) WHEN %(own_sid)s::text IS NOT NULL THEN 0 END
+            WHERE NOT %(cont)s OR EXISTS (SELECT 1 FROM s)
             ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {_RUN_COLUMNS}
+        ), ns AS (
+            INSERT INTO sessions (id, tenant_id, agent, user_id, run_count, created_at, updated_at)
+            SELECT r.session_id, r.tenant_id, r.agent, r.user_id, 1, r.created_at, r.created_at
+            FROM r WHERE NOT %(cont)s AND r.session_id IS NOT NULL
         ), ev AS (
             INSERT INTO events (run_id, seq, tenant_id, type, payload)
             SELECT r.id, v.seq, r.tenant_id, v.type, v.payload FROM r,
@@ -231,6 +258,9 @@ class RunStore:
             "st": Jsonb(started),
             "jobs": self.jobs_in_db,
             "creds": new.sealed_credentials,
+            "cont": continues,
+            "sid": new.session_id,
+            "own_sid": session_id_of(run_id) if new.parent_run_id is None else None,
         }
         async with self.pool.connection() as conn:
             try:
@@ -239,6 +269,9 @@ class RunStore:
                 if exc.diag.constraint_name == "runs_live_agent_id":  # migration 0018
                     raise Conflict(f"agent_id {new.agent_id!r} belongs to a live run",
                                    code="agent_id_in_use") from None
+                if exc.diag.constraint_name == "runs_live_session":  # migration 0050
+                    raise Conflict(f"another run of session {new.session_id!r} is live",
+                                   code="session_busy") from None
                 raise
             row = await cur.fetchone()
             if row is None and new.idempotency_key is not None:
@@ -249,6 +282,8 @@ class RunStore:
                 existing = await cur.fetchone()
                 if existing is not None:
                     return _record(existing), False
+            if row is None and continues:
+                raise NotFound(f"session {new.session_id!r} not found", code="session_not_found")
             if row is None:  # pragma: no cover - the insert cannot silently fail otherwise
                 raise RuntimeError("run insert returned nothing")
             return _record(row), True

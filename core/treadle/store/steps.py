@@ -42,7 +42,7 @@ _LEASED_COLUMNS = (
     " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata,"
     " runs.interactive, runs.input_seq, runs.parent_wait_key, runs.def_id, runs.skill_def_ids,"
     " runs.client_tools, runs.client_tool_timeout_s, runs.allowed_hosts, runs.trace_context, runs.created_at,"
-    " runs.parent_context, runs.run_options"
+    " runs.parent_context, runs.run_options, runs.session_id, runs.session_seq"
 )
 def _events_agg(after: str = "0") -> str:
     """The run's events after seq `after` (an SQL expression) as one JSON array, `events`."""
@@ -94,6 +94,10 @@ class LeasedRun:
     #: the engine's replay state of `events` that this process kept with them (store/held.py),
     #: found by the claim; opaque here (engine/lease.py owns it)
     kept_replay: Any = None
+    #: the session the run belongs to, and its place there: a run with session_seq > 0 continues
+    #: the session, its history the events of the session's earlier runs (`StepStore.session_history`)
+    session_id: str | None = None
+    session_seq: int = 0
 
 
 @dataclass(slots=True)
@@ -184,6 +188,8 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
         created_at=row.get("created_at"),
         parent_context=row.get("parent_context"),
         run_options=RunOptions.from_json(row.get("run_options")),
+        session_id=row.get("session_id"),
+        session_seq=int(row.get("session_seq") or 0),
     )
 
 
@@ -393,6 +399,17 @@ class StepStore:
         """Re-read the run's transcript (a chained step found it changed by another writer)."""
         async with self.pool.step_connection() as conn:
             return await self._read_events(conn, run_id)
+
+    async def session_history(self, leased: LeasedRun) -> list[tuple[int, str, dict[str, Any]]]:
+        """The events of the session's runs before this one, run by run in the session's order,
+        each run's in seq order: read in place (a continuation copies nothing)."""
+        async with self.pool.step_connection() as conn:
+            cur = await conn.execute(
+                "SELECT e.seq, e.type, e.payload FROM runs r JOIN events e ON e.run_id = r.id"
+                " WHERE r.tenant_id = %s AND r.session_id = %s AND r.session_seq < %s"
+                " ORDER BY r.session_seq, e.seq",
+                (leased.tenant_id, leased.session_id, leased.session_seq), prepare=prepare_now(conn))
+            return [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
 
     def keep(self, run_id: str, last_seq: int, events: list[tuple[int, str, dict[str, Any]]] | None,
              replay: object = None) -> None:

@@ -82,9 +82,11 @@ class ParentContext(Request):
 
 
 class LoomcycleRunFields(Request):
-    """The loomcycle fields of a run request. `session_id`, `user_bearer`, `compaction` and
-    `web_search_filter` are loomcycle's fields treadle does not have: refused with 400
-    `unsupported_field` (declared so the refusal can name them)."""
+    """The loomcycle fields of a run request. `session_id` continues a session (its earlier runs
+    are the new run's history; 404 `session_not_found`, 409 `session_busy` while another run of
+    it is live). `user_bearer`, `compaction` and `web_search_filter` are loomcycle's fields
+    treadle does not have: refused with 400 `unsupported_field` (declared so the refusal can name
+    them)."""
 
     tools: list[str] | None = Field(default=None, max_length=256)
     agent_id: str | None = Field(default=None, json_schema_extra={"pattern": IDENTIFIER_PATTERN})
@@ -93,12 +95,13 @@ class LoomcycleRunFields(Request):
     sampling: SamplingConfig | None = None
     run_timeout_seconds: int | None = Field(default=None, ge=1, le=30 * 86_400)
     tenant_id: str | None = Field(default=None, max_length=128)
-    session_id: Any = None
+    session_id: str | None = Field(default=None, json_schema_extra={"pattern": IDENTIFIER_PATTERN})
     user_bearer: Any = None
     compaction: Any = None
     web_search_filter: Any = None
 
     _agent_id = field_validator("agent_id")(_identifier)
+    _session_id = field_validator("session_id")(_identifier)
 
 
 class RunRequest(LoomcycleRunFields):
@@ -145,6 +148,81 @@ class RunRequest(LoomcycleRunFields):
         if self.segments:
             return [s.model_dump(exclude_none=True) for s in self.segments]
         return [{"role": "user", "content": [{"type": "trusted-text", "text": self.prompt or ""}]}]
+
+
+class SessionMessageRequest(LoomcycleRunFields):
+    """Body of POST /v1/sessions/{id}/messages (loomcycle's continuation): the next user turn of
+    the session; agent and user come from the session (`agent`, `user_id` are refused)."""
+
+    prompt: str | None = None
+    segments: list[Segment] | None = None
+    metadata: dict[str, Any] | None = None
+    interactive: bool = False
+    client_tools: ClientTools | None = None
+    client_tool_timeout_seconds: ClientToolTimeout | None = None
+    allowed_hosts: list[str] | None = Field(default=None, max_length=256)
+    user_credentials: UserCredentials | None = None
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            parse_host_patterns(v)
+        return v
+
+    @model_validator(mode="after")
+    def _has_input(self) -> SessionMessageRequest:
+        if not self.segments and not self.prompt:
+            raise ValueError("either prompt or segments is required")
+        if self.session_id is not None:
+            raise ValueError("session_id: the session is the route's; omit session_id")
+        return self
+
+    def run_request(self, agent: str, user_id: str | None, session_id: str) -> RunRequest:
+        """The POST /v1/runs body this continuation is."""
+        fields = self.model_dump(exclude_unset=True, exclude={"session_id"})
+        fields["segments"] = self.segments  # the validated models, as given
+        return RunRequest.model_validate({**fields, "agent": agent, "user_id": user_id, "session_id": session_id})
+
+
+class SessionView(Response):
+    """A session: loomcycle's `{id, user_id, agent, created_at}` and its metadata."""
+
+    id: str
+    session_id: str
+    agent: str
+    user_id: str
+    created_at: str
+    updated_at: str
+    title: str = ""
+    description: str = ""
+    tags: list[str] = Field(default_factory=list)
+    pinned: bool = False
+    archived: bool = False
+    archived_at: str | None = None
+    summary: str = ""
+    summary_updated_at: str | None = None
+    run_count: int = 0
+    #: the session's runs in order (GET /v1/sessions/{id})
+    runs: list[str] | None = None
+    #: the session's unfinished run, if any
+    live_run_id: str | None = None
+
+
+class SessionList(Response):
+    sessions: list[SessionView]
+    next_cursor: str | None = None
+
+
+class SessionPatch(Request):
+    """Body of PATCH /v1/sessions/{id}: the metadata to change."""
+
+    title: str | None = Field(default=None, max_length=512)
+    description: str | None = Field(default=None, max_length=4096)
+    tags: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] | None = Field(
+        default=None, max_length=32)
+    pinned: bool | None = None
+    archived: bool | None = None
 
 
 class CancelRequest(Request):
@@ -354,6 +432,8 @@ class SessionInfo(Response):
     user_id: str
     agent: str
     created_at: str
+    title: str = ""
+    run_count: int = 0
 
 
 class TranscriptEvent(Response):

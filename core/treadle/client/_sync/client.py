@@ -72,6 +72,7 @@ class Treadle:
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
         self.runs = Runs(self)
         self.agents = Agents(self)
+        self.sessions = Sessions(self)
         self.memory = Memory(self)
         self.channels = Channels(self)
         self.agentdefs = Defs(self, "/v1/_agentdef")
@@ -343,6 +344,44 @@ class Agents(Resource):
     def for_user(self, user_id: str, status: str | None = None, limit: int | None = None) -> m.AgentList:
         params = clean({"status": status, "limit": limit})
         return self.client.model(Call("GET", f"/v1/users/{user_id}/agents", params=params), m.AgentList)
+
+    def transcript(self, session_id: str) -> m.Transcript:
+        return self.client.model(Call("GET", f"/v1/sessions/{session_id}/transcript"), m.Transcript)
+
+
+class Sessions(Resource):
+    """/v1/sessions: conversations of many runs (docs/conversations.md)."""
+
+    def send(self, session_id: str, prompt: str | None = None, *, segments: JsonList | None = None,
+                   idempotency_key: str | None = None, **fields: Any) -> m.RunCreated:
+        """The session's next user turn, as a new run whose history is the session (202)."""
+        body = body_of(wire.SessionMessageRequest(**clean({"prompt": prompt, "segments": segments, **fields})))
+        key = idempotency_key or uuid.uuid4().hex
+        return self.client.model(Call("POST", f"/v1/sessions/{session_id}/messages", json=body,
+                                            headers={"Idempotency-Key": key}), m.RunCreated)
+
+    def send_streaming(self, session_id: str, prompt: str | None = None, *, idempotency_key: str | None = None,
+                       **fields: Any) -> Iterator[SseEvent]:
+        """`send`, streaming the new run's events (loomcycle's `continueSession`)."""
+        body = body_of(wire.SessionMessageRequest(**clean({"prompt": prompt, **fields})))
+        key = idempotency_key or uuid.uuid4().hex
+        call = Call("POST", f"/v1/sessions/{session_id}/messages", json=body, headers={"Idempotency-Key": key})
+        return self.client.events(call, StreamCursor(None, 0))
+
+    def get(self, session_id: str) -> m.SessionView:
+        return self.client.model(Call("GET", f"/v1/sessions/{session_id}"), m.SessionView)
+
+    def list(self, *, user_id: str | None = None, agent: str | None = None, archived: bool | None = None,
+                   limit: int | None = None, cursor: str | None = None) -> m.SessionList:
+        params = clean({"user_id": user_id, "agent": agent, "archived": archived, "limit": limit, "cursor": cursor})
+        return self.client.model(Call("GET", "/v1/sessions", params=params), m.SessionList)
+
+    def update(self, session_id: str, *, title: str | None = None, description: str | None = None,
+                     tags: StrList | None = None, pinned: bool | None = None,
+                     archived: bool | None = None) -> m.SessionView:
+        body = body_of(wire.SessionPatch(**clean({"title": title, "description": description, "tags": tags,
+                                                  "pinned": pinned, "archived": archived})))
+        return self.client.model(Call("PATCH", f"/v1/sessions/{session_id}", json=body), m.SessionView)
 
     def transcript(self, session_id: str) -> m.Transcript:
         return self.client.model(Call("GET", f"/v1/sessions/{session_id}/transcript"), m.Transcript)

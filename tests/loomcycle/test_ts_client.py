@@ -1,0 +1,58 @@
+"""loomcycle's own TypeScript client (adapters/ts of its repository, built from source) against a
+served treadle: `continueSession`, a `session_id` run, `getTranscript`, and the typed session
+errors (ts_client/drive_sessions.mjs holds the checks).
+
+Tests never reach a registry, so the client must be built beforehand: set TREADLE_LOOMCYCLE_TS to
+its folder (`git clone https://github.com/denn-gubsky/loomcycle && cd loomcycle/adapters/ts &&
+npm install && npx tsc`); without it (or without `node`) the test is skipped."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from treadle_sidecar.server import BackgroundServer
+
+from tests.support.db import TEST_HOME
+from treadle.config import Settings, parse_config
+
+HERE = Path(__file__).parent / "ts_client"
+SCRIPT = {"model": "script", "mock": {"script": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}}
+
+
+def _client_dir() -> str:
+    built = os.environ.get("TREADLE_LOOMCYCLE_TS")
+    if not shutil.which("node") or not built or not (Path(built) / "dist" / "index.js").is_file():
+        pytest.skip("needs node and TREADLE_LOOMCYCLE_TS (loomcycle's adapters/ts, built: dist/index.js)")
+    return built
+
+
+@pytest.fixture(scope="module")
+async def base(db_url: str) -> AsyncIterator[str]:
+    config = parse_config({"agents": {"script": SCRIPT, "slow": {"model": "echo", "mock": {"latency_ms": 400}}}})
+    settings = Settings(database_url=db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
+                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
+    server = BackgroundServer(settings, config)
+    url = await server.start()
+    try:
+        yield url
+    finally:
+        await server.stop()
+
+
+async def _drive(script: str, base: str, built: str, expected_ok: int) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        "node", str(HERE / script), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "BASE": base, "LOOMCYCLE_TS": built})
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    lines = out.decode().splitlines()
+    assert proc.returncode == 0, "\n".join(lines)
+    assert len([line for line in lines if line.startswith("ok ")]) == expected_ok, "\n".join(lines)
+
+
+async def test_continue_session_with_loomcycles_client(base: str) -> None:
+    await _drive("drive_sessions.mjs", base, _client_dir(), 5)
