@@ -72,7 +72,8 @@ __all__ = [
     "Interrupt", "InterruptResolved", "MemoryDeleted", "MemoryEntries", "MemoryEntry", "MemoryScopes",
     "MemorySearchResult", "MemoryWritten", "Message", "Names", "OpResult", "Peeked", "Published", "Run",
     "RunCancelled", "RunCreated", "RunEvents", "RunInterrupts", "RunList", "RunStatus", "ScheduleDetail",
-    "ScheduleFired", "ScheduleList", "ScheduleState", "SessionList", "SessionView", "Subscribed", "TenantCancelled", "TenantErased",
+    "ScheduleFired", "ScheduleList", "ScheduleState", "SessionList", "SessionView", "Subscribed", "TenantCancelled",
+    "TenantErased",
     "TenantInterrupts", "ToolResultAccepted", "Transcript", "TurnCancelled", "UserInterrupts", "WebhookAccepted",
     "WebhookDeliveries", "WebhookDryRun", "Whoami",
 ]
