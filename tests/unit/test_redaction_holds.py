@@ -98,3 +98,21 @@ def test_sealing_a_runs_credentials_makes_this_process_redact_them() -> None:
     stored = json.dumps({"memory": value, "b64": base64.b64encode(value.encode()).decode()})
     out = SECRETS.redact_text(stored)
     assert value not in out and "[redacted:credential]" in out
+
+
+def test_a_short_text_found_clean_is_redacted_once_its_value_becomes_known() -> None:
+    """redact_text remembers short clean texts; a new known value (or a switch) forgets them."""
+    s = SecretValues()
+    word = "ghq_notasecret_yet_1234567"
+    assert s.redact_text(word) == word and s.redact_text(word) == word  # the second from memory
+    s.add(word, "LATE_TOKEN")
+    assert s.redact_text(word) == "[redacted:LATE_TOKEN]"
+    dynamic = "run-credential-0123456789"
+    assert s.redact_text(dynamic) == dynamic
+    s.add_dynamic(dynamic, "cred")
+    assert s.redact_text(dynamic) == "[redacted:cred]"
+    shaped = "sk-" + "a" * 40
+    s.patterns_at_rest = False
+    assert s.redact_text(shaped) == shaped
+    s.patterns_at_rest = True
+    assert s.redact_text(shaped) != shaped

@@ -188,6 +188,11 @@ def _apply_patterns(text: str, anchor_hits: Iterable[tuple[str, int]], at_rest: 
     return _splice(text, spans) if spans else text
 
 
+#: redact_text remembers up to CLEAN_CACHE_SIZE clean texts of at most CLEAN_CACHE_TEXT_MAX characters
+CLEAN_CACHE_SIZE = 4096
+CLEAN_CACHE_TEXT_MAX = 128
+
+
 class SecretValues:
     """The known secret values of this process, each with its forms, and the secret patterns."""
 
@@ -201,6 +206,9 @@ class SecretValues:
         self.enabled = True
         #: the high-confidence patterns at rest (the operator switch)
         self.patterns_at_rest = True
+        #: short texts redact_text found clean, under (generation, enabled, patterns_at_rest)
+        self._clean: set[str] = set()
+        self._clean_key: tuple[int, bool, bool] = (-1, True, True)
 
     def add(self, value: str | None, name: str) -> None:
         if not value or len(value.strip()) < MIN_SECRET_LENGTH:
@@ -266,8 +274,20 @@ class SecretValues:
         return _apply_patterns(text, anchors, at_rest) if anchors else text
 
     def redact_text(self, text: str) -> str:
-        """At rest: the known values and the high-confidence patterns."""
-        return self._scan(text, at_rest=True)
+        """At rest: the known values and the high-confidence patterns. Short texts found clean
+        are remembered (the same ids, owners and names are written many times a step), for as
+        long as the known values and the switches stay the same."""
+        if len(text) > CLEAN_CACHE_TEXT_MAX:
+            return self._scan(text, at_rest=True)
+        key = (self.generation, self.enabled, self.patterns_at_rest)
+        if self._clean_key != key or len(self._clean) >= CLEAN_CACHE_SIZE:
+            self._clean_key, self._clean = key, set()
+        if text in self._clean:
+            return text
+        out = self._scan(text, at_rest=True)
+        if out == text:
+            self._clean.add(text)
+        return out
 
     def scrub_text(self, text: str) -> str:
         """The outbound scrub: the known values and every pattern."""
