@@ -82,25 +82,47 @@ class Slots:
 
 
 
+class SlotLoan:
+    """The slot the current task's step holds, lent back during a wait on a model or a tool:
+    `give_back` (plain, so one timer can fire it together with the connection's hand-back) and
+    `take_back` after the wait, ahead of any claimer, oldest run first."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: Slot) -> None:
+        self.slot = slot
+
+    def give_back(self) -> None:
+        self.slot.release()
+
+    async def take_back(self) -> None:
+        slot = self.slot
+        if not slot.held:  # a cancel here leaves it not held: nothing to release
+            await slot.slots.acquire(resuming=True, priority=slot.priority)
+            slot.held = True
+
+
+def slot_loan() -> SlotLoan | None:
+    """A loan of the slot this task's step holds; None for a step that holds none (the cloud
+    shape's handler runs one step per invocation)."""
+    slot = HELD.get()
+    return SlotLoan(slot) if slot is not None and slot.held else None
+
+
 @asynccontextmanager
 async def slot_given_back(after_s: float = 0.0) -> AsyncIterator[None]:
-    """Around a wait on a model or a tool: give back the slot this task's step holds — once it has
-    waited `after_s` (a model that answers at once keeps it) — and take one again (ahead of any
-    claimer) after it. Nothing to give back for a step that holds none (the cloud shape's handler
-    runs one step per invocation)."""
-    slot = HELD.get()
-    if slot is None or not slot.held:
+    """Around a wait: give back the slot this task's step holds once it has waited `after_s` (a
+    model that answers at once keeps it), and take one again after it (SlotLoan)."""
+    loan = slot_loan()
+    if loan is None:
         yield
         return
-    timer = asyncio.get_running_loop().call_later(after_s, slot.release) if after_s > 0 else None
+    timer = asyncio.get_running_loop().call_later(after_s, loan.give_back) if after_s > 0 else None
     if timer is None:
-        slot.release()
+        loan.give_back()
     try:
         yield
     finally:
         if timer is not None:
             timer.cancel()
-        if not slot.held:
-            # a cancel here leaves it not held: nothing to release
-            await slot.slots.acquire(resuming=True, priority=slot.priority)
-            slot.held = True
+        await loan.take_back()

@@ -42,7 +42,7 @@ from treadle.engine.replay import Replayer, Transcript, history_messages
 from treadle.engine.routing import Call, RetryPolicy, call_route
 from treadle.engine.scrub import scrub_key, scrub_messages
 from treadle.engine.sending import StepSender
-from treadle.engine.slots import slot_given_back
+from treadle.engine.slots import slot_loan
 from treadle.engine.toolcalls import Outcome, ToolRaised, ToolRunner, TurnCalls
 from treadle.engine.waiting import Steering
 from treadle.errors import CancelPending, LeaseLost, ProviderError
@@ -231,8 +231,13 @@ class Engine:
 
         # nothing held while the model or the tools answer: no connection, no worker slot (a wait
         # that ends within HOLD_ACROSS_S keeps both: an instant answer costs no hand-over)
-        async with self.steps.released(HOLD_ACROSS_S), slot_given_back(HOLD_ACROSS_S):
-            return await interruptible(work, self._signals.get(run_id), check)
+        loan = slot_loan()  # (one timer gives back both)
+        async with self.steps.released(HOLD_ACROSS_S, also=loan.give_back if loan is not None else None):
+            try:
+                return await interruptible(work, self._signals.get(run_id), check)
+            finally:
+                if loan is not None:
+                    await loan.take_back()
 
     async def _stop_if_cancelled(self, leased: LeasedRun) -> None:
         """StepInterrupted when the run's cancel signal has fired and a cancel is pending (no query

@@ -456,25 +456,33 @@ class Pool:
             await self._give_back(held)
 
     @asynccontextmanager
-    async def released(self, after_s: float = 0.0) -> AsyncIterator[None]:
+    async def released(self, after_s: float = 0.0, also: Callable[[], None] | None = None) -> AsyncIterator[None]:
         """Give this task's held connection (`holding`) back to the pool while the block waits (on
         a model or a tool) — once it has waited `after_s`: a wait that ends sooner (a model that
-        answers at once) keeps it. The next step statement takes one again."""
+        answers at once) keeps it. The next step statement takes one again. `also` is called at
+        the same moment, from the same timer (the engine gives back its worker slot with it)."""
         held = _HELD.get()
-        if (held is None or held.task is not asyncio.current_task() or held.conn is None
-                or held.conn.pgconn.transaction_status != pq.TransactionStatus.IDLE):
+        lend = (held is not None and held.task is asyncio.current_task() and held.conn is not None
+                and held.conn.pgconn.transaction_status == pq.TransactionStatus.IDLE)
+        if not lend and also is None:
             yield
             return
         if after_s <= 0:
-            await self._give_back(held)
+            if lend and held is not None:
+                await self._give_back(held)
+            if also is not None:
+                also()
             yield
             return
         putting: list[asyncio.Future[None]] = []
 
         def give_back() -> None:
-            conn, held.conn = held.conn, None  # detached now: the step cannot use it meanwhile
-            if conn is not None:
-                putting.append(asyncio.ensure_future(self.inner.putconn(conn)))
+            if lend and held is not None:
+                conn, held.conn = held.conn, None  # detached now: the step cannot use it meanwhile
+                if conn is not None:
+                    putting.append(asyncio.ensure_future(self.inner.putconn(conn)))
+            if also is not None:
+                also()
 
         timer = asyncio.get_running_loop().call_later(after_s, give_back)
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -286,10 +286,11 @@ class StepStore:
         `Pool.holding`): a lease chain's statements — given back across `released`."""
         return self.pool.holding()
 
-    def released(self, after_s: float = 0.0) -> AbstractAsyncContextManager[None]:
+    def released(self, after_s: float = 0.0, also: Callable[[], None] | None = None
+                 ) -> AbstractAsyncContextManager[None]:
         """Give the task's held connection back while the block waits on a model or a tool (once
-        it has waited `after_s`)."""
-        return self.pool.released(after_s)
+        it has waited `after_s`; `also` called then too)."""
+        return self.pool.released(after_s, also)
 
     async def claim_job(self, owner: str) -> tuple[bool, LeasedRun | None]:
         """Take the next due job off the Postgres queue and lease its run, atomically.
