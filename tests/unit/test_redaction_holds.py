@@ -116,3 +116,11 @@ def test_a_short_text_found_clean_is_redacted_once_its_value_becomes_known() -> 
     assert s.redact_text(shaped) == shaped
     s.patterns_at_rest = True
     assert s.redact_text(shaped) != shaped
+
+
+def test_a_text_clean_at_rest_is_still_scrubbed_outbound() -> None:
+    """The two passes remember clean texts apart: a generic token field is clean at rest only."""
+    s = SecretValues()
+    field = 'token="abcdefghijklmnopqrstuvwxyz012345"'
+    assert s.redact_text(field) == field and s.redact_text(field) == field
+    assert s.scrub_text(field) != field

@@ -206,8 +206,8 @@ class SecretValues:
         self.enabled = True
         #: the high-confidence patterns at rest (the operator switch)
         self.patterns_at_rest = True
-        #: short texts redact_text found clean, under (generation, enabled, patterns_at_rest)
-        self._clean: set[str] = set()
+        #: short texts found clean (outbound, at rest), under (generation, enabled, patterns_at_rest)
+        self._clean: tuple[set[str], set[str]] = (set(), set())  # (outbound, at rest)
         self._clean_key: tuple[int, bool, bool] = (-1, True, True)
 
     def add(self, value: str | None, name: str) -> None:
@@ -274,24 +274,30 @@ class SecretValues:
         return _apply_patterns(text, anchors, at_rest) if anchors else text
 
     def redact_text(self, text: str) -> str:
-        """At rest: the known values and the high-confidence patterns. Short texts found clean
-        are remembered (the same ids, owners and names are written many times a step), for as
-        long as the known values and the switches stay the same."""
-        if len(text) > CLEAN_CACHE_TEXT_MAX:
-            return self._scan(text, at_rest=True)
-        key = (self.generation, self.enabled, self.patterns_at_rest)
-        if self._clean_key != key or len(self._clean) >= CLEAN_CACHE_SIZE:
-            self._clean_key, self._clean = key, set()
-        if text in self._clean:
-            return text
-        out = self._scan(text, at_rest=True)
-        if out == text:
-            self._clean.add(text)
-        return out
+        """At rest: the known values and the high-confidence patterns."""
+        return self._remembered(text, at_rest=True)
 
     def scrub_text(self, text: str) -> str:
         """The outbound scrub: the known values and every pattern."""
-        return self._scan(text, at_rest=False)
+        return self._remembered(text, at_rest=False)
+
+    def _remembered(self, text: str, *, at_rest: bool) -> str:
+        """`_scan`, except for a short text found clean before (the same ids, owners and names
+        are written and sent many times a step) while the known values and the switches stay."""
+        if len(text) > CLEAN_CACHE_TEXT_MAX:
+            return self._scan(text, at_rest=at_rest)
+        key = (self.generation, self.enabled, self.patterns_at_rest)
+        if self._clean_key != key:
+            self._clean_key, self._clean = key, (set(), set())
+        clean = self._clean[at_rest]
+        if text in clean:
+            return text
+        out = self._scan(text, at_rest=at_rest)
+        if out == text:
+            if len(clean) >= CLEAN_CACHE_SIZE:
+                clean.clear()
+            clean.add(text)
+        return out
 
 
 #: the process's secrets (the runtime fills it at open; a stored JSON value passes through it)
