@@ -130,11 +130,12 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/_admin/tenants/{tenant_id}/cancel"): sc.ADMIN,
     ("GET", "/v1/_admin/tenants/{tenant_id}/export"): sc.ADMIN,
     ("DELETE", "/v1/_admin/tenants/{tenant_id}"): sc.ADMIN,
-    # governance (issue 42): usage and cost, budgets
+    # governance (issue 42): usage and cost, budgets, tenant credentials
     ("GET", "/v1/_usage"): sc.TENANT,
     ("GET", "/v1/_limits"): sc.TENANT,
     ("PUT", "/v1/_limits"): sc.TENANT,
     ("DELETE", "/v1/_limits"): sc.TENANT,
+    ("POST", "/v1/_credentialdef"): sc.TENANT,
     # introspection (loomcycle's): the model aliases, the routing cascades, the runnable agents
     ("GET", "/v1/_models"): sc.TENANT,
     ("GET", "/v1/_routing"): sc.TENANT,

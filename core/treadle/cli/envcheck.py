@@ -13,7 +13,8 @@ from treadle.envsettings import ENV_PREFIX, EnvSettings
 #: CloudSettings (treadle_cloud/env.py — kept in step by tests/unit/test_envcheck.py), or by scripts
 OTHER_NAMES = frozenset({
     # read directly
-    "TREADLE_CREDENTIALS_KEY", "TREADLE_MCP_TOKEN", "TREADLE_LOG_FORMAT", "TREADLE_URL", "TREADLE_TOOL_USE_ID",
+    "TREADLE_CREDENTIALS_KEY", "TREADLE_CREDENTIALS_KEY_PREVIOUS", "TREADLE_MCP_TOKEN", "TREADLE_LOG_FORMAT",
+    "TREADLE_URL", "TREADLE_TOOL_USE_ID",
     "TREADLE_EMF", "TREADLE_METRICS_NAMESPACE", "TREADLE_REQUIRE_PGVECTOR", "TREADLE_STREAM_HOST",
     "TREADLE_HOOKS_SECRET",
     # the Python client (treadle/client): its bearer, else TREADLE_AUTH_TOKEN

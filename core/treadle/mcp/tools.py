@@ -23,6 +23,8 @@ import mcp_types as types
 
 from treadle.config import TreadleConfig
 from treadle.errors import ToolError
+from treadle.governance.credentials import TenantCredentials, substitute_headers
+from treadle.governance.credentials import refs as tenant_refs
 from treadle.mcp.connections import Endpoint, McpConnections
 from treadle.mcp.credentials import credential_refs, load_credentials, mask, substitute
 from treadle.security.network import NetworkGuard, NetworkSetup
@@ -74,6 +76,7 @@ class McpToolSource:
         self.network = network or NetworkSetup()
         self.pool = pool
         self.lookup = lookup
+        self.credentials = TenantCredentials(pool)
         self._discovered: dict[tuple[str, str, str], tuple[float, list[types.Tool]]] = {}
 
     # -- the servers -------------------------------------------------------------------------------
@@ -100,6 +103,11 @@ class McpToolSource:
         if credential_refs(spec.headers):
             credentials = await load_credentials(self.pool, tenant, run_id) if run_id else {}
         headers = substitute(spec.headers, credentials, server=server, drop_missing=listing)
+        names = tenant_refs(headers.values())
+        if names:  # the tenant's CredentialDefs (governance/credentials.py): agent > user > tenant
+            resolved = await self.credentials.resolve_for_run(tenant, run_id, names) if tenant else {}
+            headers = substitute_headers(headers, resolved)
+            credentials = {**credentials, **{f"credential.{k}": v for k, v in resolved.items()}}
         assert guard is not None and spec.url is not None
         from urllib.parse import urlsplit
 

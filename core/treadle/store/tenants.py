@@ -14,7 +14,7 @@ from psycopg import sql
 from treadle.store.db import Pool
 
 #: never exported (secrets, even hashed or sealed)
-NOT_EXPORTED = frozenset({"auth_tokens", "run_credentials"})
+NOT_EXPORTED = frozenset({"auth_tokens", "run_credentials", "credential_defs"})
 #: erased first, so their cascades take the rows that hang off runs
 ERASE_FIRST = ("runs",)
 

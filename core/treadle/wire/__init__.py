@@ -59,7 +59,14 @@ if TYPE_CHECKING:
         WebhookDryRun,
     )
     from treadle.wire.errors import ErrorBody, ErrorDetail
-    from treadle.wire.governance import LimitList, LimitRequest, LimitRow
+    from treadle.wire.governance import (
+        CredentialMeta,
+        CredentialOp,
+        CredentialResult,
+        LimitList,
+        LimitRequest,
+        LimitRow,
+    )
     from treadle.wire.hooks import Hook, HookList, HookRequest
     from treadle.wire.interrupts import (
         Interrupt,
@@ -134,6 +141,7 @@ _MODULE_OF: dict[str, str] = {
     "Concurrency": "admin", "ConcurrencyCaps": "admin", "Health": "admin", "TenantCancelled": "admin",
     "TenantErased": "admin", "Whoami": "admin",
     "LimitList": "governance", "LimitRequest": "governance", "LimitRow": "governance",
+    "CredentialMeta": "governance", "CredentialOp": "governance", "CredentialResult": "governance",
     "Acked": "channels", "AckRequest": "channels", "AwaitRequest": "channels", "AwaitResult": "channels",
     "Channel": "channels", "ChannelDeleted": "channels", "ChannelList": "channels", "ChannelRequest": "channels",
     "Message": "channels", "Peeked": "channels", "Published": "channels", "PublishRequest": "channels",
@@ -196,6 +204,9 @@ __all__ = [
     "ClientToolSpec",
     "Concurrency",
     "ConcurrencyCaps",
+    "CredentialMeta",
+    "CredentialOp",
+    "CredentialResult",
     "DefList",
     "DefOp",
     "DefView",

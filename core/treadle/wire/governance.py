@@ -41,3 +41,34 @@ class LimitRow(Response):
 
 class LimitList(Response):
     limits: list[LimitRow]
+
+
+class CredentialOp(Request):
+    """Body of POST /v1/_credentialdef (loomcycle's CredentialDef ops). `create` stores or replaces
+    a value (sealed; never answered back); `get`/`list` answer metadata only; `delete`; `rotate`
+    re-seals the tenant's rows under the current deployment key."""
+
+    op: Literal["create", "get", "list", "delete", "rotate"]
+    scope: Literal["tenant", "user", "agent"] | None = None
+    #: tenant: none; user: the user id (default: the caller's subject); agent: the agent name
+    scope_id: str | None = Field(default=None, max_length=256)
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    value: str | None = Field(default=None, min_length=1, max_length=16384)
+
+
+class CredentialMeta(Response):
+    tenant_id: str
+    scope: str
+    scope_id: str = ""
+    name: str
+    created_at: str
+    updated_at: str
+    updated_by: str = ""
+
+
+class CredentialResult(Response):
+    op: str
+    credential: CredentialMeta | None = None
+    credentials: list[CredentialMeta] | None = None
+    deleted: bool | None = None
+    rotated: int | None = None

@@ -1,7 +1,8 @@
-"""Budgets in the cloud shape (issue 42 item 2): /v1/_limits served by the API function (its lazy
-route table), the worker Lambda ending a run at its next iteration boundary once the tenant's hard
-limit is spent (stop reason `budget_exceeded`), and the API function refusing the next run with
-loomcycle's 429 body until the limit is deleted."""
+"""Governance in the cloud shape (issue 42). Budgets: /v1/_limits served by the API function (its
+lazy route table), the worker Lambda ending a run at its next iteration boundary once the tenant's
+hard limit is spent (stop reason `budget_exceeded`), and the API function refusing the next run
+with loomcycle's 429 body until the limit is deleted. Tenant credentials: /v1/_credentialdef
+through the API function, sealed in the row."""
 
 from __future__ import annotations
 
@@ -44,3 +45,33 @@ def test_a_hard_limit_stops_a_run_on_the_worker_and_refuses_the_next_at_the_api(
     deleted = api.invoke(http_event("DELETE", "/v1/_limits", headers=AUTH, query="scope=tenant"))
     assert deleted["statusCode"] == 204 and not deleted["body"]
     start_run(api, "echo")  # lifted
+
+
+def test_tenant_credentials_through_the_api_function(
+    lambdas: dict[str, LambdaEnv], cloud_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+    import os
+
+    import psycopg
+
+    from treadle.governance import credentials as creds
+
+    monkeypatch.setenv(creds.KEY_ENV, base64.b64encode(os.urandom(32)).decode())
+    creds.process_sealer.cache_clear()
+    try:
+        api = lambdas["api"]
+        secret = "cloud-secret-" + os.urandom(8).hex()
+        status, body, _ = call(api, "POST", "/v1/_credentialdef",
+                               {"op": "create", "scope": "agent", "scope_id": "calc", "name": "tok", "value": secret})
+        assert status == 200 and body["credential"]["scope_id"] == "calc" and secret not in str(body), body
+        status, body, _ = call(api, "POST", "/v1/_credentialdef", {"op": "list"})
+        assert status == 200 and [c["name"] for c in body["credentials"]] == ["tok"]
+        with psycopg.connect(cloud_db) as conn:  # sealed: the value is not in the row
+            row = conn.execute("SELECT sealed FROM credential_defs WHERE name = 'tok'").fetchone()
+        assert row is not None and secret.encode() not in bytes(row[0])
+        status, body, _ = call(api, "POST", "/v1/_credentialdef",
+                               {"op": "delete", "scope": "agent", "scope_id": "calc", "name": "tok"})
+        assert status == 200 and body["deleted"] is True
+    finally:
+        creds.process_sealer.cache_clear()
