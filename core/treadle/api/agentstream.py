@@ -15,8 +15,9 @@ A stream ends after loomcycle's 30 minutes (or the cloud shape's response budget
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -50,34 +51,47 @@ def state_frame(s: RunState) -> dict[str, Any]:
     return out
 
 
-async def user_agent_states(
-    pool: Pool, tenant_id: str, user_id: str, statuses: list[str], agent: str | None, *,
-    keepalive_s: float, budget_s: float | None, poll_s: float = 0.25,
-) -> AsyncIterator[bytes]:
-    yield sse_frame("stream_open", {"user_id": user_id, "filter_status": statuses or None,
-                                    "filter_agent": agent or "", "keepalive_interval": int(keepalive_s)})
+async def transitions(
+    pool: Pool, tenant_id: str, user_id: str, statuses: list[str], agent: str | None, *, poll_s: float = 0.25,
+) -> AsyncGenerator[list[RunState], None]:
+    """The user's run transitions after this call, one batch per poll (an empty batch when
+    nothing moved), filtered by `statuses` and `agent`. Endless: the caller stops reading."""
     since = await db_now(pool) - OVERLAP
     known = {s.run_id: s.status for s in await user_run_states(pool, tenant_id, user_id, since)}
-    started = last_sent = time.monotonic()
-    lifetime = min(MAX_LIFETIME_S, budget_s) if budget_s is not None else MAX_LIFETIME_S
     while True:
         now_db = await db_now(pool)
+        batch: list[RunState] = []
         for s in await user_run_states(pool, tenant_id, user_id, since):
             if known.get(s.run_id) == s.status:
                 continue
             known[s.run_id] = s.status
             if (statuses and s.status not in statuses) or (agent and s.agent != agent):
                 continue
-            last_sent = time.monotonic()
-            yield sse_frame("run_state", state_frame(s))
+            batch.append(s)
         since = _later(since, now_db - OVERLAP)
-        now = time.monotonic()
-        if now - started >= lifetime:
-            return
-        if now - last_sent >= keepalive_s:
-            last_sent = now
-            yield b": keepalive\n\n"
+        yield batch
         await asyncio.sleep(poll_s)
+
+
+async def user_agent_states(
+    pool: Pool, tenant_id: str, user_id: str, statuses: list[str], agent: str | None, *,
+    keepalive_s: float, budget_s: float | None, poll_s: float = 0.25,
+) -> AsyncIterator[bytes]:
+    yield sse_frame("stream_open", {"user_id": user_id, "filter_status": statuses or None,
+                                    "filter_agent": agent or "", "keepalive_interval": int(keepalive_s)})
+    started = last_sent = time.monotonic()
+    lifetime = min(MAX_LIFETIME_S, budget_s) if budget_s is not None else MAX_LIFETIME_S
+    async with contextlib.aclosing(transitions(pool, tenant_id, user_id, statuses, agent, poll_s=poll_s)) as changes:
+        async for batch in changes:
+            for s in batch:
+                last_sent = time.monotonic()
+                yield sse_frame("run_state", state_frame(s))
+            now = time.monotonic()
+            if now - started >= lifetime:
+                return
+            if now - last_sent >= keepalive_s:
+                last_sent = now
+                yield b": keepalive\n\n"
 
 
 def _later(a: datetime, b: datetime) -> datetime:

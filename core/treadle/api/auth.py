@@ -155,6 +155,9 @@ TOOL_SCOPES: dict[str, str] = {
     "list_channels": sc.CHANNEL_READ, "agentdef": sc.TENANT, "skilldef": sc.TENANT, "scheduledef": sc.TENANT,
     "evaluation": sc.TENANT, "mcpserverdef": sc.TENANT, "webhookdef": sc.WEBHOOKS_ADMIN,
     "teamdef": sc.TENANT,
+    # loomcycle's channel, hook and run-state tools (api/mcp/loomtools.py), scoped as their routes
+    "channel": sc.TENANT, "channeldef": sc.TENANT, "subscribe_channel": sc.CHANNEL_READ, "ack_channel": sc.CHANNEL_READ,
+    "register_hook": sc.TENANT, "list_hooks": sc.TENANT, "delete_hook": sc.TENANT, "stream_user_run_states": R,
 }
 
 

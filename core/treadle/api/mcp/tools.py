@@ -449,3 +449,7 @@ async def call_tool(rt: Runtime, who: Principal, name: str, arguments: dict[str,
     return types.CallToolResult(
         content=[types.TextContent(text=text)], structured_content=json.loads(text)
     )
+
+
+# loomcycle's channel, hook and run-state tools register themselves (they build on `tool` and `_Args`)
+from treadle.api.mcp import loomtools  # noqa: E402, F401
