@@ -22,7 +22,7 @@ from pydantic import Field
 
 from treadle.api import channels, hooks
 from treadle.api.agentstream import state_frame, transitions
-from treadle.api.mcp.tools import _Args, tool
+from treadle.api.mcp.registry import _Args, tool
 from treadle.errors import BadRequest, ValidationFailed
 from treadle.hooks.calls import DEFAULT_SECRET_ENV
 from treadle.runtime import Runtime

@@ -11,19 +11,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
 import mcp_types as types
 import psycopg
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from treadle.api import channels, interrupts, loomcycle, memory, runs, steering
 from treadle.api.auth import may_call_tool, principal_view, tool_scope
 from treadle.api.clienttools import client_tool_specs
+from treadle.api.mcp import loomtools  # noqa: F401  (registers loomcycle's channel, hook and run-state tools)
 from treadle.api.mcp.join import outcome, settle
+from treadle.api.mcp.registry import TOOLS, Handler, MetaTool, _Args, tool
 from treadle.api.runs import CancelRequest, RunRequest
 from treadle.domain.runs import RunStatus
 from treadle.errors import NotFound, TreadleError, ValidationFailed
@@ -42,32 +42,6 @@ MAX_SPAWNS = 32
 #: invocation's remaining time through `Runtime.sse_budget_s`)
 MAX_WAIT_S = 900.0
 DEFAULT_TIMEOUT_MS = 60_000
-
-Handler = Callable[[Runtime, Principal, Any], Awaitable[dict[str, Any]]]
-
-
-@dataclass(frozen=True, slots=True)
-class MetaTool:
-    name: str
-    description: str
-    args: type[BaseModel] | None  # None: the op input of a *Def family (its builtin tool's schema)
-    handler: Handler
-
-
-TOOLS: dict[str, MetaTool] = {}
-
-
-def tool(name: str, description: str, args: type[BaseModel] | None) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        TOOLS[name] = MetaTool(name, description, args, fn)
-        return fn
-
-    return register
-
-
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
 
 # -- runs ------------------------------------------------------------------------------------------
 
@@ -449,7 +423,3 @@ async def call_tool(rt: Runtime, who: Principal, name: str, arguments: dict[str,
     return types.CallToolResult(
         content=[types.TextContent(text=text)], structured_content=json.loads(text)
     )
-
-
-# loomcycle's channel, hook and run-state tools register themselves (they build on `tool` and `_Args`)
-from treadle.api.mcp import loomtools  # noqa: E402, F401
