@@ -77,6 +77,7 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.introspection", "router", ("/v1/_models", "/v1/_routing", "/v1/_runnable-agents")),
     ("treadle.api.budgets", "router", ("/v1/_limits",)),
     ("treadle.api.credentialdefs", "router", ("/v1/_credentialdef",)),
+    ("treadle.api.retention", "router", ("/v1/_retention",)),
 )
 
 

@@ -263,24 +263,68 @@ class ChannelConfig(BaseModel):
 INTERRUPTION_TIMEOUT_CAP_MS = 30 * 86_400_000
 
 
+RETENTION_CLASSES = ("runs", "channel_messages", "memory")
+
+
+class TenantRetention(BaseModel):
+    """One tenant's overrides: days per class (null: keep forever; absent: the default)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    runs: int | None = Field(default=None, ge=1, le=36_500)
+    channel_messages: int | None = Field(default=None, ge=1, le=36_500)
+    memory: int | None = Field(default=None, ge=1, le=36_500)
+
+
 class RetentionConfig(BaseModel):
-    """How long finished runs (their transcripts, questions, inputs) are kept: `days` for every
-    tenant, `tenants.<id>` overrides it (null = keep forever). Enforced by the sweeper (sidecar)
-    and the maintenance function (cloud) in bounded batches."""
+    """How long data is kept, per class: finished runs (`days`: with their transcripts, questions,
+    inputs), channel messages (`channel_messages_days`, since published) and memory
+    (`memory_days`, since last written). `tenants.<id>` overrides per tenant: a number (or null:
+    keep forever) overrides `days`, a mapping `{runs, channel_messages, memory}` overrides each
+    class it names. Enforced by the sweeper (sidecar) and the maintenance function (cloud) in
+    bounded batches (GET /v1/_retention reports it)."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     days: int | None = Field(default=None, ge=1, le=36_500)
-    tenants: dict[str, int | None] = {}
+    channel_messages_days: int | None = Field(default=None, ge=1, le=36_500)
+    memory_days: int | None = Field(default=None, ge=1, le=36_500)
+    tenants: dict[str, int | TenantRetention | None] = {}
 
     @field_validator("tenants")
     @classmethod
-    def _tenant_days(cls, v: dict[str, int | None]) -> dict[str, int | None]:
+    def _tenant_days(cls, v: dict[str, int | TenantRetention | None]) -> dict[str, int | TenantRetention | None]:
         for tenant, days in v.items():
             if not is_identifier(tenant):
                 raise ValueError(f"tenant {tenant!r} must match [A-Za-z0-9_-]{{1,128}}")
-            if days is not None and not 1 <= days <= 36_500:
+            if isinstance(days, int) and not 1 <= days <= 36_500:
                 raise ValueError(f"tenants.{tenant}: days must be in 1..36500 (or null: keep forever)")
         return v
+
+    def default(self, cls: str) -> int | None:
+        return {"runs": self.days, "channel_messages": self.channel_messages_days, "memory": self.memory_days}[cls]
+
+    def overrides(self, cls: str) -> dict[str, int | None]:
+        """The tenants that override class `cls`: tenant → days (None: keep forever)."""
+        out: dict[str, int | None] = {}
+        for tenant, rule in self.tenants.items():
+            if isinstance(rule, TenantRetention):
+                if cls in rule.model_fields_set:
+                    out[tenant] = getattr(rule, cls)
+            elif cls == "runs":
+                out[tenant] = rule
+        return out
+
+    def policy(self, tenant_id: str) -> dict[str, int | None]:
+        """Days per class for one tenant (None: kept forever)."""
+        out: dict[str, int | None] = {}
+        for c in RETENTION_CLASSES:
+            ov = self.overrides(c)
+            out[c] = ov[tenant_id] if tenant_id in ov else self.default(c)
+        return out
+
+    @property
+    def active(self) -> bool:
+        return any(self.default(c) is not None or any(d is not None for d in self.overrides(c).values())
+                   for c in RETENTION_CLASSES)
 
 
 class InterruptionConfig(BaseModel):

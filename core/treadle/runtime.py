@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 from treadle.builtins.registry import default_registry
-from treadle.config import AgentConfig, Settings, TreadleConfig
+from treadle.config import RETENTION_CLASSES, AgentConfig, Settings, TreadleConfig
 from treadle.dispatch.base import Dispatcher
 from treadle.embeddings.registry import build_embedder
 from treadle.engine.agents import AgentCatalogue, ResolvedAgent
@@ -504,21 +504,34 @@ class Runtime:
         return await self.waker.wake_due()
 
     async def enforce_retention(self, *, force: bool = False) -> int:
-        """Delete one bounded batch of finished runs past their tenant's retention (config
-        `retention:`); at most once a minute unless `force` (the sweeper calls it every tick)."""
+        """Delete one bounded batch per class — finished runs (with their transcripts), channel
+        messages, memory — past their tenant's retention (config `retention:`); at most once a
+        minute unless `force` (the sweeper calls it every tick; cloud: the maintenance function)."""
         rules = self.config.retention
-        if rules.days is None and not any(d is not None for d in rules.tenants.values()):
+        if not rules.active:
             return 0
         now = time.monotonic()
         if not force and now - self._retention_at < 60.0:
             return 0
         self._retention_at = now
+        from treadle.store.retention import RetentionStore
+
+        store = RetentionStore(self.pool)
         deleted = 0
-        if rules.days is not None:
-            deleted += await self.runs.purge_finished(rules.days, exclude=list(rules.tenants))
-        for tenant, days in rules.tenants.items():
-            if days is not None:
-                deleted += await self.runs.purge_finished(days, tenant_id=tenant)
+        for cls in RETENTION_CLASSES:
+            overrides = rules.overrides(cls)
+
+            async def purge(days: int, tenant: str | None, exclude: list[str], cls: str = cls) -> int:
+                if cls == "runs":
+                    return await self.runs.purge_finished(days, tenant_id=tenant, exclude=exclude)
+                return await store.purge(cls, days, tenant_id=tenant, exclude=exclude)
+
+            default = rules.default(cls)
+            if default is not None:
+                deleted += await purge(default, None, list(overrides))
+            for tenant, days in overrides.items():
+                if days is not None:
+                    deleted += await purge(days, tenant, [])
         return deleted
 
     async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None:

@@ -74,3 +74,62 @@ async def test_a_tenants_export_and_erase(tenancy_rt: Any) -> None:
         gone = await query(rt.database_url, "SELECT (SELECT count(*) FROM runs WHERE tenant_id = 'acme')"
                            " + (SELECT count(*) FROM events WHERE tenant_id = 'acme') AS n")
         assert gone[0]["n"] == 0
+
+
+async def test_channel_messages_and_memory_past_their_tenants_days_are_deleted_and_reported(tenancy_rt: Any) -> None:
+    """Per class and per tenant: `channel_messages_days` and `memory_days` by default, a tenant's
+    mapping overriding one class (null: forever). Rows are aged, never waited for; GET
+    /v1/_retention shows the policy and what it would delete now."""
+    from treadle.config import TenantRetention
+
+    rt, _ = tenancy_rt
+    rt.config.retention = RetentionConfig(channel_messages_days=7, memory_days=90, tenants={
+        "keepers": TenantRetention(memory=None), "short": TenantRetention(channel_messages=1)})
+    db = rt.database_url
+    for t in ("acme", "keepers", "short"):
+        for age_days, tag in ((3, "recent"), (10, "old")):
+            await query(db, "INSERT INTO channel_messages (tenant_id, channel, scope_id, payload, published_at)"
+                        " VALUES (%s, 'news', '', %s, now() - make_interval(days => %s))",
+                        (t, json.dumps({"tag": tag}), age_days))
+            await query(db, "INSERT INTO memory (tenant_id, scope, scope_id, key, value, updated_at)"
+                        " VALUES (%s, 'agent', 'a', %s, '1', now() - make_interval(days => %s))",
+                        (t, tag, age_days * 10))  # 30 and 100 days
+    async with api(rt) as c:
+        operator = bearer(await mint(c, {}, "operator"))
+        acme = bearer(await mint(c, operator, "acme", tenant="acme", scopes=["substrate:tenant"]))
+        report = (await c.get("/v1/_retention", headers=acme)).json()
+        assert report["policy"] == {"runs": None, "channel_messages": 7, "memory": 90}
+        assert report["purgeable"] == {"runs": 0, "channel_messages": 1, "memory": 1} and "tenants" not in report
+        assert (await c.get("/v1/_retention", params={"tenant": "short"}, headers=acme)).status_code == 403
+        short = (await c.get("/v1/_retention", params={"tenant": "short"}, headers=operator)).json()
+        assert short["policy"] == {"runs": None, "channel_messages": 1, "memory": 90}
+        assert short["purgeable"]["channel_messages"] == 2 and short["tenants"]["keepers"]["memory"] is None
+
+    assert await rt.enforce_retention(force=True) == 1 + 1 + 2 + 1 + 1  # acme 1+1, short 2+1, keepers 1 (+0)
+    left = await query(db, "SELECT tenant_id, 'msg:' || (payload->>'tag') AS what FROM channel_messages"
+                       " UNION ALL SELECT tenant_id, 'mem:' || key FROM memory ORDER BY 1, 2")
+    assert [(r["tenant_id"], r["what"]) for r in left] == [
+        ("acme", "mem:recent"), ("acme", "msg:recent"),
+        ("keepers", "mem:old"), ("keepers", "mem:recent"), ("keepers", "msg:recent"),
+        ("short", "mem:recent")]
+    assert await rt.enforce_retention(force=True) == 0
+
+
+async def test_retention_deletes_in_batches_and_skips_rows_a_live_transaction_holds(tenancy_rt: Any) -> None:
+    rt, _ = tenancy_rt
+    from treadle.store.retention import RetentionStore
+
+    db = rt.database_url
+    await query(db, "INSERT INTO channel_messages (tenant_id, channel, scope_id, payload, published_at)"
+                " SELECT 'bulk', 'c', '', '{}', now() - interval '30 days' FROM generate_series(1, 1200)")
+    store = RetentionStore(rt.pool)
+    async with rt.pool.connection() as holder, holder.transaction():  # a reader holds the oldest 10
+        await holder.execute("SELECT id FROM channel_messages WHERE tenant_id = 'bulk' ORDER BY published_at, id"
+                             " LIMIT 10 FOR UPDATE")
+        batches = []
+        while n := await store.purge("channel_messages", 7, tenant_id="bulk"):
+            batches.append(n)
+    assert batches == [500, 500, 190]  # bounded, never waiting on the held rows
+    left = await query(db, "SELECT count(*) AS n FROM channel_messages WHERE tenant_id = 'bulk'")
+    assert left[0]["n"] == 10
+    assert await store.purge("channel_messages", 7, tenant_id="bulk") == 10

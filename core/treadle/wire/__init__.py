@@ -66,6 +66,8 @@ if TYPE_CHECKING:
         LimitList,
         LimitRequest,
         LimitRow,
+        RetentionPolicy,
+        RetentionReport,
     )
     from treadle.wire.hooks import Hook, HookList, HookRequest
     from treadle.wire.interrupts import (
@@ -142,6 +144,7 @@ _MODULE_OF: dict[str, str] = {
     "TenantErased": "admin", "Whoami": "admin",
     "LimitList": "governance", "LimitRequest": "governance", "LimitRow": "governance",
     "CredentialMeta": "governance", "CredentialOp": "governance", "CredentialResult": "governance",
+    "RetentionPolicy": "governance", "RetentionReport": "governance",
     "Acked": "channels", "AckRequest": "channels", "AwaitRequest": "channels", "AwaitResult": "channels",
     "Channel": "channels", "ChannelDeleted": "channels", "ChannelList": "channels", "ChannelRequest": "channels",
     "Message": "channels", "Peeked": "channels", "Published": "channels", "PublishRequest": "channels",
@@ -253,6 +256,8 @@ __all__ = [
     "Request",
     "ResolveRequest",
     "Response",
+    "RetentionPolicy",
+    "RetentionReport",
     "Run",
     "RunCancelled",
     "RunCreated",

@@ -72,3 +72,23 @@ class CredentialResult(Response):
     credentials: list[CredentialMeta] | None = None
     deleted: bool | None = None
     rotated: int | None = None
+
+
+class RetentionPolicy(Response):
+    """Days per class (null: kept forever)."""
+
+    runs: int | None = None
+    channel_messages: int | None = None
+    memory: int | None = None
+
+
+class RetentionReport(Response):
+    """GET /v1/_retention: the tenant's effective policy, what it would delete now, and (the
+    operator's view) the default and every tenant's override."""
+
+    tenant_id: str
+    policy: RetentionPolicy
+    purgeable: dict[str, int]
+    batch: int
+    default: RetentionPolicy | None = None
+    tenants: dict[str, RetentionPolicy] | None = None
