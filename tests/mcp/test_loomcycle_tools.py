@@ -98,3 +98,17 @@ async def test_stream_user_run_states_collects_transitions(base_url: str) -> Non
         out = payload(stream.result())
         assert out["count"] == 2 and started >= 2
         assert {(e["user_id"], e["agent"], e["status"]) for e in out["events"]} == {(user, "echo", "completed")}
+
+
+async def test_volumedef_and_operatortokendef_take_their_op_input(base_url: str) -> None:
+    async with connect(base_url) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert {"volumedef", "operatortokendef"} <= names
+        assert "defs" in await call(client, "volumedef", {"op": "list"})
+        minted = await call(client, "operatortokendef", {"op": "create", "name": "lc-" + secrets.token_hex(3),
+                                                         "scopes": ["runs:read"]})
+        assert minted["token"] and minted["def_id"]
+        listed = await call(client, "operatortokendef", {"op": "list"})
+        assert minted["def_id"] in {d["def_id"] for d in listed["defs"]}
+        assert minted["token"] not in str(listed)  # the bearer is shown once, at create
+        assert await refused(client, "operatortokendef", {"op": "explode"}) in ("tool_refused", "validation_error")

@@ -159,6 +159,7 @@ TOOL_SCOPES: dict[str, str] = {
     # loomcycle's channel, hook and run-state tools (api/mcp/loomtools.py), scoped as their routes
     "channel": sc.TENANT, "channeldef": sc.TENANT, "subscribe_channel": sc.CHANNEL_READ, "ack_channel": sc.CHANNEL_READ,
     "register_hook": sc.TENANT, "list_hooks": sc.TENANT, "delete_hook": sc.TENANT, "stream_user_run_states": R,
+    "volumedef": sc.TENANT, "operatortokendef": sc.ADMIN,
 }
 
 

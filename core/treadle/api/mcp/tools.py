@@ -18,7 +18,7 @@ import mcp_types as types
 import psycopg
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from treadle.api import channels, interrupts, loomcycle, memory, runs, steering
+from treadle.api import channels, interrupts, loomcycle, memory, runs, steering, tokens
 from treadle.api.auth import may_call_tool, principal_view, tool_scope
 from treadle.api.clienttools import client_tool_specs
 from treadle.api.mcp import loomtools  # noqa: F401  (registers loomcycle's channel, hook and run-state tools)
@@ -341,7 +341,7 @@ async def whoami(_rt: Runtime, who: Principal, _a: NoArgs) -> dict[str, Any]:
 
 #: meta-tool name → the runtime's op service (Runtime's `_OpServices` names, the builtin tools' names)
 DEF_TOOLS = {"agentdef": "AgentDef", "skilldef": "SkillDef", "scheduledef": "ScheduleDef",
-             "webhookdef": "WebhookDef", "evaluation": "Evaluation", "teamdef": "TeamDef"}
+             "webhookdef": "WebhookDef", "evaluation": "Evaluation", "teamdef": "TeamDef", "volumedef": "VolumeDef"}
 
 
 def _def_handler(service: str) -> Handler:
@@ -355,6 +355,12 @@ def _def_handler(service: str) -> Handler:
       "tools unless discover is false), fork, get, list, retire, promote, verify, rediscover.", None)
 async def mcpserverdef(rt: Runtime, who: Principal, args: dict[str, Any]) -> dict[str, Any]:
     return await rt.mcp_defs.dispatch(who.tenant_id, args)
+
+
+@tool("operatortokendef", "The OperatorTokenDef ops (as POST /v1/_operatortokendef): create (a bearer, shown "
+      "once), rotate, retire, get, list; an operator may name another tenant_id.", None)
+async def operatortokendef(rt: Runtime, who: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    return await tokens.operator_token_dispatch(rt, who, args)
 
 
 for _name, _service in DEF_TOOLS.items():
