@@ -57,6 +57,9 @@ from treadle_infra.assets import (
 
 DB_NAME = "treadle"
 DB_USER = "treadle"
+#: the functions' EMF metrics (cloud/treadle_cloud/metrics.py: its defaults, set explicitly below)
+METRICS_NAMESPACE = "treadle"
+SERVICE_NAME = "treadle"
 #: the step queue's redrive threshold (the engine fails a run after 5 crashed steps on its own)
 MAX_RECEIVE_COUNT = 10
 #: the Lambda Web Adapter's publisher account (its layers are public, one per region)
@@ -321,7 +324,7 @@ class TreadleRuntime(Construct):
             "TREADLE_CONFIG": f"/var/task/{staged_config_name(staged)}",
             "TREADLE_HOME": "/tmp/treadle",
             "TREADLE_VOLUMES_BUCKET": self.volumes_bucket.bucket_name,
-            "POWERTOOLS_SERVICE_NAME": "treadle",
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             # no pydantic plugins are installed: skip the entry-point scan at the first model build
             "PYDANTIC_DISABLE_PLUGINS": "__all__",
         }
@@ -690,6 +693,28 @@ class TreadleRuntime(Construct):
                   self.database.metric_database_connections(period=five, statistic="Maximum"),
                   int(0.8 * self.connection_budget())),
         ]
+        # the runs themselves: half or more of the runs that ended in 5 minutes failed (3 at least), from
+        # the workers' EMF `RunsFinished{status}` (telemetry/metrics.py) — every run failing moves no
+        # Lambda error (a failed run is a handled outcome)
+        def runs(status: str) -> cloudwatch.Metric:
+            return cloudwatch.Metric(namespace=METRICS_NAMESPACE, metric_name="RunsFinished", period=five,
+                                     statistic="Sum", dimensions_map={"service": SERVICE_NAME, "status": status})
+
+        failed_rate = cloudwatch.MathExpression(
+            expression="IF(FILL(f, 0) >= 3, 100 * FILL(f, 0) / (FILL(c, 0) + FILL(f, 0) + FILL(x, 0)), 0)",
+            using_metrics={"f": runs("failed"), "c": runs("completed"), "x": runs("cancelled")},
+            label="failed runs (% of the runs that ended)", period=five)
+        out.append(alarm("FailedRunsAlarm", "half or more of the runs that ended in 5 minutes failed",
+                         failed_rate, 50))
+        # the recovery path stopped: no maintenance invocation for 5 minutes (missing data is breaching)
+        out.append(cloudwatch.Alarm(
+            self, "MaintenanceStoppedAlarm",
+            alarm_description="treadle: the maintenance function has not run for 5 minutes (expired leases, "
+                              "lost messages and timers are not handled)",
+            metric=self.maintenance_function.metric_invocations(period=five, statistic="Sum"), threshold=1,
+            evaluation_periods=1, comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+        ))
         if self.stream_function is not None:
             out.append(alarm("StreamThrottlesAlarm", "stream watchers are throttled (reserved concurrency reached)",
                              self.stream_function.metric_throttles(period=five, statistic="Sum"), 1))

@@ -281,7 +281,7 @@ def test_alarms(synth: dict[str, Any]) -> None:
 
     def find(metric: str, ref: str) -> dict[str, Any]:
         [p] = [a["Properties"] for a in alarms.values()
-               if a["Properties"]["MetricName"] == metric and ref in json.dumps(a["Properties"].get("Dimensions"))]
+               if a["Properties"].get("MetricName") == metric and ref in json.dumps(a["Properties"].get("Dimensions"))]
         result: dict[str, Any] = p
         return result
 
@@ -303,6 +303,15 @@ def test_alarms(synth: dict[str, Any]) -> None:
     [cluster_id] = resources(t, "AWS::RDS::DBCluster")
     assert find("ACUUtilization", cluster_id)["Threshold"] == 90
     assert find("DatabaseConnections", cluster_id)["Threshold"] == int(0.8 * int(0.9 * 901))
+    stopped = find("Invocations", function_id(t, "maintenance"))  # the recovery path stopped running
+    assert (stopped["ComparisonOperator"], stopped["TreatMissingData"]) == ("LessThanThreshold", "breaching")
+    # every run failing moves no Lambda error: the failed-run rate from the workers' EMF RunsFinished{status}
+    [failed] = [a["Properties"] for a in alarms.values() if "Metrics" in a["Properties"]]
+    assert failed["Threshold"] == 50
+    used = {m["Id"]: m["MetricStat"]["Metric"] for m in failed["Metrics"] if "MetricStat" in m}
+    assert {m["MetricName"] for m in used.values()} == {"RunsFinished"}
+    assert {d["Value"] for m in used.values() for d in m["Dimensions"] if d["Name"] == "status"} == {
+        "failed", "completed", "cancelled"}
 
 
 def test_api_access_logs_and_failure_destinations(synth: dict[str, Any]) -> None:

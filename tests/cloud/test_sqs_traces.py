@@ -113,6 +113,10 @@ def test_steps_on_two_lambdas_are_one_trace(
     step_docs = [d for d in docs if "StepDuration" in d]
     assert {d["result"] for d in step_docs} == {"continued", "finished"}
     assert {d["service"] for d in step_docs} == {"treadle"}
+    # the run's end, by status: what the stack's FailedRunsAlarm reads (infra/treadle_infra/runtime.py)
+    ended = [d for d in docs if "RunsFinished" in d]
+    assert [(d["status"], d["service"]) for d in ended] == [("completed", "treadle")]
+    assert emf_values(ended, "RunsFinished") == [1.0]
 
 
 def _pending(sqs: Any, url: str) -> bool:

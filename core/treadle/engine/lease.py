@@ -32,6 +32,8 @@ class Lease:
     #: after the run's final commit: whether volume instances are rooted at it (to purge); True
     #: when the run ended by another statement, which did not look
     rooted_volumes: bool = True
+    #: the status the run's final commit gave it (completed | failed | cancelled; None: not ended here)
+    ended: str | None = None
     #: a session continuation's history: the messages of the session's earlier runs (None: not
     #: read yet, or the run starts its session)
     history: list[Message] | None = None
@@ -57,6 +59,8 @@ class Lease:
         run = self.run
         base = run.last_seq
         run.last_seq += len(events)
+        if outcome.status in ("completed", "failed", "cancelled"):
+            self.ended = outcome.status
         if c.rooted_volumes is not None:
             self.rooted_volumes = c.rooted_volumes
         moved = c.base != base

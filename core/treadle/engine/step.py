@@ -194,7 +194,7 @@ class Engine:
             tracing.set_outcome(span, "error" if result is StepResult.RETRY_LATER else result.value)
         metrics().step(result.value, time.perf_counter() - started)
         if result is StepResult.FINISHED and leased.created_at is not None:
-            metrics().run_finished((datetime.now(UTC) - leased.created_at).total_seconds())
+            metrics().run_finished((datetime.now(UTC) - leased.created_at).total_seconds(), lease.ended or "ended")
         return result
 
     async def _run_step(self, lease: Lease) -> StepResult:

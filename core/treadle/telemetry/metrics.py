@@ -60,10 +60,14 @@ class Metrics:
             self._child(self.prom.step_seconds, result).observe(seconds)
         self._emit("StepDuration", seconds * 1000, "Milliseconds", result=result)
 
-    def run_finished(self, seconds: float) -> None:
+    def run_finished(self, seconds: float, status: str) -> None:
+        """A run ended here with `status` (completed | failed | cancelled): the failed-run rate
+        is what the cloud shape's FailedRunsAlarm watches."""
         if self.prom is not None:
             self.prom.run_seconds.observe(seconds)
+            self._child(self.prom.runs_finished, status).inc()
         self._emit("RunDuration", seconds * 1000, "Milliseconds")
+        self._emit("RunsFinished", 1, "Count", status=status)
 
     def model_call(self, provider: str, model: str, outcome: str, seconds: float,
                    input_tokens: int = 0, output_tokens: int = 0) -> None:

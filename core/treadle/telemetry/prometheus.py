@@ -20,6 +20,8 @@ class PromInstruments:
                                       ["result"], buckets=_STEP_BUCKETS, registry=r)
         self.run_seconds = Histogram("treadle_run_duration_seconds", "From a run's creation to its end (parked "
                                      "time included)", buckets=_RUN_BUCKETS, registry=r)
+        self.runs_finished = Counter("treadle_runs_finished", "Runs that ended in this process, by final status",
+                                     ["status"], registry=r)
         self.model_calls = Counter("treadle_model_calls", "Model requests, by provider, model and outcome",
                                    ["provider", "model", "outcome"], registry=r)
         self.model_seconds = Histogram("treadle_model_call_duration_seconds", "Duration of one model request",
