@@ -303,6 +303,7 @@ def test_alarms(synth: dict[str, Any]) -> None:
     [cluster_id] = resources(t, "AWS::RDS::DBCluster")
     assert find("ACUUtilization", cluster_id)["Threshold"] == 90
     assert find("DatabaseConnections", cluster_id)["Threshold"] == int(0.8 * int(0.9 * 901))
+    assert len(alarms) == 12  # as docs/deploy-aws.md lists and prices them
     stopped = find("Invocations", function_id(t, "maintenance"))  # the recovery path stopped running
     assert (stopped["ComparisonOperator"], stopped["TreatMissingData"]) == ("LessThanThreshold", "breaching")
     # every run failing moves no Lambda error: the failed-run rate from the workers' EMF RunsFinished{status}
