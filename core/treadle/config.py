@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
@@ -89,6 +90,11 @@ class MockSettings(BaseModel):
     error_rate: float = Field(default=0.0, ge=0, le=1)
     seed: int = 0
     script: list[ScriptTurn] | None = None
+    #: the window the mock reports (`max_context_tokens`; 0: none), and a summary call that fails
+    context_window: int = Field(default=0, ge=0)
+    summary_error: bool = False
+    #: the input of tool-caller's calls (default: a fixed input per tool)
+    tool_input: dict[str, Any] | None = None
 
     @field_validator("script")
     @classmethod
@@ -182,6 +188,42 @@ class SamplingConfig(BaseModel):
     stop: list[str] | None = Field(default=None, max_length=8)
 
 
+class CompactionConfig(BaseModel):
+    """loomcycle's `compaction:` (an agent's; a run's and a spawn's merge over it per field,
+    agent < run < spawn): summarize the older turns to free the model's context window
+    (engine/compaction.py). Unset fields take loomcycle's defaults at use."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    #: AUTO-compaction (manual and `Context op=compact` work without it); default off
+    enabled: bool | None = None
+    #: the summary aims at ~N % of the summarized span's length (default 10)
+    target_percentage: int | None = Field(default=None, ge=10, le=50)
+    #: the last N messages are kept verbatim, snapped back to a fresh user turn (default 4; 0: none)
+    keep_last_n: int | None = Field(default=None, ge=0)
+    #: pin the first user message (the task) verbatim (default true)
+    keep_first: bool | None = None
+    #: auto-compact when the previous iteration's input + cache tokens reach N % of the window (default 80)
+    autocompact_at_pct: int | None = Field(default=None, ge=50, le=95)
+    #: the summary's model, on the same provider (default: the run's)
+    model: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _memory_flush(cls, v: Any) -> Any:
+        if isinstance(v, dict) and "memory_flush" in v:
+            raise ValueError("memory_flush: treadle has no memory consolidation queue to bank a compacted span "
+                             "into; omit memory_flush")
+        return v
+
+    def merged(self, over: CompactionConfig | Mapping[str, Any] | None) -> CompactionConfig:
+        """`over`'s set fields win, field by field (loomcycle's MergeCompaction)."""
+        if over is None:
+            return self
+        fields = over.model_dump(exclude_none=True) if isinstance(over, CompactionConfig) else {
+            k: v for k, v in over.items() if v is not None}
+        return self.model_copy(update=fields)
+
+
 class UserTierConfig(BaseModel):
     """loomcycle's `user_tiers.<name>`: which providers (in order) and which tier candidates a
     run of that user tier may use; `fallback_on_error: false` keeps it on the first candidate,
@@ -234,6 +276,8 @@ class AgentConfig(BaseModel):
     mock: MockSettings = Field(default_factory=MockSettings)
     #: loomcycle's: sampling passed to the provider; no iteration cap but a backstop of 2^20
     sampling: SamplingConfig | None = None
+    #: loomcycle's context compaction (engine/compaction.py; docs/conversations.md)
+    compaction: CompactionConfig | None = None
     unbounded_iterations: bool = False
     #: loomcycle's reasoning hint, mapped as loomcycle's drivers do: anthropic thinking budget
     #: (medium 2048, high 8192; low and haiku: none), openai reasoning_effort, gemini thinkingBudget

@@ -120,6 +120,12 @@ class Conflict(TreadleError):
     status = 409
 
 
+class AgentGone(Conflict):
+    """The run's agent no longer exists (a manual compaction needs it for the summary)."""
+
+    code = "agent_gone"
+
+
 class BodyTooLarge(TreadleError):
     code = "body_too_large"
     status = 413

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from treadle.builtins.registry import default_registry
 from treadle.config import RETENTION_CLASSES, AgentConfig, Settings, TreadleConfig
 from treadle.dispatch.base import Dispatcher
+from treadle.domain.runs import RunStatus
 from treadle.embeddings.registry import build_embedder
 from treadle.engine.agents import AgentCatalogue, ResolvedAgent
 from treadle.engine.hub import RunEventHub
 from treadle.engine.sending import StepSender
 from treadle.engine.waiting import Steering
 from treadle.engine.waking import RunWaker
-from treadle.errors import TokenLimitExceeded
+from treadle.errors import Conflict, QueueFull, RunNotFound, TokenLimitExceeded
 from treadle.governance.budgets import Verdict
 from treadle.governance.limits import LimitStore
 from treadle.hooks.calls import HttpToolHooks
@@ -533,6 +534,45 @@ class Runtime:
                 if days is not None:
                     deleted += await purge(days, tenant, [])
         return deleted
+
+    async def compact_run(self, tenant_id: str, run_id: str) -> dict[str, Any]:
+        """loomcycle's manual compaction (POST /v1/runs/{id}/compact, MCP compact_run): summarize
+        the run's history now; an ended run gets the `context_compaction` marker (its session's next
+        turn replays compacted: `applied: marker`), a run parked for input gets it through its
+        steering queue (its next step records it and parks again: `live`); fewer than 4 messages,
+        or nothing to summarize: `noop`. A run mid-turn: 409 `run_busy`."""
+        import json as _json
+
+        from treadle.engine.plan import at_rest, input_key
+
+        leased = await self.engine.steps.read(tenant_id, run_id)
+        if leased is None:
+            raise RunNotFound(f"run {run_id!r} not found")
+        ended = RunStatus(leased.status).terminal
+        parked = leased.status == RunStatus.WAITING.value and at_rest(leased.interactive, leased.events)
+        if not ended and not parked:
+            raise Conflict("the run is mid-turn; compact it when it is parked waiting for input, or ended",
+                           code="run_busy")
+        event, messages, before = await self.engine.manual_compaction(leased)
+        out: dict[str, Any] = {"run_id": run_id, "compacted": event is not None, "before_tokens": before,
+                               "after_tokens": event.after_tokens if event is not None else before,
+                               "applied": "noop"}
+        if event is None:
+            return out
+        if ended:
+            if not await self.engine.steps.append_at_rest(tenant_id, run_id, event.type, event.to_payload()):
+                raise Conflict("the run is no longer ended", code="run_busy")
+            out["applied"] = "marker"
+            return out
+        spec = {**event.to_payload(), "messages": messages}
+        queued = await InputStore(self.pool).add(tenant_id, run_id, "compact", _json.dumps(spec))
+        if queued.queue_full:
+            raise QueueFull("the run's input queue is full; retry shortly")
+        if queued.input_id is None:
+            raise Conflict("the run ended meanwhile; compact it again", code="run_busy")
+        await self.poke(tenant_id, [input_key(run_id)])
+        out["applied"] = "live"
+        return out
 
     async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None:
         """Flag the run and its unfinished sub-agent runs (one statement, the whole subtree); each

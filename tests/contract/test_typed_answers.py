@@ -87,6 +87,9 @@ def runs_and_agents(api: Checked) -> None:
     assert continued["session_id"] == session_id
     assert wait_finished(api, continued["run_id"])["status"] == "completed"
     api.call("POST", "/v1/sessions/{session_id}/messages", 404, path={"session_id": "s_nope"}, json={"prompt": "x"})
+    compacted = api.call("POST", "/v1/runs/{run_id}/compact", 200, path={"run_id": run_id}, json={})
+    assert compacted["applied"] in ("noop", "marker")
+    api.call("POST", "/v1/runs/{run_id}/compact", 404, path={"run_id": "r_nope"}, json={})
     api.call("POST", "/v1/runs/{run_id}/cancel", 200, path={"run_id": run_id}, json={"scope": "run"})
     api.call("POST", "/v1/agents/{agent_id}/cancel", 200, path={"agent_id": agent_id})
     api.call("POST", "/v1/runs/{run_id}/input", 409, path={"run_id": run_id}, json={"text": "more"})

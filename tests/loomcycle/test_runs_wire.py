@@ -226,7 +226,7 @@ async def test_interruption_pending_is_nested_and_resolved_by_client(served: Ser
 
 
 async def test_unsupported_fields_are_refused_naming_the_field(served: Served) -> None:
-    for field, value in (("user_bearer", "x" * 20), ("compaction", {"enabled": True}),
+    for field, value in (("user_bearer", "x" * 20),
                          ("web_search_filter", "drop")):
         resp = await served.client.post("/v1/runs", json={"agent": "echo", "prompt": "x", field: value})
         assert resp.status_code == 400 and resp.json()["code"] == "unsupported_field", resp.text

@@ -1,6 +1,6 @@
 """loomcycle's own TypeScript client (adapters/ts of its repository, built from source) against a
-served treadle: `continueSession`, a `session_id` run, `getTranscript`, and the typed session
-errors (ts_client/drive_sessions.mjs holds the checks).
+served treadle: `continueSession`, a `session_id` run, `getTranscript`, `compactRun` and the
+typed session errors (ts_client/drive_sessions.mjs holds the checks).
 
 Tests never reach a registry, so the client must be built beforehand: set TREADLE_LOOMCYCLE_TS to
 its folder (`git clone https://github.com/denn-gubsky/loomcycle && cd loomcycle/adapters/ts &&
@@ -54,5 +54,5 @@ async def _drive(script: str, base: str, built: str, expected_ok: int) -> None:
     assert len([line for line in lines if line.startswith("ok ")]) == expected_ok, "\n".join(lines)
 
 
-async def test_continue_session_with_loomcycles_client(base: str) -> None:
-    await _drive("drive_sessions.mjs", base, _client_dir(), 5)
+async def test_continue_session_and_compact_run_with_loomcycles_client(base: str) -> None:
+    await _drive("drive_sessions.mjs", base, _client_dir(), 6)

@@ -90,6 +90,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/users/{user_id}/agents"): R,
     ("GET", "/v1/users/{user_id}/agents/stream"): R,
     ("GET", "/v1/sessions/{session_id}/transcript"): R,
+    ("POST", "/v1/runs/{run_id}/compact"): W,
     # sessions (api/sessions.py)
     ("POST", "/v1/sessions/{session_id}/messages"): W,
     ("GET", "/v1/sessions"): R,

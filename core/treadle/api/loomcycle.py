@@ -6,7 +6,8 @@
   entry), `parent_context` (stored, echoed on run state and the `agent` frame, inherited by
   sub-agents), `sampling` (passed to the provider), `run_timeout_seconds` (the run fails with
   `run_timeout` at its next step after the deadline), `tenant_id` (must be the caller's),
-  `session_id` (continue that session: api/runs.py `continued_session`, api/sessions.py).
+  `session_id` (continue that session: api/runs.py `continued_session`, api/sessions.py),
+  `compaction` (over the agent's, field by field: engine/compaction.py).
 - Those it does not have are refused with 400 `unsupported_field` naming the field.
 - `GET /v1/agents/{agent_id}`, `POST /v1/agents/{agent_id}/cancel` (the whole run and its
   sub-agents), `GET /v1/users/{user_id}/agents` (and its `/stream` of run transitions),
@@ -54,7 +55,6 @@ __all__ = ["MAX_BATCH", "BatchRequest", "LoomcycleRunFields", "ParentContext", "
 #: loomcycle fields treadle does not have: refused (never accepted and ignored)
 UNSUPPORTED = {
     "user_bearer": "treadle does not substitute a per-run bearer into MCP headers; omit user_bearer",
-    "compaction": "treadle does not compact a run's context; omit compaction",
     "web_search_filter": "treadle's WebSearch does not filter results by allowed_hosts; omit web_search_filter",
 }
 AGENT_ID_ALPHABET = "0123456789abcdef"
@@ -81,7 +81,9 @@ def refuse_unsupported(body: LoomcycleRunFields, rt: Runtime, who: Principal) ->
 def run_options(body: LoomcycleRunFields) -> RunOptions | None:
     sampling = body.sampling.model_dump(exclude_none=True) if body.sampling is not None else None
     timeout = body.run_timeout_seconds
+    compaction = body.compaction.model_dump(exclude_none=True) if body.compaction is not None else None
     opts = RunOptions(
+        compaction=compaction or None,
         tools=tuple(body.tools) if body.tools is not None else None,
         sampling=sampling or None,
         user_tier=body.user_tier,

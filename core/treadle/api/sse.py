@@ -15,7 +15,8 @@ A live delta therefore never overtakes a committed event that precedes its turn.
 
 loomcycle's shapes (additive; the flat fields stay): `interruption_pending` also carries
 `interruption{…}`, `awaiting_input` `awaiting_input{since_turn}`, `turn_cancelled`
-`turn_cancelled{reason, since_turn}`; a steering input is sent as `event: steer` with
+`turn_cancelled{reason, since_turn}`, `context_compaction` `context_compaction{summary,
+before_tokens, after_tokens, keep_n, keep_first, trigger}`; a steering input is sent as `event: steer` with
 `user_input{text, source, seen_at}` (its stored type stays `user_input`, see GET …/events)."""
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def sse_frame(event: str, data: dict[str, Any], event_id: int | None = None) -> 
 
 
 TERMINAL_EVENTS = frozenset({"done", "error"})
+_COMPACTION_KEYS = ("summary", "before_tokens", "after_tokens", "keep_n", "keep_first", "trigger")
 _INTERRUPTION_KEYS = ("interrupt_id", "kind", "question", "options", "context", "priority", "expires_at")
 
 
@@ -53,6 +55,8 @@ def wire_event(etype: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         return etype, {**data, "awaiting_input": {"since_turn": data.get("since_turn")}}
     if etype == EventType.TURN_CANCELLED:
         return etype, {**data, "turn_cancelled": {"reason": data.get("reason"), "since_turn": data.get("since_turn")}}
+    if etype == EventType.CONTEXT_COMPACTION:
+        return etype, {**data, "context_compaction": {k: data.get(k) for k in _COMPACTION_KEYS}}
     if etype == EventType.USER_INPUT and data.get("source") == "steer":
         text = "\n\n".join(str(b.get("text", "")) for seg in data.get("segments") or []
                             for b in seg.get("content") or [] if isinstance(b, dict))

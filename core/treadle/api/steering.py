@@ -27,12 +27,23 @@ from treadle.errors import (
 )
 from treadle.runtime import Runtime
 from treadle.store.inputs import InputStore
-from treadle.wire import InputAccepted, InputRequest
+from treadle.wire import CompactRequest, CompactResult, InputAccepted, InputRequest
 from treadle.wire.runs import MAX_INPUT_CHARS
 
 router = APIRouter(prefix="/v1", tags=["runs"], route_class=LazyAPIRoute)
 
 __all__ = ["MAX_INPUT_CHARS", "InputRequest", "cancel_turn", "router"]
+
+
+@router.post("/runs/{run_id}/compact", response_model=CompactResult, response_model_exclude_unset=True,
+             responses=errors(*BODY, 404, 409, 429, 502))
+async def compact(run_id: str, rt: Rt, who: Who, body: CompactRequest | None = None) -> dict[str, Any]:
+    """loomcycle's manual compaction: summarize the run's history now (one model call) →
+    `{run_id, compacted, before_tokens, after_tokens, applied}`. A run parked for input compacts
+    at once (`live`: its next step records `context_compaction` and parks again); an ended run gets
+    the marker its session's next turn replays (`marker`); fewer than 4 messages: `noop`. 409
+    `run_busy` mid-turn, `agent_gone` when its agent no longer exists; 502 when the summary fails."""
+    return await rt.compact_run(who.tenant_id, run_id)
 
 
 @router.post("/runs/{run_id}/input", response_model=InputAccepted, response_model_exclude_unset=True,

@@ -2,7 +2,9 @@
 
 ops: self (agent, def_id, model, iteration, context-window use, volumes) | tools (its tools with their
 input schemas) | agents (what is runnable in the tenant) | time | help (bundled topics written
-for agents; no topic → the list) | capabilities (embedder, vector search, def families, scopes).
+for agents; no topic → the list) | capabilities (embedder, vector search, def families, scopes) |
+compact (a self-compaction before the next iteration: engine/compaction.py; the step reads the
+call off the transcript, engine/replay.py).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from typing import Any
 
 from treadle.domain.events import EventType
 from treadle.domain.skillmatch import SKILL_TOOL, uses_skill_tool
+from treadle.engine.compaction import Settings
 from treadle.errors import ToolError
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
-OPS = ("self", "tools", "agents", "time", "help", "capabilities")
+OPS = ("self", "tools", "agents", "time", "help", "capabilities", "compact")
 HELP_PACKAGE = "treadle.substrate.help"
 
 
@@ -42,7 +45,8 @@ class ContextTool:
         "use, your volumes and their modes) | tools (your tools and their input schemas) | agents (agents "
         "runnable here) | time (UTC now) | "
         "help (topic: getting-started, memory, defs, skills, teams, evaluation, context, volumes; none → list) | "
-        "capabilities."
+        "capabilities | compact (summarize your older turns before your next step, freeing context; "
+        "see op=self's `context` and `compaction`)."
     )
     input_schema: dict[str, Any] = {
         "type": "object",
@@ -68,6 +72,9 @@ class ContextTool:
             return ToolResult.json(_help(args.get("topic")))
         if op == "capabilities":
             return ToolResult.json(await _capabilities(ctx))
+        if op == "compact":  # the step compacts before the next iteration (engine/plan.py compaction_due)
+            return ToolResult.json({"requested": True, "applies": "before your next step",
+                                    "compaction": await _compaction(ctx)})
         raise ToolError(f"Context: op must be one of {', '.join(OPS)}")
 
 
@@ -94,6 +101,7 @@ async def _self(ctx: ToolContext) -> dict[str, Any]:
         out["content_sha256"] = run.def_content_sha256
         out["skill_def_ids"] = run.skill_def_ids
     out["volumes"] = await _volumes(ctx)
+    out["compaction"] = await _compaction(ctx, run.run_options if run is not None else None)
     usage: dict[str, Any] | None = ctx.turn_usage  # this turn's, when it commits with this call
     if usage is None:
         for event in reversed(await runs.events(ctx.tenant_id, ctx.run_id, 0, 5000)):
@@ -109,6 +117,15 @@ async def _self(ctx: ToolContext) -> dict[str, Any]:
             "max_context_tokens": window, "used_fraction": round(used / window, 4) if window else None,
         }
     return out
+
+
+async def _compaction(ctx: ToolContext, run_options: dict[str, Any] | bool | None = False) -> dict[str, Any]:
+    """The run's resolved compaction settings (the agent's < the run's)."""
+    if run_options is False:
+        run = await ctx.services.runs.get(ctx.tenant_id, ctx.run_id)
+        run_options = run.run_options if run is not None else None
+    over = (run_options or {}).get("compaction") if isinstance(run_options, dict) else None
+    return Settings.resolve(ctx.agent_config.compaction, over).to_json()
 
 
 async def _volumes(ctx: ToolContext) -> dict[str, Any]:

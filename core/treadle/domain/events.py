@@ -44,6 +44,9 @@ class EventType(StrEnum):
     TURN_CANCELLED = "turn_cancelled"
     # budgets (governance/budgets.py)
     LIMIT = "limit"
+    # context compaction (engine/compaction.py)
+    CONTEXT_COMPACTION = "context_compaction"
+    COMPACTION_FAILED = "compaction_failed"
     # endings
     DONE = "done"
     ERROR = "error"
@@ -80,6 +83,12 @@ CATALOGUE: dict[EventType, str] = {
     EventType.LIMIT: "a budget was crossed (loomcycle's shape): `limit` {`scope` (tenant, user, agent), "
     "`scope_id`, `severity` (soft: the run goes on; hard: it stops), `window`, `used`, `limit`, `metric`, "
     "`currency`?}, `iteration`",
+    EventType.CONTEXT_COMPACTION: "the history was compacted (loomcycle's marker): `summary`, `keep_n` (messages "
+    "kept verbatim), `keep_first` (the first user message pinned), `before_tokens`, `after_tokens` (estimates), "
+    "`trigger` (auto, self, manual), `iteration` (the one it preceded), `input_id`? (a manual compaction of a "
+    "parked run, through the steering queue); replay rebuilds the compacted history",
+    EventType.COMPACTION_FAILED: "a compaction's summary call failed (or a manual one found the history moved); "
+    "the history is unchanged: `error`, `trigger`, `iteration`, `input_id`?",
     EventType.DONE: "the run ended: `stop_reason` (end_turn, max_iterations, cancelled, budget_exceeded), "
     "`usage` totals, `reason`? (cancel)",
     EventType.ERROR: "the run failed: `code`, `error` and details",
@@ -311,13 +320,49 @@ class Error(_Typed):
         return cls(str(p.get("code") or ""), str(p.get("error") or ""), details)
 
 
+@dataclass(frozen=True, slots=True)
+class ContextCompaction(_Typed):
+    type: ClassVar[EventType] = EventType.CONTEXT_COMPACTION
+    summary: str
+    keep_n: int
+    keep_first: bool
+    before_tokens: int
+    after_tokens: int
+    trigger: str
+    iteration: int = 0
+    #: the steering-queue item it came from (a manual compaction of a parked run)
+    input_id: int | None = None
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> ContextCompaction:
+        input_id = p.get("input_id")
+        return cls(str(p.get("summary") or ""), max(0, int(p.get("keep_n") or 0)), bool(p.get("keep_first")),
+                   int(p.get("before_tokens") or 0), int(p.get("after_tokens") or 0), str(p.get("trigger") or ""),
+                   int(p.get("iteration") or 0), input_id if isinstance(input_id, int) else None)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionFailed(_Typed):
+    type: ClassVar[EventType] = EventType.COMPACTION_FAILED
+    error: str
+    trigger: str
+    iteration: int = 0
+    input_id: int | None = None
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> CompactionFailed:
+        input_id = p.get("input_id")
+        return cls(str(p.get("error") or ""), str(p.get("trigger") or ""), int(p.get("iteration") or 0),
+                   input_id if isinstance(input_id, int) else None)
+
+
 TypedEvent = (Text | Thinking | ToolCall | Usage | ToolResult | ToolParked | AwaitingInput | TurnCancelled
-              | UserInput | LimitCrossed | Done | Error)
+              | UserInput | LimitCrossed | Done | Error | ContextCompaction | CompactionFailed)
 
 _PARSERS: dict[str, Any] = {
     cls.type: cls.parse
     for cls in (Text, Thinking, ToolCall, Usage, ToolResult, ToolParked, AwaitingInput, TurnCancelled,
-                UserInput, LimitCrossed, Done, Error)
+                UserInput, LimitCrossed, Done, Error, ContextCompaction, CompactionFailed)
 }
 
 

@@ -71,6 +71,8 @@ class RunOptions:
     user_tier: str | None = None
     run_timeout_seconds: float | None = None
     deadline_unix: float | None = None
+    #: loomcycle's per-run `compaction` (over the agent's, field by field; a spawn's over the run's)
+    compaction: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any] | None:
         out: dict[str, Any] = {}
@@ -84,6 +86,8 @@ class RunOptions:
             out["run_timeout_seconds"] = self.run_timeout_seconds
         if self.deadline_unix is not None:
             out["deadline_unix"] = self.deadline_unix
+        if self.compaction:
+            out["compaction"] = dict(self.compaction)
         return out or None
 
     @classmethod
@@ -91,12 +95,14 @@ class RunOptions:
         d = data or {}
         tools, sampling, tier = d.get("tools"), d.get("sampling"), d.get("user_tier")
         timeout, deadline = d.get("run_timeout_seconds"), d.get("deadline_unix")
+        compaction = d.get("compaction")
         return cls(
             tools=tuple(str(t) for t in tools) if isinstance(tools, list) else None,
             sampling=dict(sampling) if isinstance(sampling, dict) else None,
             user_tier=tier if isinstance(tier, str) else None,
             run_timeout_seconds=_number(timeout),
             deadline_unix=_number(deadline),
+            compaction=dict(compaction) if isinstance(compaction, dict) else None,
         )
 
 

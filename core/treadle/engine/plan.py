@@ -19,6 +19,7 @@ Endings — `cancelled`, `failed`, `finished` — answer every pending call so i
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from typing import Any
 
 from treadle.domain.events import (
     AwaitingInput,
+    CompactionFailed,
+    ContextCompaction,
     Done,
     Error,
     EventType,
@@ -37,6 +40,7 @@ from treadle.domain.events import (
     UserInput,
 )
 from treadle.domain.runs import NewEvent, StopReason
+from treadle.engine import compaction
 from treadle.engine.outcomes import ParkedCall, tool_result_event
 from treadle.engine.replay import Transcript, input_id_of
 from treadle.governance.budgets import Breach
@@ -139,6 +143,34 @@ def soft_crossings(soft: tuple[Breach, ...], events: list[tuple[int, str, dict[s
 
 def _limit_key(info: dict[str, Any]) -> tuple[Any, ...]:
     return (info.get("scope"), info.get("scope_id"), info.get("window"), info.get("metric"), info.get("severity"))
+
+
+# -- compaction -------------------------------------------------------------------------------------
+
+
+def compaction_due(settings: compaction.Settings, transcript: Transcript) -> str | None:
+    """Before the model is called (no tool call pending): the trigger of a compaction to do first —
+    `self` (the last iteration called `Context op=compact`), `auto` (engine/compaction.py
+    `auto_due`) — or None. Never twice before one iteration (a failed attempt included)."""
+    iteration = transcript.iterations + 1
+    if transcript.compaction_tried_at == iteration:
+        return None
+    if transcript.iterations > 0 and transcript.self_compact_at == transcript.iterations:
+        return "self"
+    if compaction.auto_due(settings, transcript.context_used, transcript.context_window, iteration,
+                           transcript.compacted_at):
+        return "auto"
+    return None
+
+
+def compacted(event: ContextCompaction) -> StepPlan:
+    """Record the compaction; the next step replays the compacted history and calls the model."""
+    return StepPlan([event.event()], StepOutcome("running", enqueue_next=True))
+
+
+def compaction_failed(trigger: str, iteration: int, error: str) -> StepPlan:
+    """The summary failed: the history stays as it is; the next step calls the model."""
+    return StepPlan([CompactionFailed(error, trigger, iteration).event()], StepOutcome("running", enqueue_next=True))
 
 
 # -- endings ----------------------------------------------------------------------------------------
@@ -262,6 +294,15 @@ def steer(items: list[QueuedInput], transcript: Transcript) -> Steer | None:
     cancels = [i for i, it in enumerate(items) if it.kind == "turn_cancel"]
     if not items or (not cancels and transcript.pending):
         return None
+    compacts = [it for it in items if it.kind == "compact"]
+    if compacts:  # a manual compaction of the parked run: before any other item (it was computed on this history)
+        items = [it for it in items if it.kind != "compact"]
+        marks = [manual_compaction(it, transcript) for it in compacts]
+        if not items:  # nothing else: the run parks again (a compaction is not input)
+            return Steer(marks, compacts[-1].id, park=True)
+        rest = steer(items, transcript)
+        assert rest is not None
+        return Steer([*marks, *rest.events], max(rest.consumed_through, compacts[-1].id), rest.abandon, rest.park)
     events: list[NewEvent] = []
     after_cancel = items
     if cancels:
@@ -274,6 +315,23 @@ def steer(items: list[QueuedInput], transcript: Transcript) -> Steer | None:
         after_cancel = items[last + 1:]
     events.extend(steer_event(it) for it in after_cancel if it.kind == "input")
     return Steer(events, items[-1].id, abandon=bool(cancels), park=bool(cancels) and not after_cancel)
+
+
+def manual_compaction(item: QueuedInput, transcript: Transcript) -> NewEvent:
+    """A queued manual compaction (api: POST /v1/runs/{id}/compact) as its event: applied when the
+    history is still the one it was computed on (`messages` of it), else recorded as failed."""
+    try:
+        spec = json.loads(item.text)
+        event = ContextCompaction(str(spec["summary"]), int(spec["keep_n"]), bool(spec["keep_first"]),
+                                  int(spec["before_tokens"]), int(spec["after_tokens"]), "manual",
+                                  transcript.iterations + 1, item.id)
+        fits = int(spec["messages"]) == len(transcript.messages)
+    except (ValueError, KeyError, TypeError):
+        fits = False
+    if not fits:
+        return CompactionFailed("manual compaction: the history moved since it was summarized", "manual",
+                                transcript.iterations + 1, item.id).event()
+    return event.event()
 
 
 def steer_event(item: QueuedInput) -> NewEvent:

@@ -26,8 +26,9 @@ from treadle.domain.content import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from treadle.domain.events import EventType
+from treadle.domain.events import ContextCompaction, EventType
 from treadle.domain.segments import split_segments, user_images
+from treadle.engine import compaction
 
 ORPHAN_RESULT_TEXT = "error: this tool call was never answered (treadle replay)"
 
@@ -55,6 +56,15 @@ class Transcript:
     tool_ids: AbstractSet[str] = field(default_factory=frozenset)
     has_thinking: bool = False
     consumed_input_id: int = 0
+    #: compaction facts (engine/compaction.py): the last model call's context footprint (input +
+    #: cache tokens) and window, the iteration the last compaction preceded, the one the last
+    #: compaction attempt (done or failed) preceded, and the iteration of the last `Context
+    #: op=compact` call (a self-compaction request, for the next iteration only)
+    context_used: int = 0
+    context_window: int = 0
+    compacted_at: int = -2
+    compaction_tried_at: int = -2
+    self_compact_at: int = -1
 
 
 class Replayer:
@@ -66,6 +76,7 @@ class Replayer:
         "_assistant",
         "_assistant_iter",
         "_closed",
+        "_compaction",
         "_finished",
         "_input_id",
         "_iterations",
@@ -97,6 +108,8 @@ class Replayer:
         self._tool_ids_frozen: frozenset[str] | None = frozenset()  # None: to copy again
         self._thinking = False
         self._input_id = 0
+        #: [context_used, context_window, compacted_at, compaction_tried_at, self_compact_at]
+        self._compaction = [0, 0, -2, -2, -1]
         #: how many events were fed, and the seq of the last one
         self.fed = 0
         self.last_seq = 0
@@ -170,6 +183,8 @@ class Replayer:
                 tu = payload.get("tool_use") or {}
                 block = ToolUseBlock(str(tu.get("id")), str(tu.get("name")), dict(tu.get("input") or {}))
                 assistant.content.append(block)
+                if block.name == "Context" and block.input.get("op") == "compact":
+                    self._compaction[4] = int(payload.get("iteration") or 0)
                 self._tool_ids.add(block.id)
                 self._tool_ids_frozen = None
         elif etype == EventType.TOOL_RESULT:
@@ -184,6 +199,19 @@ class Replayer:
                 v = usage.get(k)
                 if isinstance(v, int):
                     self._usage[k] += v
+            self._compaction[0] = sum(v for k in ("input_tokens", "cache_read_input_tokens",
+                                                  "cache_creation_input_tokens")
+                                      if isinstance(v := usage.get(k), int))
+            window = usage.get("max_context_tokens")
+            self._compaction[1] = window if isinstance(window, int) else 0
+        elif etype == EventType.CONTEXT_COMPACTION:
+            self._close_turn()
+            cc = ContextCompaction.parse(payload)
+            self._closed = compaction.apply(self._closed, cc.summary, cc.keep_n, cc.keep_first)
+            self._scrubbed = (None, [])  # the closed messages changed: scrub them again
+            self._compaction[2] = self._compaction[3] = cc.iteration
+        elif etype == EventType.COMPACTION_FAILED:
+            self._compaction[3] = int(payload.get("iteration") or 0)
         elif etype == EventType.TOOL_PARKED:
             tu = payload.get("tool_use") or {}
             wait = payload.get("wait")
@@ -206,6 +234,11 @@ class Replayer:
             tool_ids=self._frozen_tool_ids(),
             has_thinking=self._thinking,
             consumed_input_id=self._input_id,
+            context_used=self._compaction[0],
+            context_window=self._compaction[1],
+            compacted_at=self._compaction[2],
+            compaction_tried_at=self._compaction[3],
+            self_compact_at=self._compaction[4],
         )
 
     def _frozen_tool_ids(self) -> frozenset[str]:
@@ -248,8 +281,10 @@ def history_messages(events: list[tuple[int, str, dict[str, Any]]]) -> list[Mess
 
 
 def input_id_of(etype: str, payload: dict[str, Any]) -> int:
-    """The steering-queue id an event consumed (a steered `user_input`, a `turn_cancelled`), or 0."""
-    if etype in (EventType.USER_INPUT, EventType.TURN_CANCELLED):
+    """The steering-queue id an event consumed (a steered `user_input`, a `turn_cancelled`, a manual
+    compaction's `context_compaction` / `compaction_failed`), or 0."""
+    if etype in (EventType.USER_INPUT, EventType.TURN_CANCELLED, EventType.CONTEXT_COMPACTION,
+                 EventType.COMPACTION_FAILED):
         input_id = payload.get("input_id")
         if isinstance(input_id, int):
             return input_id

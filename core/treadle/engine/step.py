@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from treadle.domain.content import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock
-from treadle.domain.events import EventType, Text, Thinking, ToolCall, ToolUseRef, Usage
+from treadle.domain.events import ContextCompaction, EventType, Text, Thinking, ToolCall, ToolUseRef, Usage
 from treadle.domain.runs import NewEvent, StepMessage
 from treadle.domain.signals import CancelSignal
-from treadle.engine import plan
+from treadle.engine import compaction, plan
 from treadle.engine.agents import ResolvedAgent
 from treadle.engine.cancelling import CancelWatch, StepInterrupted, interruptible
 from treadle.engine.hub import RunEventHub
@@ -45,7 +45,7 @@ from treadle.engine.sending import StepSender
 from treadle.engine.slots import slot_loan
 from treadle.engine.toolcalls import Outcome, ToolRaised, ToolRunner, TurnCalls
 from treadle.engine.waiting import Steering
-from treadle.errors import CancelPending, LeaseLost, ProviderError
+from treadle.errors import AgentGone, CancelPending, LeaseLost, ProviderError
 from treadle.governance.budgets import Breach, Verdict
 from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.security.redact import SECRETS
@@ -339,7 +339,78 @@ class Engine:
                 lease, calls, [], usage=_last_turn_usage(leased.events) if behind else None,
                 new_iteration=behind,
             )
+        settings = compaction_settings(agent, leased)
+        trigger = plan.compaction_due(settings, transcript)
+        if trigger is not None:
+            done = await self._compact(lease, agent, transcript, settings, trigger)
+            if done is not None:
+                return done
         return await self._model_turn(lease, agent, transcript, facts.soft_budget)
+
+    async def _compact(self, lease: Lease, agent: ResolvedAgent, transcript: Transcript,
+                       settings: compaction.Settings, trigger: str) -> StepResult | None:
+        """Summarize the older turns (one model call, no tools) and commit the `context_compaction`
+        event as this step; None when there is nothing to summarize (the model is called as usual)."""
+        todo = compaction.plan(transcript.messages, settings, transcript.context_window)
+        if todo is None:
+            return None
+        iteration = transcript.iterations + 1
+        try:
+            summary = await self._interruptible(lease, self.summarize(lease.run, agent, todo.span, settings, iteration))
+        except ProviderError as exc:
+            return await self._apply(lease, plan.compaction_failed(trigger, iteration, f"summary: {exc.message}"))
+        if not summary:
+            return await self._apply(lease, plan.compaction_failed(trigger, iteration,
+                                                                   "summary: the model wrote nothing"))
+        event = ContextCompaction(summary, todo.keep_n, todo.keep_first, todo.before_tokens,
+                                  compaction.after_tokens(todo, summary), trigger, iteration)
+        return await self._apply(lease, plan.compacted(event))
+
+    async def manual_compaction(self, leased: LeasedRun) -> tuple[ContextCompaction | None, int, int]:
+        """loomcycle's manual compaction of a parked or ended run (no lease: the run is at rest):
+        (the event to record — None when there is nothing to summarize —, the message count of the
+        history it was computed on, the history's token estimate). ProviderError when the summary
+        fails; None agent: the run's agent is gone (`AgentGone`)."""
+        agent = await self._agent_for(leased)
+        if agent is None:
+            raise AgentGone(f"the run's agent {leased.agent!r} no longer exists")
+        history = await self._session_history(leased) if leased.session_seq else None
+        transcript = Replayer(history).feed(leased.events).transcript()
+        msgs = transcript.messages
+        before = compaction.estimate_tokens(msgs)
+        if len(msgs) < compaction.MIN_COMPACT_MESSAGES:
+            return None, len(msgs), before
+        settings = compaction_settings(agent, leased)
+        todo = compaction.plan(msgs, settings, 0)
+        if todo is None:
+            return None, len(msgs), before
+        iteration = transcript.iterations + 1
+        summary = await self.summarize(leased, agent, todo.span, settings, iteration)
+        if not summary:
+            raise ProviderError("summarization produced no text", code="summary_empty")
+        return (ContextCompaction(summary, todo.keep_n, todo.keep_first, before, compaction.after_tokens(todo, summary),
+                                  "manual", iteration), len(msgs), before)
+
+    async def summarize(self, leased: LeasedRun, agent: ResolvedAgent, span: list[Message],
+                        settings: compaction.Settings, iteration: int) -> str:
+        """One model call without tools on the agent's route (`settings.model` on the same
+        providers when set): the summary of `span`, stripped."""
+        assert agent.route is not None
+        route = agent.route
+        if settings.model:
+            route = dataclasses.replace(route, candidates=tuple(dataclasses.replace(c, model=settings.model)
+                                                                for c in route.candidates))
+        call = Call(
+            run_id=leased.run_id, agent=leased.agent, iteration=iteration,
+            system=compaction.summary_system(settings.target_percentage),
+            messages=scrub_messages([compaction.summary_prompt(span)]),
+            request={"tools": [], "max_tokens": agent.config.max_tokens,
+                     "options": {"mock": agent.config.mock, "purpose": compaction.SUMMARY_PURPOSE}},
+            history=leased.events, has_thinking=False,
+        )
+        policy = RetryPolicy(retries=self.settings.provider_retries, max_wait_s=self.settings.max_retry_wait_s)
+        response = await call_route(route, call, policy, [])
+        return "".join(b.text for b in response.content if isinstance(b, TextBlock)).strip()
 
     async def _model_turn(self, lease: Lease, agent: ResolvedAgent, transcript: Transcript,
                           soft_budget: tuple[Breach, ...] = ()) -> StepResult:
@@ -607,6 +678,11 @@ def _assistant_events(response: ModelResponse, iteration: int) -> list[NewEvent]
         usage["max_context_tokens"] = response.max_context_tokens
     events.append(Usage(usage, iteration).event())
     return events
+
+
+def compaction_settings(agent: ResolvedAgent, leased: LeasedRun) -> compaction.Settings:
+    """The run's compaction settings: the agent's < the run's (a spawn's merged into the run's)."""
+    return compaction.Settings.resolve(agent.config.compaction, leased.run_options.compaction)
 
 
 def iteration_cap(agent: ResolvedAgent, leased: LeasedRun) -> int:

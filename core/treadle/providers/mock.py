@@ -80,7 +80,12 @@ class MockProvider:
 
         assistant_turns = sum(1 for m in req.messages if m.role == "assistant")
         content: list[Block]
-        if req.model == "echo":
+        if req.options.get("purpose") == "compaction_summary":  # engine/compaction.py's summary call
+            if settings.summary_error:
+                raise ProviderError("mock: the summary failed (mock.summary_error)", code="mock_summary_error")
+            span = last_user_text(req.messages)
+            content = [TextBlock(f"summary of {len(span)} characters: " + span[-60:].replace("\n", " "))]
+        elif req.model == "echo":
             content = [TextBlock(last_user_text(req.messages))]
         elif req.model == "mock-generic":  # loomcycle's mock: a no-op text answer
             content = [TextBlock("ok")]
@@ -88,11 +93,10 @@ class MockProvider:
             calls_so_far = sum(1 for m in req.messages if m.role == "assistant" and m.tool_uses())
             if req.tools and calls_so_far < settings.tool_calls:
                 tool = req.tools[0]
-                content = [
-                    ToolUseBlock(
-                        tool_use_id(run_id, iteration, 0), tool.name, dict(FIXED_TOOL_INPUTS.get(tool.name, {}))
-                    )
-                ]
+                tool_input = settings.tool_input
+                if tool_input is None:
+                    tool_input = FIXED_TOOL_INPUTS.get(tool.name, {})
+                content = [ToolUseBlock(tool_use_id(run_id, iteration, 0), tool.name, dict(tool_input))]
             else:
                 content = [TextBlock(f"done after {calls_so_far} tool calls")]
         elif req.model == "script":
@@ -119,4 +123,5 @@ class MockProvider:
             usage=Usage(input_tokens=_approx_tokens(req.messages, req.system), output_tokens=max(1, out_chars // 4)),
             model=req.model,
             provider=self.name,
+            max_context_tokens=settings.context_window or None,
         )

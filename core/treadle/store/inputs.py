@@ -21,7 +21,7 @@ QUEUE_CAP = 16
 @dataclass(slots=True)
 class QueuedInput:
     id: int
-    kind: str  # input | turn_cancel
+    kind: str  # input | turn_cancel | compact (engine/plan.py manual_compaction)
     text: str
 
 

@@ -401,6 +401,28 @@ class StepStore:
         async with self.pool.step_connection() as conn:
             return await self._read_events(conn, run_id)
 
+    async def read(self, tenant_id: str, run_id: str) -> LeasedRun | None:
+        """The run's row and transcript as a step would see them, without a lease (a run at rest:
+        ended, or parked for input)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(f"SELECT {_LEASED_COLUMNS}, {_EVENTS_AGG} FROM runs"
+                                     " WHERE runs.id = %s AND runs.tenant_id = %s", (run_id, tenant_id))
+            row = await cur.fetchone()
+        return _leased(row) if row else None
+
+    async def append_at_rest(self, tenant_id: str, run_id: str, etype: str, payload: dict[str, Any]) -> bool:
+        """Append one event to an ended run (a manual compaction's marker): no lease, as nothing
+        else writes an ended run; False when the run is not ended (or not there)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "WITH r AS (UPDATE runs SET last_seq = last_seq + 1, updated_at = now()"
+                "  WHERE id = %s AND tenant_id = %s AND status IN ('completed','failed','cancelled')"
+                "  RETURNING id, tenant_id, last_seq)"
+                " INSERT INTO events (run_id, seq, tenant_id, type, payload)"
+                " SELECT r.id, r.last_seq, r.tenant_id, %s, %s FROM r RETURNING seq",
+                (run_id, tenant_id, etype, Jsonb(payload)))
+            return await cur.fetchone() is not None
+
     async def session_history(self, leased: LeasedRun) -> list[tuple[int, str, dict[str, Any]]]:
         """The events of the session's runs before this one, run by run in the session's order,
         each run's in seq order: read in place (a continuation copies nothing)."""

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from treadle.config import SamplingConfig
+from treadle.config import CompactionConfig, SamplingConfig
 from treadle.domain.ids import IDENTIFIER_PATTERN, is_identifier
 from treadle.domain.runs import RunStatus
 from treadle.domain.segments import Segment
@@ -84,7 +84,8 @@ class ParentContext(Request):
 class LoomcycleRunFields(Request):
     """The loomcycle fields of a run request. `session_id` continues a session (its earlier runs
     are the new run's history; 404 `session_not_found`, 409 `session_busy` while another run of
-    it is live). `user_bearer`, `compaction` and `web_search_filter` are loomcycle's fields
+    it is live); `compaction` merges over the agent's compaction settings. `user_bearer` and
+    `web_search_filter` are loomcycle's fields
     treadle does not have: refused with 400 `unsupported_field` (declared so the refusal can name
     them)."""
 
@@ -97,7 +98,8 @@ class LoomcycleRunFields(Request):
     tenant_id: str | None = Field(default=None, max_length=128)
     session_id: str | None = Field(default=None, json_schema_extra={"pattern": IDENTIFIER_PATTERN})
     user_bearer: Any = None
-    compaction: Any = None
+    #: over the agent's `compaction`, field by field (engine/compaction.py)
+    compaction: CompactionConfig | None = None
     web_search_filter: Any = None
 
     _agent_id = field_validator("agent_id")(_identifier)
@@ -148,6 +150,22 @@ class RunRequest(LoomcycleRunFields):
         if self.segments:
             return [s.model_dump(exclude_none=True) for s in self.segments]
         return [{"role": "user", "content": [{"type": "trusted-text", "text": self.prompt or ""}]}]
+
+
+class CompactRequest(Request):
+    """Body of POST /v1/runs/{run_id}/compact (optional): loomcycle's client sends `reason`."""
+
+    reason: str | None = Field(default=None, max_length=1024)
+
+
+class CompactResult(Response):
+    """loomcycle's CompactRunResult: `applied` live (a parked run), marker (an ended one) or noop."""
+
+    run_id: str
+    compacted: bool
+    before_tokens: int
+    after_tokens: int
+    applied: Literal["live", "marker", "noop"]
 
 
 class SessionMessageRequest(LoomcycleRunFields):

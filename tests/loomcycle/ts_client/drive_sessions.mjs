@@ -17,7 +17,7 @@ const assert = (cond, msg) => { if (!cond) throw new Error("assert: " + msg); };
 async function collect(iter) { const out = []; for await (const ev of iter) out.push(ev); return out; }
 const texts = (evs) => evs.filter((e) => e.type === "text").map((e) => e.text);
 
-let sessionId;
+let sessionId, thirdRun;
 await check("runStreaming opens a session; continueSession continues it with its history", async () => {
   const first = await collect(c.runStreaming({ agent: "script", segments: seg("hi"), userId: user }));
   const s = first.find((e) => e.type === "session");
@@ -32,6 +32,7 @@ await check("runStreaming opens a session; continueSession continues it with its
 await check("a loomcycle-shaped session_id run (runStreaming { sessionId }) continues the conversation", async () => {
   const third = await collect(c.runStreaming({ agent: "script", segments: seg("more"), sessionId }));
   assert(JSON.stringify(texts(third)) === '["three"]', JSON.stringify(texts(third)));
+  thirdRun = third.find((e) => e.type === "agent").run_id;
 });
 await check("getTranscript spans the session's runs", async () => {
   const t = await c.getTranscript(sessionId);
@@ -39,6 +40,15 @@ await check("getTranscript spans the session's runs", async () => {
   const said = t.events.filter((e) => e.type === "text").map((e) => e.event.text);
   assert(JSON.stringify(said) === '["one","two","three"]', JSON.stringify(said));
   assert(new Set(t.events.map((e) => e.run_id)).size === 3, "three runs");
+});
+await check("compactRun on an ended run → the marker; the session goes on from it", async () => {
+  const r = await c.compactRun(thirdRun, { reason: "tidy" });
+  assert(r.run_id === thirdRun && r.compacted === true && r.applied === "marker", JSON.stringify(r));
+  const t = await c.getTranscript(sessionId);
+  const mark = t.events.find((e) => e.type === "context_compaction");
+  assert(mark && mark.event.trigger === "manual", JSON.stringify(mark));
+  const next = await collect(c.continueSession({ sessionId, segments: seg("go on") }));
+  assert(next[next.length - 1].type === "done", next[next.length - 1].type);
 });
 await check("continueSession on an unknown session → SessionNotFoundError", async () => {
   let err; try { await collect(c.continueSession({ sessionId: "s_nope", segments: seg("x") })); } catch (e) { err = e; }
