@@ -64,7 +64,7 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.admin", "router", ("/v1/_admin/",)),
     ("treadle.api.admin", "tenant_router", ("/v1/_concurrency",)),
     ("treadle.api.loomcycle", "router", ("/v1/_me", "/v1/agents/", "/v1/users/")),
-    ("treadle.api.sessions", "router", ("/v1/sessions", "/v1/users/")),
+    ("treadle.api.sessions", "router", ("/v1/sessions", "/v1/users/", "/v1/_history")),
     ("treadle.api.channels", "user_router", ("/v1/users/",)),
     ("treadle.api.substrate", "router", ("/v1/_agentdef", "/v1/_evaluation", "/v1/_skilldef", "/v1/_volumedef")),
     ("treadle.api.memory", "router", ("/v1/_memory/",)),

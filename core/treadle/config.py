@@ -255,6 +255,8 @@ class AgentConfig(BaseModel):
     agent_def_scopes: list[DefScope] = []
     skill_def_scopes: list[DefScope] = []
     evaluation_scopes: list[EvaluationScope] = []
+    # History (loomcycle's, default-deny): whose past chats its History tool reaches (self | user | tenant)
+    history_scope: list[Literal["self", "user", "tenant"]] = []
     # the skills it may use (domain/skillmatch.py): a plain name is bundled into the system prompt (yaml
     # `skills:` or a promoted SkillDef); `+pat`/`-pat`/globs (`review/*`) are loaded on demand (tool Skill)
     skills: list[str] = Field(default=[], max_length=32)

@@ -90,6 +90,9 @@ def runs_and_agents(api: Checked) -> None:
     compacted = api.call("POST", "/v1/runs/{run_id}/compact", 200, path={"run_id": run_id}, json={})
     assert compacted["applied"] in ("noop", "marker")
     api.call("POST", "/v1/runs/{run_id}/compact", 404, path={"run_id": "r_nope"}, json={})
+    chats = api.call("POST", "/v1/_history", 200, json={"op": "list", "scope": "tenant"})
+    assert session_id in [c["id"] for c in chats["chats"]]
+    api.call("POST", "/v1/_history", 404, json={"op": "get", "session_id": "s_nope"})
     api.call("POST", "/v1/runs/{run_id}/cancel", 200, path={"run_id": run_id}, json={"scope": "run"})
     api.call("POST", "/v1/agents/{agent_id}/cancel", 200, path={"agent_id": agent_id})
     api.call("POST", "/v1/runs/{run_id}/input", 409, path={"run_id": run_id}, json={"text": "more"})

@@ -97,6 +97,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/sessions/{session_id}"): R,
     ("PATCH", "/v1/sessions/{session_id}"): W,
     ("GET", "/v1/users/{user_id}/sessions"): R,
+    ("POST", "/v1/_history"): R,
     ("POST", "/v1/_channels/{name}/subscribe"): sc.CHANNEL_READ,
     ("POST", "/v1/_channels/{name}/ack"): sc.CHANNEL_READ,
     ("PATCH", "/v1/_channels/{name}"): sc.TENANT,

@@ -24,11 +24,20 @@ from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.runs import SSE_DOC, _sse_response, _start, _wants_sse
 from treadle.api.steering import decode_cursor, encode_cursor
 from treadle.domain.events import EventType
-from treadle.errors import NotFound
+from treadle.errors import BadRequest, NotFound
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.sessions import SessionRecord
-from treadle.wire import RunCreated, SessionList, SessionMessageRequest, SessionPatch, SessionView, Transcript
+from treadle.wire import (
+    HistoryAnswer,
+    HistoryRequest,
+    RunCreated,
+    SessionList,
+    SessionMessageRequest,
+    SessionPatch,
+    SessionView,
+    Transcript,
+)
 
 router = APIRouter(prefix="/v1", tags=["sessions"], route_class=LazyAPIRoute)
 
@@ -185,3 +194,23 @@ async def patch_session(session_id: str, body: SessionPatch, rt: Rt, who: Who) -
     if session is None:
         raise _not_found(session_id)
     return await _view(rt, who, session, detail=True)
+
+
+@router.post("/_history", response_model=HistoryAnswer, response_model_exclude_unset=True,
+             responses=errors(*BODY, 404))
+async def history(body: HistoryRequest, rt: Rt, who: Who) -> Response:
+    """loomcycle's History over HTTP: the History tool's ops (builtins/history.py) with the body as
+    its input; scope `tenant` (default) or `user` (the caller's subject's chats). A chat outside the
+    scope is 404; `recap` is refused (400 `not_implemented`-style `tool_error`)."""
+    from treadle.builtins.history import ChatNotFound, History, recap_refused
+
+    args = body.model_dump(exclude_none=True, by_alias=True)
+    if body.op == "recap":
+        raise recap_refused()
+    if body.scope == "self":
+        raise BadRequest("scope: self names an agent's own chats; over HTTP use tenant or user", code="bad_request")
+    try:
+        out = await History(rt.pool, who.tenant_id, None, who.subject, ("tenant", "user")).dispatch(body.op, args)
+    except ChatNotFound as exc:
+        raise NotFound(exc.message, code="session_not_found") from None
+    return fast_json(out)

@@ -39,6 +39,7 @@ BUILTINS: dict[str, tuple[str, str, bool]] = {
     "VolumeDef": ("treadle.builtins.volumedef", "VolumeDefTool", False),
     "Skill": ("treadle.builtins.skill", "SkillTool", False),
     "TeamDef": ("treadle.builtins.teamdef", "TeamDefTool", False),
+    "History": ("treadle.builtins.history", "HistoryTool", False),
 }
 
 

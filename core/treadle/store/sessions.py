@@ -150,3 +150,100 @@ class SessionStore:
             rows = await cur.fetchall()
         return [(int(r["session_seq"]), SessionEvent(r["run_id"], r["seq"], r["type"], r["payload"], r["created_at"]))
                 for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryFilter:
+    """Which sessions a History read sees: the owner fold (agent / user; None: any) and filters."""
+
+    agent: str | None = None
+    user_id: str | None = None
+    tag: str | None = None
+    title_contains: str | None = None
+    pinned_only: bool = False
+    include_archived: bool = False
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+
+    def where(self, tenant_id: str) -> tuple[str, list[object]]:
+        where: list[str] = ["s.tenant_id = %s"]
+        params: list[object] = [tenant_id]
+        clauses: tuple[tuple[str, object], ...] = (
+            ("s.agent = %s", self.agent), ("s.user_id = %s", self.user_id), ("%s = ANY(s.tags)", self.tag),
+            ("s.created_at >= %s", self.created_from), ("s.created_at < %s", self.created_to))
+        for clause, value in clauses:
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        if self.title_contains:
+            where.append("s.title ILIKE %s")
+            params.append("%" + self.title_contains.replace("%", r"\%").replace("_", r"\_") + "%")
+        if self.pinned_only:
+            where.append("s.pinned")
+        if not self.include_archived:
+            where.append("s.archived_at IS NULL")
+        return " AND ".join(where), params
+
+
+_AGGREGATES = (", (SELECT json_build_object('runs', count(*), 'input_tokens', coalesce(sum(r.input_tokens), 0),"
+               " 'output_tokens', coalesce(sum(r.output_tokens), 0), 'last_status', (array_agg(r.status ORDER BY"
+               " r.session_seq DESC))[1]) FROM runs r WHERE r.tenant_id = s.tenant_id AND r.session_id = s.id)"
+               " AS aggregates")
+#: a session's searchable text: its metadata and its user and assistant text
+_DOCUMENT = ("coalesce(s.title, '') || ' ' || coalesce(s.description, '') || ' ' || coalesce(s.summary, '')"
+             " || ' ' || array_to_string(s.tags, ' ') || ' ' || coalesce((SELECT string_agg(coalesce("
+             "e.payload->>'text', e.payload->'segments'->0->'content'->0->>'text', ''), ' ') FROM runs r"
+             " JOIN events e ON e.run_id = r.id WHERE r.tenant_id = s.tenant_id AND r.session_id = s.id"
+             " AND e.type IN ('user_input', 'text')), '')")
+_HISTORY_COLUMNS = ", ".join("s." + c.strip() for c in _COLUMNS.split(","))
+
+
+class SessionHistory:
+    """The History tool's and route's reads (builtins/history.py): folded to an owner, ranked."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def list_chats(self, tenant_id: str, f: HistoryFilter, limit: int, offset: int) -> list[dict[str, Any]]:
+        where, params = f.where(tenant_id)
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_HISTORY_COLUMNS}{_AGGREGATES} FROM sessions s WHERE {where}"
+                " ORDER BY s.pinned DESC, s.updated_at DESC, s.id DESC LIMIT %s OFFSET %s",
+                (*params, limit, offset))
+            return [_history_row(r) for r in await cur.fetchall()]
+
+    async def search(self, tenant_id: str, f: HistoryFilter, query: str, limit: int, *,
+                     any_term: bool = False, exclude: str | None = None) -> list[dict[str, Any]]:
+        """Full-text search (Postgres `simple` configuration) over a session's title, description,
+        summary, tags and its user and assistant text, best first; `any_term`: a session matching
+        any word ranks (related), else every word must match."""
+        where, params = f.where(tenant_id)
+        if exclude is not None:
+            where += " AND s.id <> %s"
+            params.append(exclude)
+        words = [w for w in "".join(c if c.isalnum() else " " for c in query.lower()).split() if w][:32]
+        if not words:
+            return []
+        tsquery = (" | " if any_term else " & ").join(words)
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT * FROM (SELECT {_HISTORY_COLUMNS}{_AGGREGATES},"
+                f" ts_rank(to_tsvector('simple', {_DOCUMENT}), to_tsquery('simple', %s)) AS score"
+                f" FROM sessions s WHERE {where}) x"
+                " WHERE x.score > 0 ORDER BY x.score DESC, x.updated_at DESC LIMIT %s",
+                (tsquery, *params, limit))
+            return [_history_row(r) for r in await cur.fetchall()]
+
+
+def _history_row(row: dict[str, Any]) -> dict[str, Any]:
+    aggregates = row.pop("aggregates", None) or {}
+    score = row.pop("score", None)
+    out = SessionRecord(**row).to_api()
+    out["run_count"] = int(aggregates.get("runs") or out["run_count"])
+    out["usage"] = {"input_tokens": int(aggregates.get("input_tokens") or 0),
+                    "output_tokens": int(aggregates.get("output_tokens") or 0)}
+    out["status"] = aggregates.get("last_status")
+    if score is not None:
+        out["score"] = round(float(score), 6)
+    return out

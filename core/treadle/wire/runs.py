@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from treadle.config import CompactionConfig, SamplingConfig
 from treadle.domain.ids import IDENTIFIER_PATTERN, is_identifier
@@ -150,6 +150,39 @@ class RunRequest(LoomcycleRunFields):
         if self.segments:
             return [s.model_dump(exclude_none=True) for s in self.segments]
         return [{"role": "user", "content": [{"type": "trusted-text", "text": self.prompt or ""}]}]
+
+
+class HistoryRequest(Request):
+    """Body of POST /v1/_history: a History tool input (builtins/history.py)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True, populate_by_name=True)
+    op: Literal["list", "get", "search", "rename", "annotate", "pin", "archive", "resume", "related", "recap"]
+    scope: Literal["self", "user", "tenant", "global"] | None = None
+    session_id: str | None = Field(default=None, max_length=128)
+    query: str | None = Field(default=None, max_length=1024)
+    title: str | None = Field(default=None, max_length=512)
+    description: str | None = Field(default=None, max_length=4096)
+    tags: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] | None = Field(
+        default=None, max_length=32)
+    tag: str | None = Field(default=None, max_length=64)
+    title_contains: str | None = Field(default=None, max_length=512)
+    pinned: bool | None = None
+    archived: bool | None = None
+    pinned_only: bool | None = None
+    include_archived: bool | None = None
+    from_: str | None = Field(default=None, alias="from", max_length=64)
+    to: str | None = Field(default=None, max_length=64)
+    format: Literal["json", "markdown"] | None = None
+    limit: int | None = Field(default=None, ge=1, le=100)
+    offset: int | None = Field(default=None, ge=0)
+
+
+class HistoryAnswer(Response):
+    """What a History op answers: `{chats, count}` (list, search, related), a chat (get: with
+    `events` or `markdown`; rename, annotate, pin, archive) or a continuation handle (resume)."""
+
+    chats: list[dict[str, Any]] | None = None
+    count: int | None = None
 
 
 class CompactRequest(Request):

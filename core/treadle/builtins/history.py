@@ -1,0 +1,235 @@
+"""Built-in `History` (default-deny, loomcycle's): browse, search and annotate past chats — a chat is
+a session (store/sessions.py), which may span several runs.
+
+Scopes (the agent's `history_scope`; empty: the tool refuses every op): `self` — the chats of
+this agent; `user` — the chats of this run's user; `tenant` — every chat of the tenant. The owner
+is resolved from the run, never from the request; a chat outside the scope is "not found".
+loomcycle's `global` (cross-tenant) is refused: treadle's tools never read another tenant.
+
+ops: list, get (`format: markdown` renders the transcript), search (full-text over title,
+description, summary, tags and the chat's text), rename, annotate (description, tags), pin,
+archive, resume (a continuation handle: continue with POST /v1/sessions/{id}/messages), related
+(chats sharing words with a chat or a query; full-text, the embedder is not used yet). `recap`
+(an LLM summary) is refused by name: a tool call cannot make a model call in this build.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from treadle.errors import ToolError
+from treadle.store.db import Pool
+from treadle.store.sessions import HistoryFilter, SessionHistory, SessionStore
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
+
+OPS = ("list", "get", "search", "rename", "annotate", "pin", "archive", "resume", "related", "recap")
+SCOPES = ("self", "user", "tenant")
+MAX_LIMIT = 100
+
+
+class ChatNotFound(ToolError):
+    """A chat the scope does not reach (or none by that id): POST /v1/_history answers 404."""
+
+    code = "session_not_found"
+    status = 404
+
+
+def recap_refused() -> ToolError:
+    return ToolError("History.recap: not available in treadle yet (it needs a model call outside a run); use "
+                     "Context op=compact for a run's own context, or set the chat's description")
+
+
+class HistoryTool:
+    name = "History"
+    effects: ToolEffects = "transactional"  # its writes (rename, annotate, pin, archive) commit with the step
+    description = (
+        "Your past chats (a chat = a session of runs). op: list (scope, tag, title_contains, pinned_only, "
+        "include_archived, from, to, limit, offset) | get (session_id, format: json|markdown) | search (query, "
+        "scope, …) | rename (session_id, title) | annotate (session_id, description, tags) | pin (session_id, "
+        "pinned) | archive (session_id, archived) | resume (session_id → how to continue it) | related "
+        "(session_id or query). scope: self (your chats, default) | user (this user's) | tenant — as your "
+        "history_scope allows."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "op": {"type": "string", "enum": list(OPS)},
+            "scope": {"type": "string", "enum": [*SCOPES, "global"]},
+            "session_id": {"type": "string"},
+            "query": {"type": "string"},
+            "title": {"type": "string", "maxLength": 512},
+            "description": {"type": "string", "maxLength": 4096},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 64}, "maxItems": 32},
+            "tag": {"type": "string"},
+            "title_contains": {"type": "string"},
+            "pinned": {"type": "boolean"},
+            "archived": {"type": "boolean"},
+            "pinned_only": {"type": "boolean"},
+            "include_archived": {"type": "boolean"},
+            "from": {"type": "string", "description": "ISO 8601: chats created at or after"},
+            "to": {"type": "string", "description": "ISO 8601: chats created before"},
+            "format": {"type": "string", "enum": ["json", "markdown"]},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+            "offset": {"type": "integer", "minimum": 0},
+        },
+        "required": ["op"],
+    }
+
+    async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        allowed = tuple(getattr(ctx.agent_config, "history_scope", ()) or ())
+        if not allowed:
+            raise ToolError("History: this agent has no history_scope (default-deny)")
+        op = args.get("op")
+        if op not in OPS:
+            raise ToolError(f"History: op must be one of {', '.join(OPS)}")
+        if op == "recap":
+            raise recap_refused()
+        history = History(ctx.services.runs.pool, ctx.tenant_id, ctx.agent, ctx.user_id, allowed)
+        return ToolResult.json(await history.dispatch(str(op), args))
+
+
+class History:
+    """One History call (the tool's, or POST /v1/_history's): the owner fold, then the op. `agent`
+    and `user_id` are the caller's (the run's), never the request's."""
+
+    def __init__(self, pool: Pool, tenant_id: str, agent: str | None, user_id: str | None,
+                 allowed: tuple[str, ...]) -> None:
+        self.tenant_id, self.agent, self.user_id = tenant_id, agent, user_id
+        self.allowed = allowed
+        self.sessions = SessionStore(pool)
+        self.history = SessionHistory(pool)
+
+    def fold(self, args: dict[str, Any]) -> HistoryFilter:
+        scope = args.get("scope") or ("self" if "self" in self.allowed else self.allowed[0])
+        if scope == "global":
+            raise ToolError("History: scope global (every tenant) is not offered; a tool reads its own tenant only")
+        if scope not in SCOPES:
+            raise ToolError(f"History: scope must be one of {', '.join(SCOPES)}")
+        if scope not in self.allowed:
+            raise ToolError(f"History: scope {scope!r} is not in this agent's history_scope {list(self.allowed)}")
+        if scope == "user" and not self.user_id:
+            raise ToolError("History: scope user needs a run with a user_id")
+        return HistoryFilter(
+            agent=(self.agent or "") if scope == "self" else None,
+            user_id=self.user_id if scope == "user" else None,
+            tag=_str(args, "tag"), title_contains=_str(args, "title_contains"),
+            pinned_only=bool(args.get("pinned_only")), include_archived=bool(args.get("include_archived")),
+            created_from=_when(args, "from"), created_to=_when(args, "to"),
+        )
+
+    async def one(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The chat `session_id` names, if the scope reaches it (else: not found)."""
+        session_id = _str(args, "session_id")
+        if not session_id:
+            raise ToolError("History: session_id is required")
+        f = self.fold(args)
+        found = await self.sessions.get(self.tenant_id, session_id)
+        if found is None or (f.agent is not None and found.agent != f.agent) or (
+                f.user_id is not None and found.user_id != f.user_id):
+            raise ChatNotFound(f"History: chat {session_id!r} not found")
+        return found.to_api()
+
+    async def dispatch(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        tenant = self.tenant_id
+        limit = min(int(args.get("limit") or 20), MAX_LIMIT)
+        if op == "list":
+            chats = await self.history.list_chats(tenant, self.fold(args), limit, int(args.get("offset") or 0))
+            return {"chats": chats, "count": len(chats)}
+        if op in ("search", "related"):
+            f = self.fold(args)
+            query, exclude = _str(args, "query"), None
+            if op == "related" and _str(args, "session_id"):
+                source = await self.one(args)
+                exclude = source["id"]
+                query = " ".join(str(source.get(k) or "") for k in ("title", "summary", "description"))
+                query = f"{query} {' '.join(source.get('tags') or [])}".strip()
+            if not query:
+                raise ToolError(f"History.{op}: query is required" + (" (or session_id)" if op == "related" else ""))
+            chats = await self.history.search(tenant, f, query, limit, any_term=op == "related", exclude=exclude)
+            return {"chats": chats, "count": len(chats), "ranking": "full-text"}
+        chat = await self.one(args)
+        sid = chat["id"]
+        if op == "get":
+            return await self.get(chat, args.get("format") or "json")
+        if op == "resume":
+            live = await self.sessions.live_run(tenant, sid)
+            return {"session_id": sid, "agent": chat["agent"], "tenant_id": tenant, "user_id": chat["user_id"],
+                    "status": "live" if live else "idle", "live_run_id": live, "last_activity": chat["updated_at"],
+                    "hint": f"continue with POST /v1/sessions/{sid}/messages (or POST /v1/runs with session_id)"
+                            + (" once its live run has ended" if live else "")}
+        changes: dict[str, Any]
+        if op == "rename":
+            title = _str(args, "title")
+            if title is None:
+                raise ToolError("History.rename: title is required")
+            changes = {"title": title[:512]}
+        elif op == "annotate":
+            changes = {}
+            if "description" in args:
+                changes["description"] = str(args["description"])[:4096]
+            if "tags" in args:
+                tags = args["tags"]
+                if not isinstance(tags, list) or len(tags) > 32 or not all(isinstance(t, str) and 0 < len(t) <= 64
+                                                                          for t in tags):
+                    raise ToolError("History.annotate: tags must be ≤ 32 strings of 1 to 64 characters")
+                changes["tags"] = tags
+            if not changes:
+                raise ToolError("History.annotate: give description and/or tags")
+        elif op == "pin":
+            changes = {"pinned": bool(args.get("pinned", True))}
+        else:  # archive
+            changes = {"archived": bool(args.get("archived", True))}
+        updated = await self.sessions.update(tenant, sid, changes)
+        assert updated is not None
+        return updated.to_api()
+
+    async def get(self, chat: dict[str, Any], fmt: str) -> dict[str, Any]:
+        events = []
+        after = (-1, 0)
+        while True:
+            page = await self.sessions.events(self.tenant_id, chat["id"], after=after, limit=1000)
+            for place, e in page:
+                events.append({"run_id": e.run_id, "seq": e.seq, "type": e.type, **e.payload})
+                after = (place, e.seq)
+            if len(page) < 1000:
+                break
+        if fmt == "markdown":
+            return {**chat, "markdown": _markdown(chat, events)}
+        return {**chat, "events": events}
+
+
+def _markdown(chat: dict[str, Any], events: list[dict[str, Any]]) -> str:
+    lines = [f"# {chat.get('title') or chat['id']}", "", f"agent `{chat['agent']}`, started {chat['created_at']}", ""]
+    for e in events:
+        if e["type"] == "user_input":
+            text = " ".join(str(b.get("text", "")) for seg in e.get("segments") or [] if seg.get("role") == "user"
+                            for b in seg.get("content") or [] if isinstance(b, dict))
+            lines += ["**user:** " + text, ""]
+        elif e["type"] == "text":
+            lines += ["**assistant:** " + str(e.get("text", "")), ""]
+        elif e["type"] == "tool_call":
+            tu = e.get("tool_use") or {}
+            lines += [f"*tool call* `{tu.get('name')}`", ""]
+        elif e["type"] == "context_compaction":
+            lines += ["*(the conversation was compacted here)*", ""]
+    return "\n".join(lines)
+
+
+def _str(args: dict[str, Any], key: str) -> str | None:
+    v = args.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise ToolError(f"History: {key} must be a string")
+    return v
+
+
+def _when(args: dict[str, Any], key: str) -> datetime | None:
+    v = _str(args, key)
+    if not v:
+        return None
+    try:
+        return datetime.fromisoformat(v)
+    except ValueError:
+        raise ToolError(f"History: {key} must be an ISO 8601 time") from None

@@ -1,0 +1,122 @@
+"""The History tool and POST /v1/_history (issue 34 item 2) against a served treadle: past chats
+(sessions) listed, searched (full-text), read, renamed, annotated, pinned, archived, resumed,
+related — folded to the caller's scope (default-deny), another user's chat not found."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from treadle_sidecar.server import BackgroundServer
+
+from tests.support.db import TEST_HOME
+from treadle.config import Settings, parse_config
+from treadle.testing import until as wait_for
+
+AGENTS = {
+    "chat": {"model": "echo"},
+    "historian": {"model": "script", "tools": ["History"], "history_scope": ["user"], "mock": {"script": [
+        {"tool": "History", "input": {"op": "list", "scope": "user"}},
+        {"tool": "History", "input": {"op": "search", "scope": "user", "query": "paris"}},
+        {"tool": "History", "input": {"op": "list", "scope": "tenant"}},
+        {"text": "done"}]}},
+    "nosy": {"model": "script", "tools": ["History"], "mock": {"script": [
+        {"tool": "History", "input": {"op": "list"}}, {"text": "done"}]}},
+}
+
+
+@pytest.fixture(scope="module")
+async def http(db_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(database_url=db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
+                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
+    server = BackgroundServer(settings, parse_config({"agents": AGENTS}))
+    base = await server.start()
+    client = httpx.AsyncClient(base_url=base, timeout=20.0)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
+async def run(http: httpx.AsyncClient, agent: str, prompt: str, user: str) -> dict[str, Any]:
+    resp = await http.post("/v1/runs", json={"agent": agent, "prompt": prompt, "user_id": user})
+    assert resp.status_code == 202, resp.text
+    run_id = resp.json()["run_id"]
+
+    async def ended() -> dict[str, Any] | None:
+        r = (await http.get(f"/v1/runs/{run_id}")).json()
+        return r if r["status"] in ("completed", "failed", "cancelled") else None
+
+    out: dict[str, Any] = await wait_for(ended, 20, interval=0.05, what=run_id)
+    out["session_id"] = resp.json()["session_id"]
+    return out
+
+
+async def test_the_history_tool_reads_the_users_chats(http: httpx.AsyncClient) -> None:
+    user, other = "u_" + secrets.token_hex(4), "u_" + secrets.token_hex(4)
+    paris = await run(http, "chat", "a weekend trip to Paris in spring", user)
+    await run(http, "chat", "cooking fresh pasta", user)
+    await run(http, "chat", "paris for someone else", other)
+    done = await run(http, "historian", "what did we talk about?", user)
+    assert done["status"] == "completed", done
+    events = (await http.get(f"/v1/runs/{done['run_id']}/events")).json()["events"]
+    answers = [e for e in events if e["type"] == "tool_result"]
+    listed, found, refused = json.loads(answers[0]["text"]), json.loads(answers[1]["text"]), answers[2]
+    assert {c["user_id"] for c in listed["chats"]} == {user} and listed["count"] == 3  # its own chat too
+    assert [c["id"] for c in found["chats"]] == [paris["session_id"]]  # not the other user's paris
+    assert found["chats"][0]["run_count"] == 1 and found["ranking"] == "full-text"
+    assert refused["is_error"] and "history_scope" in refused["text"]  # tenant is not in its scope
+    nosy = await run(http, "nosy", "x", user)
+    events = (await http.get(f"/v1/runs/{nosy['run_id']}/events")).json()["events"]
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["is_error"] and "default-deny" in result["text"]
+
+
+async def test_history_over_http(http: httpx.AsyncClient) -> None:
+    user = "u_" + secrets.token_hex(4)
+    first = await run(http, "chat", "planning a garden with tomatoes", user)
+    second = await run(http, "chat", "tomatoes need sun and water", user)
+    sid = first["session_id"]
+
+    async def op(status: int = 200, **body: Any) -> Any:
+        resp = await http.post("/v1/_history", json=body)
+        assert resp.status_code == status, resp.text
+        return resp.json()
+
+    renamed = await op(op="rename", session_id=sid, title="Garden")
+    assert renamed["title"] == "Garden"
+    annotated = await op(op="annotate", session_id=sid, description="tomatoes plot", tags=["garden", "spring"])
+    assert annotated["tags"] == ["garden", "spring"] and annotated["description"] == "tomatoes plot"
+    assert (await op(op="pin", session_id=sid))["pinned"] is True
+    listed = await op(op="list", scope="tenant", limit=100)
+    assert listed["chats"][0]["pinned"] is True  # pinned first
+    tagged = await op(op="list", tag="garden")
+    assert [c["id"] for c in tagged["chats"]] == [sid]
+    got = await op(op="get", session_id=sid)
+    assert got["events"][0]["type"] == "user_input"
+    markdown = (await op(op="get", session_id=sid, format="markdown"))["markdown"]
+    assert markdown.startswith("# Garden") and "**user:** planning a garden" in markdown
+    related = await op(op="related", session_id=sid)
+    near = [c["id"] for c in related["chats"]]
+    assert second["session_id"] in near and sid not in near
+    resumed = await op(op="resume", session_id=sid)
+    assert resumed["status"] == "idle" and f"/v1/sessions/{sid}/messages" in resumed["hint"]
+    assert (await op(op="archive", session_id=sid))["archived"] is True
+    assert sid not in [c["id"] for c in (await op(op="list", limit=100))["chats"]]
+    assert sid in [c["id"] for c in (await op(op="list", include_archived=True, limit=100))["chats"]]
+    missing = await op(404, op="get", session_id="s_nope")
+    assert missing["code"] == "session_not_found"
+    # the caller's own chats (scope user: the principal's subject) do not include this user's
+    mine = await op(op="list", scope="user")
+    assert sid not in [c["id"] for c in mine["chats"]]
+    for bad in ({"op": "recap", "session_id": sid}, {"op": "list", "scope": "global"}):
+        resp = await http.post("/v1/_history", json=bad)
+        assert resp.status_code in (400, 422), resp.text
+    resp = await http.post("/v1/_history", json={"op": "list", "colour": "red"})
+    assert resp.status_code == 422 and "colour" in resp.text
