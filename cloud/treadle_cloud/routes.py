@@ -78,6 +78,7 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.budgets", "router", ("/v1/_limits",)),
     ("treadle.api.credentialdefs", "router", ("/v1/_credentialdef",)),
     ("treadle.api.retention", "router", ("/v1/_retention",)),
+    ("treadle.api.erasure", "router", ("/v1/_erasure",)),
 )
 
 

@@ -81,3 +81,21 @@ def test_the_retention_report_through_the_api_function(lambdas: dict[str, Lambda
     status, body, _ = call(lambdas["api"], "GET", "/v1/_retention")
     assert status == 200 and set(body["policy"]) == {"runs", "channel_messages", "memory"}, body
     assert body["batch"] == 500 and "default" in body  # the cloud test's bearer is the operator's
+
+
+def test_a_subjects_erasure_through_the_api_function(
+    lambdas: dict[str, LambdaEnv], sqs: Any, queue: dict[str, str], cloud_db: str
+) -> None:
+    import psycopg
+
+    api, worker = lambdas["api"], lambdas["worker"]
+    status, body, _ = call(api, "POST", "/v1/runs", {"agent": "echo", "prompt": "hello", "user_id": "cloud-erased"})
+    assert status == 202, body
+    esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [worker])
+    esm.run_until(lambda: all_terminal(cloud_db, [body["run_id"]]), timeout_s=60)
+    status, receipt, _ = call(api, "POST", "/v1/_erasure",
+                              {"subject": "cloud-erased", "dry_run": False, "confirm": "cloud-erased"})
+    assert status == 200 and receipt["deleted"]["runs"] == 1 and receipt["deleted"]["events"] >= 2, receipt
+    with psycopg.connect(cloud_db) as conn:
+        left = conn.execute("SELECT count(*) FROM runs WHERE user_id = 'cloud-erased'").fetchone()
+    assert left == (0,)

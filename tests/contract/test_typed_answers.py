@@ -222,6 +222,8 @@ def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> No
     api.call("DELETE", "/v1/_limits", 404, params={"scope": "agent", "scope_id": f"a{tag}"})
     api.call("POST", "/v1/_credentialdef", 200, json={"op": "list"})
     api.call("GET", "/v1/_retention", 200)
+    api.call("POST", "/v1/_erasure", 200, json={"subject": f"nobody{tag}"})
+    api.call("POST", "/v1/_erasure", 400, json={"subject": f"nobody{tag}", "dry_run": False})
     api.call("POST", "/v1/_credentialdef", 404, json={"op": "get", "scope": "tenant", "name": f"c{tag}"})
     api.call("POST", "/v1/_credentialdef", 400, json={"op": "get", "scope": "agent", "name": f"c{tag}"})
     other = "t" + tag

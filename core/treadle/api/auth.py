@@ -139,6 +139,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/_limits"): sc.TENANT,
     ("POST", "/v1/_credentialdef"): sc.TENANT,
     ("GET", "/v1/_retention"): sc.TENANT,
+    ("POST", "/v1/_erasure"): sc.TENANT,
     # introspection (loomcycle's): the model aliases, the routing cascades, the runnable agents
     ("GET", "/v1/_models"): sc.TENANT,
     ("GET", "/v1/_routing"): sc.TENANT,

@@ -92,3 +92,23 @@ class RetentionReport(Response):
     batch: int
     default: RetentionPolicy | None = None
     tenants: dict[str, RetentionPolicy] | None = None
+
+
+class ErasureRequest(Request):
+    """Body of POST /v1/_erasure (loomcycle's): `subject` (a user id); `dry_run` defaults to true
+    (count, change nothing); a real erasure repeats the subject as `confirm`."""
+
+    subject: str = Field(min_length=1, max_length=256)
+    dry_run: bool = True
+    confirm: str | None = Field(default=None, max_length=256)
+
+
+class ErasureReceipt(Response):
+    tenant: str
+    subject: str
+    dry_run: bool
+    #: rows removed per table (events: those that went with the runs)
+    deleted: dict[str, int]
+    #: rows kept with the subject taken out (usage folded into the tenant's user-less rows)
+    anonymized: dict[str, int]
+    notes: list[str]

@@ -1,0 +1,60 @@
+"""POST /v1/_erasure: erase one subject (a user id) of the caller's tenant everywhere treadle keeps
+it (store/erasure.py), with a receipt — loomcycle's route and body (`subject`, `dry_run` default
+true, `confirm` = the subject for a real erasure). The subject's live runs are cancelled first; its
+SQL-memory schemas are dropped after the commit. A tenant's caller (scope `substrate:tenant`) erases
+in its own tenant; the operator may name one (`?tenant=`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter
+
+from treadle.api.deps import Rt, Who
+from treadle.api.errors import BODY, errors
+from treadle.api.lazyroute import LazyAPIRoute
+from treadle.domain.ids import is_identifier
+from treadle.errors import BadRequest, Forbidden
+from treadle.store import scope as tenant_scope
+from treadle.store.erasure import SubjectErasure
+from treadle.wire.governance import ErasureReceipt, ErasureRequest
+
+router = APIRouter(prefix="/v1", tags=["governance"], route_class=LazyAPIRoute)
+log = logging.getLogger("treadle.erasure")
+
+
+@router.post("/_erasure", response_model=ErasureReceipt, responses=errors(*BODY))
+async def erase_subject(body: ErasureRequest, rt: Rt, who: Who, tenant: str | None = None) -> dict[str, Any]:
+    """Erase (or, `dry_run`, count) every row of one subject of the tenant; the receipt lists them."""
+    if tenant is not None and (not is_identifier(tenant) or len(tenant) > 64):
+        raise BadRequest("tenant: must match [A-Za-z0-9_-]{1,64}")
+    if who.open_mode or who.is_operator:
+        tenant_id = tenant or who.tenant_id
+        tenant_scope.unbind()
+    elif tenant not in (None, who.tenant_id):
+        raise Forbidden("a tenant's caller erases in its own tenant only", scope="substrate:admin")
+    else:
+        tenant_id = who.tenant_id
+    if not body.dry_run and body.confirm != body.subject:
+        raise BadRequest("erasure cannot be undone: repeat the subject as confirm", code="confirm_mismatch")
+    notes: list[str] = []
+    if not body.dry_run:
+        live = [r for r in await rt.runs.list_unfinished(tenant_id, 5000) if r.user_id == body.subject]
+        for run in live:  # nothing of it keeps running (a step in flight loses its lease fence)
+            await rt.cancel_run(tenant_id, run.id, "subject erased")
+        if live:
+            notes.append(f"{len(live)} live run(s) cancelled first")
+    receipt = await SubjectErasure(rt.pool).erase(tenant_id, body.subject, dry_run=body.dry_run)
+    if rt.sql_memory is not None:
+        scopes = [k for k in await rt.sql_memory.scopes(tenant_id) if k.scope == "user" and k.scope_id == body.subject]
+        if scopes:
+            receipt["deleted"]["sql_memory_scopes"] = len(scopes)
+            if not body.dry_run:
+                for key in scopes:
+                    await rt.sql_memory.drop_scope(key)
+    if not body.dry_run:
+        rt.auth_generation += 1  # its tokens are gone: no cached principal may outlive them
+        log.info("erased subject of tenant %s: %s", tenant_id, receipt["deleted"])
+    notes.append("usage kept for the tenant's totals, its user folded into the user-less rows")
+    return {"tenant": tenant_id, "subject": body.subject, "dry_run": body.dry_run, **receipt, "notes": notes}
