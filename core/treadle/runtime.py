@@ -69,6 +69,8 @@ if TYPE_CHECKING:
     from treadle.triggers.service import Triggers
 
 log = logging.getLogger("treadle")
+#: one INFO line per run start (here) and end (engine/step.py)
+runs_log = logging.getLogger("treadle.runs")
 
 DispatcherFactory = Callable[[Pool, str], Dispatcher]
 
@@ -477,6 +479,8 @@ class Runtime:
         run, created = await self.runs.create(new)
         if created:
             await self.sender.next_step(run.id, 0)  # run creation enqueued it with jobs_in_db
+            runs_log.info("run %s started: agent=%s tenant=%s user=%s", run.id, run.agent, run.tenant_id,
+                          run.user_id or "-")
         return run, created
 
     async def publish(

@@ -20,6 +20,7 @@ from treadle.engine.workers import Sweeper, WorkerPool
 from treadle.errors import ConfigError
 from treadle.runtime import Runtime
 from treadle.security.network import is_loopback_host
+from treadle_sidecar.accesslog import AccessLog
 from treadle_sidecar.observability import Tracing
 
 log = logging.getLogger("treadle_sidecar.app")
@@ -79,7 +80,9 @@ def create_sidecar_app(settings: Settings | None = None, config: TreadleConfig |
             await rt.close()
             await traces.close()
 
-    return create_app(
+    app = create_app(
         auth_token=settings.auth_token, max_request_bytes=settings.max_request_bytes, lifespan=lifespan,
         public_docs=settings.public_docs,
     )
+    app.add_middleware(AccessLog)
+    return app

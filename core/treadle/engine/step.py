@@ -57,6 +57,7 @@ from treadle.telemetry.metrics import metrics
 from treadle.tools.base import Tool, ToolHooks, ToolServices
 
 log = logging.getLogger("treadle.engine")
+runs_log = logging.getLogger("treadle.runs")  # (runtime.py logs the starts)
 T = TypeVar("T")
 
 MAX_STEP_FAILURES = 5
@@ -194,7 +195,10 @@ class Engine:
             tracing.set_outcome(span, "error" if result is StepResult.RETRY_LATER else result.value)
         metrics().step(result.value, time.perf_counter() - started)
         if result is StepResult.FINISHED and leased.created_at is not None:
-            metrics().run_finished((datetime.now(UTC) - leased.created_at).total_seconds(), lease.ended or "ended")
+            lasted = (datetime.now(UTC) - leased.created_at).total_seconds()
+            metrics().run_finished(lasted, lease.ended or "ended")
+            runs_log.info("run %s ended: status=%s agent=%s tenant=%s steps=%d duration_s=%.3f", leased.run_id,
+                          lease.ended or "ended", leased.agent, leased.tenant_id, leased.step_no + 1, lasted)
         return result
 
     async def _run_step(self, lease: Lease) -> StepResult:

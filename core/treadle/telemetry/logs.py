@@ -93,11 +93,26 @@ def make_handler(fmt: str | None = None, stream: TextIO | None = None) -> loggin
     return handler
 
 
+#: TREADLE_LOG_LEVEL's names
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def treadle_log_level() -> int:
+    """$TREADLE_LOG_LEVEL for treadle's own loggers (default info: a line per run start and end,
+    per failed step, per request of the sidecar; other libraries stay at WARNING)."""
+    name = (os.environ.get("TREADLE_LOG_LEVEL") or "info").strip().lower()
+    if name not in LEVELS:
+        raise ConfigError(f"TREADLE_LOG_LEVEL must be one of {', '.join(LEVELS)}, not {name!r}")
+    return LEVELS[name]
+
+
 def configure_logging(level: int = logging.WARNING, fmt: str | None = None) -> None:
-    """The root logger's handler, in `fmt` (default: $TREADLE_LOG_FORMAT, else text). The
-    `treadle.audit` logger (one INFO line per model call without a run: docs/openai.md) logs at
-    INFO whatever the root level, so the audit lines the docs promise do appear."""
+    """The root logger's handler, in `fmt` (default: $TREADLE_LOG_FORMAT, else text), at `level`;
+    the `treadle` loggers at $TREADLE_LOG_LEVEL. The `treadle.audit` logger (one INFO line per
+    model call without a run: docs/openai.md) logs at INFO whatever the levels, so the audit lines
+    the docs promise do appear."""
     logging.basicConfig(level=level, handlers=[make_handler(fmt)], force=True)
+    logging.getLogger("treadle").setLevel(treadle_log_level())
     audit = logging.getLogger("treadle.audit")
     if audit.level == logging.NOTSET or audit.level > logging.INFO:
         audit.setLevel(logging.INFO)
