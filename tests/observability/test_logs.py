@@ -82,9 +82,10 @@ def test_text_lines_name_the_run() -> None:
                                            "WARNING treadle.test.text: outside"]
 
 
-def test_the_audit_lines_appear_at_the_default_warning_level() -> None:
+def test_the_audit_lines_appear_at_the_warning_level(monkeypatch: pytest.MonkeyPatch) -> None:
     root, audit = logging.getLogger(), logging.getLogger("treadle.audit")
     saved = (root.level, list(root.handlers), audit.level)
+    monkeypatch.setenv("TREADLE_LOG_LEVEL", "warning")
     try:
         audit.setLevel(logging.NOTSET)
         configure_logging(logging.WARNING)
@@ -94,3 +95,4 @@ def test_the_audit_lines_appear_at_the_default_warning_level() -> None:
         root.setLevel(saved[0])
         root.handlers[:] = saved[1]
         audit.setLevel(saved[2])
+        logging.getLogger("treadle").setLevel(logging.NOTSET)
