@@ -52,7 +52,7 @@ async def test_a_served_run_logs_its_start_end_and_requests(db_url: str, caplog:
             run_id = resp.json()["run_id"]
 
             async def ended() -> bool:
-                return (await c.get(f"/v1/runs/{run_id}")).json()["status"] == "completed"
+                return bool((await c.get(f"/v1/runs/{run_id}")).json()["status"] == "completed")
 
             await until(ended, timeout=20, what="the run to complete")
     finally:
