@@ -470,6 +470,9 @@ class Runtime:
     async def start_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         verdict = await self.limits.verdict(new.tenant_id, new.user_id, new.agent)
         if verdict is not None and verdict.hard is not None:  # refused before it starts (loomcycle's 429)
+            from treadle.telemetry.metrics import metrics
+
+            metrics().budget_crossed(verdict.hard.limit.scope, "refused")
             body = verdict.hard.body()
             raise TokenLimitExceeded(str(body["message"]), body)
         if is_team_agent(new.agent):  # a team run: the TeamDef version it walks (teams/runs.py)

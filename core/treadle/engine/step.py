@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from treadle.domain.content import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock
 from treadle.domain.events import ContextCompaction, EventType, Text, Thinking, ToolCall, ToolUseRef, Usage
-from treadle.domain.runs import NewEvent, StepMessage
+from treadle.domain.runs import NewEvent, StepMessage, StopReason
 from treadle.domain.signals import CancelSignal
 from treadle.engine import compaction, plan
 from treadle.engine.agents import ResolvedAgent
@@ -333,6 +333,8 @@ class Engine:
             return await self._apply(lease, plan.park_for_input(
                 leased.run_id, [], transcript.consumed_input_id, leased.iterations, inputs))
         if isinstance(decision, StepPlan):
+            if facts.over_budget is not None and decision.outcome.stop_reason == StopReason.BUDGET_EXCEEDED:
+                metrics().budget_crossed(facts.over_budget.limit.scope, "hard")
             return await self._apply(lease, decision)
         assert agent is not None  # `top` ends a run whose agent is unknown
         if decision is Next.PENDING:  # parked calls being woken, or a crash between a turn and its results
@@ -422,6 +424,9 @@ class Engine:
         iteration = transcript.iterations + 1
         # a soft budget crossed for the first time: recorded with the turn (engine/plan.py)
         retry_events: list[NewEvent] = plan.soft_crossings(soft_budget, leased.events, iteration)
+        for crossed in retry_events:
+            info = crossed.payload.get("limit")
+            metrics().budget_crossed(str(info.get("scope")) if isinstance(info, dict) else "", "soft")
         try:
             response = await self._interruptible(
                 lease, self._call_model(lease, agent, transcript, iteration, retry_events)

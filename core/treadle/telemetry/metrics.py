@@ -97,6 +97,13 @@ class Metrics:
             self._child(self.prom.webhooks, outcome).inc()
         self._emit("WebhookDeliveries", 1, "Count", outcome=outcome)
 
+    def budget_crossed(self, scope: str, severity: str) -> None:
+        """A budget (governance/budgets.py) of `scope` crossed: `soft` (a run recorded it), `hard`
+        (a run stopped at its boundary) or `refused` (a run was not started)."""
+        if self.prom is not None:
+            self._child(self.prom.budgets, scope, severity).inc()
+        self._emit("BudgetCrossings", 1, "Count", scope=scope, severity=severity)
+
     def schedule_fire(self, outcome: str) -> None:
         if self.prom is not None:
             self._child(self.prom.schedules, outcome).inc()

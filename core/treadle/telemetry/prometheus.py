@@ -36,3 +36,6 @@ class PromInstruments:
         self.webhooks = Counter("treadle_webhook_deliveries", "Webhook deliveries, by outcome", ["outcome"],
                                 registry=r)
         self.schedules = Counter("treadle_schedule_fires", "Schedule fires, by outcome", ["outcome"], registry=r)
+        self.budgets = Counter("treadle_budget_crossings",
+                               "Budgets crossed (soft: recorded; hard: a run stopped; refused: a run not started)",
+                               ["scope", "severity"], registry=r)
