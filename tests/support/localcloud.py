@@ -14,6 +14,11 @@ AGENTS: dict[str, Any] = {
     "glacial": {"model": "echo", "mock": {"latency_ms": 4000}},  # a model call longer than a short invocation
     "shopper": {"model": "script", "tools": [],
                 "mock": {"script": [{"tool": "lookup_order", "input": {"order_id": "A-17"}}, {"text": "found it"}]}},
+    # sessions and compaction (tests/cloud/test_cloud_conversations.py)
+    "convo": {"model": "script", "mock": {"script": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}},
+    "long": {"model": "tool-caller", "tools": ["Memory"], "max_iterations": 14,
+             "mock": {"tool_calls": 40, "context_window": 300},
+             "compaction": {"enabled": True, "autocompact_at_pct": 50, "keep_last_n": 2}},
 }
 API_TOKEN = "test-token-0123456789"
 #: the agents the local cloud serves over A2A (tests/cloud/test_a2a_function.py)
