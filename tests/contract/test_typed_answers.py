@@ -232,6 +232,7 @@ def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> No
     api.call("DELETE", "/v1/_admin/tenants/{tenant_id}", 200, path={"tenant_id": other}, params={"confirm": other})
     api.call("DELETE", "/v1/_admin/tenants/{tenant_id}", 422, path={"tenant_id": other})
     api.call("GET", "/healthz", 200)
+    api.call("GET", "/readyz", 200)
     api.call("GET", "/metrics", 200)
 
 

@@ -6,14 +6,17 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from treadle import __version__
 from treadle.api.auth import Authenticator
 from treadle.api.errors import install_error_handlers
 from treadle.api.limits import BodySizeLimit
 from treadle.api.openapi import install_docs
+from treadle.api.readiness import readiness
 from treadle.wire import Health
+from treadle.wire.admin import Readiness
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
@@ -95,7 +98,16 @@ def create_app(
 
     @app.get("/healthz", tags=["ops"], response_model=Health)
     async def healthz() -> dict[str, Any]:
+        """Liveness: the process answers (no database call)."""
         return {"ok": True, "version": __version__}
+
+    @app.get("/readyz", tags=["ops"], response_model=Readiness,
+             responses={503: {"model": Readiness, "description": "not ready: the database, or its migrations"}})
+    async def readyz(request: Request) -> JSONResponse:
+        """Readiness: the runtime is open, its database answers and every migration this
+        version ships is applied (503 otherwise, saying which)."""
+        body = await readiness(request.app.state.runtime)
+        return JSONResponse(body, status_code=200 if body["ok"] else 503)
 
     from treadle.api import metrics as metrics_route
 

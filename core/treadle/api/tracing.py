@@ -15,7 +15,7 @@ from treadle.telemetry import tracing
 
 _PROPAGATED = (b"traceparent", b"tracestate")
 #: probes and scrapes: no span (they would drown the traces)
-_UNTRACED = frozenset({"/healthz", "/metrics"})
+_UNTRACED = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 class RequestSpans:

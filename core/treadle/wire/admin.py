@@ -135,3 +135,12 @@ class RunnableAgents(Response):
     """GET /v1/_runnable-agents."""
 
     agents: list[RunnableAgent]
+
+
+class Readiness(Response):
+    """GET /readyz."""
+
+    ok: bool
+    version: str
+    database: str = Field(description="ok | unreachable | not_open")
+    pending_migrations: list[int] = Field(description="versions this treadle ships that the database lacks")
