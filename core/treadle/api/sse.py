@@ -21,6 +21,7 @@ before_tokens, after_tokens, keep_n, keep_first, trigger}`; a steering input is 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -93,7 +94,9 @@ async def stream_run_events(
             # take the live frames *before* reading the store: the read then sees every event
             # committed before they were published, and sends it first (module docstring)
             held.extend(live.drain())
-            events = await runs.events(tenant_id, run_id, cursor, limit=500)
+            # shielded: a client that leaves mid-query cancels the stream, not the query — the
+            # connection goes back to the pool sound instead of being closed and dropped
+            events = await asyncio.shield(runs.events(tenant_id, run_id, cursor, limit=500))
             for ev in events:
                 cursor = ev.seq
                 it = ev.payload.get("iteration") if ev.type == EventType.USAGE else None
@@ -118,7 +121,7 @@ async def stream_run_events(
                 yield sse_frame(frame.event, frame.data)
             held.clear()
             if not events:
-                run = await runs.get(tenant_id, run_id)
+                run = await asyncio.shield(runs.get(tenant_id, run_id))
                 if run is None or (run.terminal and run.last_seq <= cursor):
                     return
             lingered = linger_s is not None and first_sent is not None and now - first_sent >= linger_s
