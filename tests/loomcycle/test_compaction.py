@@ -32,6 +32,14 @@ AGENTS = {
                 "mock": {"tool_calls": 1, "tool_input": {"op": "compact"}},
                 "compaction": {"keep_last_n": 0}},
     "chatty": {"model": "echo"},
+    # a child without compaction of its own: it inherits the parent's, a spawn's overrides that
+    "child": {"model": "tool-caller", "tools": ["Memory"], "max_iterations": 14,
+              "mock": {"tool_calls": 40, "context_window": 300}},
+    "boss": {"model": "script", "tools": ["Agent"],
+             "compaction": {"enabled": True, "autocompact_at_pct": 50, "keep_last_n": 2},
+             "mock": {"script": [{"tool": "Agent", "input": {"op": "parallel_spawn", "spawns": [
+                 {"name": "child", "prompt": "inherit"},
+                 {"name": "child", "prompt": "off", "compaction": {"enabled": False}}]}}, {"text": "done"}]}},
     "slowchat": {"model": "echo", "mock": {"latency_ms": 1500}},
     "broken": {"model": "tool-caller", "tools": ["Context"], "max_iterations": 3,
                "mock": {"tool_calls": 1, "tool_input": {"op": "compact"}, "summary_error": True},
@@ -190,3 +198,19 @@ async def test_manual_compaction_refusals(client: httpx.AsyncClient) -> None:
     resp = await client.post(f"/v1/runs/{busy['run_id']}/compact", json={"bogus": 1})
     assert resp.status_code == 422
     await client.post(f"/v1/runs/{busy['run_id']}/cancel", json={"scope": "run"})
+
+
+async def test_a_spawn_inherits_the_parents_compaction_and_may_override_it(client: httpx.AsyncClient) -> None:
+    parent, _ = await run_to_end(client, {"agent": "boss"})
+    assert parent["status"] == "completed", parent
+    children = (await client.get("/v1/runs", params={"limit": 50})).json()["runs"]
+    mine = {c["run_id"]: c for c in children if c.get("parent_run_id") == parent["run_id"]}
+    assert len(mine) == 2
+    compactions = {}
+    for run_id in mine:
+        events = (await client.get(f"/v1/runs/{run_id}/events")).json()["events"]
+        prompt = events[0]["segments"][0]["content"][0]["text"]
+        compactions[prompt] = sum(e["type"] == "context_compaction" for e in events)
+    assert compactions["inherit"] >= 1 and compactions["off"] == 0, compactions
+    bad = await client.post("/v1/runs", json={"agent": "boss", "prompt": "x", "compaction": {"target_percentage": 5}})
+    assert bad.status_code == 422

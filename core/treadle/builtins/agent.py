@@ -21,6 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
+from treadle.config import CompactionConfig
+from treadle.domain.runs import RunOptions
 from treadle.errors import ToolError
 from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
@@ -36,6 +40,8 @@ _SPAWN_PROPS: dict[str, Any] = {
     "name": {"type": "string", "description": "the configured agent to run"},
     "prompt": {"type": "string", "description": "the child's task"},
     "def_id": {"type": "string", "description": "optional: run this AgentDef version of `name`"},
+    "compaction": {"type": "object", "description": "optional: the child's context compaction, over what it "
+                   "inherits (your effective settings, then its own def's for what those leave unset)"},
 }
 
 
@@ -112,7 +118,7 @@ class AgentTool:
         return result
 
 
-async def _check_pins(defs: DefStore, tenant_id: str, spawns: list[dict[str, str]]) -> None:
+async def _check_pins(defs: DefStore, tenant_id: str, spawns: list[dict[str, Any]]) -> None:
     """Each `def_id` names a version of its spawn's agent that is not retired (ToolError)."""
     for s in spawns:
         if def_id := s.get("def_id"):
@@ -123,8 +129,18 @@ async def _check_pins(defs: DefStore, tenant_id: str, spawns: list[dict[str, str
                 raise ToolError(f"Agent: AgentDef {def_id!r} of agent {s['name']!r} is retired")
 
 
+async def _child_compaction(ctx: ToolContext, spawn: dict[str, Any]) -> RunOptions | None:
+    """loomcycle's spawn inheritance: the parent's effective compaction (its agent's < its run's)
+    over the child's own def's, then the spawn's `compaction` over that (engine/compaction.py)."""
+    inherited = ctx.agent_config.compaction.model_dump(exclude_none=True) if ctx.agent_config.compaction else {}
+    parent = await ctx.services.runs.get(ctx.tenant_id, ctx.run_id)
+    run_level = (parent.run_options or {}).get("compaction") if parent is not None else None
+    merged = {**inherited, **(run_level or {}), **(spawn.get("compaction") or {})}
+    return RunOptions(compaction=merged) if merged else None
+
+
 async def _start_child(
-    ctx: ToolContext, spawn: dict[str, str], index: int, key: str, depth: int, root: str
+    ctx: ToolContext, spawn: dict[str, Any], index: int, key: str, depth: int, root: str
 ) -> Child:
     run, _created = await ctx.services.starter.start_run(
         NewRun(
@@ -140,6 +156,7 @@ async def _start_child(
             def_id=spawn.get("def_id"),
             allowed_hosts=ctx.allowed_hosts,  # a child never reaches further than its parent
             parent_context=ctx.parent_context,  # loomcycle: inherited by sub-agents
+            run_options=await _child_compaction(ctx, spawn),
         )
     )
     if ctx.services.volumes is not None:  # nor reaches more volumes, or with a wider mode
@@ -147,14 +164,14 @@ async def _start_child(
     return Child(index, run.id, run.agent, run.status, run.stop_reason, run.error)
 
 
-def _spawns(args: dict[str, Any], op: str) -> list[dict[str, str]]:
+def _spawns(args: dict[str, Any], op: str) -> list[dict[str, Any]]:
     raw: Any = [args] if op == "spawn" else args.get("spawns")
     if op == "parallel_spawn" and (not isinstance(raw, list) or not raw):
         raise ToolError("Agent.parallel_spawn: spawns (a non-empty list of {name, prompt}) is required")
     assert isinstance(raw, list)
     if len(raw) > MAX_PARALLEL_SPAWNS:
         raise ToolError(f"Agent.parallel_spawn: at most {MAX_PARALLEL_SPAWNS} spawns")
-    out: list[dict[str, str]] = []
+    out: list[dict[str, Any]] = []
     for i, s in enumerate(raw):
         where = f"Agent.{op}" + (f": spawns[{i}]" if op == "parallel_spawn" else "")
         if not isinstance(s, dict):
@@ -169,5 +186,11 @@ def _spawns(args: dict[str, Any], op: str) -> list[dict[str, str]]:
         def_id = s.get("def_id")
         if def_id is not None and (not isinstance(def_id, str) or not 0 < len(def_id) <= 64):
             raise ToolError(f"{where}: def_id must be an AgentDef id (a string)")
-        out.append({"name": name, "prompt": prompt, **({"def_id": def_id} if def_id else {})})
+        spec: dict[str, Any] = {"name": name, "prompt": prompt, **({"def_id": def_id} if def_id else {})}
+        if s.get("compaction") is not None:
+            try:
+                spec["compaction"] = CompactionConfig.model_validate(s["compaction"]).model_dump(exclude_none=True)
+            except ValidationError as exc:
+                raise ToolError(f"{where}: compaction: {exc.errors()[0]['msg']}") from None
+        out.append(spec)
     return out
