@@ -55,6 +55,9 @@ if TYPE_CHECKING:
     from treadle.specs.webhook import WebhookSpec
 
 MOCK_MODELS = ("echo", "tool-caller", "script", "mock-generic")
+#: the built-in provider of code agents (loomcycle's code-js; providers/codejs.py) and its model
+CODE_JS = "code-js"
+CODE_JS_MODEL = "loomcycle/code-js"
 DEFAULT_MAX_ITERATIONS = 16
 MemoryScope = Literal["agent", "user", "tenant"]
 DEFAULT_MEMORY_SCOPES: tuple[MemoryScope, ...] = ("agent", "user")
@@ -284,9 +287,32 @@ class AgentConfig(BaseModel):
     #: loomcycle's reasoning hint, mapped as loomcycle's drivers do: anthropic thinking budget
     #: (medium 2048, high 8192; low and haiku: none), openai reasoning_effort, gemini thinkingBudget
     effort: Literal["low", "medium", "high"] | None = None
+    #: a code agent (`provider: code-js`, docs/code-agents.md): its JavaScript inline (`code`, or
+    #: loomcycle's AgentDef spelling `code_body`); absent: `<code_agents.root>/<agent>/index.js`
+    code: str | None = Field(default=None, max_length=1_048_576)
+    #: a code agent's whole-run wall-clock budget (default code_agents.run_timeout_seconds)
+    run_timeout_seconds: int | None = Field(default=None, ge=1, le=86_400)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _code_body(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "code_body" in data:
+            data = dict(data)
+            body = data.pop("code_body")
+            if "code" in data and data["code"] != body:
+                raise ValueError("give `code` or `code_body`, not both")
+            data["code"] = body
+        return data
 
     @model_validator(mode="after")
     def _provider_model(self) -> AgentConfig:
+        if self.provider == CODE_JS:
+            if "model" not in self.model_fields_set:
+                self.model = CODE_JS_MODEL
+            if "max_iterations" not in self.model_fields_set:
+                self.unbounded_iterations = True  # loomcycle: the run's time budget bounds a code agent
+        elif self.code is not None or self.run_timeout_seconds is not None:
+            raise ValueError("code / run_timeout_seconds are for code agents (provider: code-js)")
         if self.tier is not None and self.model_fields_set & {"provider", "model"}:
             raise ValueError("tier: replaces provider/model; give one or the other")
         if self.tier is None and self.provider == "mock" and self.model == "script" and self.mock.script is None:
@@ -422,9 +448,28 @@ LAZY_SECTIONS: tuple[str, ...] = ("scheduled_runs", "webhooks", "interruption", 
                                   "retention", "mcp_servers", "volumes", "workspace")
 
 
+class CodeAgentsConfig(BaseModel):
+    """Code agents (docs/code-agents.md): the operator's switch (off by default) and limits."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    enabled: bool = False
+    #: where `<agent>/index.js` is read when an agent has no inline `code` (relative: to the cwd)
+    root: str = "agent_code"
+    #: whole-run wall-clock budget across replays (loomcycle's default 120 s)
+    run_timeout_seconds: float = Field(default=120.0, gt=0, le=86_400)
+    #: the longest one replay may compute (a `while(true)` ends here: code_agent_timeout)
+    step_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    #: the JavaScript heap cap of one replay (code_agent_memory beyond it)
+    memory_mb: int = Field(default=64, ge=4, le=4096)
+    #: loomcycle's LOOMCYCLE_CODE_AGENTS_DETERMINISTIC: one seed and clock anchor for every run
+    deterministic: bool = False
+
+
 class TreadleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     channels: dict[str, ChannelConfig] = {}
+    #: code agents (`provider: code-js`; providers/codejs.py)
+    code_agents: CodeAgentsConfig = Field(default_factory=CodeAgentsConfig)
     providers: dict[str, ProviderConfig] = {}
     models: dict[str, ModelRef] = {}
     tiers: dict[str, TierConfig] = {}
@@ -524,7 +569,8 @@ class TreadleConfig(BaseModel):
         return v
 
     def provider_ids(self) -> list[str]:
-        return ["mock", *(p for p in self.providers if p != "mock")]
+        extra = [CODE_JS] if self.code_agents.enabled else []
+        return ["mock", *extra, *(p for p in self.providers if p not in ("mock", CODE_JS))]
 
     def knows_user_tier(self, name: str) -> bool:
         """A run's `user_tier`: a `user_tiers:` entry, or (without that block) a `tiers:` one."""
@@ -582,7 +628,16 @@ class TreadleConfig(BaseModel):
                                          f"unknown model alias {c!r}" + _listing(self.models)))
                     else:
                         check_ref(f"user_tiers.{ut_name}.tiers.{tier}.{i}", c)
+        if CODE_JS in self.providers:
+            errs.append((f"providers.{CODE_JS}", f"the id {CODE_JS!r} is the built-in provider of code agents"))
         for name, agent in self.agents.items():
+            if agent.provider == CODE_JS and agent.tier is None:
+                if not self.code_agents.enabled:
+                    errs.append((f"agents.{name}.provider", "code agents are disabled: set code_agents.enabled: "
+                                                            "true (loomcycle's LOOMCYCLE_CODE_AGENTS_ENABLED)"))
+                elif agent.model != CODE_JS_MODEL:
+                    errs.append((f"agents.{name}.model", f"a code agent's model is {CODE_JS_MODEL!r}"))
+                continue
             if agent.tier is not None:
                 if agent.tier not in self.tiers:
                     errs.append((f"agents.{name}.tier", f"unknown tier {agent.tier!r}" + _listing(self.tiers)))
@@ -619,6 +674,8 @@ class TreadleConfig(BaseModel):
         return errs
 
     def driver(self, provider_id: str) -> str:
+        if provider_id == CODE_JS:
+            return CODE_JS
         cfg = self.providers.get(provider_id)
         return cfg.driver if cfg is not None else "mock"
 

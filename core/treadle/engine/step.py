@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from treadle.config import CODE_JS, AgentConfig
 from treadle.domain.content import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock
 from treadle.domain.events import ContextCompaction, EventType, Text, Thinking, ToolCall, ToolUseRef, Usage
 from treadle.domain.runs import NewEvent, StepMessage, StopReason
@@ -603,13 +604,23 @@ class Engine:
             request={"tools": agent.tool_specs, "max_tokens": cfg.max_tokens, "options": {
                 "mock": cfg.mock, **(cfg.sampling.model_dump(exclude_none=True) if cfg.sampling else {}),
                 **({"effort": cfg.effort} if cfg.effort else {}),
-                **(leased.run_options.sampling or {})}},  # loomcycle's sampling: the run's wins
+                **(leased.run_options.sampling or {}),  # loomcycle's sampling: the run's wins
+                **({"code_agent": self._code_agent_options(leased, cfg)} if cfg.provider == CODE_JS else {})}},
             history=leased.events,
             tool_ids=transcript.tool_ids,
             has_thinking=transcript.has_thinking,
         )
         policy = RetryPolicy(retries=self.settings.provider_retries, max_wait_s=self.settings.max_retry_wait_s)
         return await call_route(agent.route, call, policy, retry_events, self._delta_sink(leased.run_id, iteration))
+
+    @staticmethod
+    def _code_agent_options(leased: LeasedRun, cfg: AgentConfig) -> dict[str, Any]:
+        """What a code agent's replay reads besides the transcript (providers/codejs.py): its inline
+        code, the run's start (clock anchor and time budget), metadata and user."""
+        started = leased.created_at
+        return {"code_body": cfg.code, "run_timeout_seconds": cfg.run_timeout_seconds,
+                "started_ms": int(started.timestamp() * 1000) if started is not None else None,
+                "metadata": dict(leased.metadata or {}), "user_id": leased.user_id or ""}
 
     @staticmethod
     def _scrubbed(lease: Lease, transcript: Transcript) -> list[Message]:

@@ -9,6 +9,7 @@
 | ollama_cloud   | openai_chat       | https://ollama.com                         | OLLAMA_API_KEY     |
 | gemini         | gemini            | https://generativelanguage.googleapis.com  | GEMINI_API_KEY     |
 | mock           | (in process)      | —                                          | —                  |
+| code-js        | (in process)      | code agents (`code_agents.enabled`)        | —                  |
 
 `openai` also fits any OpenAI-compatible server (vLLM, LM Studio, llama.cpp): give its
 `base_url` including the `/v1` prefix.
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from treadle.config import ProviderConfig, TreadleConfig
+from treadle.config import CODE_JS, ProviderConfig, TreadleConfig
 from treadle.providers.base import Provider
 from treadle.providers.mock import MockProvider
 
@@ -95,9 +96,21 @@ def build_provider(provider_id: str, cfg: ProviderConfig) -> Provider:
 def build_providers(config: TreadleConfig) -> dict[str, Provider]:
     """`mock` plus one instance per `providers:` entry (instances hold connection pools)."""
     out: dict[str, Provider] = {"mock": MockProvider()}
+    if config.code_agents.enabled:
+        out[CODE_JS] = code_js_provider(config)
     for pid, cfg in config.providers.items():
         out[pid] = build_provider(pid, cfg)
     return out
+
+
+def code_js_provider(config: TreadleConfig) -> Provider:
+    """The code agents' provider (providers/codejs.py); the JavaScript engine loads on first use."""
+    from treadle.providers.codejs import CodeAgentSettings, CodeJsProvider
+
+    c = config.code_agents
+    return CodeJsProvider(CodeAgentSettings(
+        enabled=c.enabled, root=c.root, run_timeout_seconds=c.run_timeout_seconds,
+        step_timeout_seconds=c.step_timeout_seconds, memory_mb=c.memory_mb, deterministic=c.deterministic))
 
 
 def key_report(config: TreadleConfig) -> list[tuple[str, str, str | None, bool, bool]]:

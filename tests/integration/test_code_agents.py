@@ -1,0 +1,222 @@
+"""Code agents (loomcycle's code-js, providers/codejs.py) on the real engine and Postgres: the
+JavaScript is replayed from the transcript at every step, so a crash mid-run resumes by replay
+with each (transactional) tool call executed once; divergence, limits and errors end the run
+with their code and leave the worker healthy."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+
+from treadle.dispatch.inline import InlineDispatcher
+from treadle.domain.runs import StepMessage
+from treadle.errors import ToolError
+from treadle.runtime import Runtime
+from treadle.store.runs import NewRun
+from treadle.testing import expire_lease, open_test_runtime, user_text
+from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
+
+pytest.importorskip("quickjs")
+
+TENANT = f"t_code_{secrets.token_hex(4)}"
+
+
+class Crash(BaseException):
+    """What a kill -9 looks like from inside the step: nothing after it runs."""
+
+
+class Tally:
+    """A transactional tool: adds 1 to the agent's `tally` in Memory; crashes on chosen calls."""
+
+    name = "Tally"
+    description = "count"
+    input_schema: dict[str, Any] = {"type": "object"}
+    effects: ToolEffects = "transactional"
+
+    def __init__(self, crash_at: set[int] | None = None) -> None:
+        self.invocations = 0
+        self.crash_at = crash_at or set()
+
+    async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
+        self.invocations += 1
+        value = await ctx.services.memory.incr(ctx.tenant_id, "agent", ctx.agent, "tally", 1, None)
+        if self.invocations in self.crash_at:
+            raise Crash
+        if args.get("fail"):
+            raise ToolError(f"Tally refused {args['fail']}")
+        return ToolResult.json({"tally": value, "i": args.get("i")})
+
+
+COUNTER = """
+function run(input) {
+  var n = parseInt(input.prompt, 10), seen = [], r = Math.random(), t = Date.now();
+  for (var i = 0; i < n; i++) {
+    var out = JSON.parse(Tally({i: i, r: r, t: t}));
+    seen.push(out.tally);
+  }
+  return {final_text: input.metadata.agent + " counted " + seen.join(",") + " r=" + r + " t=" + t};
+}
+"""
+
+CODE_AGENTS = {"enabled": True, "step_timeout_seconds": 2, "memory_mb": 16}
+
+
+def code_agent(code: str, **extra: Any) -> dict[str, Any]:
+    return {"provider": "code-js", "code": code, "tools": ["Tally"], **extra}
+
+
+@pytest.fixture
+async def harness(db_url: str, tmp_path: Any) -> AsyncIterator[Any]:
+    async with AsyncExitStack() as stack:
+
+        async def open_rt(agents: dict[str, Any], tool: Tally, **cfg: Any) -> tuple[Runtime, InlineDispatcher]:
+            return await stack.enter_async_context(open_test_runtime(
+                agents, database_url=db_url, tools=[tool], home=tmp_path, workers=1,
+                config={"code_agents": {**CODE_AGENTS, **cfg}},
+            ))
+
+        yield open_rt
+
+
+async def start(rt: Runtime, agent: str, prompt: str) -> str:
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=user_text(prompt)))
+    return run.id
+
+
+async def tally(rt: Runtime, agent: str) -> Any:
+    found, value = await rt.memory.get(TENANT, "agent", agent, "tally")
+    return value if found else None
+
+
+async def resume(rt: Runtime, disp: InlineDispatcher, run_id: str) -> None:
+    assert await expire_lease(rt, run_id)
+    for swept_id, step_no in await rt.steps.sweep_expired():
+        await disp.enqueue(StepMessage(swept_id, step_no))
+
+
+async def test_a_code_agent_calls_its_tools_one_step_each_and_returns_its_text(harness: Any) -> None:
+    tool = Tally()
+    rt, disp = await harness({"counter": code_agent(COUNTER)}, tool)
+    run_id = await start(rt, "counter", "5")
+    await disp.drain()
+    run = await rt.runs.get(TENANT, run_id)
+    assert run is not None and run.status == "completed", run
+    assert tool.invocations == 5 and await tally(rt, "counter") == 5
+    events = await rt.runs.events(TENANT, run_id)
+    calls = [e.payload for e in events if e.type == "tool_call"]
+    assert [c["tool_use"]["input"]["i"] for c in calls] == [0, 1, 2, 3, 4]
+    text = "".join(e.payload.get("text", "") for e in events if e.type == "text")
+    assert text.startswith("counter counted 1,2,3,4,5 r=")
+
+
+async def test_killed_mid_run_it_resumes_by_replay_each_call_once_same_text(harness: Any) -> None:
+    """50 tool calls; the worker dies (mid-step, after the tool's write, before the commit) at
+    several points; each resume replays the recorded results and goes on from the frontier."""
+    n = 50
+    clean = Tally()
+    rt, disp = await harness({"clean": code_agent(COUNTER), "crashy": code_agent(COUNTER)}, clean)
+    clean_id = await start(rt, "clean", str(n))
+    await disp.drain()
+    clean_run = await rt.runs.get(TENANT, clean_id)
+    assert clean_run is not None and clean_run.status == "completed"
+
+    crash_points = {3, 17, 18, 40}  # the tool's k-th invocation dies (counting re-runs)
+    crashy = Tally(crash_at=crash_points)
+    rt2, disp2 = await harness({"clean": code_agent(COUNTER), "crashy": code_agent(COUNTER)}, crashy,
+                               deterministic=True)
+    run_id = await start(rt2, "crashy", str(n))
+    crashes = 0
+    while True:
+        try:
+            await disp2.drain()
+        except Crash:
+            crashes += 1
+            await resume(rt2, disp2, run_id)
+            continue
+        break
+    assert crashes == len(crash_points)
+    run = await rt2.runs.get(TENANT, run_id)
+    assert run is not None and run.status == "completed", run
+    assert await tally(rt2, "crashy") == n  # each crashed write rolled back with its step
+    assert crashy.invocations == n + crashes
+    events = await rt2.runs.events(TENANT, run_id)
+    assert [e.type for e in events].count("tool_result") == n
+    text = "".join(e.payload.get("text", "") for e in events if e.type == "text")
+    want = "crashy counted " + ",".join(str(i) for i in range(1, n + 1))
+    assert text.startswith(want + " r=")
+    # the deterministic pin: loomcycle's fixed seed and clock anchor
+    assert text.endswith(" t=1700000000000")
+
+
+async def error_of(rt: Runtime, run_id: str) -> dict[str, Any]:
+    run = await rt.runs.get(TENANT, run_id)
+    assert run is not None and run.status == "failed", run
+    assert run.error is not None
+    return dict(run.error)
+
+
+async def test_code_changed_mid_run_is_a_replay_divergence(harness: Any) -> None:
+    v1 = "function run(input) { Tally({i: 1}); Tally({i: 2}); return 'v1'; }"
+    v2 = "function run(input) { Tally({i: 9}); Tally({i: 2}); return 'v2'; }"
+    rt, disp = await harness({"deploy": code_agent(v1)}, Tally(crash_at={2}))
+    run_id = await start(rt, "deploy", "go")
+    with pytest.raises(Crash):
+        await disp.drain()
+    rt2, disp2 = await harness({"deploy": code_agent(v2)}, Tally())
+    await resume(rt2, disp2, run_id)
+    await disp2.drain()
+    err = await error_of(rt2, run_id)
+    assert err["code"] == "code_agent_replay_divergence", err
+    assert '{"i":1}' in err["error"] and '{"i":9}' in err["error"]
+
+
+@pytest.mark.parametrize(("code", "want"), [
+    ("function run(input) { while (true) {} }", "code_agent_timeout"),
+    ("function run(input) { var a = []; while (true) { a.push(new Array(100000).fill(7)); } }",
+     "code_agent_memory"),
+    ("function run(input) { throw new Error('nope'); }", "code_agent_threw"),
+    ("function run(input) { return Memory.get({scope: 'agent', key: 'x'}); }", "code_agent_threw"),
+    ("function run(input) { return eval('1'); }", "code_agent_threw"),
+    ("var x = 1;", "code_agent_threw"),
+])
+async def test_a_bad_code_agent_ends_with_its_code_and_the_worker_stays_healthy(
+        harness: Any, code: str, want: str) -> None:
+    tool = Tally()
+    rt, disp = await harness({"bad": code_agent(code), "good": code_agent(COUNTER)}, tool)
+    bad_id = await start(rt, "bad", "1")
+    await disp.drain()
+    err = await error_of(rt, bad_id)
+    assert err["code"] == want, err
+    good_id = await start(rt, "good", "2")
+    await disp.drain()
+    good = await rt.runs.get(TENANT, good_id)
+    assert good is not None and good.status == "completed"
+
+
+async def test_a_tool_error_is_thrown_into_the_code_which_may_catch_it(harness: Any) -> None:
+    code = """
+    function run(input) {
+      try { Tally({fail: 'x'}); } catch (e) { return 'caught: ' + e.message; }
+      return 'not thrown';
+    }"""
+    rt, disp = await harness({"catcher": code_agent(code)}, Tally())
+    run_id = await start(rt, "catcher", "go")
+    await disp.drain()
+    events = await rt.runs.events(TENANT, run_id)
+    text = "".join(e.payload.get("text", "") for e in events if e.type == "text")
+    assert text == "caught: Tally refused x"
+
+
+async def test_the_whole_run_budget_spans_the_replays(harness: Any) -> None:
+    rt, disp = await harness({"slow": code_agent(COUNTER, run_timeout_seconds=1)}, Tally())
+    run_id = await start(rt, "slow", "3")
+    async with rt.pool.connection() as conn:  # the run began two seconds ago
+        await conn.execute("UPDATE runs SET created_at = created_at - interval '2 seconds' WHERE id = %s",
+                           (run_id,))
+    await disp.drain()
+    err = await error_of(rt, run_id)
+    assert err["code"] == "code_agent_timeout", err
