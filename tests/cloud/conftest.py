@@ -121,6 +121,14 @@ def cloud_env(
 
 
 @pytest.fixture
+def api(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
+    """The api Lambda (an environment of its own), on `cloud_env`."""
+    env = LambdaEnv("api")
+    yield env
+    env.close()
+
+
+@pytest.fixture
 def worker(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
     """The worker Lambda (an environment of its own), on `cloud_env`."""
     env = LambdaEnv("worker")

@@ -6,23 +6,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from tests.support.lambda_sim import EventSourceMapping, LambdaEnv, http_event
 from tests.support.localcloud import API_TOKEN
 
 ROUTE = "ANY /{proxy+}"
 HEADERS = {"authorization": f"Bearer {API_TOKEN}", "a2a-version": "1.0"}
-
-
-@pytest.fixture
-def api(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
-    env = LambdaEnv("api")
-    yield env
-    env.close()
 
 
 

@@ -5,7 +5,6 @@ free."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -16,12 +15,14 @@ from tests.support.lambda_sim import EventSourceMapping, LambdaEnv
 
 
 @pytest.fixture
-def capped(cloud_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, LambdaEnv]]:
+def tenant_cap(cloud_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TREADLE_TENANT_MAX_RUNNING", "1")
-    envs = {"api": LambdaEnv("api"), "worker": LambdaEnv("worker")}
-    yield envs
-    for env in envs.values():
-        env.close()
+
+
+@pytest.fixture
+def capped(tenant_cap: None, api: LambdaEnv, worker: LambdaEnv) -> dict[str, LambdaEnv]:
+    """The api and worker Lambdas, started with a cap of one running step per tenant."""
+    return {"api": api, "worker": worker}
 
 
 def test_a_step_of_a_tenant_at_its_cap_waits_for_a_free_slot(

@@ -6,7 +6,6 @@ through the API function, sealed in the row."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,11 +15,8 @@ from tests.support.lambda_sim import EventSourceMapping, LambdaEnv, http_event
 
 
 @pytest.fixture
-def lambdas(cloud_env: dict[str, str]) -> Iterator[dict[str, LambdaEnv]]:
-    envs = {"api": LambdaEnv("api"), "worker": LambdaEnv("worker")}
-    yield envs
-    for env in envs.values():
-        env.close()
+def lambdas(api: LambdaEnv, worker: LambdaEnv) -> dict[str, LambdaEnv]:
+    return {"api": api, "worker": worker}
 
 
 def test_a_hard_limit_stops_a_run_on_the_worker_and_refuses_the_next_at_the_api(

@@ -5,22 +5,12 @@ the mock provider pinned as `mock/echo` (one model call: no worker, no queue).""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from tests.support.lambda_sim import LambdaEnv, http_event
 from tests.support.localcloud import API_TOKEN
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}", "content-type": "application/json"}
-
-
-@pytest.fixture
-def api(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
-    env = LambdaEnv("api")
-    yield env
-    env.close()
 
 
 def post(api: LambdaEnv, path: str, body: Any) -> tuple[int, str, dict[str, str]]:

@@ -7,11 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.support.lambda_sim import LambdaEnv, http_event
 from tests.support.localcloud import API_TOKEN
@@ -62,13 +59,6 @@ def test_the_api_handler_module_imports_no_router_but_the_runs_api() -> None:
     # the runs API imports loomcycle's module for its shapes; no other router module is imported
     assert imported & {module for module, _attr, _prefixes in API_ROUTERS} == {
         "treadle.api.runs", "treadle.api.clienttools", "treadle.api.steering", "treadle.api.loomcycle"}
-
-
-@pytest.fixture
-def api(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
-    env = LambdaEnv("api")
-    yield env
-    env.close()
 
 
 def call(api: LambdaEnv, method: str, path: str, body: Any = None) -> tuple[int, Any]:

@@ -3,7 +3,6 @@ invocation: the real worker module, moto's SQS, a real Postgres."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -13,13 +12,6 @@ from tests.support.lambda_sim import EventSourceMapping, LambdaEnv, http_event, 
 from tests.support.localcloud import API_TOKEN
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
-
-
-@pytest.fixture
-def api(cloud_env: dict[str, str]) -> Iterator[LambdaEnv]:
-    env = LambdaEnv("api")
-    yield env
-    env.close()
 
 
 def start_run(api: LambdaEnv, agent: str) -> str:

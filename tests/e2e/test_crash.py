@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.e2e import check_paired, execute, query, sum_usage, tool_caller_types
+from tests.support.e2e import check_paired, execute, query, slow_trigger, sum_usage, tool_caller_types
 from treadle.client import TreadleClient
 from treadle.client.http import SseEvent, parse_sse
 from treadle.testing import until
@@ -42,14 +42,7 @@ ENV = {
     "TREADLE_SWEEP_INTERVAL_SECONDS": "0.3",
     "TREADLE_WORKERS": "8",
 }
-SLOW_MEMORY = """
-CREATE FUNCTION e2e_slow_memory() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_sleep(0.2);
-    RETURN NEW;
-END $$;
-CREATE TRIGGER e2e_slow_memory BEFORE INSERT ON memory FOR EACH ROW EXECUTE FUNCTION e2e_slow_memory();
-"""
+SLOW_MEMORY = slow_trigger("e2e_slow_memory", 0.2, "INSERT ON memory")
 
 UNANSWERED = """
 SELECT count(*) AS n FROM events c

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.e2e import check_paired, execute, query
+from tests.support.e2e import check_paired, execute, query, slow_trigger
 from treadle.client import TreadleClient
 from treadle.testing import until
 
@@ -28,14 +28,7 @@ AGENT = {"model": "script", "tools": ["Memory"], "mock": {"latency_ms": 150, "ji
     {"tool": "Memory", "input": MEMORY}, {"text": "turn 3"},
 ]}}
 ENV = {"TREADLE_LEASE_SECONDS": "1.5", "TREADLE_SWEEP_INTERVAL_SECONDS": "0.3", "TREADLE_WORKERS": "4"}
-SLOW_MEMORY = """
-CREATE FUNCTION e2e_slow_memory() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_sleep(0.15);
-    RETURN NEW;
-END $$;
-CREATE TRIGGER e2e_slow_memory BEFORE INSERT ON memory FOR EACH ROW EXECUTE FUNCTION e2e_slow_memory();
-"""
+SLOW_MEMORY = slow_trigger("e2e_slow_memory", 0.15, "INSERT ON memory")
 
 
 async def _n(url: str, sql: str) -> int:

@@ -9,16 +9,14 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from treadle_sidecar.server import BackgroundServer
 
-from tests.support.db import TEST_HOME
+from tests.support.sidecar import sidecar_client, sidecar_settings
 from tests.unit.test_replay import assert_pairing
-from treadle.config import Settings, parse_config
+from treadle.config import parse_config
 from treadle.engine.replay import replay
 from treadle.testing import until as wait_for
 
@@ -49,16 +47,8 @@ AGENTS = {
 
 @pytest.fixture(scope="module")
 async def client(db_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(database_url=db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
-                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
-    server = BackgroundServer(settings, parse_config({"agents": AGENTS}))
-    base = await server.start()
-    http = httpx.AsyncClient(base_url=base, timeout=20.0)
-    try:
+    async with sidecar_client(sidecar_settings(db_url, provider_retries=0), parse_config({"agents": AGENTS})) as http:
         yield http
-    finally:
-        await http.aclose()
-        await server.stop()
 
 
 async def run_to_end(http: httpx.AsyncClient, body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from treadle_sidecar.server import BackgroundServer
 
-from tests.support.db import TEST_HOME
-from treadle.config import Settings, parse_config
+from tests.support.sidecar import sidecar_client, sidecar_settings
+from treadle.config import parse_config
 from treadle.testing import until as wait_for
 
 AGENTS = {
@@ -32,16 +30,8 @@ AGENTS = {
 
 @pytest.fixture(scope="module")
 async def http(db_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(database_url=db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
-                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
-    server = BackgroundServer(settings, parse_config({"agents": AGENTS}))
-    base = await server.start()
-    client = httpx.AsyncClient(base_url=base, timeout=20.0)
-    try:
+    async with sidecar_client(sidecar_settings(db_url, provider_retries=0), parse_config({"agents": AGENTS})) as client:
         yield client
-    finally:
-        await client.aclose()
-        await server.stop()
 
 
 async def run(http: httpx.AsyncClient, agent: str, prompt: str, user: str) -> dict[str, Any]:

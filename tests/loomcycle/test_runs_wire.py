@@ -8,22 +8,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
-from treadle_sidecar.server import BackgroundServer
 
-from tests.support.db import TEST_HOME
+from tests.support import sidecar
+from tests.support.sidecar import sidecar_client, sidecar_settings
 from tests.support.vendors.base import text
 from tests.support.vendors.openai import FakeOpenAI
 from tests.support.waiting import asker, spawner
 from treadle.client.http import SseEvent, parse_sse
-from treadle.config import Settings, parse_config
-from treadle.testing import until as wait_for
+from treadle.config import parse_config
 
 KEY_ENV = "I18B_LOOM_FAKE_OPENAI_KEY"
 PNG_1PX = base64.b64encode(bytes.fromhex(
@@ -31,46 +29,10 @@ PNG_1PX = base64.b64encode(bytes.fromhex(
     "0001ff5aa0c8a10000000049454e44ae426082")).decode()
 
 
-class Served:
+class Served(sidecar.Served):
     def __init__(self, client: httpx.AsyncClient, vendor: FakeOpenAI) -> None:
-        self.client = client
+        super().__init__(client)
         self.vendor = vendor
-        self.user = "u_" + secrets.token_hex(6)
-
-    async def post(self, path: str, body: Any = None, status: int = 200) -> Any:
-        resp = await self.client.post(path, json=body)
-        assert resp.status_code == status, resp.text
-        return resp.json()
-
-    async def get(self, path: str, status: int = 200) -> Any:
-        resp = await self.client.get(path)
-        assert resp.status_code == status, resp.text
-        return resp.json()
-
-    async def start(self, agent: str, **body: Any) -> dict[str, Any]:
-        body = {"agent": agent, "prompt": "hello", "user_id": self.user, **body}
-        result: dict[str, Any] = await self.post("/v1/runs", body, 202)
-        return result
-
-    async def wait(self, run_id: str, until: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
-        done = until or (lambda r: r["status"] in ("completed", "failed", "cancelled"))
-
-        async def settled() -> dict[str, Any] | None:
-            run = await self.get(f"/v1/runs/{run_id}")
-            return run if done(run) else None
-
-        found: dict[str, Any] = await wait_for(settled, 20, interval=0.02, what=f"run {run_id}")
-        return found
-
-    async def stream(self, method: str, url: str, **kw: Any) -> list[SseEvent]:
-        async with self.client.stream(method, url, headers={"Accept": "text/event-stream"}, **kw) as resp:
-            assert resp.status_code in (200, 202), await resp.aread()
-            assert resp.headers["content-type"].startswith("text/event-stream")
-            return await asyncio.wait_for(_collect(parse_sse(resp.aiter_lines())), 20)
-
-
-async def _collect(frames: AsyncIterator[SseEvent]) -> list[SseEvent]:
-    return [f async for f in frames]
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +55,10 @@ async def served(db_url: str) -> AsyncIterator[Served]:
                 "slow": {"model": "echo", "mock": {"latency_ms": 300}},
             },
         })
-        settings = Settings(database_url=db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
-                            auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
-        server = BackgroundServer(settings, config)
-        base = await server.start()
-        client = httpx.AsyncClient(base_url=base, timeout=20.0)
         try:
-            yield Served(client, vendor)
+            async with sidecar_client(sidecar_settings(db_url, provider_retries=0), config) as client:
+                yield Served(client, vendor)
         finally:
-            await client.aclose()
-            await server.stop()
             os.environ.pop(KEY_ENV, None)
 
 

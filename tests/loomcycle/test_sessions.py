@@ -6,62 +6,16 @@ earlier runs are the new run's history, read in place), 404 `session_not_found`,
 from __future__ import annotations
 
 import asyncio
-import secrets
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator
 
-import httpx
 import psycopg
 import pytest
-from treadle_sidecar.server import BackgroundServer
 
-from tests.support.db import TEST_HOME
-from treadle.client.http import SseEvent, parse_sse
-from treadle.config import Settings, parse_config
-from treadle.testing import until as wait_for
+from tests.support.sidecar import Served, sidecar_client, sidecar_settings
+from treadle.config import parse_config
 
 #: a script model answers by how many assistant turns it sees: a continuation sees the earlier runs'
 SCRIPT = {"model": "script", "mock": {"script": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}}
-
-
-class Served:
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.client = client
-        self.user = "u_" + secrets.token_hex(6)
-
-    async def post(self, path: str, body: Any = None, status: int = 200) -> Any:
-        resp = await self.client.post(path, json=body)
-        assert resp.status_code == status, resp.text
-        return resp.json()
-
-    async def get(self, path: str, status: int = 200) -> Any:
-        resp = await self.client.get(path)
-        assert resp.status_code == status, resp.text
-        return resp.json()
-
-    async def wait(self, run_id: str, until: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
-        done = until or (lambda r: r["status"] in ("completed", "failed", "cancelled"))
-
-        async def settled() -> dict[str, Any] | None:
-            run = await self.get(f"/v1/runs/{run_id}")
-            return run if done(run) else None
-
-        found: dict[str, Any] = await wait_for(settled, 20, interval=0.02, what=f"run {run_id}")
-        return found
-
-    async def stream(self, method: str, url: str, **kw: Any) -> list[SseEvent]:
-        async with self.client.stream(method, url, headers={"Accept": "text/event-stream"}, **kw) as resp:
-            assert resp.status_code in (200, 202), await resp.aread()
-            return await asyncio.wait_for(_collect(parse_sse(resp.aiter_lines())), 20)
-
-    async def final_text(self, run_id: str) -> str:
-        events = (await self.get(f"/v1/runs/{run_id}/events"))["events"]
-        return str([e["text"] for e in events if e["type"] == "text"][-1])
-
-
-async def _collect(frames: AsyncIterator[SseEvent]) -> list[SseEvent]:
-    return [f async for f in frames]
 
 
 @pytest.fixture(scope="module")
@@ -71,16 +25,8 @@ async def served(db_url: str) -> AsyncIterator[Served]:
         "echo": {"model": "echo"},
         "slow": {"model": "echo", "mock": {"latency_ms": 400}},
     }})
-    settings = Settings(database_url=db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
-                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
-    server = BackgroundServer(settings, config)
-    base = await server.start()
-    client = httpx.AsyncClient(base_url=base, timeout=20.0)
-    try:
+    async with sidecar_client(sidecar_settings(db_url, provider_retries=0), config) as client:
         yield Served(client)
-    finally:
-        await client.aclose()
-        await server.stop()
 
 
 async def test_a_session_continues_with_its_history(served: Served, db_url: str) -> None:

@@ -23,13 +23,12 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from psycopg import sql
-from treadle_sidecar.server import BackgroundServer
 
-from tests.support.db import TEST_HOME
 from tests.support.mcp import CREDENTIAL, finished, payload, tool_results
 from tests.support.mcp_servers import serve_http, vault
+from tests.support.sidecar import sidecar_client, sidecar_settings
 from tests.support.spans import leaked, recording_spans
-from treadle.config import Settings, parse_config
+from treadle.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,15 +56,8 @@ def treadle_yaml(vault_url: str) -> dict[str, Any]:
 
 @asynccontextmanager
 async def sidecar(db_url: str, vault_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(database_url=db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
-                        auth_token=None, sweep_interval_seconds=30.0)
-    server = BackgroundServer(settings, parse_config(treadle_yaml(vault_url)))
-    base = await server.start()
-    try:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
-            yield client
-    finally:
-        await server.stop()
+    async with sidecar_client(sidecar_settings(db_url), parse_config(treadle_yaml(vault_url)), timeout=60) as client:
+        yield client
 
 
 def rows_containing(db_url: str, needles: list[str]) -> list[str]:

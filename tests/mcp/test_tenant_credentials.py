@@ -13,19 +13,17 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from treadle_sidecar.server import BackgroundServer
 
 from tests.mcp.test_client_tools import rows_containing
-from tests.support.db import TEST_HOME
 from tests.support.mcp import CREDENTIAL, finished, tool_results
 from tests.support.mcp_servers import serve_http, vault
+from tests.support.sidecar import sidecar_client, sidecar_settings
 from tests.support.spans import leaked, recording_spans
-from treadle.config import Settings, parse_config
+from treadle.config import parse_config
 from treadle.governance import credentials as creds
 from treadle.governance.credentials import CredentialUnreadable, TenantCredentials, TenantSealer
 from treadle.store.db import open_pool
@@ -63,15 +61,8 @@ def treadle_yaml(vault_url: str) -> dict[str, Any]:
 
 @asynccontextmanager
 async def sidecar(db_url: str, vault_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(database_url=db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
-                        auth_token=None, sweep_interval_seconds=30.0)
-    server = BackgroundServer(settings, parse_config(treadle_yaml(vault_url)))
-    base = await server.start()
-    try:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
-            yield client
-    finally:
-        await server.stop()
+    async with sidecar_client(sidecar_settings(db_url), parse_config(treadle_yaml(vault_url)), timeout=60) as client:
+        yield client
 
 
 async def test_a_tenant_credential_reaches_the_mcp_server_and_is_stored_nowhere(

@@ -51,6 +51,21 @@ async def execute(url: str, sql: str) -> None:
         await conn.execute(sql)
 
 
+def slow_trigger(name: str, seconds: float, on: str, when: str = "") -> str:
+    """SQL for a trigger `name` that sleeps `seconds` in every row statement `on` names (as
+    "INSERT ON memory"), where `when` holds if given: a kill or a freeze then falls inside that
+    statement every time, not by luck. Drop it with `DROP TRIGGER name ON table`."""
+    condition = f" WHEN ({when})" if when else ""
+    return f"""
+CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_sleep({seconds});
+    RETURN NEW;
+END $$;
+CREATE TRIGGER {name} BEFORE {on} FOR EACH ROW{condition} EXECUTE FUNCTION {name}();
+"""
+
+
 # -- the server process --------------------------------------------------------------------------------
 
 

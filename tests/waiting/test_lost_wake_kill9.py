@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.chaos import Replica, write_config
 from tests.support.db import clone_database, drop_database
-from tests.support.e2e import execute, query
+from tests.support.e2e import execute, query, slow_trigger
 from treadle.testing import until
 
 pytestmark = pytest.mark.e2e
@@ -26,15 +26,8 @@ LOOKUP = {"name": "lookup_order", "description": "Look an order up",
           "input_schema": {"type": "object", "properties": {"order_id": {"type": "string"}}}}
 CONFIG = {"agents": {"shopper": {"model": "script", "tools": [], "mock": {"script": [
     {"tool": "lookup_order", "input": {"order_id": "A-17"}}, {"text": "all done"}]}}}}
-SLOW_POKE = """
-CREATE FUNCTION lw_slow_poke() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_sleep(3);
-    RETURN NEW;
-END $$;
-CREATE TRIGGER lw_slow_poke BEFORE UPDATE ON wait_keys FOR EACH ROW
-    WHEN (NEW.key LIKE 'client_tool:%' AND NEW.version > OLD.version) EXECUTE FUNCTION lw_slow_poke();
-"""
+SLOW_POKE = slow_trigger("lw_slow_poke", 3, "UPDATE ON wait_keys",
+                         when="NEW.key LIKE 'client_tool:%' AND NEW.version > OLD.version")
 
 
 @pytest.fixture

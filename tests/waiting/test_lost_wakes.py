@@ -6,6 +6,8 @@ A retried application-tool answer that finds its row stored wakes the run at onc
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from tests.support.waiting import asker, start, status
@@ -49,13 +51,34 @@ async def pending_call(c: Any, run_id: str) -> str:
     return str(pending["tool_use"]["id"])
 
 
-async def test_an_application_tool_answer_whose_poke_was_lost(open_runtime: Any) -> None:
+@asynccontextmanager
+async def shopper_answered_then_died(open_runtime: Any) -> AsyncIterator[tuple[Any, Any, Any, str, str]]:
+    """A shopper run parked on its application tool, whose answer "shipped" is stored and never
+    poked (the process died): (runtime, dispatcher, client, run id, tool_use id)."""
     rt, disp = await open_runtime({"shopper": SHOPPER})
     async with client_for(rt) as c:
         run_id = await start_shopper(c)
         await parked(rt, disp, run_id)
         tu = await pending_call(c, run_id)
         await rt.engine.tools.client_results.answer("default", run_id, tu, "shipped", False)  # commit, then death
+        yield rt, disp, c, run_id, tu
+
+
+async def asker_answered_then_died(open_runtime: Any) -> tuple[Any, Any, str, str]:
+    """An asker run parked on its question, whose answer "yes" is stored and never poked (the
+    process died): (runtime, dispatcher, run id, interrupt id)."""
+    rt, disp = await open_runtime({"a": asker()})
+    run_id = await start(rt, "a")
+    await parked(rt, disp, run_id)
+    store = InterruptStore(rt.pool)
+    [pending] = await store.list_for_run("default", run_id, "pending")
+    assert await store.resolve("default", run_id, pending.id, answer="yes", status="resolved",
+                               resolved_by="api") is not None  # commit, then death
+    return rt, disp, run_id, pending.id
+
+
+async def test_an_application_tool_answer_whose_poke_was_lost(open_runtime: Any) -> None:
+    async with shopper_answered_then_died(open_runtime) as (rt, disp, c, run_id, tu):
         assert await due_pokes(rt, client_tool_key(run_id, tu)) == 1
         await woken_by_the_sweeper(rt, disp, run_id)
         assert await due_pokes(rt, client_tool_key(run_id, tu)) == 0
@@ -64,13 +87,7 @@ async def test_an_application_tool_answer_whose_poke_was_lost(open_runtime: Any)
 
 
 async def test_a_retried_answer_wakes_the_run_at_once(open_runtime: Any) -> None:
-    rt, disp = await open_runtime({"shopper": SHOPPER})
-    async with client_for(rt) as c:
-        run_id = await start_shopper(c)
-        await parked(rt, disp, run_id)
-        tu = await pending_call(c, run_id)
-        await rt.engine.tools.client_results.answer("default", run_id, tu, "shipped", False)  # commit, then death
-
+    async with shopper_answered_then_died(open_runtime) as (rt, disp, c, run_id, tu):
         other = await c.post(f"/v1/runs/{run_id}/tool_results", json={"tool_use_id": tu, "content": "lost"})
         assert (other.status_code, other.json()["code"]) == (409, "tool_call_not_waiting")  # a different answer
         retry = await c.post(f"/v1/runs/{run_id}/tool_results", json={"tool_use_id": tu, "content": "shipped"})
@@ -83,13 +100,7 @@ async def test_a_retried_answer_wakes_the_run_at_once(open_runtime: Any) -> None
 
 
 async def test_an_interrupt_answer_whose_poke_was_lost(open_runtime: Any) -> None:
-    rt, disp = await open_runtime({"a": asker()})
-    run_id = await start(rt, "a")
-    await parked(rt, disp, run_id)
-    store = InterruptStore(rt.pool)
-    [pending] = await store.list_for_run("default", run_id, "pending")
-    assert await store.resolve("default", run_id, pending.id, answer="yes", status="resolved",
-                               resolved_by="api") is not None
+    rt, disp, run_id, _ = await asker_answered_then_died(open_runtime)
     await woken_by_the_sweeper(rt, disp, run_id)
 
 
@@ -119,15 +130,9 @@ async def test_a_channel_publish_whose_poke_was_lost(open_runtime: Any) -> None:
 
 
 async def test_a_retried_interrupt_answer_wakes_the_run_at_once(open_runtime: Any) -> None:
-    rt, disp = await open_runtime({"a": asker()})
-    run_id = await start(rt, "a")
-    await parked(rt, disp, run_id)
-    store = InterruptStore(rt.pool)
-    [pending] = await store.list_for_run("default", run_id, "pending")
-    assert await store.resolve("default", run_id, pending.id, answer="yes", status="resolved",
-                               resolved_by="api") is not None  # commit, then death
+    rt, disp, run_id, interrupt_id = await asker_answered_then_died(open_runtime)
     async with client_for(rt) as c:
-        url = f"/v1/runs/{run_id}/interrupts/{pending.id}/resolve"
+        url = f"/v1/runs/{run_id}/interrupts/{interrupt_id}/resolve"
         other = await c.post(url, json={"disposition": "answer", "answer": "no"})
         assert (other.status_code, other.json()["code"]) == (409, "interrupt_settled")  # a different answer
         retry = await c.post(url, json={"disposition": "answer", "answer": "yes"})

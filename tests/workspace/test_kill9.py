@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.chaos import Replica, write_config
 from tests.support.db import clone_database, drop_database
-from tests.support.e2e import check_paired, execute, query
+from tests.support.e2e import check_paired, execute, query, slow_trigger
 from treadle.client import TreadleClient
 from treadle.testing import until
 
@@ -45,15 +45,7 @@ CONFIG = {
 
 #: a tool_result takes 0.3 s to record, so the kill "as the second edit lands" falls between the
 #: edit's write and the commit of its result — every time, not by luck
-SLOW_RESULTS = """
-CREATE FUNCTION ws_slow_results() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_sleep(0.3);
-    RETURN NEW;
-END $$;
-CREATE TRIGGER ws_slow_results BEFORE INSERT ON events FOR EACH ROW WHEN (NEW.type = 'tool_result')
-    EXECUTE FUNCTION ws_slow_results();
-"""
+SLOW_RESULTS = slow_trigger("ws_slow_results", 0.3, "INSERT ON events", when="NEW.type = 'tool_result'")
 
 
 @pytest.fixture
