@@ -48,7 +48,7 @@ async def test_ensure_code_agent_registers_once_and_runs(migrated_db_url: str) -
         await disp.drain()
         events = await rt.runs.events("default", boss.id)
         results = [e.payload.get("text") for e in events if e.type == "tool_result"]
-        assert results and "hello boss #2" in results[0], results
+        assert results and "hello boss #2" in str(results[0]), results
 
 
 async def test_a_code_agent_def_is_refused_when_code_agents_are_off(migrated_db_url: str) -> None:
