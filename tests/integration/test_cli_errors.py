@@ -73,40 +73,70 @@ def test_serve_on_a_taken_port_fails_before_it_announces(
     assert f"127.0.0.1:{port}: cannot listen there" in err and "serving on" not in err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_stopped_server_stops_its_embedded_postgres(tmp_path: Path, sig: signal.Signals) -> None:
-    """SIGTERM (kill, systemd, Docker) and SIGINT (Ctrl-C) both shut treadle down and stop the
-    embedded Postgres it started (its postmaster.pid is gone)."""
-    subprocess.run([sys.executable, "-m", "treadle.cli.main", "init"], cwd=tmp_path, check=True, capture_output=True)
+def _serve(tmp_path: Path, n: int) -> tuple[subprocess.Popen[bytes], Path]:
+    """`treadle serve` on the embedded Postgres of tmp_path/home, up (its /healthz answers)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("TREADLE_")}
     env["TREADLE_HOME"] = str(tmp_path / "home")
-    log = tmp_path / "serve.log"
+    log = tmp_path / f"serve-{n}.log"
     with log.open("wb") as err:  # the child holds its own descriptor
         proc = subprocess.Popen([sys.executable, "-m", "treadle.cli.main", "serve", "--listen", f"127.0.0.1:{port}"],
                                 cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc, log
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, \
+            f"treadle serve did not come up:\n{log.read_text()[-2000:]}"
+        time.sleep(0.2)
+
+
+def _stop_left_postgres(tmp_path: Path, *procs: subprocess.Popen[bytes]) -> None:
+    """Never leave a server or a Postgres behind, even when the test failed."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    left = tmp_path / "home" / "pg" / "postmaster.pid"
+    if left.exists():
+        os.kill(int(left.read_text().split()[0]), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_server_stops_its_embedded_postgres(tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGTERM (kill, systemd, Docker) and SIGINT (Ctrl-C) both shut treadle down and stop the
+    embedded Postgres it started (its postmaster.pid is gone)."""
+    subprocess.run([sys.executable, "-m", "treadle.cli.main", "init"], cwd=tmp_path, check=True, capture_output=True)
+    proc, _ = _serve(tmp_path, 1)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, \
-                f"treadle serve did not come up:\n{log.read_text()[-2000:]}"
-            time.sleep(0.2)
         pid_file = tmp_path / "home" / "pg" / "postmaster.pid"
         assert pid_file.exists()  # the embedded Postgres runs
         proc.send_signal(sig)
         proc.wait(timeout=60)
         assert not pid_file.exists(), "the embedded Postgres outlived treadle"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        left = tmp_path / "home" / "pg" / "postmaster.pid"
-        if left.exists():  # never leave a Postgres behind, even when the test failed
-            os.kill(int(left.read_text().split()[0]), signal.SIGTERM)
+        _stop_left_postgres(tmp_path, proc)
+
+
+def test_a_clean_stop_after_a_kill9_still_stops_the_embedded_postgres(tmp_path: Path) -> None:
+    """A SIGKILLed treadle leaves the embedded Postgres running (the next start reuses it) and its
+    pid in pgserver's list of users; the next clean stop is the last user all the same."""
+    subprocess.run([sys.executable, "-m", "treadle.cli.main", "init"], cwd=tmp_path, check=True, capture_output=True)
+    first, _ = _serve(tmp_path, 1)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        first.kill()
+        first.wait(timeout=60)
+        pid_file = tmp_path / "home" / "pg" / "postmaster.pid"
+        assert pid_file.exists()  # it survived the crash, as it should
+        second, _ = _serve(tmp_path, 2)
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=60)
+        assert not pid_file.exists(), "a stale pid kept the embedded Postgres running past the last clean stop"
+    finally:
+        _stop_left_postgres(tmp_path, first, *([second] if second else []))

@@ -590,11 +590,41 @@ def embedded_database_url(home: Path) -> str:
             run_dir = home / "run"
             run_dir.mkdir(mode=0o700, exist_ok=True)
             os.environ["XDG_RUNTIME_DIR"] = str(run_dir)
+        _forget_dead_users(data)
         try:
             _embedded[data] = pgserver.postgres_server.get_server(data, cleanup_mode="stop")
         except Exception as exc:
             raise StoreError(f"could not start embedded Postgres in {data}: {exc}") from exc
     return str(_embedded[data].get_uri())
+
+
+def _forget_dead_users(data: Path) -> None:
+    """pgserver lists the processes using its server in `.handle_pids.json` and stops the server
+    when the last of them exits cleanly; a process killed (-9) never takes itself off, and then no
+    later clean exit is the last. Drop the pids no longer running, under pgserver's own
+    inter-process lock (what it holds while it adds and removes them)."""
+    listing = data / ".handle_pids.json"
+    if not listing.exists():
+        return
+    from pgserver.postgres_server import PostgresServer
+    from pgserver.utils import DiskList
+
+    with PostgresServer._lock:
+        users = DiskList(listing)
+        pids = users.get()
+        alive = [pid for pid in pids if _running(pid)]
+        if alive != pids:
+            users.put(alive)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's, and running
+        return True
+    return True
 
 
 def resolve_database_url(database_url: str | None, home: Path) -> str:
