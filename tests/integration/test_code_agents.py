@@ -220,3 +220,22 @@ async def test_the_whole_run_budget_spans_the_replays(harness: Any) -> None:
     await disp.drain()
     err = await error_of(rt, run_id)
     assert err["code"] == "code_agent_timeout", err
+
+
+async def test_a_code_agent_spawns_an_llm_agent_and_parks_until_it_answers(harness: Any) -> None:
+    code = """
+    function run(input) {
+      var child = Agent.spawn({name: 'echoer', prompt: 'ping ' + input.prompt});
+      return 'child said: ' + (typeof child === 'string' ? child : JSON.stringify(child));
+    }"""
+    agents = {"spawner": {"provider": "code-js", "code": code, "tools": ["Agent"]},
+              "echoer": {"model": "echo"}}
+    rt, disp = await harness(agents, Tally())
+    run_id = await start(rt, "spawner", "x")
+    await disp.drain()
+    run = await rt.runs.get(TENANT, run_id)
+    assert run is not None and run.status == "completed", run
+    events = await rt.runs.events(TENANT, run_id)
+    assert "tool_parked" in [e.type for e in events]  # it waited parked for the child, as an LLM agent does
+    text = "".join(e.payload.get("text", "") for e in events if e.type == "text")
+    assert text.startswith("child said: ") and "ping x" in text, text
