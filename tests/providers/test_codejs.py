@@ -131,3 +131,25 @@ async def test_the_code_is_read_from_the_root_when_not_inline(tmp_path: Any) -> 
     with pytest.raises(ProviderError) as exc:
         await provider(root=str(tmp_path / "none")).call(req)
     assert exc.value.code == "code_agent_load"
+
+
+async def test_a_spinning_step_ends_on_its_limit_and_the_event_loop_keeps_running() -> None:
+    import asyncio
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        with pytest.raises(ProviderError) as exc:
+            await provider(step_timeout_seconds=0.5).call(
+                request("function run(i) { while (true) {} }", [], [Message("user", [TextBlock("x")])]))
+    finally:
+        task.cancel()
+    assert exc.value.code == "code_agent_timeout"
+    assert ticks >= 10  # the loop was not held while the code spun

@@ -20,6 +20,8 @@ code_agent_timeout, code_agent_replay_divergence, code_agent_memory (treadle's: 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import json
 import time
@@ -381,8 +383,11 @@ class CodeJsProvider:
         run_input: dict[str, Any] = {"prompt": latest_user_text(req.messages), "metadata": metadata}
         if opts.get("payload_metadata"):
             run_input["payload_metadata"] = opts["payload_metadata"]
-        outcome = self.replay(src, [t.name for t in req.tools], run_input, recorded_calls(req.messages),
-                              seed=seed, anchor_ms=anchor, time_limit_s=limit, total_s=total)
+        # on a thread: QuickJS lets the event loop run meanwhile (lease renewals, other runs' steps),
+        # so even a replay that spins to its step limit holds no worker
+        outcome = await asyncio.to_thread(
+            functools.partial(self.replay, src, [t.name for t in req.tools], run_input, recorded_calls(req.messages),
+                              seed=seed, anchor_ms=anchor, time_limit_s=limit, total_s=total))
         content: list[Block]
         if outcome.frontier is not None:
             idx, name, tool_input = outcome.frontier
