@@ -21,6 +21,12 @@ class RunStarter(Protocol):
     async def start_run(self, new: NewRun) -> tuple[RunRecord, bool]: ...
 
 
+class RunCanceller(Protocol):
+    """Cancel a run and its unfinished sub-agent runs (each gets a step message that finishes it)."""
+
+    async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> object: ...
+
+
 class Waker(Protocol):
     """Wake every run parked on any of `keys` (poke → send the step → notify live readers)."""
 

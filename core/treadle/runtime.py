@@ -272,7 +272,7 @@ class Runtime:
             config=self.config, runs=self.runs, memory=self.memory, waits=self.waits, channels=self.channels,
             interrupts=self.interrupts, subruns=self.subruns, defs=DefStore(pool),
             client_results=ClientToolStore(pool), waker=self,
-            starter=self, agents=self.substrate.agents, vector_memory=self.substrate.memory,
+            starter=self, canceller=self, agents=self.substrate.agents, vector_memory=self.substrate.memory,
             ops=_OpServices(self),
             catalogue=_ToolCatalogue(self.registry),
             volumes=self.volumes,

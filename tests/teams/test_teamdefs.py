@@ -16,6 +16,7 @@ import yaml
 
 from tests.support.substrate import client_for, run_agent, scripted, tool_results
 from tests.support.teams import AGENTS, REVIEW_TEAM, players
+from treadle.domain.events import EventType
 from treadle.teams.graph import INVALID_CODES, parse, validate
 from treadle.teams.hashing import team_content_json, team_sha256
 from treadle.teams.render import render_mermaid
@@ -265,3 +266,37 @@ def test_cli_prints_a_yaml_teams_hash(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "treadle.cli.main", "--config", str(cfg), "hash", "team", "review"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == team_sha256("review", parse(REVIEW_TEAM))
+
+
+@pytest.mark.parametrize("wait", ["any", "at_least:2"])
+async def test_parallel_wait_cancels_the_rest_once_enough_succeeded(open_rt: Any, wait: str) -> None:
+    # loomcycle's runParallel: `any` (or the Nth success of at_least:N) cancels the siblings still
+    # running; `slow` parks on a question nobody answers, so only that cancel ends the state
+    slow = scripted(("Interruption", {"op": "ask", "question": "never answered", "options": ["a"]}))
+    agents = {**AGENTS, "slow": slow}
+    fan = {"entry": "fan", "states": [
+        {"state": "fan", "handler": {"kind": "parallel", "agents": ["reviewer-a", "slow", "reviewer-b"],
+                                     "consolidator": "editor", "wait": wait}},
+        {"state": "done", "handler": {"kind": "terminal"}}],
+        "transitions": [{"from": "fan", "to": "done", "on": "success"}]}
+    rt, disp = await open_rt({"agents": agents}, providers={"players": players()})
+    async with client_for(rt) as c:
+        created = await c.post("/v1/_teamdef", json={"op": "create", "name": "fan", "overlay": fan})
+        assert created.status_code == 200, created.text
+        started = (await c.post("/v1/_teamdef", json={"op": "run", "name": "fan", "input": "draft v2",
+                                                      "wait": False})).json()
+        await disp.drain()
+    answer = await rt.teams.result("default", started["run_id"], 5)
+    assert answer["status"] == "completed", answer
+    kids = {r.agent: r for r in await rt.runs.list_runs("default", None, 100)
+            if r.parent_run_id == started["run_id"]}
+    assert kids["slow"].status == "cancelled"
+    need = 1 if wait == "any" else 2
+    assert sum(kids[a].status == "completed" for a in ("reviewer-a", "reviewer-b")) >= need
+    # the consolidator read slow as ok:false, cancelled (loomcycle's envelope)
+    editor_events = await rt.runs.events("default", kids["editor"].id)
+    read = json.loads(next(e.payload["segments"][0]["content"][0]["text"] for e in editor_events
+                           if e.type == EventType.USER_INPUT))
+    by_agent = {r["agent"]: r for r in read["results"]}
+    assert by_agent["slow"]["ok"] is False and by_agent["slow"]["error"].startswith("cancelled: parallel_spawn")
+    assert sum(by_agent[a]["ok"] for a in ("reviewer-a", "reviewer-b")) >= need

@@ -6,6 +6,10 @@ def_id?}, ...]}, at most 32) starts several. A `def_id` runs that exact AgentDef
 The calling run parks (status `waiting`) until every child has settled, then receives
 index-aligned results `[{index, agent, run_id, ok, stop_reason, output?, error?}]` (`spawn`
 receives the single entry). A child's failure stays inside its entry; the call itself succeeds.
+`parallel_spawn` also takes `wait` (treadle's, the team `parallel` handler's: `all` (default) |
+`any` | `at_least:<N>`): once that many children completed, the unfinished ones are cancelled
+and the ones not started yet never start (their entries say `cancelled: …`) — loomcycle's
+teamrun.runParallel. The call still returns only when every started child has settled.
 
 How it stays exact across crashes and re-invocations:
 - each invocation reads the wait key's version first (store/waits.py), then looks at the
@@ -19,6 +23,7 @@ How it stays exact across crashes and re-invocations:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,6 +40,7 @@ OPS = ("spawn", "parallel_spawn")
 MAX_PARALLEL_SPAWNS = 32
 MAX_AGENT_DEPTH = 3
 MAX_PROMPT_CHARS = 256_000
+_AT_LEAST = re.compile(r"^at_least:([1-9][0-9]{0,3})$")
 
 _SPAWN_PROPS: dict[str, Any] = {
     "name": {"type": "string", "description": "the configured agent to run"},
@@ -64,6 +70,8 @@ class AgentTool:
                 "maxItems": MAX_PARALLEL_SPAWNS,
                 "items": {"type": "object", "properties": _SPAWN_PROPS, "required": ["name", "prompt"]},
             },
+            "wait": {"type": "string", "description": "parallel_spawn: all (default) | any | at_least:<N> — once "
+                     "that many children completed, the rest are cancelled"},
         },
     }
 
@@ -73,6 +81,7 @@ class AgentTool:
         if op not in OPS:
             raise ToolError(f"Agent: op must be one of {', '.join(OPS)}")
         spawns = _spawns(args, op)
+        need = _need(args, op, len(spawns))
         known = {name for name in {s["name"] for s in spawns}
                  if await services.agents.current(ctx.tenant_id, name) is not None}
         unknown = sorted({s["name"] for s in spawns if s["name"] not in known and not s.get("def_id")})
@@ -88,7 +97,14 @@ class AgentTool:
         version = await ctx.waits.version(ctx.tenant_id, key)  # before looking at the children
         store = services.subruns
         kids = await store.children(ctx.tenant_id, ctx.run_id, key)
-        missing = [i for i in range(len(spawns)) if i not in kids and spawns[i]["name"] in startable]
+        # `wait` met (any / at_least:N): the unfinished children are cancelled, no more start
+        enough = need < len(spawns) and sum(1 for k in kids.values() if k.status == "completed") >= need
+        skipped = f"parallel_spawn wait {args.get('wait')!r} met" if enough else ""
+        if enough:
+            for k in kids.values():
+                if not k.terminal:  # flagged again on a later invocation: idempotent
+                    await services.canceller.cancel_run(ctx.tenant_id, k.run_id, skipped)
+        missing = [] if enough else [i for i in range(len(spawns)) if i not in kids and spawns[i]["name"] in startable]
         if missing:
             limit = ctx.agent_config.max_concurrent_children  # the run's own resolved agent
             room = limit - sum(1 for k in kids.values() if not k.terminal)
@@ -100,14 +116,18 @@ class AgentTool:
                 for i in missing[:room]:
                     kids[i] = await _start_child(ctx, spawns[i], i, key, depth, root)
 
-        settled = all((kids[i].terminal if i in kids else s["name"] not in startable) for i, s in enumerate(spawns))
+        settled = all((kids[i].terminal if i in kids else enough or s["name"] not in startable)
+                      for i, s in enumerate(spawns))
         if not settled:
             children = [{"index": k.index, "agent": k.agent, "run_id": k.run_id}
                         for k in sorted(kids.values(), key=lambda c: c.index)]
             return Park("agent", {key: version}, extra={"op": op, "count": len(spawns), "children": children})
 
         entries = [
-            kids[i].result() if i in kids  # a name unknown now: the config changed while the call waited
+            kids[i].result() if i in kids
+            else {"index": i, "agent": s["name"], "ok": False, "error": f"cancelled: {skipped} (never started)"}
+            if enough  # `wait` was met before this one could start
+            # a name unknown now: the config changed while the call waited
             else {"index": i, "agent": s["name"], "ok": False, "error": f"unknown agent {s['name']!r}"}
             for i, s in enumerate(spawns)
         ]
@@ -162,6 +182,21 @@ async def _start_child(
     if ctx.services.volumes is not None:  # nor reaches more volumes, or with a wider mode
         await ctx.services.volumes.grant_child(ctx.tenant_id, ctx.run_id, ctx.agent_config, run.id)
     return Child(index, run.id, run.agent, run.status, run.stop_reason, run.error)
+
+
+def _need(args: dict[str, Any], op: str, n: int) -> int:
+    """How many children must complete before the rest are cancelled (`n`: wait for all)."""
+    wait = args.get("wait")
+    if wait is None or wait in ("", "all"):
+        return n
+    if op != "parallel_spawn":
+        raise ToolError("Agent.spawn: wait is a parallel_spawn field")
+    if wait == "any":
+        return 1
+    m = _AT_LEAST.match(wait) if isinstance(wait, str) else None
+    if m is None:
+        raise ToolError(f"Agent.parallel_spawn: wait {wait!r} must be all, any or at_least:<N>")
+    return min(int(m.group(1)), n)
 
 
 def _spawns(args: dict[str, Any], op: str) -> list[dict[str, Any]]:

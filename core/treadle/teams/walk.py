@@ -14,8 +14,9 @@ input; a consolidator reads `{"results": [{index, agent, ok, output?, error?}]}`
 on a `signal: <edge>` line (the last one wins, the line is dropped from the output; none means
 `success`); every state entry counts against the per-state cap; at the cap the walk ends with
 `iteration_cap`, or with `interrupt_on_cap` asks a human: `continue` (another window),
-`reroute:<state>`, anything else (and an unanswered question) aborts. treadle's `parallel` waits
-for every agent, then requires what `wait` asks for (all | any | at_least:N) to have succeeded.
+`reroute:<state>`, anything else (and an unanswered question) aborts. A `parallel` state's
+`wait` (all | any | at_least:N) goes to Agent.parallel_spawn: once that many agents succeeded the
+others are cancelled (their entries `ok: false`, `error: cancelled: …`), as loomcycle's runParallel.
 """
 
 from __future__ import annotations
@@ -151,9 +152,11 @@ def _run_handler(st: State, text: str, results: _Results, visit: int) -> tuple[s
         out, edge = parse_signal(verdict)
         return out, edge, [h.agent, h.consolidator]
     # parallel
-    call = Call("Agent", {"op": "parallel_spawn", "spawns": [{"name": a, "prompt": text or EMPTY_INPUT}
-                                                                for a in h.agents]},
-                f"{where}: parallel {', '.join(h.agents)}")
+    spawn: dict[str, Any] = {"op": "parallel_spawn", "spawns": [{"name": a, "prompt": text or EMPTY_INPUT}
+                                                                 for a in h.agents]}
+    if h.wait not in ("", "all"):  # any / at_least:N: the rest are cancelled once enough completed
+        spawn["wait"] = h.wait
+    call = Call("Agent", spawn, f"{where}: parallel {', '.join(h.agents)}")
     entries = _entries(results.take(call), f"parallel state {st.id!r}")
     need = required_successes(h.wait, len(h.agents))
     ok = sum(1 for e in entries if e.get("ok"))

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from treadle.config import AgentConfig, TreadleConfig
-from treadle.ports import AgentDirectory, OpService, RunStarter, VectorMemory, Waker
+from treadle.ports import AgentDirectory, OpService, RunCanceller, RunStarter, VectorMemory, Waker
 from treadle.store.channels import ChannelStore
 from treadle.store.clienttools import ClientToolStore
 from treadle.store.defs import DefStore
@@ -48,6 +48,8 @@ class ToolServices:
     client_results: ClientToolStore
     waker: Waker
     starter: RunStarter
+    #: cancels children (Agent.parallel_spawn's `wait`)
+    canceller: RunCanceller
     agents: AgentDirectory
     vector_memory: VectorMemory
     #: op services by tool name: "AgentDef", "SkillDef", "ScheduleDef", "WebhookDef", "Evaluation"
