@@ -36,6 +36,16 @@ AGENTS: dict[str, Any] = {
 }
 
 
+# a team whose second state's agent asks a question: a team run waits in `ask` until it is answered
+FLOW_TEAM: dict[str, Any] = {
+    "entry": "work",
+    "states": [{"state": "work", "handler": {"kind": "agent", "agent": "echo"}},
+               {"state": "ask", "handler": {"kind": "agent", "agent": "asker"}},
+               {"state": "done", "handler": {"kind": "terminal"}}],
+    "transitions": [{"from": "work", "to": "ask", "on": "success"}, {"from": "ask", "to": "done", "on": "success"}],
+}
+
+
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Browser]:
     reason = why_no_browser()
@@ -57,7 +67,8 @@ async def served(
         pytest.skip(reason)
     url = clone_database(server_url, migrated_template, "browser")
     workdir: Path = tmp_path_factory.mktemp("browser")
-    config = write_config(workdir / "treadle.yaml", AGENTS, {"channels": {"news": {"semantic": "broadcast"}}})
+    config = write_config(workdir / "treadle.yaml", AGENTS, {"channels": {"news": {"semantic": "broadcast"}},
+                                                              "teams": {"flow": FLOW_TEAM}})
     srv = ServerProcess(database_url=url, config_path=config, workdir=workdir, name="browser",
                         env={"TREADLE_AUTH_TOKEN": TOKEN, "BROWSER_HOOK_TOKEN": HOOK_TOKEN})
     srv.start()

@@ -20,6 +20,7 @@ from treadle.domain.events import EventType
 from treadle.teams.graph import INVALID_CODES, parse, validate
 from treadle.teams.hashing import team_content_json, team_sha256
 from treadle.teams.render import render_mermaid
+from treadle.teams.svg import render_svg
 
 
 def _mutated(**changes: Any) -> dict[str, Any]:
@@ -81,6 +82,30 @@ def test_mermaid_rendering() -> None:
     hostile = parse({"entry": "a\n  x --> [*]", "states": [{"state": "a\n  x --> [*]", "handler": {
         "kind": "terminal"}}], "colors": {"states": {"a\n  x --> [*]": "red; } classDef evil"}}})
     assert "\n  x" not in render_mermaid("t", hostile) and "evil" not in render_mermaid("t", hostile)
+
+
+def test_svg_rendering_lays_out_every_state_and_outlines_the_current_one() -> None:
+    import xml.etree.ElementTree as ET
+
+    d = parse(REVIEW_TEAM)
+    svg = ET.fromstring(render_svg("review", d, "review"))  # well-formed XML
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    groups = {g.get("data-state"): g for g in svg.iterfind("s:g", ns)}
+    assert set(groups) == {"write", "review", "done"}
+    assert [k for k, g in groups.items() if "current" in (g.get("class") or "")] == ["review"]
+    boxes = {k: g.find("s:rect", ns) for k, g in groups.items()}
+    y = {k: float(b.get("y") or 0) for k, b in boxes.items() if b is not None}
+    assert y["write"] < y["review"] < y["done"]  # ranked down the forward edges; the pushback loops back
+    assert boxes["review"] is not None and boxes["review"].get("stroke-width") == "3.5"
+    assert boxes["review"].get("fill") == "#fcc2d7" and boxes["write"] is not None  # the Mermaid colours
+    assert boxes["write"].get("fill") == "#a5d8ff"
+    texts = ["".join(t.itertext()) for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert {"pushback:rework", "success", "parallel: reviewer-a, reviewer-b", "wait: all"} <= set(texts)
+    assert len(svg.findall("s:path", ns)) == 4  # start arrow, 2 forward edges, 1 loop-back
+    # names are text, never markup
+    hostile = parse({"entry": "<script>", "states": [{"state": "<script>", "handler": {"kind": "terminal"}}]})
+    out = render_svg("</svg><script>alert(1)</script>", hostile, "<script>")
+    assert "<script" not in out and ET.fromstring(out) is not None
 
 
 async def test_authoring_over_http(open_rt: Any) -> None:

@@ -36,7 +36,8 @@ class TeamDefTool:
     input_schema: dict[str, Any] = def_tool_schema(
         OPS, "the team graph: entry, states, transitions, max_iterations?, colors? (colours are not hashed)",
         create_promotes=True, fork_promotes=False,
-        format={"type": "string", "enum": ["mermaid"], "description": "render_diagram: the output format"},
+        format={"type": "string", "enum": ["mermaid", "svg"],
+                "description": "render_diagram: mermaid (default) or svg (a picture)"},
         highlight_state={"type": "string", "description": "render_diagram: outline this state"},
         run_id={"type": "string", "description": "render_diagram: a team run — its version, its current state "
                 "outlined"},

@@ -7,9 +7,10 @@ stored. `content_sha256` is loomcycle's (teams/hashing.py: name + graph, colours
 Ops: the lifecycle's (create, fork, get, list, retire, promote, verify) and loomcycle's
 - `delete {name}`: retires every version of the name (runs that pinned one keep reading it; a
   later create starts the name again) → `{name, deleted: true}`;
-- `render_diagram {name | def_id, highlight_state?, format?: mermaid}` → `{name, def_id, format,
-  diagram}`; with an `overlay` it renders that unsaved graph after the same validation (a dry
-  run, `preview: true`, nothing stored); with a team run's `run_id` it renders the version the run
+- `render_diagram {name | def_id, highlight_state?, format?: mermaid | svg}` → `{name, def_id,
+  format, diagram}` (svg: treadle's picture of the graph, teams/svg.py; loomcycle has mermaid
+  only); with an `overlay` it renders that unsaved graph after the same validation (a dry run,
+  `preview: true`, nothing stored); with a team run's `run_id` it renders the version the run
   walks with the run's current state highlighted (`state`, `run_status`, `steps`);
 - `run {name | def_id, input?, interrupt_on_cap?, wait?, timeout_ms?}`: starts a team run
   (teams/runs.py) and, unless `wait` is false, answers its result once it ends: `{name, def_id,
@@ -37,6 +38,7 @@ from treadle.store.defs import DefStore
 from treadle.teams.graph import Definition, parse, validate
 from treadle.teams.hashing import team_sha256
 from treadle.teams.render import render_mermaid
+from treadle.teams.svg import render_svg
 from treadle.teams.walk import Walked
 
 KIND = "team"
@@ -171,8 +173,10 @@ class TeamDefFamily(DefLifecycle):
     ) -> dict[str, Any]:
         what = self.what("render_diagram")
         fmt = opt_str(args, "format", max_len=16, what=what)
-        if fmt not in (None, "", "mermaid"):
-            raise DefRefused(f"{what}: format {fmt!r} is not supported (only mermaid)")
+        if fmt not in (None, "", "mermaid", "svg"):
+            raise DefRefused(f"{what}: format {fmt!r} is not supported (mermaid or svg)")
+        fmt = fmt or "mermaid"
+        render = render_svg if fmt == "svg" else render_mermaid
         highlight = opt_str(args, "highlight_state", max_len=256, what=what) or ""
         run_id = opt_str(args, "run_id", max_len=64, what=what)
         if run_id:  # a team run: the version it walks, its current state highlighted
@@ -184,18 +188,18 @@ class TeamDefFamily(DefLifecycle):
             record, walked, status = progress
             state = walked.state if walked.answer is None or status not in ("completed", "failed", "cancelled") \
                 else str(walked.answer.get("final_state") or walked.state)
-            return {"name": record.name, "def_id": record.def_id, "version": record.version, "format": "mermaid",
+            return {"name": record.name, "def_id": record.def_id, "version": record.version, "format": fmt,
                     "run_id": run_id, "run_status": status, "state": state, "steps": walked.steps,
-                    "diagram": render_mermaid(record.name, definition_of(record.body), state)}
+                    "diagram": render(record.name, definition_of(record.body), state)}
         if args.get("overlay") is not None:  # a dry run of an unsaved graph
             d = parse(self.overlay_arg(args, required=True))
             validate(d)
             name = opt_str(args, "name", max_len=128, what=what) or "team"
-            return {"name": name, "def_id": "", "format": "mermaid", "diagram": render_mermaid(name, d, highlight),
+            return {"name": name, "def_id": "", "format": fmt, "diagram": render(name, d, highlight),
                     "preview": True}
         record = await self.target(tenant, args, what)
-        diagram = render_mermaid(record.name, definition_of(record.body), highlight)
-        return {"name": record.name, "def_id": record.def_id, "version": record.version, "format": "mermaid",
+        diagram = render(record.name, definition_of(record.body), highlight)
+        return {"name": record.name, "def_id": record.def_id, "version": record.version, "format": fmt,
                 "diagram": diagram}
 
     async def op_run(

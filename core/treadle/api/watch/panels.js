@@ -5,7 +5,7 @@
 "use strict";
 
 if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded", () => {
-  const { $, el, json, post, guard, clock, stableJson, lineDiff, tabHooks, asText, loadAgents } = window.treadleUI;
+  const { $, el, json, post, guard, clock, stableJson, lineDiff, tabHooks, asText, loadAgents, drawSvg } = window.treadleUI;
 
   /** A clickable list item (Enter works too). */
   function item(props, onpick, ...children) {
@@ -65,10 +65,14 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     $("lib-meta").textContent = [def.description, def.def_id, def.content_sha256, def.created_at ? `created ${clock(def.created_at)}` : "",
       def.parent_def_id ? `forked from ${def.parent_def_id}` : ""].filter(Boolean).join(" · ");
     $("lib-body").textContent = stableJson(def.body);
-    $("lib-diagram").hidden = $("lib-kind").value !== "teamdef";
+    $("lib-team").hidden = $("lib-kind").value !== "teamdef";
     $("lib-diagram").textContent = "";
-    if (!$("lib-diagram").hidden) {  // a team: its Mermaid stateDiagram-v2 (as text: the page renders no HTML)
-      const shown = await guard("lib-action-error", () => op({ op: "render_diagram", ...(def.def_id ? { def_id: def.def_id } : { overlay: def.body, name: def.name }) }));
+    $("lib-picture").replaceChildren();
+    if (!$("lib-team").hidden) {  // a team: its picture (the server's SVG) and its Mermaid stateDiagram-v2 as text
+      const which = def.def_id ? { def_id: def.def_id } : { overlay: def.body, name: def.name };
+      const picture = await guard("lib-action-error", () => op({ op: "render_diagram", format: "svg", ...which }));
+      if (picture && libPicked === def) drawSvg($("lib-picture"), picture.diagram);
+      const shown = await guard("lib-action-error", () => op({ op: "render_diagram", ...which }));
       if (shown && libPicked === def) $("lib-diagram").textContent = shown.diagram;
     }
     $("lib-fork-body").value = stableJson(def.body);

@@ -448,19 +448,56 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     return run;
   }
 
-  /** A team run (agent team:<name>): the state its walk is in, and its diagram (Mermaid source,
-   *  that state outlined) — docs/teams.md. */
+  /** A team run (agent team:<name>): the state its walk is in, and its diagram — a picture (the
+   *  server's SVG, teams/svg.py) with that state outlined, and the Mermaid source — docs/teams.md. */
+  let teamShown = "";  // "<run id> <status>" of the team run last drawn
+
   async function showTeam(run) {
     const box = $("run-team");
     box.hidden = !run.agent.startsWith("team:");
     if (box.hidden) return;
     try {
-      const where = await post("/v1/_teamdef", { op: "render_diagram", run_id: run.run_id });
+      const where = await post("/v1/_teamdef", { op: "render_diagram", run_id: run.run_id, format: "svg" });
+      if (run.run_id !== selected) return;
       $("run-team-state").textContent = `team ${where.name} v${where.version}: state ${where.state} · ${where.steps.length} transition(s)`;
-      $("run-team-diagram").textContent = where.diagram;
+      drawSvg($("run-team-picture"), where.diagram);
+      $("run-team-picture").dataset.state = where.state;
+      teamShown = `${run.run_id} ${run.status}`;
+      const text = await post("/v1/_teamdef", { op: "render_diagram", run_id: run.run_id });
+      if (run.run_id === selected) $("run-team-diagram").textContent = text.diagram;
     } catch (err) {
       $("run-team-state").textContent = `team: ${err.message}`;
     }
+  }
+
+  // The SVG elements and attributes a diagram may carry; anything else is dropped.
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const SVG_TAGS = new Set(["svg", "g", "rect", "circle", "path", "polygon", "text", "title"]);
+  const SVG_ATTRS = new Set(["x", "y", "width", "height", "rx", "cx", "cy", "r", "d", "points", "fill", "fill-opacity",
+    "stroke", "stroke-width", "stroke-dasharray", "font-family", "font-size", "font-weight", "text-anchor", "viewBox",
+    "class", "data-state", "role", "aria-label"]);
+
+  /** Put the server's SVG text into `box` as a picture: parsed as XML (never as HTML) and rebuilt
+   *  element by element from the lists above, text as text. */
+  function drawSvg(box, source) {
+    const doc = new DOMParser().parseFromString(source, "image/svg+xml");
+    const root = doc.documentElement;
+    if (!root || root.localName !== "svg" || doc.getElementsByTagName("parsererror").length) {
+      box.replaceChildren(el("p", { class: "form-error", text: "the diagram could not be read" }));
+      return;
+    }
+    const copy = (node) => {
+      if (node.nodeType === Node.TEXT_NODE) return document.createTextNode(node.nodeValue);
+      if (node.nodeType !== Node.ELEMENT_NODE || node.namespaceURI !== SVG_NS || !SVG_TAGS.has(node.localName)) return null;
+      const out = document.createElementNS(SVG_NS, node.localName);
+      for (const a of node.attributes) if (SVG_ATTRS.has(a.name)) out.setAttribute(a.name, a.value);
+      for (const child of node.childNodes) {
+        const c = copy(child);
+        if (c) out.appendChild(c);
+      }
+      return out;
+    };
+    box.replaceChildren(copy(root));
   }
 
   /** The run's descendants in the loaded list that are parked. */
@@ -672,7 +709,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   }
 
   // what panels.js uses
-  window.treadleUI = { $, el, json, post, guard, clock, stableJson, lineDiff, tabHooks, asText, loadAgents };
+  window.treadleUI = { $, el, json, post, guard, clock, stableJson, lineDiff, tabHooks, asText, loadAgents, drawSvg };
 
   refreshAll();
   setInterval(() => {
@@ -680,6 +717,10 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
       loadRuns().then(() => {
         const run = runsById.get(selected);
         if (run && !TERMINAL.has(run.status)) showQuestions(run).catch(() => {}); // a sub-agent may have asked since
+        // a team run's walk moves on: its current state again (once more after it ended)
+        if (run && run.agent.startsWith("team:") && (!TERMINAL.has(run.status) || teamShown !== `${run.run_id} ${run.status}`)) {
+          showTeam(run).catch(() => {});
+        }
       });
     }
     refreshInbox();
