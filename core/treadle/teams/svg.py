@@ -138,8 +138,8 @@ def render_svg(name: str, d: Definition, highlight: str = "") -> str:
             preds.setdefault(t.target, []).append(t.source)
     order: dict[str, float] = {}
     for r in sorted(rows):  # a row ordered by where its predecessors stand
-        first = {sid: float(i) for i, sid in enumerate(rows[r])}
-        rows[r].sort(key=lambda sid, first=first: _place(preds.get(sid), order, first[sid]))
+        keyed = [(_place(preds.get(sid), order, float(i)), i, sid) for i, sid in enumerate(rows[r])]
+        rows[r] = [sid for _, _, sid in sorted(keyed)]
         for i, sid in enumerate(rows[r]):
             order[sid] = float(i)
     widths = {r: sum(boxes[s].w for s in row) + GAP_X * (len(row) - 1) for r, row in rows.items()}
