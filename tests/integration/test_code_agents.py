@@ -239,3 +239,17 @@ async def test_a_code_agent_spawns_an_llm_agent_and_parks_until_it_answers(harne
     assert "tool_parked" in [e.type for e in events]  # it waited parked for the child, as an LLM agent does
     text = "".join(e.payload.get("text", "") for e in events if e.type == "text")
     assert text.startswith("child said: ") and "ping x" in text, text
+
+
+async def test_the_model_span_carries_the_code_hash(harness: Any) -> None:
+    import hashlib
+
+    from tests.support.spans import attrs, recording_spans
+
+    code = "function run(input) { return 'hashed'; }"
+    with recording_spans() as exporter:
+        rt, disp = await harness({"hashed": code_agent(code)}, Tally())
+        await start(rt, "hashed", "x")
+        await disp.drain()
+    chats = [attrs(s) for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    assert [a.get("provider.code_hash") for a in chats] == [hashlib.sha256(code.encode()).hexdigest()]

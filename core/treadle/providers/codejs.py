@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
+
 from treadle.domain.content import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from treadle.errors import ProviderError
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Usage
@@ -362,7 +364,9 @@ class CodeJsProvider:
         opts: dict[str, Any] = req.options.get("code_agent") or {}
         agent = req.run.agent if req.run else ""
         run_id = req.run.run_id if req.run else ""
-        src, _digest = self.source(agent, opts.get("code_body"))
+        src, digest = self.source(agent, opts.get("code_body"))
+        # loomcycle's provider.code_hash: which code made this run (the model span's attribute)
+        trace.get_current_span().set_attribute("provider.code_hash", digest)
         started_ms: int | None = opts.get("started_ms")
         if self.settings.deterministic:
             seed, anchor = FIXED_SEED, FIXED_EPOCH_MS
