@@ -13,7 +13,8 @@ if curl -fsS "$url/healthz" >/dev/null 2>&1; then
   echo "treadle already serving at $url"
   server=""
 else
-  treadle serve --listen "$listen" &
+  # the demo's own output is the run: treadle's INFO lines (run starts and ends, requests) stay off here
+  TREADLE_LOG_LEVEL=${TREADLE_LOG_LEVEL:-warning} treadle serve --listen "$listen" &
   server=$!
   trap '[ -n "$server" ] && kill "$server" 2>/dev/null; wait 2>/dev/null' EXIT INT TERM
   for _ in $(seq 1 150); do

@@ -1,6 +1,7 @@
 """The sidecar's access log: one INFO line per request on `treadle.access` — method, path, status,
-milliseconds. Never the query string or a header (a token travels in either), never a body.
-(uvicorn's own access log is off: it prints the query string.)"""
+milliseconds (the probes /healthz and /readyz left out). Never the query string or a header (a
+token travels in either), never a body. (uvicorn's own access log is off: it prints the query
+string.)"""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("treadle.access")
+#: probes, not requests: a line each would drown the log
+QUIET_PATHS = frozenset({"/healthz", "/readyz"})
 
 
 class AccessLog:
@@ -17,7 +20,7 @@ class AccessLog:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not log.isEnabledFor(logging.INFO):
+        if scope["type"] != "http" or scope["path"] in QUIET_PATHS or not log.isEnabledFor(logging.INFO):
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
