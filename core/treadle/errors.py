@@ -20,7 +20,8 @@
     │   ├── RunFinished                (409 run_finished)      input/turn cancel for a finished run
     │   ├── NotInteractive             (409 not_interactive)
     │   ├── NotMidTurn                 (409 not_mid_turn)
-    │   └── InterruptSettled           (409 interrupt_settled)
+    │   ├── InterruptSettled           (409 interrupt_settled)
+    │   └── (codes) already_pausing, not_paused   POST /v1/_pause while pausing, /v1/_resume while running
     ├── InterruptExpired               (410 interrupt_expired)
     ├── BodyTooLarge                   (413 body_too_large)
     ├── MemoryQuotaExceeded            (413 value_too_large | memory_quota_exceeded)
@@ -33,6 +34,7 @@
     ├── ChannelsUnavailable            (503 channels_unavailable)
     ├── ChannelPublishFailed           (503 channel_publish_failed)  a schedule/webhook publish failed
     ├── SecretUnresolvable             (503 secret_unresolvable)  a webhook's secret variable is unset
+    ├── RuntimePaused                  (503 runtime_paused)    a new run while the runtime is paused (POST /v1/_pause)
     ├── ToolError                      (tool failure; becomes a tool_result with is_error=true)
     │   ├── ToolNotPermitted           (the agent's tools: list does not name the tool)
     │   └── (volumes/, builtins/files/) path_refused, volume_refused, volumes_unavailable, file_not_found,
@@ -276,6 +278,13 @@ class SecretUnresolvable(TreadleError):
     def __init__(self, detail: str) -> None:
         super().__init__("this webhook's secret is not configured")
         self.detail = detail
+
+
+class RuntimePaused(TreadleError):
+    """A new run asked for while the runtime is pausing or paused (engine/pausing.py)."""
+
+    code = "runtime_paused"
+    status = 503
 
 
 class BadDeliveryId(BadRequest):

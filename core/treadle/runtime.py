@@ -44,6 +44,7 @@ from treadle.store.inputs import InputStore
 from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
+from treadle.store.pause import PauseStore
 from treadle.store.runs import NewRun, RunRecord, RunStore
 from treadle.store.sessions import SessionStore
 from treadle.store.sqlmem import SqlAudit, SqlMemory, SqlMemorySettings
@@ -60,6 +61,7 @@ from treadle.volumes.base import VolumeStorage
 from treadle.volumes.service import VolumeService
 
 if TYPE_CHECKING:
+    from treadle.engine.pausing import PauseControl
     from treadle.engine.step import Engine
     from treadle.mcp.defs import McpServerDefs
     from treadle.mcp.tools import McpToolSource
@@ -246,7 +248,8 @@ class Runtime:
         )
         self.sender = StepSender(self.dispatcher)
         self.hooks = HttpToolHooks(HookStore(pool), self.network)
-        self.waker = RunWaker(self.waits, self.subruns, self.sender, self.hub)
+        self.pause = PauseStore(pool, self.waits)  # the runtime's pause state (store/pause.py)
+        self.waker = RunWaker(self.waits, self.subruns, self.sender, self.hub, self.pause)
         self.interrupts = InterruptStore(pool)
         self.substrate = Substrate(pool, self.catalogue, self.runs, self.memory, build_embedder(config.memory.embedder))
         storage = self.volume_storage
@@ -301,6 +304,7 @@ class Runtime:
             ),
             on_run_end=self.volumes.run_ended,
             budgets=self._budget,
+            pause=self.pause,
         )
 
     async def _purge_ended(self) -> int:
@@ -310,6 +314,18 @@ class Runtime:
         if self.sql_memory is not None:
             await self.sql_memory.drop_ended_runs(self.pool)
         return purged
+
+    @cached_property
+    def pausing(self) -> PauseControl:
+        """The runtime's pause and resume (engine/pausing.py; /v1/_pause, /v1/_resume, /v1/_state)."""
+        from treadle.engine.pausing import PauseControl
+
+        return PauseControl(self.pause, self.waker)
+
+    async def refuse_if_paused(self) -> None:
+        """503 `runtime_paused` while the runtime pauses: the API's run starts call it (runs that
+        schedules, webhooks and sub-agents start are created and wait, parked, for the resume)."""
+        await self.pausing.refuse_new_runs()
 
     @cached_property
     def sql_memory(self) -> SqlMemory | None:

@@ -226,6 +226,11 @@ def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> No
     api.call("POST", "/v1/_erasure", 400, json={"subject": f"nobody{tag}", "dry_run": False})
     api.call("POST", "/v1/_credentialdef", 404, json={"op": "get", "scope": "tenant", "name": f"c{tag}"})
     api.call("POST", "/v1/_credentialdef", 400, json={"op": "get", "scope": "agent", "name": f"c{tag}"})
+    # the runtime's pause is runtime-wide (other tests share this database): its state, a refused
+    # pause, a resume of a running runtime (tests/waiting/test_pause.py pauses one of its own)
+    api.call("GET", "/v1/_state", 200)
+    api.call("POST", "/v1/_pause", 422, json={"timeout_ms": -1})
+    api.call("POST", "/v1/_resume", 409)
     other = "t" + tag
     api.call("POST", "/v1/_admin/tenants/{tenant_id}/cancel", 200, path={"tenant_id": other})
     api.call("GET", "/v1/_admin/tenants/{tenant_id}/export", 200, path={"tenant_id": other})

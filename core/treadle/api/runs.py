@@ -94,6 +94,7 @@ async def continued_session(rt: Runtime, who: Principal, body: RunRequest) -> Se
 async def _start(rt: Runtime, who: Principal, body: RunRequest, idempotency_key: str | None) -> tuple[RunRecord, bool]:
     refuse_unsupported(body, rt, who)
     session = await continued_session(rt, who, body)
+    await rt.refuse_if_paused()
     if body.agent_id is not None and idempotency_key is None:  # a retry gets its run back (store/runs.py)
         await check_agent_id(rt, who.tenant_id, body.agent_id)
     return await rt.start_run(

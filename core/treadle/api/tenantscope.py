@@ -15,7 +15,7 @@ from treadle.security.principal import Principal
 from treadle.store import scope as tenant_scope
 
 #: path prefixes of routes that act across tenants (operator-only by their scope)
-CROSS_TENANT_PREFIXES = ("/v1/_admin/", "/v1/_operatortokendef")
+CROSS_TENANT_PREFIXES = ("/v1/_admin/", "/v1/_operatortokendef", "/v1/_pause", "/v1/_resume", "/v1/_state")
 
 
 class TenantBindingMiddleware:

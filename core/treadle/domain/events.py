@@ -47,6 +47,8 @@ class EventType(StrEnum):
     # context compaction (engine/compaction.py)
     CONTEXT_COMPACTION = "context_compaction"
     COMPACTION_FAILED = "compaction_failed"
+    # the runtime's pause
+    RUNTIME_PAUSED = "runtime_paused"
     # endings
     DONE = "done"
     ERROR = "error"
@@ -91,6 +93,8 @@ CATALOGUE: dict[EventType, str] = {
     "the history is unchanged: `error`, `trigger`, `iteration`, `input_id`?",
     EventType.DONE: "the run ended: `stop_reason` (end_turn, max_iterations, cancelled, budget_exceeded), "
     "`usage` totals, `reason`? (cancel)",
+    EventType.RUNTIME_PAUSED: "the runtime was paused (`POST /v1/_pause`): the run parked at an iteration "
+    "boundary, `since_turn` iterations done; a resume continues it where it was",
     EventType.ERROR: "the run failed: `code`, `error` and details",
     EventType.TEXT_DELTA: "live only: a piece of text while the model answers: `text`, `iteration`, "
     "`attempt`, `provider`",
@@ -257,6 +261,16 @@ class TurnCancelled(_Typed):
 
 
 @dataclass(frozen=True, slots=True)
+class RuntimePaused(_Typed):
+    type: ClassVar[EventType] = EventType.RUNTIME_PAUSED
+    since_turn: int
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> RuntimePaused:
+        return cls(int(p.get("since_turn") or 0))
+
+
+@dataclass(frozen=True, slots=True)
 class UserInput(_Typed):
     type: ClassVar[EventType] = EventType.USER_INPUT
     segments: list[dict[str, Any]]
@@ -357,12 +371,12 @@ class CompactionFailed(_Typed):
 
 
 TypedEvent = (Text | Thinking | ToolCall | Usage | ToolResult | ToolParked | AwaitingInput | TurnCancelled
-              | UserInput | LimitCrossed | Done | Error | ContextCompaction | CompactionFailed)
+              | UserInput | LimitCrossed | Done | Error | ContextCompaction | CompactionFailed | RuntimePaused)
 
 _PARSERS: dict[str, Any] = {
     cls.type: cls.parse
     for cls in (Text, Thinking, ToolCall, Usage, ToolResult, ToolParked, AwaitingInput, TurnCancelled,
-                UserInput, LimitCrossed, Done, Error, ContextCompaction, CompactionFailed)
+                UserInput, LimitCrossed, Done, Error, ContextCompaction, CompactionFailed, RuntimePaused)
 }
 
 

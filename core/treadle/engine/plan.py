@@ -5,10 +5,10 @@ and sends the next step; nothing here does I/O, so every rule below is tested wi
 (tests/unit/test_step_plans.py).
 
 The step in order (engine/README.md):
-1. `top` — before anything else: a pending cancel, the run's deadline, an unknown agent, queued
-   steering input, an interactive run at rest, pending tool calls, the iteration cap, a spent hard
-   budget (`budget_exceeded`); or `MODEL`: call the model (a soft budget crossed for the first
-   time records a `limit` event with the turn: `soft_crossings`).
+1. `top` — before anything else: a pending cancel, the runtime's pause, the run's deadline, an
+   unknown agent, queued steering input, an interactive run at rest, pending tool calls, the
+   iteration cap, a spent hard budget (`budget_exceeded`); or `MODEL`: call the model (a soft
+   budget crossed for the first time records a `limit` event with the turn: `soft_crossings`).
 2. `after_model` — the model answered: end the turn (complete, park an interactive run for
    input, or go on when input was queued meanwhile), or run the turn's tools.
 3. `after_tools` — the tools answered (or parked): record the results and go on, park on the
@@ -34,6 +34,7 @@ from treadle.domain.events import (
     Error,
     EventType,
     LimitCrossed,
+    RuntimePaused,
     ToolParked,
     ToolUseRef,
     TurnCancelled,
@@ -45,6 +46,7 @@ from treadle.engine.outcomes import ParkedCall, tool_result_event
 from treadle.engine.replay import Transcript, input_id_of
 from treadle.governance.budgets import Breach
 from treadle.store.inputs import QueuedInput
+from treadle.store.pause import PAUSE_KEY, PAUSE_KIND
 from treadle.store.steps import StepOutcome, WaitSpec
 
 #: a run's steering input wakes it through this wait key
@@ -75,6 +77,7 @@ class StepPlan:
 class Next(Enum):
     """What the step does next when `top` did not end it with a plan."""
 
+    PAUSE = "pause"  # the runtime is pausing: park at this boundary (`pause`) once the state is re-read
     STEER = "steer"  # take the steering queue's items (engine/waiting.py), then decide again
     REST = "rest"  # an interactive run woken with no input: park again for input
     PENDING = "pending"  # run the last turn's unanswered tool calls
@@ -97,12 +100,16 @@ class Facts:
     #: the run's budgets as checked at this step (store/limits.py): a spent hard one, crossed soft ones
     over_budget: Breach | None = None
     soft_budget: tuple[Breach, ...] = ()
+    #: the runtime was pausing or paused when the step was leased (store/pause.py)
+    runtime_paused: bool = False
 
 
 def top(facts: Facts, transcript: Transcript, now: float) -> StepPlan | Next:
     """The decisions before any model call, in priority order."""
     if facts.cancel_requested:
         return cancelled(transcript, facts.cancel_reason)
+    if facts.runtime_paused:
+        return Next.PAUSE
     if facts.deadline_unix is not None and now >= facts.deadline_unix:
         return failed(transcript, [], "run_timeout", "run timeout exceeded")
     if not facts.agent_known:
@@ -195,6 +202,14 @@ def failed(transcript: Transcript, events: list[NewEvent], code: str, message: s
     error = Error(code, message, dict(details or {}))
     return StepPlan([*events, *closing, error.event()],
                     StepOutcome("failed", StopReason.ERROR.value, error=error.to_payload()))
+
+
+def pause(iterations: int, since_version: int) -> StepPlan:
+    """The runtime is pausing: park at this iteration boundary (nothing between a tool_use and its
+    result is open at a step's top) on the tenant's pause key, read at `since_version` before the
+    state was checked again; a resume pokes it and the run goes on where it was."""
+    wait = WaitSpec("", PAUSE_KIND, PAUSE_KEY, since_version, None)
+    return StepPlan([RuntimePaused(iterations).event()], StepOutcome("waiting", waits=[wait]))
 
 
 # -- after the model ----------------------------------------------------------------------------------
@@ -350,7 +365,12 @@ def iteration_cap(max_iterations: int, *, unbounded: bool, interactive: bool, ex
 
 def at_rest(interactive: bool, events: list[tuple[int, str, dict[str, Any]]]) -> bool:
     """An interactive run whose last turn ended (it parked for input) and got nothing new."""
-    return interactive and bool(events) and events[-1][1] == EventType.AWAITING_INPUT
+    if not interactive:
+        return False
+    for _seq, etype, _payload in reversed(events):
+        if etype != EventType.RUNTIME_PAUSED:  # a pause that parked it in between changes nothing
+            return bool(etype == EventType.AWAITING_INPUT)
+    return False
 
 
 def add_usage(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:

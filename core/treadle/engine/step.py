@@ -52,6 +52,7 @@ from treadle.providers.base import DeltaSink, ModelResponse
 from treadle.security.redact import SECRETS
 from treadle.store.cancels import CancelState, cancel_state
 from treadle.store.folding import FoldFailed
+from treadle.store.pause import PAUSE_KEY, PauseStore
 from treadle.store.steps import LeasedRun, StepStore
 from treadle.telemetry import tracing
 from treadle.telemetry.metrics import metrics
@@ -109,9 +110,12 @@ class Engine:
         mcp_tools: McpTools | None = None,
         on_run_end: Callable[[str], Awaitable[object]] | None = None,
         budgets: BudgetCheck | None = None,
+        pause: PauseStore | None = None,
     ) -> None:
         #: consulted at each step's top (the iteration boundary): a spent hard budget ends the run
         self.budgets = budgets
+        #: the runtime's pause state (store/pause.py): re-read before a run parks for a pause
+        self.pause = pause
         #: called (best effort) with a run's id after the step that ended it committed — unless
         #: that commit found no volume instances rooted at the run (`LeasedRun.rooted_volumes`)
         self.on_run_end = on_run_end
@@ -309,6 +313,7 @@ class Engine:
             iteration_cap=iteration_cap(agent, leased) if agent is not None else 0,
             over_budget=budget.hard if budget is not None else None,
             soft_budget=budget.soft if budget is not None else (),
+            runtime_paused=leased.runtime_paused,
         )
 
     async def _step(self, lease: Lease) -> StepResult:
@@ -323,6 +328,13 @@ class Engine:
         budget = await self.budgets(leased) if self.budgets is not None else None
         facts = self._facts(leased, agent, budget)
         decision = plan.top(facts, transcript, time.time())
+        if decision is Next.PAUSE:  # the runtime is pausing: park here unless it resumed meanwhile
+            version = await self.tools.waits.version(leased.tenant_id, PAUSE_KEY)  # before the state
+            if self.pause is not None and await self.pause.paused():
+                return await self._apply(lease, plan.pause(transcript.iterations, version))
+            leased.runtime_paused = False
+            facts = self._facts(leased, agent)
+            decision = plan.top(facts, transcript, time.time())
         if decision is Next.STEER:  # steering input / a turn cancel queued
             steered = await self._steer(lease, transcript)
             if isinstance(steered, StepPlan):

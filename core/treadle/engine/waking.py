@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from treadle.engine.hub import RunEventHub
 from treadle.engine.sending import StepSender
+from treadle.store.pause import PauseStore
 from treadle.store.subruns import SubRunStore
 from treadle.store.waits import WaitStore
 
 
 class RunWaker:
-    def __init__(self, waits: WaitStore, subruns: SubRunStore, sender: StepSender, hub: RunEventHub) -> None:
+    def __init__(self, waits: WaitStore, subruns: SubRunStore, sender: StepSender, hub: RunEventHub,
+                 pause: PauseStore | None = None) -> None:
         self.waits = waits
+        self.pause = pause
         self.subruns = subruns
         self.sender = sender
         self.hub = hub
@@ -31,6 +34,8 @@ class RunWaker:
         whose wait deadline passed, and repair lost wake-ups (sweeper / maintenance)."""
         woken = await self.waits.poke_due()
         woken += await self.waits.wake_due()
+        if self.pause is not None:  # runs a pause parked, still parked after a resume (it died half way)
+            woken += await self.pause.lost_wakes()
         await self._woke(woken)
         n = len(woken)
         # parents parked on sub-agents that all ended, whose wake-up was lost (crash after the final commit)
@@ -41,6 +46,14 @@ class RunWaker:
             await self.sender.always(run_id, step_no)
             n += 1
         return n
+
+    async def resume_runtime(self) -> tuple[bool, int]:
+        """paused → running, and every run the pause parked woken (store/pause.py). (False, 0) when
+        the runtime was not paused."""
+        assert self.pause is not None
+        resumed, woken = await self.pause.resume()
+        await self._woke(woken)
+        return resumed, len(woken)
 
     async def _woke(self, woken: list[tuple[str, int]]) -> None:
         for run_id, step_no in woken:

@@ -33,6 +33,7 @@ from treadle.store.db import Pool, StepTransaction, current_step_transaction, pr
 from treadle.store.folding import Folded, FoldedWrite, FoldFailed, fill_result
 from treadle.store.held import HeldTranscripts
 from treadle.store.locks import CLAIM_LOCK_KEY, xact_lock
+from treadle.store.pause import PAUSED_COLUMN
 from treadle.store.runs import JOBS_CHANNEL
 from treadle.store.sqltext import compact
 from treadle.store.stalled import StalledSession, end_stalled_sessions
@@ -42,7 +43,7 @@ _LEASED_COLUMNS = (
     " runs.iterations, runs.step_failures, runs.cancel_requested, runs.cancel_reason, runs.metadata,"
     " runs.interactive, runs.input_seq, runs.parent_wait_key, runs.def_id, runs.skill_def_ids,"
     " runs.client_tools, runs.client_tool_timeout_s, runs.allowed_hosts, runs.trace_context, runs.created_at,"
-    " runs.parent_context, runs.run_options, runs.session_id, runs.session_seq"
+    " runs.parent_context, runs.run_options, runs.session_id, runs.session_seq, " + PAUSED_COLUMN
 )
 def _events_agg(after: str = "0") -> str:
     """The run's events after seq `after` (an SQL expression) as one JSON array, `events`."""
@@ -91,6 +92,8 @@ class LeasedRun:
     #: loomcycle's parent_context (inherited by sub-agents) and per-run options (tools, sampling, user_tier)
     parent_context: dict[str, Any] | None = None
     run_options: RunOptions = field(default_factory=RunOptions)
+    #: whether the runtime was pausing or paused when the step was leased (store/pause.py)
+    runtime_paused: bool = False
     #: the engine's replay state of `events` that this process kept with them (store/held.py),
     #: found by the claim; opaque here (engine/lease.py owns it)
     kept_replay: Any = None
@@ -190,6 +193,7 @@ def _leased(row: dict[str, Any]) -> LeasedRun:
         run_options=RunOptions.from_json(row.get("run_options")),
         session_id=row.get("session_id"),
         session_seq=int(row.get("session_seq") or 0),
+        runtime_paused=bool(row.get("runtime_paused")),
     )
 
 

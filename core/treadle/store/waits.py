@@ -121,6 +121,13 @@ class WaitStore:
                 {"tenants": tenants, "keys": keys},
             )
 
+    async def wake_key_everywhere(self, key: str) -> list[tuple[str, int]]:
+        """Poke `key` in every tenant that has it (the runtime's resume: store/pause.py)."""
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute("UPDATE wait_keys SET version = version + 1 WHERE key = %s", (key,))
+            return await self._wake(
+                conn, "SELECT DISTINCT run_id FROM run_waits WHERE key = %(key)s", {"key": key})
+
     async def wake_due(self, limit: int = 1000) -> list[tuple[str, int]]:
         """Wake runs whose wait deadline has passed (the sweeper / maintenance function)."""
         async with self.pool.connection() as conn, conn.transaction():

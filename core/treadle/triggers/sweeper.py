@@ -14,6 +14,7 @@ from datetime import datetime
 from treadle.engine.workers import PeriodicTask
 from treadle.store.db import Pool
 from treadle.store.locks import SWEEPER_LOCK_KEY, try_xact_lock
+from treadle.store.pause import runtime_paused
 from treadle.triggers.firing import TickResult
 from treadle.triggers.hooks import HookRunner
 from treadle.triggers.schedules import ScheduleService
@@ -52,7 +53,9 @@ class ScheduleSweeper(PeriodicTask):
             return await self._tick(now)
 
     async def _tick(self, now: datetime | None) -> TickResult:
-        result = await self.service.firing.tick(now)
+        # while the runtime is paused nothing fires: a due schedule stays due and fires after the
+        # resume (as loomcycle's sweeper skips its ticks while paused)
+        result = TickResult() if await runtime_paused(self.pool) else await self.service.firing.tick(now)
         handled = await self.hooks.run_once()
         if self.purge_volumes is not None:  # ephemeral volumes a crash kept from their run-end purge
             purged = await self.purge_volumes()

@@ -144,3 +144,31 @@ class Readiness(Response):
     version: str
     database: str = Field(description="ok | unreachable | not_open")
     pending_migrations: list[int] = Field(description="versions this treadle ships that the database lacks")
+class PauseRequest(Request):
+    """POST /v1/_pause (loomcycle's): how long to wait for every run to reach an iteration boundary;
+    0 or absent: 30 s; at most 5 minutes."""
+
+    timeout_ms: int = Field(default=0, ge=0)
+
+
+class PauseResult(Response):
+    state: str
+    duration_ms: int
+    force_cancelled_count: int
+    paused_runs_count: int
+    warnings: list[str] | None = None
+
+
+class ResumeResult(Response):
+    state: str
+    resumed_runs_count: int
+    warnings: list[str] | None = None
+
+
+class RuntimeState(Response):
+    """GET /v1/_state: running | pausing | paused, the runs a pause parked, and (treadle's) the runs
+    not parked yet."""
+
+    state: str
+    paused_runs_count: int
+    active_runs_count: int

@@ -88,6 +88,7 @@ def _new_run(rt: Runtime, who: Principal, body: RunRequest, idempotency_key: str
       "{run_id, status, settled, final_text?}; a run still going at the timeout keeps going.", SpawnRunArgs)
 async def spawn_run(rt: Runtime, who: Principal, a: SpawnRunArgs) -> dict[str, Any]:
     body = RunRequest.model_validate(a.model_dump(exclude={"timeout_ms", "idempotency_key"}, exclude_unset=True))
+    await rt.refuse_if_paused()
     run, created = await rt.start_run(_new_run(rt, who, body, a.idempotency_key))
     done = await settle(rt, who.tenant_id, [run.id], _deadline(rt, a.timeout_ms)) if a.timeout_ms else {}
     return {**await outcome(rt, who.tenant_id, done.get(run.id, run)), "created": created}
@@ -105,6 +106,7 @@ async def spawn_runs(rt: Runtime, who: Principal, a: SpawnRunsArgs) -> dict[str,
         return await runs.create_runs(BatchRequest(spawns=a.spawns, mode=a.mode, timeout_ms=min(wait_ms, 600_000)),
                                       rt, who)
     assert a.runs is not None
+    await rt.refuse_if_paused()
     started: list[str | dict[str, Any]] = []
     for body in a.runs:
         try:
@@ -335,6 +337,43 @@ async def list_channels(rt: Runtime, who: Principal, _a: NoArgs) -> dict[str, An
 @tool("whoami", "The caller as treadle sees it: tenant, subject, scopes.", NoArgs)
 async def whoami(_rt: Runtime, who: Principal, _a: NoArgs) -> dict[str, Any]:
     return principal_view(who)
+
+
+# -- the runtime's pause (the operator's; api/pause.py) ----------------------------------------------
+
+
+class PauseArgs(_Args):
+    timeout_ms: int = Field(default=0, ge=0)
+
+
+def _operator_across_tenants(who: Principal) -> None:
+    from treadle.api.admin import _operator
+    from treadle.store import scope as tenant_scope
+
+    _operator(who)
+    tenant_scope.unbind()  # the pause counts and wakes every tenant's runs
+
+
+@tool("pause_runtime", "Pause the runtime (operator): new runs are refused (runtime_paused), every run parks at "
+      "its next iteration boundary; answers {state, duration_ms, force_cancelled_count, paused_runs_count, "
+      "warnings?} once all parked or at timeout_ms (default 30000).", PauseArgs)
+async def pause_runtime(rt: Runtime, who: Principal, a: PauseArgs) -> dict[str, Any]:
+    _operator_across_tenants(who)
+    return await rt.pausing.pause(a.timeout_ms, budget_s=rt.sse_budget_s)
+
+
+@tool("resume_runtime", "Resume a paused runtime (operator): every parked run goes on where it was. "
+      "{state, resumed_runs_count}", NoArgs)
+async def resume_runtime(rt: Runtime, who: Principal, _a: NoArgs) -> dict[str, Any]:
+    _operator_across_tenants(who)
+    return await rt.pausing.resume()
+
+
+@tool("get_runtime_state", "The runtime's state (operator): {state: running|pausing|paused, paused_runs_count, "
+      "active_runs_count}", NoArgs)
+async def get_runtime_state(rt: Runtime, who: Principal, _a: NoArgs) -> dict[str, Any]:
+    _operator_across_tenants(who)
+    return await rt.pausing.state()
 
 
 # -- the *Def families: the op input of the builtin tool of the same kind ----------------------------

@@ -136,6 +136,7 @@ async def open_turn(rt: Runtime, tenant: str, req: ChatRequest) -> tuple[str, in
     if user_id is not None and not is_identifier(user_id):
         raise UnsupportedParameter("user must match [A-Za-z0-9_-]{1,128} (it becomes the run's user_id)", "user",
                                    code="invalid_value")
+    await rt.refuse_if_paused()
     specs = [ClientToolSpec(name=t.function.name, description=t.function.description,
                             input_schema=t.function.parameters) for t in req.tools or ()]
     run, _ = await rt.start_run(NewRun(
