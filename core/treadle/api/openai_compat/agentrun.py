@@ -121,9 +121,9 @@ def segments_of(req: ChatRequest) -> list[dict[str, Any]]:
     return segments
 
 
-async def open_turn(rt: Runtime, tenant: str, req: ChatRequest) -> tuple[str, int]:
-    """Start the agent's run, or hand the tool results to the run that asked for them; returns
-    (run id, the run's last event seq before this request)."""
+async def open_turn(rt: Runtime, tenant: str, req: ChatRequest, session_id: str | None = None) -> tuple[str, int]:
+    """Start the agent's run (continuing `session_id` if given), or hand the tool results to the
+    run that asked for them; returns (run id, the run's last event seq before this request)."""
     refuse_sampling(req)
     trailing: list[ChatMessage] = []
     for m in reversed(req.messages):
@@ -141,7 +141,7 @@ async def open_turn(rt: Runtime, tenant: str, req: ChatRequest) -> tuple[str, in
                             input_schema=t.function.parameters) for t in req.tools or ()]
     run, _ = await rt.start_run(NewRun(
         tenant_id=tenant, agent=req.model, segments=segments_of(req), user_id=user_id,
-        client_tools=client_tool_specs(rt, specs or None, None),
+        client_tools=client_tool_specs(rt, specs or None, None), session_id=session_id,
     ))
     return run.id, 0
 
@@ -206,9 +206,13 @@ def _failure(payload: dict[str, Any]) -> ProviderError:
                          code=str(payload.get("code") or "run_failed"))
 
 
-async def follow(rt: Runtime, tenant: str, run_id: str, start_seq: int) -> AsyncIterator[Text | Ended]:
+async def follow(rt: Runtime, tenant: str, run_id: str, start_seq: int, *, live: bool = True,
+                 wait: bool = True) -> AsyncIterator[Text | Ended]:
     """The run's answer to this request: text as it is produced (live deltas where this process
-    drives the model, else the stored turns), then `Ended`. Raises ProviderError if the run fails."""
+    drives the model, else the stored turns), then `Ended`. Raises ProviderError if the run fails.
+    `live=False`: the stored turns only (the same text, in pieces that depend on the transcript
+    alone, so a retelling is identical); `wait=False`: stop, without `Ended`, where the transcript
+    ends while the run goes on."""
     st = _Follow(start_seq)
     cursor = 0
     budget = min(FOLLOW_BUDGET_S, rt.sse_budget_s or FOLLOW_BUDGET_S)
@@ -225,7 +229,7 @@ async def follow(rt: Runtime, tenant: str, run_id: str, start_seq: int) -> Async
                         return
             if len(events) == 500:
                 continue
-            for frame in held:
+            for frame in held if live else ():
                 it = frame.data.get("iteration")
                 if frame.event != "text_delta" or not isinstance(it, int) or it in st.stored:
                     continue
@@ -244,6 +248,8 @@ async def follow(rt: Runtime, tenant: str, run_id: str, start_seq: int) -> Async
                     calls = [tool_call_json(call_id(run_id, tu_id), str(tu.get("name")), dict(tu.get("input") or {}))
                              for tu_id, tu in st.pending.items()]
                     yield Ended("tool_calls", calls, (st.input_tokens, st.output_tokens))
+                    return
+                if not wait:
                     return
                 if time.monotonic() >= deadline:
                     raise RunStillRunning(f"run {run_id} has neither ended nor asked for a tool within {budget:g} s; "

@@ -1,43 +1,60 @@
-"""POST /v1/responses: OpenAI's Responses API, answered by the same paths as Chat Completions
+"""OpenAI's Responses API: POST /v1/responses, answered by the same paths as Chat Completions
 (responses_wire.py translates the request): `model` names an agent (a durable run; its function
 calls come back as `function_call` items with ids `tc.<run_id>.<tool_use_id>`, and a follow-up
 request's `function_call_output` items continue that run), an alias, a tier or a pin (one model
 call). `text.format` and `tool_choice` are honoured as on chat (structured.py).
 
-Not built yet and refused by name: `store: true`, `background: true`, `previous_response_id`,
-`conversation` (a response is not stored, so GET /v1/responses/{id} has nothing to return)."""
+Stored responses (`store`, OpenAI's default true; migration 0070): GET /v1/responses/{id},
+DELETE, GET …/input_items, and `previous_response_id` — the chain's input and output items go
+before the new input; for an agent whose previous response was its run, the new turn continues
+that run's session (its history is read in place), or its `function_call_output` items answer the
+run's calls. An agent's response is a turn of its run: its document and its numbered events are
+derived from the run's transcript (item ids from the response id and place), so any process, after
+any restart, tells it the same way.
+
+`background: true` (agents: a durable run; a one-call model is refused by name) answers at once
+with `queued`; GET /v1/responses/{id}?stream=true&starting_after=N replays the events after N, then
+follows; POST …/cancel cancels the run. `conversation` is refused by name."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from treadle.api.deps import Rt, Who
 from treadle.api.modelcall import Chosen, TextDelta, log_call, stream_once
-from treadle.api.openai_compat.agentrun import Ended, follow, open_turn
+from treadle.api.openai_compat.agentrun import Ended, RunStillRunning, follow, open_turn
 from treadle.api.openai_compat.chat import call_checked, model_call, resolve_target
 from treadle.api.openai_compat.errors import OPENAI_ERRORS, OpenAIRoute
 from treadle.api.openai_compat.responses_wire import (
     ResponseDoc,
+    ResponsesRequest,
     function_call_item,
+    input_items,
     message_item,
-    new_id,
+    parse_responses,
     to_chat,
     usage_json,
 )
-from treadle.api.openai_compat.wire import ChatRequest, finish_reason, tool_call_json
+from treadle.api.openai_compat.wire import ChatRequest, UnsupportedParameter, finish_reason, tool_call_json
 from treadle.api.sse import SSE_HEADERS
 from treadle.domain.content import TextBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent
 from treadle.errors import BadRequest, NotFound, TreadleError
+from treadle.providers.base import ModelResponse
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
+from treadle.store.openai_responses import ResponseStore, StoredResponse
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
+#: how many previous responses a `previous_response_id` chain may hold
+MAX_CHAIN = 100
+TERMINAL = ("completed", "incomplete", "failed", "cancelled")
 
 
 async def _body(request: Request) -> Any:
@@ -47,32 +64,79 @@ async def _body(request: Request) -> Any:
         raise BadRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
 
 
+def _sse(frames: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> StreamingResponse:
+    return StreamingResponse(frames, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})})
+
+
 @router.post("/responses", responses={
     200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
           "description": "a `response`; with `stream: true`, its events (`response.created` … `response.completed`)"},
     **OPENAI_ERRORS})
 async def create_response(request: Request, rt: Rt, who: Who) -> Response:
     """OpenAI's Responses API (module docstring); errors in OpenAI's shape."""
-    req, chat = to_chat(await _body(request))
+    req = parse_responses(await _body(request))
+    if req.background and not req.stored:
+        raise UnsupportedParameter("background=true keeps the response to be polled: it needs store=true", "store",
+                                   code="invalid_value")
+    store = ResponseStore(rt.pool)
+    prev = None if req.previous_response_id is None else \
+        await _stored(store, who, req.previous_response_id, "previous_response_id")
     target = await resolve_target(rt, who.tenant_id, req.model)
     if target.kind == "agent":
-        run_id, start_seq = await open_turn(rt, who.tenant_id, chat)
-        doc = ResponseDoc(req, {"run_id": run_id})
-        headers = {"x-treadle-run-id": run_id}
-        body = _agent_events(rt, who, doc, run_id, start_seq)
+        return await _create_agent(rt, who, store, req, prev)
+    if req.background:
+        raise UnsupportedParameter(f"background applies to an agent (a durable run); {req.model!r} answers in one "
+                                   "model call", "background")
+    assert target.route is not None
+    chat = to_chat(req, await _history(rt, who, store, prev))
+    mc = model_call(chat)
+    doc = ResponseDoc(req, {"request_id": mc.request_id})
+    if req.stored:
+        await store.create(_row(who, doc, req))
+    if chat.stream and not chat.wish.active:
+        steps = _direct_events(rt, who, chat, doc, target.route, mc)
     else:
-        assert target.route is not None
-        mc = model_call(chat)
-        doc = ResponseDoc(req, {"request_id": mc.request_id})
-        headers = {}
-        if chat.stream and not chat.wish.active:
-            body = _direct_events(rt, who, chat, doc, target.route, mc)
-        else:
-            body = _checked_events(rt, who, chat, doc, target.route, mc)
-    if req.stream:
-        return StreamingResponse(_framed(doc, body), media_type="text/event-stream",
-                                 headers={**SSE_HEADERS, **headers})
-    async for _ in _framed(doc, body):  # the same assembly as a stream, without sending it
+        steps = _checked_events(rt, who, chat, doc, target.route, mc)
+    return await _answer(rt, who, doc, steps, {})
+
+
+async def _create_agent(rt: Runtime, who: Principal, store: ResponseStore, req: ResponsesRequest,
+                        prev: StoredResponse | None) -> Response:
+    session: str | None = None
+    if prev is not None and prev.run_id is not None and prev.request.get("model") == req.model:
+        chat = to_chat(req)  # the run holds the history: its session, or the calls its results answer
+        run = await rt.runs.get(who.tenant_id, prev.run_id)
+        if run is not None and not (chat.messages and chat.messages[-1].role == "tool"):
+            session = run.session
+    else:
+        chat = to_chat(req, await _history(rt, who, store, prev))
+    run_id, start_seq = await open_turn(rt, who.tenant_id, chat, session)
+    doc = ResponseDoc(req, {"run_id": run_id})
+    headers = {"x-treadle-run-id": run_id}
+    if req.stored:
+        await store.create(_row(who, doc, req, run_id, start_seq))
+    if req.background:
+        if req.stream:
+            return _sse(_replay(rt, who, doc, run_id, start_seq, None), headers)
+        return JSONResponse(doc.doc("queued"), headers=headers)
+    return await _answer(rt, who, doc, _agent_events(rt, who, doc, run_id, start_seq), headers)
+
+
+def _row(who: Principal, doc: ResponseDoc, req: ResponsesRequest, run_id: str | None = None,
+         start_seq: int | None = None) -> StoredResponse:
+    return StoredResponse(id=doc.id, tenant_id=who.tenant_id, user_id=req.user or req.safety_identifier,
+                          created_unix=doc.created_at, background=bool(req.background),
+                          request=req.model_dump(mode="json", exclude_none=True), input_items=input_items(req, doc.id),
+                          previous_response_id=req.previous_response_id, run_id=run_id, start_seq=start_seq, doc=None)
+
+
+async def _answer(rt: Runtime, who: Principal, doc: ResponseDoc, steps: AsyncIterator[Step],
+                  headers: dict[str, str]) -> Response:
+    """The response as a stream or as one document; a stored one keeps its final document."""
+    frames = _kept(rt, who, doc, _framed(doc, steps))
+    if doc.req.stream:
+        return _sse(frames, headers)
+    async for _ in frames:  # the same assembly as a stream, without sending it
         pass
     final = doc.final
     assert final is not None
@@ -82,38 +146,161 @@ async def create_response(request: Request, rt: Rt, who: Who) -> Response:
     return JSONResponse(final, headers=headers)
 
 
+async def _kept(rt: Runtime, who: Principal, doc: ResponseDoc,
+                frames: AsyncIterator[tuple[int, bytes]]) -> AsyncIterator[bytes]:
+    async for _seq, frame in frames:
+        if doc.final is not None and doc.req.stored:
+            await ResponseStore(rt.pool).finish(who.tenant_id, doc.id, doc.final)
+        yield frame
+
+
 class _Failed(TreadleError):
     code = "provider_error"
     status = 502
 
 
-def _not_stored(response_id: str) -> NotFound:
-    return NotFound(f"No response with id '{response_id}' found: treadle does not store responses yet "
-                    "(create them with store: false)", code="response_not_found")
+class ResponseNotFound(NotFound):
+    code = "response_not_found"
 
 
-@router.get("/responses/{response_id}", responses=OPENAI_ERRORS)
-async def get_response(response_id: str, who: Who) -> Response:
-    """Responses are not stored yet: every id is unknown (docs/openai.md)."""
-    raise _not_stored(response_id)
+class NotBackground(BadRequest):
+    code = "response_not_background"
+
+
+async def _stored(store: ResponseStore, who: Principal, response_id: str, param: str | None = None) -> StoredResponse:
+    row = await store.get(who.tenant_id, response_id)
+    if row is None:
+        what = "Previous response" if param else "Response"
+        exc = ResponseNotFound(f"{what} with id '{response_id}' not found.")
+        if param is None:
+            raise exc
+        raise UnsupportedParameter(exc.message, param, code="previous_response_not_found") from None
+    return row
+
+
+def _doc_of(row: StoredResponse, extension: dict[str, Any]) -> ResponseDoc:
+    req = ResponsesRequest.model_validate(row.request)
+    return ResponseDoc(req, extension, response_id=row.id, created_at=row.created_unix)
+
+
+async def _current(rt: Runtime, who: Principal, row: StoredResponse) -> dict[str, Any]:
+    """The response document as it stands: the kept one, else (an agent's turn under way, or one
+    whose teller left) derived from the run's transcript so far."""
+    if row.doc is not None:
+        return row.doc
+    if row.run_id is None or row.start_seq is None:  # a model call whose process or client went away
+        doc = _doc_of(row, {})
+        return doc.doc("failed", error={"code": "response_interrupted", "message":
+                                        "the response was cut off before it finished (its client left or its server "
+                                        "restarted)"})
+    doc = _doc_of(row, {"run_id": row.run_id})
+    async for _ in _framed(doc, _agent_events(rt, who, doc, row.run_id, row.start_seq, live=False, wait=False)):
+        pass
+    if doc.final is not None:
+        await ResponseStore(rt.pool).finish(who.tenant_id, row.id, doc.final)
+        return doc.final
+    return doc.doc("in_progress" if doc.output or doc.seq > 2 else "queued")
+
+
+async def _history(rt: Runtime, who: Principal, store: ResponseStore,
+                   prev: StoredResponse | None) -> list[dict[str, Any]]:
+    """The items of the previous responses, oldest first: each one's input, then its output."""
+    items: list[dict[str, Any]] = []
+    row, seen = prev, 0
+    while row is not None:
+        seen += 1
+        if seen > MAX_CHAIN:
+            raise UnsupportedParameter(f"the previous_response_id chain is longer than {MAX_CHAIN} responses",
+                                       "previous_response_id", code="invalid_value")
+        doc = await _current(rt, who, row)
+        items = [*row.input_items, *doc["output"], *items]
+        row = None if row.previous_response_id is None else await store.get(who.tenant_id, row.previous_response_id)
+    return items
+
+
+@router.get("/responses/{response_id}", responses={
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+          "description": "the `response`; with `stream=true` (a background response), its events after "
+                         "`starting_after`, then the rest as they come"},
+    **OPENAI_ERRORS})
+async def get_response(response_id: str, rt: Rt, who: Who, stream: bool = False,
+                       starting_after: Annotated[int | None, Query(ge=-1)] = None,
+                       include_obfuscation: bool | None = None,
+                       include: Annotated[list[str] | None, Query(alias="include[]")] = None) -> Response:
+    """A stored response (derived from its run's transcript while an agent's turn is under way);
+    `stream=true` replays a background response's events after `starting_after`, then follows."""
+    if include:
+        raise UnsupportedParameter("include is not supported", "include", code="unsupported_parameter")
+    row = await _stored(ResponseStore(rt.pool), who, response_id)
+    if not stream:
+        if starting_after is not None:
+            raise UnsupportedParameter("starting_after applies with stream=true", "starting_after",
+                                       code="invalid_value")
+        return JSONResponse(await _current(rt, who, row))
+    if not row.background or row.run_id is None or row.start_seq is None:
+        raise UnsupportedParameter("only a response created with background=true can be streamed again", "stream",
+                                   code="invalid_value")
+    doc = _doc_of(row, {"run_id": row.run_id})
+    return _sse(_replay(rt, who, doc, row.run_id, row.start_seq, starting_after), {"x-treadle-run-id": row.run_id})
+
+
+async def _replay(rt: Runtime, who: Principal, doc: ResponseDoc, run_id: str, start_seq: int,
+                  starting_after: int | None) -> AsyncIterator[bytes]:
+    """A background response's events, derived from the run's transcript alone (the same numbers
+    every time), those after `starting_after` sent; the stream ends at the response's end, or at
+    the shape's SSE budget (the client resumes from its last sequence_number)."""
+    steps = _agent_events(rt, who, doc, run_id, start_seq, live=False, resumable=True)
+    async for seq, frame in _framed(doc, steps, queued=True):
+        if starting_after is None or seq > starting_after:
+            yield frame
+        if doc.final is not None:
+            await ResponseStore(rt.pool).finish(who.tenant_id, doc.id, doc.final)
 
 
 @router.delete("/responses/{response_id}", responses=OPENAI_ERRORS)
-async def delete_response(response_id: str, who: Who) -> Response:
-    """Nothing is stored to delete yet."""
-    raise _not_stored(response_id)
+async def delete_response(response_id: str, rt: Rt, who: Who) -> Response:
+    """Delete a stored response (an agent's run stays, as every run does)."""
+    if not await ResponseStore(rt.pool).delete(who.tenant_id, response_id):
+        raise ResponseNotFound(f"Response with id '{response_id}' not found.")
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
 @router.post("/responses/{response_id}/cancel", responses=OPENAI_ERRORS)
-async def cancel_response(response_id: str, who: Who) -> Response:
-    """Only background responses can be cancelled, and treadle has none yet."""
-    raise _not_stored(response_id)
+async def cancel_response(response_id: str, rt: Rt, who: Who) -> Response:
+    """Cancel a background response: its run is cancelled and the response answers `cancelled`;
+    a finished one is returned as it is (idempotent)."""
+    store = ResponseStore(rt.pool)
+    row = await _stored(store, who, response_id)
+    if not row.background or row.run_id is None:
+        raise NotBackground("Cannot cancel a synchronous response.")
+    current = await _current(rt, who, row)
+    if current["status"] in TERMINAL:
+        return JSONResponse(current)
+    await rt.cancel_run(who.tenant_id, row.run_id, f"response {response_id} cancelled")
+    doc = {**current, "status": "cancelled"}
+    await store.finish(who.tenant_id, response_id, doc)
+    return JSONResponse((await _stored(store, who, response_id)).doc)
 
 
 @router.get("/responses/{response_id}/input_items", responses=OPENAI_ERRORS)
-async def list_input_items(response_id: str, who: Who) -> Response:
-    """A response's input is not stored yet."""
-    raise _not_stored(response_id)
+async def list_input_items(response_id: str, rt: Rt, who: Who, after: str | None = None,
+                           limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                           order: Literal["asc", "desc"] = "desc",
+                           include: Annotated[list[str] | None, Query(alias="include[]")] = None) -> Response:
+    """The items of the response's input, OpenAI's list page (`after` an item id)."""
+    if include:
+        raise UnsupportedParameter("include is not supported", "include", code="unsupported_parameter")
+    row = await _stored(ResponseStore(rt.pool), who, response_id)
+    items = row.input_items if order == "asc" else list(reversed(row.input_items))
+    if after is not None:
+        ids = [i["id"] for i in items]
+        if after not in ids:
+            raise UnsupportedParameter(f"no input item {after!r} in response {response_id}", "after",
+                                       code="invalid_value")
+        items = items[ids.index(after) + 1:]
+    page = items[:limit]
+    return JSONResponse({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                         "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit})
 
 
 # The answer as a sequence of (kind, payload): "text" deltas, "calls" (chat tool_calls), then
@@ -121,10 +308,21 @@ async def list_input_items(response_id: str, who: Who) -> Response:
 Step = tuple[str, Any]
 
 
+def _answer_steps(doc: ResponseDoc, resp: ModelResponse, *, streamed: bool) -> list[Step]:
+    """A whole model answer's steps: its text (unless already streamed), its calls, the final."""
+    text = "".join(b.text for b in resp.content if isinstance(b, TextBlock))
+    calls = [tool_call_json(b.id, b.name, b.input) for b in resp.content if isinstance(b, ToolUseBlock)]
+    usage = usage_json(resp.usage.input_tokens, resp.usage.output_tokens)
+    return [*([("text", text)] if text and not streamed else []), ("calls", (text, calls)),
+            ("final", _finish(doc, finish_reason(resp.stop_reason), usage))]
+
+
+def _failed(doc: ResponseDoc, exc: TreadleError) -> Step:
+    return "final", doc.doc("failed", error={"code": exc.code, "message": exc.message})
+
+
 async def _direct_events(rt: Runtime, who: Principal, chat: ChatRequest, doc: ResponseDoc, route: Any,
                          mc: Any) -> AsyncIterator[Step]:
-    import time
-
     started, events = time.monotonic(), list[NewEvent]()
     try:
         async for item in stream_once(rt, route, mc, events):
@@ -135,13 +333,10 @@ async def _direct_events(rt: Runtime, who: Principal, chat: ChatRequest, doc: Re
             else:
                 log_call("responses", mc, route, who=who.tenant_id, user_id=chat.user, started=started,
                          response=item, error=None, events=events)
-                text = "".join(b.text for b in item.content if isinstance(b, TextBlock))
-                calls = [tool_call_json(b.id, b.name, b.input) for b in item.content if isinstance(b, ToolUseBlock)]
-                yield "calls", (text, calls)
-                yield "final", _finish(doc, finish_reason(item.stop_reason),
-                                       usage_json(item.usage.input_tokens, item.usage.output_tokens))
+                for step in _answer_steps(doc, item, streamed=True):
+                    yield step
     except TreadleError as exc:
-        yield "final", doc.doc("failed", error={"code": exc.code, "message": exc.message})
+        yield _failed(doc, exc)
 
 
 async def _checked_events(rt: Runtime, who: Principal, chat: ChatRequest, doc: ResponseDoc, route: Any,
@@ -149,31 +344,32 @@ async def _checked_events(rt: Runtime, who: Principal, chat: ChatRequest, doc: R
     try:
         resp = await call_checked(rt, who, chat, route, mc, "responses")
     except TreadleError as exc:
-        yield "final", doc.doc("failed", error={"code": exc.code, "message": exc.message})
+        yield _failed(doc, exc)
         return
     doc.extension.update(provider=resp.provider, model=resp.model)
-    text = "".join(b.text for b in resp.content if isinstance(b, TextBlock))
-    calls = [tool_call_json(b.id, b.name, b.input) for b in resp.content if isinstance(b, ToolUseBlock)]
-    if text:
-        yield "text", text
-    yield "calls", (text, calls)
-    yield "final", _finish(doc, finish_reason(resp.stop_reason),
-                           usage_json(resp.usage.input_tokens, resp.usage.output_tokens))
+    for step in _answer_steps(doc, resp, streamed=False):
+        yield step
 
 
-async def _agent_events(rt: Runtime, who: Principal, doc: ResponseDoc, run_id: str,
-                        start_seq: int) -> AsyncIterator[Step]:
+async def _agent_events(rt: Runtime, who: Principal, doc: ResponseDoc, run_id: str, start_seq: int, *,
+                        live: bool = True, wait: bool = True, resumable: bool = False) -> AsyncIterator[Step]:
     parts: list[str] = []
     try:
-        async for item in follow(rt, who.tenant_id, run_id, start_seq):
+        async for item in follow(rt, who.tenant_id, run_id, start_seq, live=live, wait=wait):
             if isinstance(item, Ended):
                 yield "calls", ("".join(parts), item.tool_calls)
                 yield "final", _finish(doc, item.finish_reason, usage_json(*item.usage))
                 return
             parts.append(item.text)
             yield "text", item.text
+    except RunStillRunning:
+        if not resumable:
+            raise
     except TreadleError as exc:
-        yield "final", doc.doc("failed", error={"code": exc.code, "message": exc.message})
+        if exc.code == "run_cancelled":
+            yield "final", doc.doc("cancelled")
+        else:
+            yield _failed(doc, exc)
 
 
 def _finish(doc: ResponseDoc, finish: str, usage: dict[str, Any]) -> dict[str, Any]:
@@ -182,17 +378,19 @@ def _finish(doc: ResponseDoc, finish: str, usage: dict[str, Any]) -> dict[str, A
     return doc.doc("completed", usage)
 
 
-async def _framed(doc: ResponseDoc, steps: AsyncIterator[Step]) -> AsyncIterator[bytes]:
-    """OpenAI's event sequence: created, in_progress, then per output item added → (content part,
-    deltas, done) → done, then completed / incomplete / failed."""
-    yield doc.event("response.created", response=doc.doc("in_progress"))
+async def _framed(doc: ResponseDoc, steps: AsyncIterator[Step], *,
+                  queued: bool = False) -> AsyncIterator[tuple[int, bytes]]:
+    """OpenAI's event sequence: created (queued for a background response), in_progress, then per
+    output item added → (content part, deltas, done) → done, then completed / incomplete / failed
+    (a cancelled response: `response.failed` with status cancelled). Yields (sequence_number, frame)."""
+    yield doc.event("response.created", response=doc.doc("queued" if queued else "in_progress"))
     yield doc.event("response.in_progress", response=doc.doc("in_progress"))
     msg_id: str | None = None
     text = ""
     async for kind, payload in steps:
         if kind == "text":
             if msg_id is None:
-                msg_id = new_id("msg")
+                msg_id = doc.item_id("msg", len(doc.output))
                 yield doc.event("response.output_item.added", output_index=len(doc.output),
                                 item=message_item(msg_id, "", "in_progress"))
                 yield doc.event("response.content_part.added", item_id=msg_id, output_index=len(doc.output),
@@ -213,8 +411,8 @@ async def _framed(doc: ResponseDoc, steps: AsyncIterator[Step]) -> AsyncIterator
                 doc.output.append(item)
                 yield doc.event("response.output_item.done", output_index=idx, item=item)
             for call in calls:
-                item = function_call_item(call)
                 idx = len(doc.output)
+                item = function_call_item(doc.item_id("fc", idx), call)
                 yield doc.event("response.output_item.added", output_index=idx,
                                 item={**item, "status": "in_progress", "arguments": ""})
                 yield doc.event("response.function_call_arguments.delta", item_id=item["id"], output_index=idx,

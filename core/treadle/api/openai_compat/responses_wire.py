@@ -14,19 +14,16 @@ import secrets
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from treadle.api.openai_compat.wire import ChatRequest, UnsupportedParameter, parse_request
 from treadle.errors import BadRequest
 
 #: Responses fields accepted only with these values (or null); others are refused by name
 DEFAULT_ONLY: dict[str, tuple[Any, ...]] = {
-    "store": (False,),  # responses are not stored yet: no retrieve/previous_response_id
-    "background": (False,),
     "top_p": (1, 1.0),
     "truncation": ("disabled",),
     "include": ([],),
-    "previous_response_id": (),
     "conversation": (),
     "max_tool_calls": (),
     "prompt": (),
@@ -61,23 +58,25 @@ class MessageItem(BaseModel):
     phase: str | None = None
 
 
-class FunctionCallItem(BaseModel):
+class _CallItem(BaseModel):
+    """What a function call and its output share: the call id, and the item's own id and status
+    (as a response's output, or input_items, hands them back)."""
+
     model_config = ConfigDict(extra="forbid")
-    type: Literal["function_call"]
     call_id: str = Field(min_length=1, max_length=512)
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallItem(_CallItem):
+    type: Literal["function_call"]
     name: str = Field(min_length=1, max_length=128)
     arguments: str = ""
-    id: str | None = None
-    status: str | None = None
 
 
-class FunctionCallOutputItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class FunctionCallOutputItem(_CallItem):
     type: Literal["function_call_output"]
-    call_id: str = Field(min_length=1, max_length=512)
     output: str | list[InputText]
-    id: str | None = None
-    status: str | None = None
 
     def text(self) -> str:
         return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
@@ -119,6 +118,15 @@ class ResponsesRequest(BaseModel):
     safety_identifier: str | None = Field(default=None, max_length=256)
     parallel_tool_calls: bool | None = None
     reasoning: Reasoning | None = None
+    #: keep the response (OpenAI's default: true) for GET, previous_response_id, input_items
+    store: bool | None = None
+    #: run it in the background: an agent's durable run, answered at once with `queued`
+    background: bool | None = None
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @property
+    def stored(self) -> bool:
+        return self.store is not False
 
     def item_list(self) -> list[MessageItem | FunctionCallItem | FunctionCallOutputItem]:
         return [MessageItem(role="user", content=self.input)] if isinstance(self.input, str) else self.input
@@ -129,9 +137,8 @@ def _refuse_defaults(body: dict[str, Any]) -> None:
         if name in body:
             value = body.pop(name)
             if value is not None and value not in allowed:
-                why = ("responses are not stored by treadle yet" if name in ("store", "previous_response_id",
-                                                                              "conversation", "background")
-                       else "treadle does not apply it")
+                why = ("conversations are not supported: chain responses with previous_response_id"
+                       if name == "conversation" else "treadle does not apply it")
                 raise UnsupportedParameter(f"{name}={json.dumps(value)} is not supported ({why})", name)
 
 
@@ -153,18 +160,28 @@ def _content(item: MessageItem, where: str) -> str | list[dict[str, Any]]:
     return parts
 
 
-def to_chat(raw: Any) -> tuple[ResponsesRequest, ChatRequest]:
-    """The body as a ResponsesRequest and the ChatRequest that answers it."""
+Item = MessageItem | FunctionCallItem | FunctionCallOutputItem
+_ITEMS: TypeAdapter[list[Item]] = TypeAdapter(list[Item])
+
+
+def parse_responses(raw: Any) -> ResponsesRequest:
+    """The body as a ResponsesRequest (fields treadle cannot apply refused by name)."""
     if not isinstance(raw, dict):
         raise BadRequest("the request body must be a JSON object", code="invalid_request")
     body = dict(raw)
     _refuse_defaults(body)
-    req = ResponsesRequest.model_validate(body)
+    return ResponsesRequest.model_validate(body)
+
+
+def to_chat(req: ResponsesRequest, history: list[dict[str, Any]] | None = None) -> ChatRequest:
+    """The ChatRequest that answers `req`; `history` (the items of the previous responses, oldest
+    first: their input, then their output) goes before its input."""
     messages: list[dict[str, Any]] = []
     if req.instructions:
         messages.append({"role": "developer", "content": req.instructions})
-    for i, item in enumerate(req.item_list()):
-        where = f"input.{i}"
+    earlier = _ITEMS.validate_python(history or [])
+    for i, item in enumerate([*earlier, *req.item_list()]):
+        where = f"input.{i - len(earlier)}" if i >= len(earlier) else "previous_response_id"
         if isinstance(item, MessageItem):
             messages.append({"role": item.role, "content": _content(item, where)})
         elif isinstance(item, FunctionCallItem):
@@ -208,7 +225,7 @@ def to_chat(raw: Any) -> tuple[ResponsesRequest, ChatRequest]:
         if value is not None:
             chat[name] = value
     try:
-        return req, parse_request(chat)
+        return parse_request(chat)
     except UnsupportedParameter as exc:
         exc.param = {"max_completion_tokens": "max_output_tokens", "response_format": "text.format",
                      "reasoning_effort": "reasoning.effort",
@@ -228,16 +245,22 @@ def usage_json(input_tokens: int, output_tokens: int) -> dict[str, Any]:
 
 class ResponseDoc:
     """One response: its id, the request's echoed settings, the output items as they complete,
-    and the numbered stream events built from them."""
+    and the numbered stream events built from them. Item ids are derived from the response id and
+    the item's place, so a response rebuilt from its run's transcript (a GET, a resumed stream,
+    another process) has the same ids and the same events as the first telling."""
 
-    def __init__(self, req: ResponsesRequest, extension: dict[str, Any]) -> None:
-        self.id = new_id("resp")
-        self.created_at = int(time.time())
+    def __init__(self, req: ResponsesRequest, extension: dict[str, Any], *, response_id: str | None = None,
+                 created_at: int | None = None) -> None:
+        self.id = response_id or new_id("resp")
+        self.created_at = created_at if created_at is not None else int(time.time())
         self.req = req
         self.output: list[dict[str, Any]] = []
         self.seq = 0
         self.extension = extension
         self.final: dict[str, Any] | None = None  # the finished document (completed / incomplete / failed)
+
+    def item_id(self, prefix: str, index: int) -> str:
+        return f"{prefix}_{self.id.removeprefix('resp_')}{index:03d}"
 
     def doc(self, status: str, usage: dict[str, Any] | None = None, error: dict[str, str] | None = None,
             incomplete: str | None = None) -> dict[str, Any]:
@@ -245,22 +268,25 @@ class ResponseDoc:
         tc = r.tool_choice if r.tool_choice is not None else "auto"
         return {
             "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
-            "background": False, "error": error,
+            "background": bool(r.background), "error": error,
             "incomplete_details": {"reason": incomplete} if incomplete else None,
             "instructions": r.instructions, "max_output_tokens": r.max_output_tokens, "model": r.model,
             "output": list(self.output), "parallel_tool_calls": r.parallel_tool_calls is not False,
-            "previous_response_id": None, "reasoning": r.reasoning.model_dump() if r.reasoning else None,
-            "store": False, "temperature": r.temperature,
+            "previous_response_id": r.previous_response_id,
+            "reasoning": r.reasoning.model_dump() if r.reasoning else None,
+            "store": r.stored, "temperature": r.temperature,
             "text": {"format": (r.text.format if r.text and r.text.format else {"type": "text"})},
             "tool_choice": tc, "tools": [t.model_dump(exclude_none=True) for t in r.tools or ()],
             "top_p": None, "truncation": "disabled", "usage": usage, "user": r.user,
             "metadata": r.metadata or {}, "treadle": self.extension,
         }
 
-    def event(self, type_: str, **fields: Any) -> bytes:
-        doc = {"type": type_, "sequence_number": self.seq, **fields}
+    def event(self, type_: str, **fields: Any) -> tuple[int, bytes]:
+        """(sequence_number, the SSE frame)."""
+        seq = self.seq
+        doc = {"type": type_, "sequence_number": seq, **fields}
         self.seq += 1
-        return f"event: {type_}\ndata: {json.dumps(doc, separators=(',', ':'))}\n\n".encode()
+        return seq, f"event: {type_}\ndata: {json.dumps(doc, separators=(',', ':'))}\n\n".encode()
 
 
 def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
@@ -269,8 +295,28 @@ def message_item(item_id: str, text: str, status: str = "completed") -> dict[str
     return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": content}
 
 
-def function_call_item(call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
+def function_call_item(item_id: str, call: dict[str, Any]) -> dict[str, Any]:
     """A chat `tool_calls` entry as a Responses `function_call` item."""
     fn = call["function"]
-    return {"id": "fc_" + secrets.token_hex(12), "type": "function_call", "status": status,
-            "call_id": call["id"], "name": fn["name"], "arguments": fn["arguments"] if status == "completed" else ""}
+    return {"id": item_id, "type": "function_call", "status": "completed", "call_id": call["id"],
+            "name": fn["name"], "arguments": fn["arguments"]}
+
+
+def input_items(req: ResponsesRequest, response_id: str) -> list[dict[str, Any]]:
+    """The request's input as the items GET /v1/responses/{id}/input_items lists (each with an id)."""
+    base = response_id.removeprefix("resp_")
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(req.item_list()):
+        if isinstance(item, MessageItem):
+            kind = "output_text" if item.role == "assistant" else "input_text"
+            parts = [{"type": kind, "text": item.content}] if isinstance(item.content, str) else \
+                [p.model_dump(exclude_none=True) for p in item.content]
+            if item.role == "assistant":
+                parts = [{"annotations": [], **p} for p in parts]
+            out.append({"id": item.id or f"msg_{base}i{i:03d}", "type": "message", "role": item.role,
+                        "status": "completed", "content": parts})
+        else:
+            prefix = "fc" if isinstance(item, FunctionCallItem) else "fco"
+            out.append({**item.model_dump(exclude_none=True), "id": item.id or f"{prefix}_{base}i{i:03d}",
+                        "status": "completed"})
+    return out
