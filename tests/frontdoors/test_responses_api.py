@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from tests.support.frontdoors import TOKEN, Served
 from tests.support.vendors.base import text, tools
+from treadle.testing import until
 
 WEATHER: Any = {"type": "function", "name": "get_weather", "description": "The weather in a city", "strict": False,
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -108,8 +109,7 @@ async def test_the_sync_client(served: Served) -> None:
 
 
 async def test_refusals_name_the_field_in_openais_shape(client: openai.AsyncOpenAI, served: Served) -> None:
-    for field, value in (("background", True), ("store", True), ("previous_response_id", "resp_x"),
-                         ("top_p", 0.2)):
+    for field, value in (("conversation", "conv_x"), ("top_p", 0.2), ("background", True)):
         with pytest.raises(openai.BadRequestError) as refused:
             await client.responses.create(model="gpt", input="x", **{field: value})
         assert (refused.value.code, refused.value.param) == ("unsupported_parameter", field)
@@ -150,3 +150,47 @@ async def test_each_call_writes_its_audit_line(client: openai.AsyncOpenAI, caplo
     assert len(mine) == 1 and f"request_id={resp.model_extra['treadle']['request_id']}" in mine[0]  # type: ignore[index]
     assert "user_id=alice" in mine[0] and "status=ok" in mine[0]
     assert any(line.startswith("chat_completions: ") for line in lines)
+
+
+async def test_a_stored_response_is_retrieved_listed_chained_and_deleted(client: openai.AsyncOpenAI,
+                                                                         served: Served) -> None:
+    served.openai_fake.then(text("Paris."), text("About 2.1 million."))
+    first = await client.responses.create(model="gpt", input="capital of France?", instructions="Be brief.")
+    assert first.store is True
+    got = await client.responses.retrieve(first.id)
+    assert got.model_dump() == first.model_dump()
+    items = await client.responses.input_items.list(first.id)
+    assert [(i.type, i.role) for i in items.data] == [("message", "user")]  # type: ignore[union-attr]
+    second = await client.responses.create(model="gpt", input="its population?", previous_response_id=first.id)
+    assert second.previous_response_id == first.id and second.output_text == "About 2.1 million."
+    sent = served.openai_fake.calls[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]  # instructions are not carried over
+    assert sent[1]["content"] == "Paris."
+    await client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(first.id)
+    with pytest.raises(openai.BadRequestError) as gone:
+        await client.responses.create(model="gpt", input="x", previous_response_id=first.id)
+    assert gone.value.param == "previous_response_id"
+    with pytest.raises(openai.BadRequestError) as sync:
+        await client.responses.cancel(second.id)
+    assert sync.value.code == "response_not_background"
+
+
+async def test_a_background_agent_response_is_polled_and_its_stream_resumed(client: openai.AsyncOpenAI) -> None:
+    resp = await client.responses.create(model="counter", input="count", background=True)
+    assert resp.status == "queued" and resp.background is True
+
+    async def done() -> bool:
+        return (await client.responses.retrieve(resp.id)).status == "completed"
+
+    await until(done, timeout=30, interval=0.1, what="the background response")
+    final = await client.responses.retrieve(resp.id)
+    assert final.output_text
+    whole = [e async for e in await client.responses.retrieve(resp.id, stream=True)]
+    assert [e.sequence_number for e in whole] == list(range(len(whole)))
+    assert whole[0].type == "response.created" and whole[-1].type == "response.completed"
+    rest = [e async for e in await client.responses.retrieve(resp.id, stream=True, starting_after=2)]
+    assert [e.model_dump() for e in rest] == [e.model_dump() for e in whole[3:]]
+    again = await client.responses.cancel(resp.id)  # a finished response: returned as it is
+    assert again.status == "completed"

@@ -217,9 +217,9 @@ async def follow(rt: Runtime, tenant: str, run_id: str, start_seq: int, *, live:
     cursor = 0
     budget = min(FOLLOW_BUDGET_S, rt.sse_budget_s or FOLLOW_BUDGET_S)
     deadline = time.monotonic() + budget
-    with rt.hub.subscribe(run_id) as live:
+    with rt.hub.subscribe(run_id) as sub:
         while True:
-            held = live.drain()
+            held = sub.drain()
             events = await rt.runs.events(tenant, run_id, cursor, 500)
             for ev in events:
                 cursor = ev.seq
@@ -254,7 +254,7 @@ async def follow(rt: Runtime, tenant: str, run_id: str, start_seq: int, *, live:
                 if time.monotonic() >= deadline:
                     raise RunStillRunning(f"run {run_id} has neither ended nor asked for a tool within {budget:g} s; "
                                           f"follow it at /v1/runs/{run_id}/stream")
-            await live.wait(POLL_S)
+            await sub.wait(POLL_S)
 
 
 def _on_event(st: _Follow, ev: StoredEvent) -> list[Text | Ended]:
