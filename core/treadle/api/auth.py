@@ -140,6 +140,10 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/_credentialdef"): sc.TENANT,
     ("GET", "/v1/_retention"): sc.TENANT,
     ("POST", "/v1/_erasure"): sc.TENANT,
+    # the runtime's pause (issue 36): the operator's
+    ("POST", "/v1/_pause"): sc.ADMIN,
+    ("POST", "/v1/_resume"): sc.ADMIN,
+    ("GET", "/v1/_state"): sc.ADMIN,
     # introspection (loomcycle's): the model aliases, the routing cascades, the runnable agents
     ("GET", "/v1/_models"): sc.TENANT,
     ("GET", "/v1/_routing"): sc.TENANT,
