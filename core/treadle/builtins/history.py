@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from treadle.domain.events import EventType
 from treadle.errors import ToolError
 from treadle.store.db import Pool
 from treadle.store.sessions import HistoryFilter, SessionHistory, SessionStore
@@ -202,16 +203,16 @@ class History:
 def _markdown(chat: dict[str, Any], events: list[dict[str, Any]]) -> str:
     lines = [f"# {chat.get('title') or chat['id']}", "", f"agent `{chat['agent']}`, started {chat['created_at']}", ""]
     for e in events:
-        if e["type"] == "user_input":
+        if e["type"] == EventType.USER_INPUT:
             text = " ".join(str(b.get("text", "")) for seg in e.get("segments") or [] if seg.get("role") == "user"
                             for b in seg.get("content") or [] if isinstance(b, dict))
             lines += ["**user:** " + text, ""]
-        elif e["type"] == "text":
+        elif e["type"] == EventType.TEXT:
             lines += ["**assistant:** " + str(e.get("text", "")), ""]
-        elif e["type"] == "tool_call":
+        elif e["type"] == EventType.TOOL_CALL:
             tu = e.get("tool_use") or {}
             lines += [f"*tool call* `{tu.get('name')}`", ""]
-        elif e["type"] == "context_compaction":
+        elif e["type"] == EventType.CONTEXT_COMPACTION:
             lines += ["*(the conversation was compacted here)*", ""]
     return "\n".join(lines)
 
