@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 Role = Literal["user", "assistant"]
 
 
@@ -62,3 +64,18 @@ class Message:
 
     def tool_uses(self) -> list[ToolUseBlock]:
         return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+
+def content_chars(messages: list[Message]) -> int:
+    """The characters of the messages' text, tool inputs (compact JSON) and tool results: what the
+    token estimates divide by 4 (engine/compaction.py, the mock provider's usage)."""
+    chars = 0
+    for m in messages:
+        for b in m.content:
+            if isinstance(b, TextBlock):
+                chars += len(b.text)
+            elif isinstance(b, ToolResultBlock):
+                chars += len(b.content)
+            elif isinstance(b, ToolUseBlock):
+                chars += len(orjson.dumps(b.input))
+    return chars

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from treadle.config import CompactionConfig
-from treadle.domain.content import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from treadle.domain.content import Message, TextBlock, ToolResultBlock, ToolUseBlock, content_chars
 
 DEFAULT_TARGET_PCT = 10
 DEFAULT_KEEP_LAST_N = 4
@@ -87,16 +87,7 @@ def split(msgs: list[Message], keep_last_n: int, keep_first: bool) -> tuple[int,
 
 def estimate_tokens(msgs: list[Message]) -> int:
     """characters / 4 over text, tool inputs and tool results (loomcycle's estimate)."""
-    chars = 0
-    for m in msgs:
-        for b in m.content:
-            if isinstance(b, TextBlock):
-                chars += len(b.text)
-            elif isinstance(b, ToolResultBlock):
-                chars += len(b.content)
-            elif isinstance(b, ToolUseBlock):
-                chars += len(orjson.dumps(b.input))
-    return chars // 4
+    return content_chars(msgs) // 4
 
 
 def cap_tail(msgs: list[Message], cut: int, window: int) -> int:

@@ -13,10 +13,8 @@ import hashlib
 import random
 from typing import Any
 
-import orjson
-
 from treadle.config import MockSettings
-from treadle.domain.content import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from treadle.domain.content import Block, Message, TextBlock, ToolUseBlock, content_chars
 from treadle.errors import ProviderError, RetryableProviderError
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Usage
 
@@ -35,16 +33,7 @@ def tool_use_id(run_id: str, iteration: int, index: int) -> str:
 
 
 def _approx_tokens(messages: list[Message], system: str) -> int:
-    chars = len(system)
-    for m in messages:
-        for b in m.content:
-            if isinstance(b, TextBlock):
-                chars += len(b.text)
-            elif isinstance(b, ToolResultBlock):
-                chars += len(b.content)
-            elif isinstance(b, ToolUseBlock):
-                chars += len(orjson.dumps(b.input))  # compact: an approximation either way
-    return max(1, chars // 4)
+    return max(1, (len(system) + content_chars(messages)) // 4)
 
 
 def last_user_text(messages: list[Message]) -> str:
