@@ -14,9 +14,8 @@ from fastapi import APIRouter
 from treadle.api.deps import Rt, Who
 from treadle.api.errors import BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
-from treadle.domain.ids import is_identifier
-from treadle.errors import BadRequest, Forbidden
-from treadle.store import scope as tenant_scope
+from treadle.api.tenantscope import focused_tenant
+from treadle.errors import BadRequest
 from treadle.store.erasure import SubjectErasure
 from treadle.wire.governance import ErasureReceipt, ErasureRequest
 
@@ -27,15 +26,7 @@ log = logging.getLogger("treadle.erasure")
 @router.post("/_erasure", response_model=ErasureReceipt, responses=errors(*BODY))
 async def erase_subject(body: ErasureRequest, rt: Rt, who: Who, tenant: str | None = None) -> dict[str, Any]:
     """Erase (or, `dry_run`, count) every row of one subject of the tenant; the receipt lists them."""
-    if tenant is not None and (not is_identifier(tenant) or len(tenant) > 64):
-        raise BadRequest("tenant: must match [A-Za-z0-9_-]{1,64}")
-    if who.open_mode or who.is_operator:
-        tenant_id = tenant or who.tenant_id
-        tenant_scope.unbind()
-    elif tenant not in (None, who.tenant_id):
-        raise Forbidden("a tenant's caller erases in its own tenant only", scope="substrate:admin")
-    else:
-        tenant_id = who.tenant_id
+    tenant_id = focused_tenant(who, tenant, doing="erases in") or who.tenant_id
     if not body.dry_run and body.confirm != body.subject:
         raise BadRequest("erasure cannot be undone: repeat the subject as confirm", code="confirm_mismatch")
     notes: list[str] = []

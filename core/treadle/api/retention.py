@@ -14,10 +14,8 @@ from fastapi import APIRouter
 from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, errors
 from treadle.api.lazyroute import LazyAPIRoute
+from treadle.api.tenantscope import focused_tenant
 from treadle.config import RETENTION_CLASSES
-from treadle.domain.ids import is_identifier
-from treadle.errors import BadRequest, Forbidden
-from treadle.store import scope as tenant_scope
 from treadle.store.retention import RetentionStore
 from treadle.wire.governance import RetentionReport
 
@@ -30,21 +28,12 @@ BATCH = 500
             responses=errors(*AUTHED, 400))
 async def retention_report(rt: Rt, who: Who, tenant: str | None = None) -> dict[str, Any]:
     """The tenant's retention: days per class, what it would delete now, the batch size."""
-    operator = who.open_mode or who.is_operator
-    if tenant is not None and (not is_identifier(tenant) or len(tenant) > 64):
-        raise BadRequest("tenant: must match [A-Za-z0-9_-]{1,64}")
-    if operator:
-        tenant_id = tenant or who.tenant_id
-        tenant_scope.unbind()
-    elif tenant not in (None, who.tenant_id):
-        raise Forbidden("a tenant's caller reports on its own tenant only", scope="substrate:admin")
-    else:
-        tenant_id = who.tenant_id
+    tenant_id = focused_tenant(who, tenant, doing="reports on") or who.tenant_id
     rules = rt.config.retention
     policy = rules.policy(tenant_id)
     out: dict[str, Any] = {"tenant_id": tenant_id, "policy": policy,
                            "purgeable": await RetentionStore(rt.pool).purgeable(tenant_id, policy), "batch": BATCH}
-    if operator:
+    if who.open_mode or who.is_operator:
         out["default"] = {c: rules.default(c) for c in RETENTION_CLASSES}
         out["tenants"] = {t: rules.policy(t) for t in rules.tenants}
     return out

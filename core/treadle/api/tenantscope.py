@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from treadle.domain.ids import is_identifier
+from treadle.errors import BadRequest, Forbidden
 from treadle.security.principal import Principal
 from treadle.store import scope as tenant_scope
 
@@ -34,3 +36,17 @@ def bind_request(principal: Principal, path: str) -> None:
     """Bind the current request to the principal's tenant, unless its route is cross-tenant."""
     if not path.startswith(CROSS_TENANT_PREFIXES):
         tenant_scope.bind(principal.tenant_id)
+
+
+def focused_tenant(who: Principal, tenant: str | None, *, doing: str) -> str | None:
+    """The tenant an operator-or-tenant route acts on (usage, retention, erasure): an operator's
+    `?tenant=` (None: every tenant), with the request's tenant binding lifted; a tenant's caller
+    its own tenant — naming another is 403."""
+    if tenant is not None and (not is_identifier(tenant) or len(tenant) > 64):
+        raise BadRequest("tenant: must match [A-Za-z0-9_-]{1,64}")
+    if who.open_mode or who.is_operator:
+        tenant_scope.unbind()
+        return tenant
+    if tenant not in (None, who.tenant_id):
+        raise Forbidden(f"a tenant's caller {doing} its own tenant only", scope="substrate:admin")
+    return who.tenant_id

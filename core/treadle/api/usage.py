@@ -19,8 +19,8 @@ from fastapi.responses import JSONResponse, Response
 from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, errors
 from treadle.api.lazyroute import LazyAPIRoute
-from treadle.errors import BadRequest, Forbidden
-from treadle.store import scope as tenant_scope
+from treadle.api.tenantscope import focused_tenant
+from treadle.errors import BadRequest
 from treadle.store.usage import DIMENSIONS
 
 router = APIRouter(prefix="/v1", tags=["governance"], route_class=LazyAPIRoute)
@@ -54,14 +54,7 @@ async def usage_report(
     for d in dims:
         if d not in DIMENSIONS:
             raise BadRequest(f"unknown group_by dimension: {d} (allowed: {','.join(DIMENSIONS)})")
-    operator = who.open_mode or who.is_operator
-    if operator:  # the operator's view: across tenants, or focused on one
-        tenant_id = tenant
-        tenant_scope.unbind()
-    elif tenant not in (None, who.tenant_id):
-        raise Forbidden("a tenant's caller reports on its own tenant only", scope="substrate:admin")
-    else:
-        tenant_id = who.tenant_id
+    tenant_id = focused_tenant(who, tenant, doing="reports on")  # an operator's None: across tenants
     since, until = _day("from", from_), _day("to", to)
     filters = {k: v for k, v in (("user", user), ("agent", agent)) if v is not None}
     rows = await rt.usage.report(tenant_id=tenant_id, group_by=dims, since=since, until=until, filters=filters)
