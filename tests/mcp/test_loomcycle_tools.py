@@ -65,6 +65,9 @@ async def test_channels_global_and_per_user(base_url: str) -> None:
         assert bob["messages"] == []  # ada's message is in ada's scope only
         assert await refused(client, "channel", {"op": "ack", "channel": news, "payload": 1}) == "validation_error"
 
+        # loomcycle's audit attribution is recorded nowhere here: refused by name, not dropped
+        assert await refused(client, "channeldef", {"op": "purge", "name": inbox, "resolved_by": "me"}) == \
+            "validation_error"
         assert (await call(client, "channeldef", {"op": "purge", "name": inbox}))["purged"] == 1
         await call(client, "channeldef", {"op": "delete", "name": news})
         assert await refused(client, "subscribe_channel", {"channel": news, "scope": "global"}) == "not_found"

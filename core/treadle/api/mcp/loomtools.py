@@ -95,8 +95,6 @@ class ChannelDefArgs(_Args):
     name: str = Field(min_length=1, max_length=128)
     description: str | None = None
     scope: Literal["global", "agent", "user"] | None = None
-    resolved_by: str | None = Field(default=None, max_length=128)  # loomcycle's audit attribution (recorded nowhere)
-
 
 @tool("channeldef", "Channel admin (as /v1/_channels): op create|update|delete|purge. treadle.yaml channels are "
       "immutable for create/update/delete (channel_yaml_immutable); purge clears any channel's messages.",
