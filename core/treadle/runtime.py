@@ -597,6 +597,65 @@ class Runtime:
         out["applied"] = "live"
         return out
 
+    async def replay_session(self, tenant_id: str, source_id: str, agent: str, compress: bool) -> dict[str, Any]:
+        """loomcycle's replay (POST /v1/sessions/{id}/replay): a new session of `agent` seeded with
+        the source session's conversation — one ended run holding a copy of its turns (reasoning
+        left out: another provider may continue it; store/sessions.py `CARRIED`) — continued like
+        any session. `compress`: the carried history is summarized first with the target agent's
+        compaction settings and a `context_compaction` marker follows it (computed before anything
+        is written: a failed summary leaves nothing behind). Everything is written in one statement.
+        404 `session_not_found`, 409 `agent_gone` (the target does not resolve), 400 `empty_source`,
+        502 when the summary fails."""
+        from treadle.domain.events import ContextCompaction, Done
+        from treadle.engine import compaction
+        from treadle.engine.replay import history_messages
+        from treadle.errors import AgentGone, BadRequest, NotFound, UnknownAgent
+        from treadle.store.runs import new_run_id, session_id_of
+        from treadle.store.sessions import CARRIED, Seed
+
+        source = await self.sessions.get(tenant_id, source_id)
+        if source is None:
+            raise NotFound(f"session {source_id!r} not found", code="session_not_found")
+        new = NewRun(tenant_id=tenant_id, agent=agent, segments=[], user_id=source.user_id)
+        try:
+            if is_team_agent(agent):
+                await self.teams.pin(new)
+            else:
+                await self.substrate.pinning.pin(new)
+        except UnknownAgent as exc:
+            raise AgentGone(f"target agent not found: {exc.message}") from None
+        run_id = new_run_id()
+        tail: list[tuple[str, dict[str, Any]]] = []
+        upto: tuple[int, int] | None = None
+        marker: ContextCompaction | None = None
+        if compress:
+            resolved = None if is_team_agent(agent) else await self.substrate.pinning.pinned_agent(new)
+            if resolved is None or resolved.route is None:
+                raise AgentGone(f"target agent {agent!r} has no model to summarize with")
+            events: list[tuple[int, str, dict[str, Any]]] = []
+            after = (-1, 0)
+            while page := await self.sessions.events(tenant_id, source_id, after=after, limit=1000):
+                events.extend((e.seq, e.type, e.payload) for _, e in page if e.type in CARRIED)
+                after = (page[-1][0], page[-1][1].seq)
+            upto = after if after[0] >= 0 else None
+            settings = compaction.Settings.resolve(resolved.config.compaction)
+            marker = await self.engine.compaction_of(history_messages(events), resolved, settings, "self", 0,
+                                                     (run_id, agent), events)
+            if marker is not None:
+                tail.append((marker.type, marker.to_payload()))
+        done = Done("end_turn", {}, "replay seed")
+        tail.append((done.type, done.to_payload()))
+        started = {"agent": agent, "run_id": run_id, "user_id": source.user_id, "replay_of": source_id}
+        if new.def_id is not None:
+            started["def_id"], started["def_content_sha256"] = new.def_id, new.def_content_sha256
+        seed = Seed(run_id, session_id_of(run_id), agent, source.user_id, new.def_id, new.def_content_sha256,
+                    started, tuple(tail))
+        copied = await self.sessions.seed(tenant_id, source_id, seed, upto)
+        if copied == 0:
+            raise BadRequest("source session has no transcript to replay", code="empty_source")
+        return {"new_session_id": seed.session_id, "seed_run_id": run_id, "events_copied": copied,
+                "compacted": marker is not None}
+
     async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None:
         """Flag the run and its unfinished sub-agent runs (one statement, the whole subtree); each
         gets a step message so its next step finishes it. A finished run is returned unchanged."""

@@ -2,7 +2,7 @@
 SQS-driven worker invocations step the runs (every message delivered twice), the continuation
 reads its session's history in place, auto-compaction commits its event once per iteration and
 the replay of the transcript keeps every tool_use beside its tool_result; a manual compaction of
-an ended run appends the marker (or is a noop on a short one)."""
+an ended run appends the marker (or is a noop on a short one); a replayed session continues."""
 
 from __future__ import annotations
 
@@ -37,6 +37,18 @@ def test_a_session_continues_and_a_long_run_compacts(
     status, transcript, _ = call(api, "GET", f"/v1/sessions/{sid}/transcript")
     assert status == 200
     assert [e["event"]["text"] for e in transcript["events"] if e["type"] == "text"] == ["one", "two"]
+
+    # loomcycle's replay: a new session seeded with the conversation (one statement in the API
+    # function), continued by the workers like any session; compress summarizes in the API function
+    status, seeded, _ = call(api, "POST", f"/v1/sessions/{sid}/replay", {"agent": "convo"})
+    assert status == 200 and seeded["events_copied"] == 4 and not seeded["compacted"], seeded
+    status, third, _ = call(api, "POST", f"/v1/sessions/{seeded['new_session_id']}/messages", {"prompt": "so?"})
+    assert status == 202, third
+    esm.run_until(lambda: all_terminal(cloud_db, [third["run_id"]]), timeout_s=60)
+    assert [e["text"] for e in events_of(api, third["run_id"]) if e["type"] == "text"] == ["three"]
+    status, squeezed, _ = call(api, "POST", f"/v1/sessions/{sid}/replay", {"agent": "long", "compress": True})
+    assert status == 200 and squeezed["compacted"], squeezed
+    assert events_of(api, squeezed["seed_run_id"])[-2]["type"] == "context_compaction"
 
     events = events_of(api, long_run["run_id"])
     marks = Counter(e["iteration"] for e in events if e["type"] == "context_compaction")

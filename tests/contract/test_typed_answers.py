@@ -87,6 +87,12 @@ def runs_and_agents(api: Checked) -> None:
     assert continued["session_id"] == session_id
     assert wait_finished(api, continued["run_id"])["status"] == "completed"
     api.call("POST", "/v1/sessions/{session_id}/messages", 404, path={"session_id": "s_nope"}, json={"prompt": "x"})
+    replayed = api.call("POST", "/v1/sessions/{session_id}/replay", 200, path={"session_id": session_id},
+                        json={"agent": "helper"})
+    assert replayed["events_copied"] >= 4 and replayed["new_session_id"] != session_id
+    api.call("POST", "/v1/sessions/{session_id}/replay", 404, path={"session_id": "s_nope"}, json={"agent": "helper"})
+    api.call("POST", "/v1/sessions/{session_id}/replay", 409, path={"session_id": session_id},
+             json={"agent": "nobody"})
     compacted = api.call("POST", "/v1/runs/{run_id}/compact", 200, path={"run_id": run_id}, json={})
     assert compacted["applied"] in ("noop", "marker")
     api.call("POST", "/v1/runs/{run_id}/compact", 404, path={"run_id": "r_nope"}, json={})

@@ -93,6 +93,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/runs/{run_id}/compact"): W,
     # sessions (api/sessions.py)
     ("POST", "/v1/sessions/{session_id}/messages"): W,
+    ("POST", "/v1/sessions/{session_id}/replay"): W,
     ("GET", "/v1/sessions"): R,
     ("GET", "/v1/sessions/{session_id}"): R,
     ("PATCH", "/v1/sessions/{session_id}"): W,

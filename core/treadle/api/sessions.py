@@ -5,6 +5,8 @@
   `Accept: text/event-stream`, else 202). 404 `session_not_found`, 409 `session_busy` while
   another run of the session is live. The run's history is the session's earlier runs, read in
   place (engine/replay.py `history_messages`): nothing is copied.
+- `POST /v1/sessions/{id}/replay` — loomcycle's replay: a new session of a (possibly other) agent
+  seeded with this one's conversation, optionally compacted (`Runtime.replay_session`).
 - `GET /v1/sessions/{id}/transcript` — loomcycle's transcript across all the session's runs.
 - `GET /v1/sessions`, `GET /v1/users/{user_id}/sessions` — the sessions, newest activity first.
 - `GET /v1/sessions/{id}`, `PATCH /v1/sessions/{id}` — one session; its title, description,
@@ -31,6 +33,8 @@ from treadle.store.sessions import SessionRecord
 from treadle.wire import (
     HistoryAnswer,
     HistoryRequest,
+    ReplayRequest,
+    ReplayResult,
     RunCreated,
     SessionList,
     SessionMessageRequest,
@@ -73,6 +77,17 @@ async def post_message(
     return JSONResponse({"run_id": run.id, "status": run.status, "created": created,
                          "agent_id": run.agent_id or run.id, "session_id": run.session,
                          "parent_context": run.parent_context}, status_code=202)
+
+
+@router.post("/sessions/{session_id}/replay", response_model=ReplayResult, responses=errors(*BODY, 404, 409, 502))
+async def replay(session_id: str, body: ReplayRequest, rt: Rt, who: Who) -> dict[str, Any]:
+    """loomcycle's `replaySession`: a NEW session bound to `agent`, seeded with this session's
+    conversation (reasoning left out, so another provider may continue it) →
+    `{new_session_id, seed_run_id, events_copied, compacted}`; continue it with
+    `POST /v1/sessions/{new_session_id}/messages`. `compress`: the carried history is summarized
+    with the target agent's compaction settings first. No model turn runs. 404
+    `session_not_found`, 409 `agent_gone`, 400 `empty_source`, 502 when the summary fails."""
+    return await rt.replay_session(who.tenant_id, session_id, body.agent.strip(), body.compress)
 
 
 @router.get("/sessions/{session_id}/transcript", response_model=Transcript, response_model_exclude_unset=True,

@@ -375,7 +375,9 @@ class Engine:
             return None
         iteration = transcript.iterations + 1
         try:
-            summary = await self._interruptible(lease, self.summarize(lease.run, agent, todo.span, settings, iteration))
+            caller = (lease.run.run_id, lease.run.agent)
+            summary = await self._interruptible(
+                lease, self.summarize(caller, agent, todo.span, settings, iteration, lease.run.events))
         except ProviderError as exc:
             return await self._apply(lease, plan.compaction_failed(trigger, iteration, f"summary: {exc.message}"))
         if not summary:
@@ -396,36 +398,45 @@ class Engine:
         history = await self._session_history(leased) if leased.session_seq else None
         transcript = Replayer(history).feed(leased.events).transcript()
         msgs = transcript.messages
-        before = compaction.estimate_tokens(msgs)
+        event = await self.compaction_of(msgs, agent, compaction_settings(agent, leased), "manual",
+                                         transcript.iterations + 1, (leased.run_id, leased.agent), leased.events)
+        return event, len(msgs), compaction.estimate_tokens(msgs)
+
+    async def compaction_of(self, msgs: list[Message], agent: ResolvedAgent, settings: compaction.Settings,
+                            trigger: str, iteration: int, caller: tuple[str, str],
+                            history: list[tuple[int, str, dict[str, Any]]]) -> ContextCompaction | None:
+        """A compaction of `msgs` computed now, outside any step (a manual one, a replay's): None
+        when there is too little to summarize (fewer than 4 messages, or nothing before the kept
+        tail); ProviderError when the summary fails or is empty."""
         if len(msgs) < compaction.MIN_COMPACT_MESSAGES:
-            return None, len(msgs), before
-        settings = compaction_settings(agent, leased)
+            return None
         todo = compaction.plan(msgs, settings, 0)
         if todo is None:
-            return None, len(msgs), before
-        iteration = transcript.iterations + 1
-        summary = await self.summarize(leased, agent, todo.span, settings, iteration)
+            return None
+        summary = await self.summarize(caller, agent, todo.span, settings, iteration, history)
         if not summary:
             raise ProviderError("summarization produced no text", code="summary_empty")
-        return (ContextCompaction(summary, todo.keep_n, todo.keep_first, before, compaction.after_tokens(todo, summary),
-                                  "manual", iteration), len(msgs), before)
+        return ContextCompaction(summary, todo.keep_n, todo.keep_first, todo.before_tokens,
+                                 compaction.after_tokens(todo, summary), trigger, iteration)
 
-    async def summarize(self, leased: LeasedRun, agent: ResolvedAgent, span: list[Message],
-                        settings: compaction.Settings, iteration: int) -> str:
+    async def summarize(self, caller: tuple[str, str], agent: ResolvedAgent, span: list[Message],
+                        settings: compaction.Settings, iteration: int,
+                        history: list[tuple[int, str, dict[str, Any]]]) -> str:
         """One model call without tools on the agent's route (`settings.model` on the same
-        providers when set): the summary of `span`, stripped."""
+        providers when set) for `caller` (the run id and agent name the request is made for): the
+        summary of `span`, stripped."""
         assert agent.route is not None
         route = agent.route
         if settings.model:
             route = dataclasses.replace(route, candidates=tuple(dataclasses.replace(c, model=settings.model)
                                                                 for c in route.candidates))
         call = Call(
-            run_id=leased.run_id, agent=leased.agent, iteration=iteration,
+            run_id=caller[0], agent=caller[1], iteration=iteration,
             system=compaction.summary_system(settings.target_percentage),
             messages=scrub_messages([compaction.summary_prompt(span)]),
             request={"tools": [], "max_tokens": agent.config.max_tokens,
                      "options": {"mock": agent.config.mock, "purpose": compaction.SUMMARY_PURPOSE}},
-            history=leased.events, has_thinking=False,
+            history=history, has_thinking=False,
         )
         policy = RetryPolicy(retries=self.settings.provider_retries, max_wait_s=self.settings.max_retry_wait_s)
         response = await call_route(route, call, policy, [])

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
+from treadle.domain.events import EventType
 from treadle.store.db import Pool
 
 _COLUMNS = ("id, tenant_id, agent, user_id, created_at, updated_at, title, description, tags, pinned,"
@@ -51,6 +54,29 @@ class SessionRecord:
             "summary_updated_at": self.summary_updated_at.isoformat() if self.summary_updated_at else None,
             "run_count": self.run_count,
         }
+
+
+#: the events a replay carries into its new session: the conversation (user turns, the assistant's
+#: text and tool calls, the tool results) and its compactions. Reasoning (`thinking`, signed for one
+#: provider) is left out so another provider may continue it, as loomcycle strips it; usage, endings
+#: and waits belong to the runs that made them.
+CARRIED = (EventType.USER_INPUT, EventType.TEXT, EventType.TOOL_CALL, EventType.TOOL_RESULT,
+           EventType.CONTEXT_COMPACTION)
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """A replay's new session: its ended seed run, the session's agent and user, the first event
+    (`started`) and the events after the carried ones (a compaction marker, the `done`)."""
+
+    run_id: str
+    session_id: str
+    agent: str
+    user_id: str | None
+    def_id: str | None
+    def_content_sha256: str | None
+    started: dict[str, Any]
+    tail: tuple[tuple[str, dict[str, Any]], ...]
 
 
 @dataclass(slots=True)
@@ -135,6 +161,50 @@ class SessionStore:
                 "SELECT id FROM runs WHERE tenant_id = %s AND session_id = %s ORDER BY session_seq",
                 (tenant_id, session_id))
             return [r["id"] for r in await cur.fetchall()]
+
+    async def seed(self, tenant_id: str, source_id: str, seed: Seed, upto: tuple[int, int] | None) -> int:
+        """loomcycle's replay, as one statement (a crash leaves all of it or none): a new session
+        holding one ended run whose events are `started`, the source session's `CARRIED` events
+        (up to `upto` = (session_seq, seq) when given: what a compaction was computed on), then
+        `seed.tail`. Returns how many events were carried; 0: none, and nothing was written."""
+        params: dict[str, Any] = {
+            "tenant": tenant_id, "src": source_id, "types": [str(t) for t in CARRIED],
+            "place": upto[0] if upto else None, "seq": upto[1] if upto else None,
+            "id": seed.run_id, "user": seed.user_id, "agent": seed.agent, "ntail": len(seed.tail),
+            "def_id": seed.def_id, "def_sha": seed.def_content_sha256, "sid": seed.session_id,
+            "started": Jsonb(seed.started)}
+        tail: list[str] = []
+        for back, (etype, payload) in enumerate(reversed(seed.tail)):
+            params[f"tt{back}"], params[f"tp{back}"] = etype, Jsonb(payload)
+            tail.append(f"SELECT {back} AS back, %(tt{back})s::text AS type, %(tp{back})s::jsonb AS payload")
+        tail_insert = (" UNION ALL SELECT r.id, r.last_seq - t.back, r.tenant_id, t.type, t.payload"
+                       f" FROM r, ({' UNION ALL '.join(tail)}) t") if tail else ""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "WITH src AS ("
+                " SELECT e.type, e.payload, 1 + row_number() OVER (ORDER BY r.session_seq, e.seq) AS seq"
+                " FROM runs r JOIN events e ON e.run_id = r.id"
+                " WHERE r.tenant_id = %(tenant)s AND r.session_id = %(src)s AND e.type = ANY(%(types)s)"
+                " AND (%(place)s::int IS NULL OR (r.session_seq, e.seq) <= (%(place)s::int, %(seq)s::int))"
+                "), n AS (SELECT count(*)::int AS copied FROM src"
+                "), r AS ("
+                " INSERT INTO runs (id, tenant_id, user_id, agent, status, stop_reason, root_run_id, last_seq,"
+                " completed_at, def_id, def_content_sha256, session_id, session_seq)"
+                " SELECT %(id)s, %(tenant)s, %(user)s, %(agent)s, 'completed', 'end_turn', %(id)s,"
+                " 1 + n.copied + %(ntail)s, now(), %(def_id)s, %(def_sha)s, %(sid)s, 0"
+                " FROM n WHERE n.copied > 0"
+                " RETURNING id, tenant_id, last_seq, created_at"
+                "), ns AS ("
+                " INSERT INTO sessions (id, tenant_id, agent, user_id, run_count, created_at, updated_at)"
+                " SELECT %(sid)s, r.tenant_id, %(agent)s, %(user)s, 1, r.created_at, r.created_at FROM r"
+                "), ev AS ("
+                " INSERT INTO events (run_id, seq, tenant_id, type, payload)"
+                " SELECT r.id, 1, r.tenant_id, 'started', %(started)s FROM r"
+                " UNION ALL SELECT r.id, src.seq, r.tenant_id, src.type, src.payload FROM r, src"
+                f"{tail_insert}"
+                ") SELECT n.copied FROM n, r", params)
+            row = await cur.fetchone()
+        return int(row["copied"]) if row else 0
 
     async def events(self, tenant_id: str, session_id: str, *, after: tuple[int, int] = (-1, 0),
                      limit: int = 1000) -> list[tuple[int, SessionEvent]]:

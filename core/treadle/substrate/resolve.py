@@ -118,6 +118,16 @@ class AgentPinning:
         if pins:
             new.skill_def_ids = pins
 
+    async def pinned_agent(self, new: NewRun) -> ResolvedAgent | None:
+        """The agent `pin` pinned `new` to, without its skills (for work outside any run: a
+        replay's summary); None when it no longer resolves."""
+        if new.def_id is None:
+            return self.catalogue.get(new.agent)
+        record = await self.defs.get(new.tenant_id, AGENT, def_id=new.def_id)
+        if record is None:
+            return None
+        return self.catalogue.build(new.agent, AgentConfig.model_validate(record.body))
+
     async def promoted(self, tenant_id: str, names: set[str]) -> dict[str, ResolvedAgent]:
         """The tenant's promoted AgentDefs among `names` (for callers that check names up front)."""
         out: dict[str, ResolvedAgent] = {}

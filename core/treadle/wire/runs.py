@@ -201,6 +201,24 @@ class CompactResult(Response):
     applied: Literal["live", "marker", "noop"]
 
 
+class ReplayRequest(Request):
+    """Body of POST /v1/sessions/{id}/replay (loomcycle's `replaySession`): the agent the new
+    session continues with, and whether the carried history is compacted first."""
+
+    agent: str = Field(min_length=1, max_length=128)
+    compress: bool = False
+
+
+class ReplayResult(Response):
+    """loomcycle's ReplaySessionResult: the new session, the ended run that holds the carried
+    conversation, how many events it holds, and whether a compaction marker follows them."""
+
+    new_session_id: str
+    seed_run_id: str
+    events_copied: int
+    compacted: bool
+
+
 class SessionMessageRequest(LoomcycleRunFields):
     """Body of POST /v1/sessions/{id}/messages (loomcycle's continuation): the next user turn of
     the session; agent and user come from the session (`agent`, `user_id` are refused)."""

@@ -347,6 +347,12 @@ class AsyncAgents(AsyncResource):
     async def transcript(self, session_id: str) -> m.Transcript:
         return await self.client.model(Call("GET", f"/v1/sessions/{session_id}/transcript"), m.Transcript)
 
+    async def replay(self, session_id: str, agent: str, *, compress: bool | None = None) -> m.ReplayResult:
+        """A new session of `agent` seeded with this one's conversation (loomcycle's `replaySession`);
+        continue it with `send(result.new_session_id, …)`."""
+        body = body_of(wire.ReplayRequest(**clean({"agent": agent, "compress": compress})))
+        return await self.client.model(Call("POST", f"/v1/sessions/{session_id}/replay", json=body), m.ReplayResult)
+
 
 class AsyncSessions(AsyncResource):
     """/v1/sessions: conversations of many runs (docs/conversations.md)."""

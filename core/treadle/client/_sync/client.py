@@ -348,6 +348,12 @@ class Agents(Resource):
     def transcript(self, session_id: str) -> m.Transcript:
         return self.client.model(Call("GET", f"/v1/sessions/{session_id}/transcript"), m.Transcript)
 
+    def replay(self, session_id: str, agent: str, *, compress: bool | None = None) -> m.ReplayResult:
+        """A new session of `agent` seeded with this one's conversation (loomcycle's `replaySession`);
+        continue it with `send(result.new_session_id, …)`."""
+        body = body_of(wire.ReplayRequest(**clean({"agent": agent, "compress": compress})))
+        return self.client.model(Call("POST", f"/v1/sessions/{session_id}/replay", json=body), m.ReplayResult)
+
 
 class Sessions(Resource):
     """/v1/sessions: conversations of many runs (docs/conversations.md)."""
