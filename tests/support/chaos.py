@@ -77,8 +77,8 @@ class Replica(ServerProcess):
         self.stopped = False  # SIGSTOPped and not continued yet
         self.pids: list[int] = []
 
-    def start(self) -> None:
-        super().start()
+    def start(self, *, same_port: bool = False) -> None:
+        super().start(same_port=same_port)
         assert self.proc is not None
         self.pids.append(self.proc.pid)
         self.stopped = False

@@ -81,8 +81,9 @@ def write_config(path: Path, agents: dict[str, Any], extra: dict[str, Any] | Non
 
 
 class ServerProcess:
-    """`python -m treadle.cli.main serve` on a fresh loopback port per start; its stdout and stderr
-    go to one log file per start (`<name>-<n>.log` in `workdir`)."""
+    """`python -m treadle.cli.main serve` on a fresh loopback port per start (or the same one again,
+    as a client that reconnects to one address sees it); its stdout and stderr go to one log file
+    per start (`<name>-<n>.log` in `workdir`)."""
 
     def __init__(
         self,
@@ -105,11 +106,11 @@ class ServerProcess:
 
     # lifecycle ---------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, *, same_port: bool = False) -> None:
         if self.running:
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         self.starts += 1
-        port = free_port()
+        port = int(self.url.rsplit(":", 1)[1]) if same_port and self.url else free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_") and k != "DATABASE_URL"}
         env.update(
@@ -153,8 +154,8 @@ class ServerProcess:
                     raise TimeoutError(f"{self.name} not healthy after {timeout}s:\n{self.log_tail()}")
                 await asyncio.sleep(0.05)
 
-    async def restart(self, timeout: float = 60.0) -> None:
-        self.start()
+    async def restart(self, timeout: float = 60.0, *, same_port: bool = False) -> None:
+        self.start(same_port=same_port)
         await self.wait_ready(timeout)
 
     def kill9(self) -> None:
