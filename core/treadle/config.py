@@ -335,7 +335,7 @@ class ChannelConfig(BaseModel):
 INTERRUPTION_TIMEOUT_CAP_MS = 30 * 86_400_000
 
 
-RETENTION_CLASSES = ("runs", "channel_messages", "memory")
+RETENTION_CLASSES = ("runs", "channel_messages", "memory", "responses")
 
 
 class TenantRetention(BaseModel):
@@ -345,20 +345,23 @@ class TenantRetention(BaseModel):
     runs: int | None = Field(default=None, ge=1, le=36_500)
     channel_messages: int | None = Field(default=None, ge=1, le=36_500)
     memory: int | None = Field(default=None, ge=1, le=36_500)
+    responses: int | None = Field(default=None, ge=1, le=36_500)
 
 
 class RetentionConfig(BaseModel):
     """How long data is kept, per class: finished runs (`days`: with their transcripts, questions,
-    inputs), channel messages (`channel_messages_days`, since published) and memory
-    (`memory_days`, since last written). `tenants.<id>` overrides per tenant: a number (or null:
-    keep forever) overrides `days`, a mapping `{runs, channel_messages, memory}` overrides each
-    class it names. Enforced by the sweeper (sidecar) and the maintenance function (cloud) in
+    inputs and the stored OpenAI responses that are their turns), channel messages
+    (`channel_messages_days`, since published), memory (`memory_days`, since last written) and
+    stored OpenAI responses (`responses_days`, since created). `tenants.<id>` overrides per tenant:
+    a number (or null: keep forever) overrides `days`, a mapping `{runs, channel_messages, memory,
+    responses}` overrides each class it names. Enforced by the sweeper (sidecar) and the maintenance function (cloud) in
     bounded batches (GET /v1/_retention reports it)."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     days: int | None = Field(default=None, ge=1, le=36_500)
     channel_messages_days: int | None = Field(default=None, ge=1, le=36_500)
     memory_days: int | None = Field(default=None, ge=1, le=36_500)
+    responses_days: int | None = Field(default=None, ge=1, le=36_500)
     tenants: dict[str, int | TenantRetention | None] = {}
 
     @field_validator("tenants")
@@ -372,7 +375,8 @@ class RetentionConfig(BaseModel):
         return v
 
     def default(self, cls: str) -> int | None:
-        return {"runs": self.days, "channel_messages": self.channel_messages_days, "memory": self.memory_days}[cls]
+        return {"runs": self.days, "channel_messages": self.channel_messages_days, "memory": self.memory_days,
+                "responses": self.responses_days}[cls]
 
     def overrides(self, cls: str) -> dict[str, int | None]:
         """The tenants that override class `cls`: tenant → days (None: keep forever)."""

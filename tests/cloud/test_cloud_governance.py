@@ -75,7 +75,7 @@ def test_tenant_credentials_through_the_api_function(
 
 def test_the_retention_report_through_the_api_function(lambdas: dict[str, LambdaEnv]) -> None:
     status, body, _ = call(lambdas["api"], "GET", "/v1/_retention")
-    assert status == 200 and set(body["policy"]) == {"runs", "channel_messages", "memory"}, body
+    assert status == 200 and set(body["policy"]) == {"runs", "channel_messages", "memory", "responses"}, body
     assert body["batch"] == 500 and "default" in body  # the cloud test's bearer is the operator's
 
 

@@ -172,6 +172,9 @@ async def test_a_stored_response_is_retrieved_listed_chained_and_deleted(client:
     with pytest.raises(openai.BadRequestError) as gone:
         await client.responses.create(model="gpt", input="x", previous_response_id=first.id)
     assert gone.value.param == "previous_response_id"
+    with pytest.raises(openai.BadRequestError) as cut:  # an ancestor gone: refused, not a shorter history
+        await client.responses.create(model="gpt", input="x", previous_response_id=second.id)
+    assert (cut.value.code, cut.value.param) == ("previous_response_not_found", "previous_response_id")
     with pytest.raises(openai.BadRequestError) as sync:
         await client.responses.cancel(second.id)
     assert sync.value.code == "response_not_background"
@@ -194,3 +197,23 @@ async def test_a_background_agent_response_is_polled_and_its_stream_resumed(clie
     assert [e.model_dump() for e in rest] == [e.model_dump() for e in whole[3:]]
     again = await client.responses.cancel(resp.id)  # a finished response: returned as it is
     assert again.status == "completed"
+
+
+async def test_a_conversation_is_the_agents_session(client: openai.AsyncOpenAI, served: Served) -> None:
+    first = await client.responses.create(model="helper", input="hello")
+    assert first.model_extra is not None and first.conversation is None
+    session = first.model_extra["treadle"]["session_id"]
+    second = await client.responses.create(model="helper", input="again", conversation=session)
+    third = await client.responses.create(model="helper", input="and again", conversation={"id": session})
+    runs = [r.model_extra["treadle"]["run_id"] for r in (first, second, third)]  # type: ignore[index]
+    assert (await served.http.get(f"/v1/sessions/{session}")).json()["runs"] == runs  # one session, in order
+    assert second.conversation is not None and second.conversation.id == session
+    assert (await client.responses.retrieve(third.id)).conversation.id == session  # type: ignore[union-attr]
+
+    refused = {"conversation_not_found": dict(model="helper", conversation="s_" + "0" * 32),
+               "invalid_value": dict(model="helper", conversation=session, previous_response_id=first.id),
+               "unsupported_parameter": dict(model="gpt", conversation=session)}
+    for code, kw in refused.items():
+        with pytest.raises(openai.BadRequestError) as exc:
+            await client.responses.create(input="x", **kw)  # type: ignore[call-overload]
+        assert (exc.value.code, exc.value.param) == (code, "conversation")

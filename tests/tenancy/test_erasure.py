@@ -1,8 +1,9 @@
 """Erasure of one subject (issue 42 item 4): POST /v1/_erasure (loomcycle's body) removes a user
-everywhere treadle keeps it — runs and their transcripts, sessions, user-scoped memory, user-scoped
-channel messages and their wait keys, CredentialDefs, budgets, tokens — and answers a receipt;
-afterwards no row of any table mentions the subject's id or text, another user of the tenant and
-another tenant's user of the same id are intact, and the tenant's usage totals are unchanged."""
+everywhere treadle keeps it — runs and their transcripts, stored OpenAI responses (its own and its
+runs' turns), sessions, user-scoped memory, user-scoped channel messages and their wait keys,
+CredentialDefs, budgets, tokens — and answers a receipt; afterwards no row of any table mentions
+the subject's id or text, another user of the tenant and another tenant's user of the same id are
+intact, and the tenant's usage totals are unchanged."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tests.mcp.test_client_tools import rows_containing
 from tests.support.e2e import query
 from tests.support.tenancy import api, bearer, mint
 from treadle.governance.budgets import Limit
+from treadle.store.openai_responses import ResponseStore, StoredResponse
 from treadle.store.runs import NewRun
 
 
@@ -22,9 +24,15 @@ def prompt(text: str) -> list[dict[str, Any]]:
 
 async def seed(rt: Any, disp: Any, tenant: str, user: str, words: str) -> None:
     """A subject's data in every place the erasure covers."""
-    for n in range(2):
-        await rt.start_run(NewRun(tenant_id=tenant, user_id=user, agent="echo", segments=prompt(f"{words} {n}")))
+    runs = [(await rt.start_run(NewRun(tenant_id=tenant, user_id=user, agent="echo",
+                                       segments=prompt(f"{words} {n}"))))[0] for n in range(2)]
     await disp.drain()
+    for owner, run_id in ((user, None), (None, runs[0].id)):  # its own stored response; a turn of its run
+        await ResponseStore(rt.pool).create(StoredResponse(
+            id="resp_" + secrets.token_hex(12), tenant_id=tenant, user_id=owner, created_unix=0,
+            background=run_id is not None, request={"model": "echo", "input": words},
+            input_items=[{"id": "msg_0", "type": "message", "role": "user", "content": words}],
+            previous_response_id=None, run_id=run_id, start_seq=None if run_id is None else 0, doc=None))
     db = rt.database_url
     await query(db, "INSERT INTO memory (tenant_id, scope, scope_id, key, value) VALUES"
                 " (%s, 'user', %s, 'note', to_jsonb(%s::text))", (tenant, user, words))
@@ -58,6 +66,7 @@ async def test_a_subject_is_erased_everywhere_with_a_receipt_and_nothing_else_is
         counted = dry.json()
         assert counted["dry_run"] is True and counted["tenant"] == "acme"
         assert counted["deleted"]["runs"] == 2 and counted["deleted"]["memory"] == 1
+        assert counted["deleted"]["openai_responses"] == 2
         assert {"events", "channel_messages", "wait_keys", "token_limits", "auth_tokens"} <= set(counted["deleted"])
         assert counted["anonymized"]["usage_daily"] >= 1
         assert rows_containing(rt.database_url, [alice_words]) != []  # a dry run changes nothing

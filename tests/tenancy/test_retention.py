@@ -98,11 +98,12 @@ async def test_channel_messages_and_memory_past_their_tenants_days_are_deleted_a
         operator = bearer(await mint(c, {}, "operator"))
         acme = bearer(await mint(c, operator, "acme", tenant="acme", scopes=["substrate:tenant"]))
         report = (await c.get("/v1/_retention", headers=acme)).json()
-        assert report["policy"] == {"runs": None, "channel_messages": 7, "memory": 90}
-        assert report["purgeable"] == {"runs": 0, "channel_messages": 1, "memory": 1} and "tenants" not in report
+        assert report["policy"] == {"runs": None, "channel_messages": 7, "memory": 90, "responses": None}
+        assert report["purgeable"] == {"runs": 0, "channel_messages": 1, "memory": 1, "responses": 0}
+        assert "tenants" not in report
         assert (await c.get("/v1/_retention", params={"tenant": "short"}, headers=acme)).status_code == 403
         short = (await c.get("/v1/_retention", params={"tenant": "short"}, headers=operator)).json()
-        assert short["policy"] == {"runs": None, "channel_messages": 1, "memory": 90}
+        assert short["policy"] == {"runs": None, "channel_messages": 1, "memory": 90, "responses": None}
         assert short["purgeable"]["channel_messages"] == 2 and short["tenants"]["keepers"]["memory"] is None
 
     assert await rt.enforce_retention(force=True) == 1 + 1 + 2 + 1 + 1  # acme 1+1, short 2+1, keepers 1 (+0)
@@ -133,3 +134,38 @@ async def test_retention_deletes_in_batches_and_skips_rows_a_live_transaction_ho
     left = await query(db, "SELECT count(*) AS n FROM channel_messages WHERE tenant_id = 'bulk'")
     assert left[0]["n"] == 10
     assert await store.purge("channel_messages", 7, tenant_id="bulk") == 10
+
+
+async def test_stored_responses_past_their_days_are_deleted_and_go_with_their_runs(tenancy_rt: Any) -> None:
+    """Class `responses` (issue 38): a stored OpenAI response older than `responses_days` is
+    deleted; an agent's response is a turn of its run, so it goes with the run's retention."""
+    rt, disp = tenancy_rt
+    rt.config.retention = RetentionConfig(days=30, responses_days=7)
+    async with api(rt) as c:
+        operator = bearer(await mint(c, {}, "operator"))
+        who = bearer(await mint(c, operator, "acme", tenant="acme",
+                                scopes=["substrate:tenant", "runs:create", "runs:read"]))
+
+        async def respond(body: dict[str, Any]) -> str:
+            r = await c.post("/v1/responses", json=body, headers=who)
+            assert r.status_code == 200, r.text
+            return str(r.json()["id"])
+
+        old, recent = await respond({"model": "mock/echo", "input": "old"}), await respond(
+            {"model": "mock/echo", "input": "recent"})
+        turn = await respond({"model": "echo", "input": "a run's turn", "background": True})
+        await disp.drain()
+        run_id = (await query(rt.database_url, "SELECT run_id FROM openai_responses WHERE id = %s",
+                              (turn,)))[0]["run_id"]
+        await query(rt.database_url, "UPDATE openai_responses SET created_at = now() - interval '8 days'"
+                    " WHERE id = %s", (old,))
+        await query(rt.database_url, "UPDATE runs SET completed_at = now() - interval '40 days' WHERE id = %s",
+                    (run_id,))
+        report = (await c.get("/v1/_retention", headers=who)).json()
+        assert report["policy"]["responses"] == 7 and report["purgeable"]["responses"] == 1
+        assert await rt.enforce_retention(force=True) == 2  # the old response, the old run
+        for rid, status in ((old, 404), (recent, 200), (turn, 404)):
+            got = await c.get(f"/v1/responses/{rid}", headers=who)
+            assert got.status_code == status, (rid, got.text)
+        gone = (await c.get(f"/v1/responses/{old}", headers=who)).json()
+        assert gone["error"]["code"] == "response_not_found"

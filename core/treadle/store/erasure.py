@@ -4,8 +4,9 @@ removed per table. A dry run does the same work and rolls it back, so its counts
 
 Where a subject lives: its runs (user_id) with their sub-agent runs and everything that hangs off
 a run (events, questions, inputs, waits, sealed run credentials: ON DELETE CASCADE and the events
-trigger, migration 0024); its sessions; its user-scoped memory (embeddings cascade), the scope's
-byte count and SQL-memory audit; its user-scoped channel messages and cursors; the wait keys and
+trigger, migration 0024); its stored OpenAI responses (its own, and the turns of its runs); its
+sessions; its user-scoped memory (embeddings cascade), the scope's byte count and SQL-memory
+audit; its user-scoped channel messages and cursors; the wait keys and
 timers named after its user-scoped channels; its CredentialDefs and budgets; the tokens minted
 for it (their OperatorTokenDefs too) and its WebSocket watchers. Usage is kept but anonymized:
 its rows fold into the tenant's user-less rows (`user_id` ''), so the tenant's totals do not
@@ -19,6 +20,11 @@ from treadle.store.db import Pool
 
 #: (receipt name, statement) in order; %(t)s the tenant, %(s)s the subject
 _STEPS: list[tuple[str, str]] = [
+    # its stored OpenAI responses: by their user, and those that are turns of its runs (first, so
+    # the receipt counts them; the runs' own deletion would take the latter too, migration 0071)
+    ("openai_responses", "DELETE FROM openai_responses WHERE tenant_id = %(t)s AND (user_id = %(s)s OR run_id IN"
+                         " (SELECT id FROM runs WHERE tenant_id = %(t)s AND (user_id = %(s)s OR root_run_id IN"
+                         " (SELECT id FROM runs WHERE tenant_id = %(t)s AND user_id = %(s)s))))"),
     ("runs", "DELETE FROM runs WHERE tenant_id = %(t)s AND (user_id = %(s)s OR root_run_id IN"
              " (SELECT id FROM runs WHERE tenant_id = %(t)s AND user_id = %(s)s))"),
     ("sessions", "DELETE FROM sessions WHERE tenant_id = %(t)s AND user_id = %(s)s"),

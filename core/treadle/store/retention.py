@@ -2,7 +2,8 @@
 days since published, and memory rows not written for their tenant's days — each deleted in one
 bounded batch per call (`FOR UPDATE SKIP LOCKED`: a row a live step or a reader holds is left for
 the next batch, never waited on). A memory row's embedding goes with it (ON DELETE CASCADE) and
-its scope's byte count with its trigger (migration 0041)."""
+its scope's byte count with its trigger (migration 0041). Stored OpenAI responses past their days
+since created (an agent's response also goes with its run: migration 0071)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,14 @@ WITH doomed AS (
 DELETE FROM memory m USING doomed
  WHERE (m.tenant_id, m.scope, m.scope_id, m.key) = (doomed.tenant_id, doomed.scope, doomed.scope_id, doomed.key)"""
 
+_RESPONSES = """
+WITH doomed AS (
+    SELECT tenant_id, id FROM openai_responses
+     WHERE created_at < now() - make_interval(days => %(days)s)
+       AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s) AND NOT (tenant_id = ANY(%(exclude)s))
+     ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+DELETE FROM openai_responses r USING doomed WHERE (r.tenant_id, r.id) = (doomed.tenant_id, doomed.id)"""
+
 _PREVIEW = {
     "runs": "SELECT count(*) AS n FROM runs WHERE tenant_id = %(tenant)s AND parent_run_id IS NULL"
             " AND status IN ('completed','failed','cancelled')"
@@ -35,6 +44,8 @@ _PREVIEW = {
                         " AND published_at < now() - make_interval(days => %(days)s)",
     "memory": "SELECT count(*) AS n FROM memory WHERE tenant_id = %(tenant)s"
               " AND updated_at < now() - make_interval(days => %(days)s)",
+    "responses": "SELECT count(*) AS n FROM openai_responses WHERE tenant_id = %(tenant)s"
+                 " AND created_at < now() - make_interval(days => %(days)s)",
 }
 
 
@@ -44,8 +55,9 @@ class RetentionStore:
 
     async def purge(self, cls: str, days: int, *, tenant_id: str | None = None, exclude: list[str] | None = None,
                     limit: int = 500) -> int:
-        """One batch of class `cls` (channel_messages, memory) older than `days`: rows deleted."""
-        query = {"channel_messages": _CHANNEL, "memory": _MEMORY}[cls]
+        """One batch of class `cls` (channel_messages, memory, responses) older than `days`: rows
+        deleted."""
+        query = {"channel_messages": _CHANNEL, "memory": _MEMORY, "responses": _RESPONSES}[cls]
         params: dict[str, Any] = {"days": days, "tenant": tenant_id, "exclude": exclude or [], "limit": limit}
         async with self.pool.connection() as conn:
             cur = await conn.execute(query, params)

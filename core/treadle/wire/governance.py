@@ -80,6 +80,7 @@ class RetentionPolicy(Response):
     runs: int | None = None
     channel_messages: int | None = None
     memory: int | None = None
+    responses: int | None = None
 
 
 class RetentionReport(Response):

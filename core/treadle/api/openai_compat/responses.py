@@ -14,7 +14,12 @@ any restart, tells it the same way.
 
 `background: true` (agents: a durable run; a one-call model is refused by name) answers at once
 with `queued`; GET /v1/responses/{id}?stream=true&starting_after=N replays the events after N, then
-follows; POST …/cancel cancels the run. `conversation` is refused by name."""
+follows; POST …/cancel cancels the run.
+
+`conversation` (an id, or `{id}`) is an agent's treadle session (`s_…`, the `treadle.session_id`
+of any of its responses): the turn is a run that continues the session, whose history it reads in
+place, as POST /v1/runs {session_id} does; a one-call model, an unknown session
+(`conversation_not_found`), or `previous_response_id` beside it are refused by name."""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from treadle.api.deps import Rt, Who
 from treadle.api.modelcall import Chosen, TextDelta, log_call, stream_once
-from treadle.api.openai_compat.agentrun import Ended, RunStillRunning, follow, open_turn
+from treadle.api.openai_compat.agentrun import Ended, RunStillRunning, follow, open_turn, parse_call_id
 from treadle.api.openai_compat.chat import call_checked, model_call, resolve_target
 from treadle.api.openai_compat.errors import OPENAI_ERRORS, OpenAIRoute
 from treadle.api.openai_compat.responses_wire import (
@@ -78,12 +83,18 @@ async def create_response(request: Request, rt: Rt, who: Who) -> Response:
     if req.background and not req.stored:
         raise UnsupportedParameter("background=true keeps the response to be polled: it needs store=true", "store",
                                    code="invalid_value")
+    if req.conversation_id is not None and req.previous_response_id is not None:
+        raise UnsupportedParameter("conversation and previous_response_id exclude each other (a conversation holds "
+                                   "its own history)", "conversation", code="invalid_value")
     store = ResponseStore(rt.pool)
     prev = None if req.previous_response_id is None else \
         await _stored(store, who, req.previous_response_id, "previous_response_id")
     target = await resolve_target(rt, who.tenant_id, req.model)
     if target.kind == "agent":
         return await _create_agent(rt, who, store, req, prev)
+    if req.conversation_id is not None:
+        raise UnsupportedParameter(f"conversation applies to an agent (a treadle session); {req.model!r} answers in "
+                                   "one model call: chain its responses with previous_response_id", "conversation")
     if req.background:
         raise UnsupportedParameter(f"background applies to an agent (a durable run); {req.model!r} answers in one "
                                    "model call", "background")
@@ -102,16 +113,25 @@ async def create_response(request: Request, rt: Rt, who: Who) -> Response:
 
 async def _create_agent(rt: Runtime, who: Principal, store: ResponseStore, req: ResponsesRequest,
                         prev: StoredResponse | None) -> Response:
-    session: str | None = None
-    if prev is not None and prev.run_id is not None and prev.request.get("model") == req.model:
+    session = req.conversation_id
+    if session is not None:
+        chat = to_chat(req)  # the session holds the history
+        await _in_conversation(rt, who, chat, session)
+    elif prev is not None and prev.run_id is not None and prev.request.get("model") == req.model:
         chat = to_chat(req)  # the run holds the history: its session, or the calls its results answer
         run = await rt.runs.get(who.tenant_id, prev.run_id)
         if run is not None and not (chat.messages and chat.messages[-1].role == "tool"):
             session = run.session
     else:
         chat = to_chat(req, await _history(rt, who, store, prev))
-    run_id, start_seq = await open_turn(rt, who.tenant_id, chat, session)
-    doc = ResponseDoc(req, {"run_id": run_id})
+    try:
+        run_id, start_seq = await open_turn(rt, who.tenant_id, chat, session)
+    except NotFound as exc:
+        if exc.code != "session_not_found" or req.conversation_id is None:
+            raise
+        raise UnsupportedParameter(f"Conversation with id '{session}' not found.", "conversation",
+                                   code="conversation_not_found") from None
+    doc = ResponseDoc(req, await _agent_extension(rt, who, run_id))
     headers = {"x-treadle-run-id": run_id}
     if req.stored:
         await store.create(_row(who, doc, req, run_id, start_seq))
@@ -120,6 +140,24 @@ async def _create_agent(rt: Runtime, who: Principal, store: ResponseStore, req: 
             return _sse(_replay(rt, who, doc, run_id, start_seq, None), headers)
         return JSONResponse(doc.doc("queued"), headers=headers)
     return await _answer(rt, who, doc, _agent_events(rt, who, doc, run_id, start_seq), headers)
+
+
+async def _in_conversation(rt: Runtime, who: Principal, chat: ChatRequest, session: str) -> None:
+    """Tool results given with `conversation` must answer a run of that session."""
+    last = chat.messages[-1] if chat.messages else None
+    parsed = parse_call_id(last.tool_call_id or "") if last is not None and last.role == "tool" else None
+    if parsed is None:
+        return
+    run = await rt.runs.get(who.tenant_id, parsed[0])
+    if run is not None and run.session != session:
+        raise UnsupportedParameter(f"the function_call_output items answer run {run.id}, which is not in conversation "
+                                   f"{session!r}", "conversation", code="invalid_value")
+
+
+async def _agent_extension(rt: Runtime, who: Principal, run_id: str) -> dict[str, Any]:
+    """`treadle` of an agent's response: its run, and the session (the `conversation` to continue)."""
+    run = await rt.runs.get(who.tenant_id, run_id)
+    return {"run_id": run_id, **({"session_id": run.session} if run is not None else {})}
 
 
 def _row(who: Principal, doc: ResponseDoc, req: ResponsesRequest, run_id: str | None = None,
@@ -193,7 +231,7 @@ async def _current(rt: Runtime, who: Principal, row: StoredResponse) -> dict[str
         return doc.doc("failed", error={"code": "response_interrupted", "message":
                                         "the response was cut off before it finished (its client left or its server "
                                         "restarted)"})
-    doc = _doc_of(row, {"run_id": row.run_id})
+    doc = _doc_of(row, await _agent_extension(rt, who, row.run_id))
     async for _ in _framed(doc, _agent_events(rt, who, doc, row.run_id, row.start_seq, live=False, wait=False)):
         pass
     if doc.final is not None:
@@ -214,7 +252,12 @@ async def _history(rt: Runtime, who: Principal, store: ResponseStore,
                                        "previous_response_id", code="invalid_value")
         doc = await _current(rt, who, row)
         items = [*row.input_items, *doc["output"], *items]
-        row = None if row.previous_response_id is None else await store.get(who.tenant_id, row.previous_response_id)
+        earlier = row.previous_response_id
+        row = None if earlier is None else await store.get(who.tenant_id, earlier)
+        if earlier is not None and row is None:  # never a history silently cut short
+            raise UnsupportedParameter(f"response {earlier!r}, earlier in the previous_response_id chain, is gone "
+                                       "(deleted, erased or past its retention)", "previous_response_id",
+                                       code="previous_response_not_found")
     return items
 
 
@@ -240,7 +283,7 @@ async def get_response(response_id: str, rt: Rt, who: Who, stream: bool = False,
     if not row.background or row.run_id is None or row.start_seq is None:
         raise UnsupportedParameter("only a response created with background=true can be streamed again", "stream",
                                    code="invalid_value")
-    doc = _doc_of(row, {"run_id": row.run_id})
+    doc = _doc_of(row, await _agent_extension(rt, who, row.run_id))
     return _sse(_replay(rt, who, doc, row.run_id, row.start_seq, starting_after), {"x-treadle-run-id": row.run_id})
 
 

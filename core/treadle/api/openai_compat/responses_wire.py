@@ -24,7 +24,6 @@ DEFAULT_ONLY: dict[str, tuple[Any, ...]] = {
     "top_p": (1, 1.0),
     "truncation": ("disabled",),
     "include": ([],),
-    "conversation": (),
     "max_tool_calls": (),
     "prompt": (),
     "service_tier": ("auto", "default"),
@@ -102,6 +101,11 @@ class TextConfig(BaseModel):
     verbosity: Literal["medium"] | None = None
 
 
+class ConversationRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=128)
+
+
 class ResponsesRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1, max_length=256)
@@ -123,10 +127,17 @@ class ResponsesRequest(BaseModel):
     #: run it in the background: an agent's durable run, answered at once with `queued`
     background: bool | None = None
     previous_response_id: str | None = Field(default=None, min_length=1, max_length=128)
+    #: an agent's treadle session (its id, `s_…`): the turn continues it (responses.py)
+    conversation: str | ConversationRef | None = None
 
     @property
     def stored(self) -> bool:
         return self.store is not False
+
+    @property
+    def conversation_id(self) -> str | None:
+        c = self.conversation
+        return c.id if isinstance(c, ConversationRef) else c
 
     def item_list(self) -> list[MessageItem | FunctionCallItem | FunctionCallOutputItem]:
         return [MessageItem(role="user", content=self.input)] if isinstance(self.input, str) else self.input
@@ -137,9 +148,8 @@ def _refuse_defaults(body: dict[str, Any]) -> None:
         if name in body:
             value = body.pop(name)
             if value is not None and value not in allowed:
-                why = ("conversations are not supported: chain responses with previous_response_id"
-                       if name == "conversation" else "treadle does not apply it")
-                raise UnsupportedParameter(f"{name}={json.dumps(value)} is not supported ({why})", name)
+                raise UnsupportedParameter(f"{name}={json.dumps(value)} is not supported (treadle does not apply it)",
+                                           name)
 
 
 def _content(item: MessageItem, where: str) -> str | list[dict[str, Any]]:
@@ -273,6 +283,7 @@ class ResponseDoc:
             "instructions": r.instructions, "max_output_tokens": r.max_output_tokens, "model": r.model,
             "output": list(self.output), "parallel_tool_calls": r.parallel_tool_calls is not False,
             "previous_response_id": r.previous_response_id,
+            "conversation": {"id": r.conversation_id} if r.conversation_id else None,
             "reasoning": r.reasoning.model_dump() if r.reasoning else None,
             "store": r.stored, "temperature": r.temperature,
             "text": {"format": (r.text.format if r.text and r.text.format else {"type": "text"})},
