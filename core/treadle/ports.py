@@ -41,6 +41,13 @@ class ChannelPublisher(Protocol):
     ) -> dict[str, Any]: ...
 
 
+class SessionRecapper(Protocol):
+    """A fresh summary of a whole session (every run's turns), written by the session's agent's
+    model without tools (History op=recap); the caller stores it."""
+
+    async def recap_session(self, tenant_id: str, session_id: str) -> str: ...
+
+
 class AgentDirectory(Protocol):
     """Which agents a tenant can run: treadle.yaml agents and promoted AgentDefs."""
 

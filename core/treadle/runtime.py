@@ -280,6 +280,7 @@ class Runtime:
             catalogue=_ToolCatalogue(self.registry),
             volumes=self.volumes,
             sql_memory=self.sql_memory, sql_audit=SqlAudit(pool) if self.sql_memory is not None else None,
+            recapper=self,
         )
         return Engine(
             steps=self.steps,
@@ -611,7 +612,7 @@ class Runtime:
         from treadle.engine.replay import history_messages
         from treadle.errors import AgentGone, BadRequest, NotFound, UnknownAgent
         from treadle.store.runs import new_run_id, session_id_of
-        from treadle.store.sessions import CARRIED, Seed
+        from treadle.store.sessions import Seed
 
         source = await self.sessions.get(tenant_id, source_id)
         if source is None:
@@ -629,15 +630,8 @@ class Runtime:
         upto: tuple[int, int] | None = None
         marker: ContextCompaction | None = None
         if compress:
-            resolved = None if is_team_agent(agent) else await self.substrate.pinning.pinned_agent(new)
-            if resolved is None or resolved.route is None:
-                raise AgentGone(f"target agent {agent!r} has no model to summarize with")
-            events: list[tuple[int, str, dict[str, Any]]] = []
-            after = (-1, 0)
-            while page := await self.sessions.events(tenant_id, source_id, after=after, limit=1000):
-                events.extend((e.seq, e.type, e.payload) for _, e in page if e.type in CARRIED)
-                after = (page[-1][0], page[-1][1].seq)
-            upto = after if after[0] >= 0 else None
+            resolved = await self._summarizing_agent(new)
+            events, upto = await self._conversation(tenant_id, source_id)
             settings = compaction.Settings.resolve(resolved.config.compaction)
             marker = await self.engine.compaction_of(history_messages(events), resolved, settings, "self", 0,
                                                      (run_id, agent), events)
@@ -655,6 +649,58 @@ class Runtime:
             raise BadRequest("source session has no transcript to replay", code="empty_source")
         return {"new_session_id": seed.session_id, "seed_run_id": run_id, "events_copied": copied,
                 "compacted": marker is not None}
+
+    async def recap_session(self, tenant_id: str, session_id: str) -> str:
+        """loomcycle's RecapSession (History op=recap): a fresh summary of the whole session —
+        every run's turns, compactions applied — written by the session's agent's model without
+        tools (its `compaction.model` and `target_percentage` when set). Nothing is written here:
+        the caller stores it. NotFound, AgentGone, BadRequest (no turns yet), ProviderError."""
+        from treadle.engine import compaction
+        from treadle.engine.replay import history_messages
+        from treadle.errors import AgentGone, BadRequest, NotFound, UnknownAgent
+
+        session = await self.sessions.get(tenant_id, session_id)
+        if session is None:
+            raise NotFound(f"session {session_id!r} not found", code="session_not_found")
+        events, _ = await self._conversation(tenant_id, session_id)
+        msgs = history_messages(events)
+        if not msgs:
+            raise BadRequest("the chat has no transcript to recap yet", code="empty_source")
+        new = NewRun(tenant_id=tenant_id, agent=session.agent, segments=[], user_id=session.user_id)
+        try:
+            await self.substrate.pinning.pin(new)
+        except UnknownAgent:
+            raise AgentGone(f"the chat's agent {session.agent!r} no longer exists") from None
+        agent = await self._summarizing_agent(new)
+        settings = compaction.Settings.resolve(agent.config.compaction)
+        summary = await self.engine.summarize((session_id, session.agent), agent, msgs, settings, 0, [])
+        if not summary:
+            from treadle.errors import ProviderError
+
+            raise ProviderError("summarization produced no text", code="summary_empty")
+        return summary
+
+    async def _summarizing_agent(self, new: NewRun) -> ResolvedAgent:
+        """The agent `new` was pinned to, when it has a model route to summarize with."""
+        from treadle.errors import AgentGone
+
+        resolved = None if is_team_agent(new.agent) else await self.substrate.pinning.pinned_agent(new)
+        if resolved is None or resolved.route is None:
+            raise AgentGone(f"agent {new.agent!r} has no model to summarize with")
+        return resolved
+
+    async def _conversation(self, tenant_id: str, session_id: str) -> tuple[
+            list[tuple[int, str, dict[str, Any]]], tuple[int, int] | None]:
+        """The session's conversation events (store/sessions.py `CARRIED`) in order, and the place
+        (session_seq, seq) of the last event read (None: the session has none)."""
+        from treadle.store.sessions import CARRIED
+
+        events: list[tuple[int, str, dict[str, Any]]] = []
+        after = (-1, 0)
+        while page := await self.sessions.events(tenant_id, session_id, after=after, limit=1000):
+            events.extend((e.seq, e.type, e.payload) for _, e in page if e.type in CARRIED)
+            after = (page[-1][0], page[-1][1].seq)
+        return events, after if after[0] >= 0 else None
 
     async def cancel_run(self, tenant_id: str, run_id: str, reason: str) -> RunRecord | None:
         """Flag the run and its unfinished sub-agent runs (one statement, the whole subtree); each

@@ -49,6 +49,11 @@ def test_a_session_continues_and_a_long_run_compacts(
     status, squeezed, _ = call(api, "POST", f"/v1/sessions/{sid}/replay", {"agent": "long", "compress": True})
     assert status == 200 and squeezed["compacted"], squeezed
     assert events_of(api, squeezed["seed_run_id"])[-2]["type"] == "context_compaction"
+    # History op=recap: the API function summarizes the chat with its agent's model and stores it
+    status, recapped, _ = call(api, "POST", "/v1/_history", {"op": "recap", "session_id": sid})
+    assert status == 200 and recapped["summary"].startswith("summary of"), recapped
+    status, session, _ = call(api, "GET", f"/v1/sessions/{sid}")
+    assert status == 200 and session["summary"] == recapped["summary"]
 
     events = events_of(api, long_run["run_id"])
     marks = Counter(e["iteration"] for e in events if e["type"] == "context_compaction")

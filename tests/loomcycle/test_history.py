@@ -1,6 +1,7 @@
 """The History tool and POST /v1/_history (issue 34 item 2) against a served treadle: past chats
 (sessions) listed, searched (full-text), read, renamed, annotated, pinned, archived, resumed,
-related — folded to the caller's scope (default-deny), another user's chat not found."""
+related, recapped (a fresh summary by the chat's agent's model, stored as its summary) — folded to
+the caller's scope (default-deny), another user's chat not found."""
 
 from __future__ import annotations
 
@@ -10,12 +11,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from tests.support.sidecar import sidecar_client, sidecar_settings
+from treadle.builtins.history import HistoryTool
 from treadle.config import parse_config
 from treadle.testing import until as wait_for
+from treadle.tools.base import effects_of
 
+#: the chat the recapper's script names (a test renames a session to it)
+RECAP_TARGET = "s_recap_target_" + secrets.token_hex(4)
 AGENTS = {
     "chat": {"model": "echo"},
     "historian": {"model": "script", "tools": ["History"], "history_scope": ["user"], "mock": {"script": [
@@ -25,6 +31,11 @@ AGENTS = {
         {"text": "done"}]}},
     "nosy": {"model": "script", "tools": ["History"], "mock": {"script": [
         {"tool": "History", "input": {"op": "list"}}, {"text": "done"}]}},
+    "mute": {"model": "echo", "mock": {"summary_error": True}},
+    "recapper": {"model": "script", "tools": ["History"], "history_scope": ["tenant"], "mock": {"script": [
+        {"tool": "History", "input": {"op": "recap", "scope": "tenant", "session_id": RECAP_TARGET}},
+        {"tool": "History", "input": {"op": "recap", "scope": "tenant", "session_id": "s_nope"}},
+        {"text": "done"}]}},
 }
 
 
@@ -105,8 +116,56 @@ async def test_history_over_http(http: httpx.AsyncClient) -> None:
     # the caller's own chats (scope user: the principal's subject) do not include this user's
     mine = await op(op="list", scope="user")
     assert sid not in [c["id"] for c in mine["chats"]]
-    for bad in ({"op": "recap", "session_id": sid}, {"op": "list", "scope": "global"}):
-        resp = await http.post("/v1/_history", json=bad)
-        assert resp.status_code in (400, 422), resp.text
+    resp = await http.post("/v1/_history", json={"op": "list", "scope": "global"})
+    assert resp.status_code in (400, 422), resp.text
     resp = await http.post("/v1/_history", json={"op": "list", "colour": "red"})
     assert resp.status_code == 422 and "colour" in resp.text
+
+
+async def test_recap_writes_the_chats_summary(http: httpx.AsyncClient, db_url: str) -> None:
+    user = "u_" + secrets.token_hex(4)
+    first = await run(http, "chat", "the budget for the kitchen is 8000 euros", user)
+    sid = first["session_id"]
+    resp = await http.post(f"/v1/sessions/{sid}/messages", json={"prompt": "and the tiles are blue"})
+    assert resp.status_code == 202, resp.text
+    await wait_for(lambda: _ended(http, resp.json()["run_id"]), 20, interval=0.05, what="the second turn")
+    out = (await http.post("/v1/_history", json={"op": "recap", "session_id": sid})).json()
+    assert set(out) >= {"scope", "summary", "chat"} and out["scope"] == "tenant", out
+    # the whole chat was summarized (the mock's summary ends with the span's last words)
+    assert out["summary"].startswith("summary of") and "tiles are blue" in out["summary"], out
+    assert out["chat"]["summary"] == out["summary"]
+    session = (await http.get(f"/v1/sessions/{sid}")).json()
+    assert session["summary"] == out["summary"] and session["summary_updated_at"]
+    # recap again: idempotent, the summary replaced (the same here: the chat did not change)
+    again = (await http.post("/v1/_history", json={"op": "recap", "session_id": sid})).json()
+    assert again["summary"] == out["summary"]
+    # refusals: not found, a failing summary (nothing stored)
+    resp = await http.post("/v1/_history", json={"op": "recap", "session_id": "s_nope"})
+    assert resp.status_code == 404 and resp.json()["code"] == "session_not_found"
+    mute = await run(http, "mute", "hello", user)
+    resp = await http.post("/v1/_history", json={"op": "recap", "session_id": mute["session_id"]})
+    assert resp.status_code == 502, resp.text
+    assert (await http.get(f"/v1/sessions/{mute['session_id']}")).json()["summary"] == ""
+
+
+async def test_the_history_tool_recaps_a_chat(http: httpx.AsyncClient, db_url: str) -> None:
+    user = "u_" + secrets.token_hex(4)
+    chat = await run(http, "chat", "we chose oak for the floor", user)
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        await conn.execute("UPDATE runs SET session_id = %s WHERE session_id = %s", (RECAP_TARGET, chat["session_id"]))
+        await conn.execute("UPDATE sessions SET id = %s WHERE id = %s", (RECAP_TARGET, chat["session_id"]))
+    done = await run(http, "recapper", "recap it", user)
+    assert done["status"] == "completed", done
+    events = (await http.get(f"/v1/runs/{done['run_id']}/events")).json()["events"]
+    results = [e for e in events if e["type"] == "tool_result"]
+    recapped = json.loads(results[0]["text"])
+    assert recapped["chat"]["id"] == RECAP_TARGET and "oak for the floor" in recapped["summary"]
+    assert results[1]["is_error"] and "not found" in results[1]["text"]
+    assert (await http.get(f"/v1/sessions/{RECAP_TARGET}")).json()["summary"] == recapped["summary"]
+    # a recap calls a model: it runs outside the step's transaction; the other ops inside it
+    assert effects_of(HistoryTool(), {"op": "recap"}) == "external"
+    assert effects_of(HistoryTool(), {"op": "rename"}) == "transactional"
+
+
+async def _ended(http: httpx.AsyncClient, run_id: str) -> bool:
+    return (await http.get(f"/v1/runs/{run_id}")).json()["status"] in ("completed", "failed", "cancelled")

@@ -212,20 +212,19 @@ async def patch_session(session_id: str, body: SessionPatch, rt: Rt, who: Who) -
 
 
 @router.post("/_history", response_model=HistoryAnswer, response_model_exclude_unset=True,
-             responses=errors(*BODY, 404))
+             responses=errors(*BODY, 404, 409, 502))
 async def history(body: HistoryRequest, rt: Rt, who: Who) -> Response:
     """loomcycle's History over HTTP: the History tool's ops (builtins/history.py) with the body as
     its input; scope `tenant` (default) or `user` (the caller's subject's chats). A chat outside the
-    scope is 404; `recap` is refused (400 `not_implemented`-style `tool_error`)."""
-    from treadle.builtins.history import ChatNotFound, History, recap_refused
+    scope is 404. `recap` writes the chat's summary with its agent's model → `{scope, summary, chat}`
+    (409 `agent_gone`, 400 `empty_source`, 502 when the summary fails)."""
+    from treadle.builtins.history import ChatNotFound, History
 
     args = body.model_dump(exclude_none=True, by_alias=True)
-    if body.op == "recap":
-        raise recap_refused()
     if body.scope == "self":
         raise BadRequest("scope: self names an agent's own chats; over HTTP use tenant or user", code="bad_request")
     try:
-        out = await History(rt.pool, who.tenant_id, None, who.subject, ("tenant", "user")).dispatch(body.op, args)
+        out = await History(rt.pool, who.tenant_id, None, who.subject, ("tenant", "user"), rt).dispatch(body.op, args)
     except ChatNotFound as exc:
         raise NotFound(exc.message, code="session_not_found") from None
     return fast_json(out)

@@ -9,8 +9,11 @@ loomcycle's `global` (cross-tenant) is refused: treadle's tools never read anoth
 ops: list, get (`format: markdown` renders the transcript), search (full-text over title,
 description, summary, tags and the chat's text), rename, annotate (description, tags), pin,
 archive, resume (a continuation handle: continue with POST /v1/sessions/{id}/messages), related
-(chats sharing words with a chat or a query; full-text, the embedder is not used yet). `recap`
-(an LLM summary) is refused by name: a tool call cannot make a model call in this build.
+(chats sharing words with a chat or a query; full-text, the embedder is not used yet), recap (a
+fresh summary of the whole chat by its agent's model, stored as the chat's `summary`: loomcycle's
+RecapSession, `Runtime.recap_session`). A recap call is an external effect (a model call is never
+made inside the step's transaction); it is idempotent — a re-run after a crash writes a summary
+again. The other ops write inside the step's transaction.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from treadle.domain.events import EventType
-from treadle.errors import ToolError
+from treadle.errors import ToolError, TreadleError
+from treadle.ports import SessionRecapper
 from treadle.store.db import Pool
 from treadle.store.sessions import HistoryFilter, SessionHistory, SessionStore
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
@@ -36,11 +40,6 @@ class ChatNotFound(ToolError):
     status = 404
 
 
-def recap_refused() -> ToolError:
-    return ToolError("History.recap: not available in treadle yet (it needs a model call outside a run); use "
-                     "Context op=compact for a run's own context, or set the chat's description")
-
-
 class HistoryTool:
     name = "History"
     effects: ToolEffects = "transactional"  # its writes (rename, annotate, pin, archive) commit with the step
@@ -48,8 +47,9 @@ class HistoryTool:
         "Your past chats (a chat = a session of runs). op: list (scope, tag, title_contains, pinned_only, "
         "include_archived, from, to, limit, offset) | get (session_id, format: json|markdown) | search (query, "
         "scope, …) | rename (session_id, title) | annotate (session_id, description, tags) | pin (session_id, "
-        "pinned) | archive (session_id, archived) | resume (session_id → how to continue it) | related "
-        "(session_id or query). scope: self (your chats, default) | user (this user's) | tenant — as your "
+        "pinned) | archive (session_id, archived) | recap (session_id → a fresh summary of the chat, stored as "
+        "its summary) | resume (session_id → how to continue it) | related (session_id or query). scope: self "
+        "(your chats, default) | user (this user's) | tenant — as your "
         "history_scope allows."
     )
     input_schema: dict[str, Any] = {
@@ -77,6 +77,11 @@ class HistoryTool:
         "required": ["op"],
     }
 
+    @staticmethod
+    def effects_for(args: dict[str, Any]) -> ToolEffects:
+        """recap calls a model: outside the step's transaction; the other ops commit with the step."""
+        return "external" if args.get("op") == "recap" else "transactional"
+
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         allowed = tuple(getattr(ctx.agent_config, "history_scope", ()) or ())
         if not allowed:
@@ -84,10 +89,14 @@ class HistoryTool:
         op = args.get("op")
         if op not in OPS:
             raise ToolError(f"History: op must be one of {', '.join(OPS)}")
-        if op == "recap":
-            raise recap_refused()
-        history = History(ctx.services.runs.pool, ctx.tenant_id, ctx.agent, ctx.user_id, allowed)
-        return ToolResult.json(await history.dispatch(str(op), args))
+        history = History(ctx.services.runs.pool, ctx.tenant_id, ctx.agent, ctx.user_id, allowed,
+                          ctx.services.recapper)
+        try:
+            return ToolResult.json(await history.dispatch(str(op), args))
+        except ToolError:
+            raise
+        except TreadleError as exc:  # recap's summary: the model failed, the agent is gone, …
+            raise ToolError(f"History.{op}: {exc.message}") from None
 
 
 class History:
@@ -95,14 +104,18 @@ class History:
     and `user_id` are the caller's (the run's), never the request's."""
 
     def __init__(self, pool: Pool, tenant_id: str, agent: str | None, user_id: str | None,
-                 allowed: tuple[str, ...]) -> None:
+                 allowed: tuple[str, ...], recapper: SessionRecapper | None = None) -> None:
         self.tenant_id, self.agent, self.user_id = tenant_id, agent, user_id
         self.allowed = allowed
+        self.recapper = recapper
         self.sessions = SessionStore(pool)
         self.history = SessionHistory(pool)
 
+    def scope(self, args: dict[str, Any]) -> str:
+        return str(args.get("scope") or ("self" if "self" in self.allowed else self.allowed[0]))
+
     def fold(self, args: dict[str, Any]) -> HistoryFilter:
-        scope = args.get("scope") or ("self" if "self" in self.allowed else self.allowed[0])
+        scope = self.scope(args)
         if scope == "global":
             raise ToolError("History: scope global (every tenant) is not offered; a tool reads its own tenant only")
         if scope not in SCOPES:
@@ -153,6 +166,13 @@ class History:
         sid = chat["id"]
         if op == "get":
             return await self.get(chat, args.get("format") or "json")
+        if op == "recap":
+            if self.recapper is None:
+                raise ToolError("History.recap: not configured (no summarizer wired)")
+            summary = await self.recapper.recap_session(tenant, sid)
+            updated = await self.sessions.update(tenant, sid, {"summary": summary})
+            assert updated is not None
+            return {"scope": self.scope(args), "summary": summary, "chat": updated.to_api()}
         if op == "resume":
             live = await self.sessions.live_run(tenant, sid)
             return {"session_id": sid, "agent": chat["agent"], "tenant_id": tenant, "user_id": chat["user_id"],

@@ -69,7 +69,7 @@ class TurnCalls:
 
     @property
     def external(self) -> list[ToolUseBlock]:
-        return [tu for tu in self.uses if (t := self.tool(tu)) is not None and effects_of(t) == "external"]
+        return [tu for tu in self.uses if (t := self.tool(tu)) is not None and effects_of(t, tu.input) == "external"]
 
     @property
     def transactional(self) -> list[ToolUseBlock]:
@@ -133,7 +133,7 @@ class ToolRunner:
         outcome: str | None = "error"
         try:
             with tracing.tool_call(tool=name, call_id=tu.id, iteration=calls.iteration,
-                                   effects=effects_of(tool) if tool is not None else "none") as span:
+                                   effects=effects_of(tool, tu.input) if tool is not None else "none") as span:
                 result = await self._run_call(calls, tu, savepoint=savepoint, fold=fold)
                 if fold and self.steps.folded_id() == tu.id:
                     outcome = None

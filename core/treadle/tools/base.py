@@ -10,7 +10,15 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from treadle.config import AgentConfig, TreadleConfig
-from treadle.ports import AgentDirectory, OpService, RunCanceller, RunStarter, VectorMemory, Waker
+from treadle.ports import (
+    AgentDirectory,
+    OpService,
+    RunCanceller,
+    RunStarter,
+    SessionRecapper,
+    VectorMemory,
+    Waker,
+)
 from treadle.store.channels import ChannelStore
 from treadle.store.clienttools import ClientToolStore
 from treadle.store.defs import DefStore
@@ -61,6 +69,8 @@ class ToolServices:
     #: SQL memory (store/sqlmem.py) and its audit trail: None where `memory.sql` is not configured
     sql_memory: SqlMemory | None = None
     sql_audit: SqlAudit | None = None
+    #: History op=recap's summarizer (None: recap is refused)
+    recapper: SessionRecapper | None = None
 
 
 @dataclass(slots=True)
@@ -194,8 +204,11 @@ class Foldable(Protocol):
     def fold(self, ctx: ToolContext, args: dict[str, Any]) -> FoldedWrite | None: ...
 
 
-def effects_of(tool: Tool) -> ToolEffects:
-    value = getattr(tool, "effects", "external")
+def effects_of(tool: Tool, args: dict[str, Any] | None = None) -> ToolEffects:
+    """The tool's `effects`; a tool whose calls differ (History: `recap` calls a model, its other
+    ops are database writes) says it per call with `effects_for(args)`."""
+    per_call = getattr(tool, "effects_for", None)
+    value = per_call(args or {}) if per_call is not None else getattr(tool, "effects", "external")
     return "transactional" if value == "transactional" else "external"
 
 

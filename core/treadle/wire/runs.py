@@ -179,7 +179,8 @@ class HistoryRequest(Request):
 
 class HistoryAnswer(Response):
     """What a History op answers: `{chats, count}` (list, search, related), a chat (get: with
-    `events` or `markdown`; rename, annotate, pin, archive) or a continuation handle (resume)."""
+    `events` or `markdown`; rename, annotate, pin, archive), a continuation handle (resume) or
+    `{scope, summary, chat}` (recap)."""
 
     chats: list[dict[str, Any]] | None = None
     count: int | None = None
