@@ -39,6 +39,7 @@ from treadle.store.channels import ChannelDef, ChannelStore, channel_key
 from treadle.store.clienttools import ClientToolStore
 from treadle.store.db import Pool, open_pool, resolve_database_url
 from treadle.store.defs import DefStore
+from treadle.store.dirents import DirentStore, Tree
 from treadle.store.hooks import HookStore
 from treadle.store.inputs import InputStore
 from treadle.store.interrupts import InterruptStore
@@ -281,6 +282,7 @@ class Runtime:
             volumes=self.volumes,
             sql_memory=self.sql_memory, sql_audit=SqlAudit(pool) if self.sql_memory is not None else None,
             recapper=self,
+            dirents=DirentStore(pool),
         )
         return Engine(
             steps=self.steps,
@@ -425,9 +427,16 @@ class Runtime:
     @cached_property
     def volumedefs(self) -> VolumeDefFamily:
         """Runtime volumes on the def lifecycle (VolumeDef tool, /v1/_volumedef)."""
+        from treadle.knowledge.pathtree import PathTree
         from treadle.substrate.volumedefs import VolumeDefFamily
 
-        return VolumeDefFamily(DefStore(self.pool), self.volumes)
+        paths = PathTree(DirentStore(self.pool))
+
+        async def mount(tenant: str, name: str, mode: str, mount_at: Any) -> str:
+            return await paths.name(Tree(tenant, "tenant", ""), mount_at, "volume_mount",
+                                    {"volume_name": name, "mode": mode})
+
+        return VolumeDefFamily(DefStore(self.pool), self.volumes, mount)
 
     @cached_property
     def triggers(self) -> Triggers:

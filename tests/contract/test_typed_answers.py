@@ -232,6 +232,10 @@ def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> No
     api.call("POST", "/v1/_erasure", 400, json={"subject": f"nobody{tag}", "dry_run": False})
     api.call("POST", "/v1/_credentialdef", 404, json={"op": "get", "scope": "tenant", "name": f"c{tag}"})
     api.call("POST", "/v1/_credentialdef", 400, json={"op": "get", "scope": "agent", "name": f"c{tag}"})
+    api.call("POST", "/v1/_path", 200, json={"op": "mkdir", "scope": "user", "path": f"/docs/d{tag}"})
+    api.call("POST", "/v1/_path", 200, json={"op": "ls", "scope": "user", "path": "/docs"})
+    api.call("POST", "/v1/_path", 422, json={"op": "rm", "scope": "user", "path": f"/nothing{tag}"})
+    api.call("POST", "/v1/_path", 400, content=b"[]")
     # the runtime's pause is runtime-wide (other tests share this database): its state, a refused
     # pause, a resume of a running runtime (tests/waiting/test_pause.py pauses one of its own)
     api.call("GET", "/v1/_state", 200)

@@ -52,11 +52,22 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
 
     routers.append(sessions.router)
     routers.append(channels.user_router)  # loomcycle's /v1/users/{user_id}/channels/…
-    from treadle.api import a2a, budgets, credentialdefs, erasure, introspection, pause, retention, teams, usage
+    from treadle.api import (
+        a2a,
+        budgets,
+        credentialdefs,
+        erasure,
+        introspection,
+        knowledge,
+        pause,
+        retention,
+        teams,
+        usage,
+    )
 
     return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers(), mcp.router,
             teams.router, a2a.router, usage.router, introspection.router, budgets.router,
-            credentialdefs.router, retention.router, erasure.router, pause.router]
+            credentialdefs.router, retention.router, erasure.router, pause.router, knowledge.router]
 
 
 def mount(app: FastAPI, routers: Sequence[APIRouter]) -> None:

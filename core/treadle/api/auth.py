@@ -141,6 +141,8 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/_credentialdef"): sc.TENANT,
     ("GET", "/v1/_retention"): sc.TENANT,
     ("POST", "/v1/_erasure"): sc.TENANT,
+    # knowledge (issue 41): the Path tree and Documents, the caller's tenant (loomcycle's scope)
+    ("POST", "/v1/_path"): sc.TENANT,
     # the runtime's pause (issue 36): the operator's
     ("POST", "/v1/_pause"): sc.ADMIN,
     ("POST", "/v1/_resume"): sc.ADMIN,

@@ -13,8 +13,11 @@ import json
 from typing import Any
 
 from treadle.builtins.args import refuse_fields, refuse_unknown, ttl_arg
+from treadle.builtins.path import dirents_of
 from treadle.errors import ToolError, TreadleError
+from treadle.knowledge.pathtree import PathTree
 from treadle.ports import VectorMemory
+from treadle.store.dirents import Tree
 from treadle.store.folding import FoldedWrite
 from treadle.store.memory import DEFAULT_MAX_VALUE_BYTES, INCR, incr_params
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
@@ -77,6 +80,9 @@ class MemoryTool:
             "args": {"type": "array", "description": "sql_query / sql_exec: values of $1, $2, …", "items": {}},
             "timeout_ms": {"type": "integer", "minimum": 1,
                            "description": "sql_query / sql_exec: a shorter statement timeout than the server's"},
+            "path": {"type": "string",
+                     "description": "set: also name the entry in the Path tree (e.g. /notes/today); get: read the "
+                                    "entry this path names instead of giving key"},
         },
         "required": ["op", "scope"],
     }
@@ -118,6 +124,8 @@ class MemoryTool:
         if op not in OPS:
             raise ToolError(f"Memory: op must be one of {', '.join((*OPS, *SQL_OPS))}")
         refuse_fields(args, ("statement", "args", "timeout_ms"), "Memory", op, "the sql_* ops")
+        if op not in ("set", "get"):
+            refuse_fields(args, ("path",), "Memory", op, "set and get")
         scope = args.get("scope")
         if scope not in SCOPES:
             raise ToolError(f"Memory: scope must be one of {', '.join(SCOPES)}")
@@ -145,6 +153,10 @@ class MemoryTool:
         if op == "search":
             return ToolResult.json(await _search(ctx, scope, scope_id, args))
 
+        if op == "get" and args.get("path") is not None and args.get("key") is None:
+            found_at = await PathTree(dirents_of(ctx, "Memory")).lookup(
+                Tree(tenant, scope, scope_id), args["path"], "memory_entry")
+            args = {**args, "key": found_at.resource_ref.get("key")}
         key = _key(args)
         if op == "set":
             if "value" not in args:
@@ -160,6 +172,10 @@ class MemoryTool:
             result: dict[str, Any] = {"ok": True, "key": key, "scope": scope}
             if out.get("embedding"):
                 result["embedding"] = out["embedding"]
+            if args.get("path") is not None:
+                ref = {"scope": scope, "scope_id": scope_id, "key": key, "facet": "kv"}
+                result["path"] = await PathTree(dirents_of(ctx, "Memory")).name(
+                    Tree(tenant, scope, scope_id), args["path"], "memory_entry", ref)
             return ToolResult.json(result)
         if op == "get":
             found, value = await mem.get(tenant, scope, scope_id, key)

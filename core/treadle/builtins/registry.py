@@ -40,6 +40,7 @@ BUILTINS: dict[str, tuple[str, str, bool]] = {
     "Skill": ("treadle.builtins.skill", "SkillTool", False),
     "TeamDef": ("treadle.builtins.teamdef", "TeamDefTool", False),
     "History": ("treadle.builtins.history", "HistoryTool", False),
+    "Path": ("treadle.builtins.path", "PathTool", False),
 }
 
 

@@ -28,6 +28,8 @@ class VolumeDefTool:
         fork_promotes=True,
         mode={"type": "string", "enum": ["ro", "rw"], "description": "create (flat form): the mode"},
         ephemeral={"type": "boolean", "description": "create (flat form): one instance per top-level run"},
+        mount_at={"type": "string", "description": "create: name the volume in the tenant's Path tree here "
+                                                   "(default /vol/<name>; not for ephemeral volumes)"},
     )
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:

@@ -6,7 +6,7 @@ Where a subject lives: its runs (user_id) with their sub-agent runs and everythi
 a run (events, questions, inputs, waits, sealed run credentials: ON DELETE CASCADE and the events
 trigger, migration 0024); its stored OpenAI responses (its own, and the turns of its runs); its
 sessions; its user-scoped memory (embeddings cascade), the scope's byte count and SQL-memory
-audit; its user-scoped channel messages and cursors; the wait keys and
+audit; its Path tree (dirents); its user-scoped channel messages and cursors; the wait keys and
 timers named after its user-scoped channels; its CredentialDefs and budgets; the tokens minted
 for it (their OperatorTokenDefs too) and its WebSocket watchers. Usage is kept but anonymized:
 its rows fold into the tenant's user-less rows (`user_id` ''), so the tenant's totals do not
@@ -44,6 +44,7 @@ _STEPS: list[tuple[str, str]] = [
     ("wait_timers", "DELETE FROM wait_timers WHERE tenant_id = %(t)s AND key IN (SELECT 'channel:' || name || ':'"
                     " || %(s)s FROM channels WHERE tenant_id = %(t)s AND scope = 'user')"),
     ("credential_defs", "DELETE FROM credential_defs WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
+    ("dirents", "DELETE FROM dirents WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
     ("token_limits", "DELETE FROM token_limits WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
     ("auth_tokens", "DELETE FROM auth_tokens WHERE tenant_id = %(t)s AND subject = %(s)s"),
     # the OperatorTokenDefs minted for it: every version of each such token's name

@@ -14,19 +14,22 @@ base (a VolumeDef cannot be created over one). `create` also takes loomcycle's f
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from treadle.defs.args import parse_spec
 from treadle.defs.gates import Gate, require_scopes
 from treadle.defs.lifecycle import DefLifecycle
 from treadle.domain.defs import content_sha256
-from treadle.errors import DefRefused
+from treadle.errors import DefRefused, ToolError
 from treadle.specs.volumes import VolumeSpec
 from treadle.store.defs import DefStore
 from treadle.volumes.paths import persistent_location
 from treadle.volumes.service import VOLUME_KIND, VolumeService
 
 FLAT_FIELDS = ("mode", "ephemeral")
+#: names a created volume in the tenant's Path tree: (tenant, volume, mode, mount_at) → the path
+Mounter = Callable[[str, str, str, Any], Awaitable[str]]
 
 
 def volume_body(spec: VolumeSpec) -> dict[str, Any]:
@@ -40,17 +43,40 @@ class VolumeDefFamily(DefLifecycle):
     fork_promotes = True
     extra_ops = ("delete", "purge")
 
-    def __init__(self, defs: DefStore, volumes: VolumeService) -> None:
+    def __init__(self, defs: DefStore, volumes: VolumeService, mount: Mounter | None = None) -> None:
         super().__init__(defs)
         self.volumes = volumes
+        self.mount = mount
 
     async def dispatch(
         self, tenant_id: str, args: Any, *, gate: Gate | None = None, run_id: str | None = None
     ) -> dict[str, Any]:
+        """loomcycle's `mount_at` (create only): the created volume is named in the tenant's Path
+        tree at it (default /vol/<name>); an ephemeral volume has no name there."""
+        mount_at = None
+        if isinstance(args, dict):
+            if "mount_at" in args and (args.get("op") != "create" or self.mount is None):
+                raise DefRefused(f"{self.what(str(args.get('op')))}: mount_at applies to create only"
+                                 if self.mount is not None else "VolumeDef: mount_at: no Path tree in this runtime")
+            args = dict(args)
+            mount_at = args.pop("mount_at", None)
         if isinstance(args, dict) and args.get("op") == "create" and "overlay" not in args:
             args = {**{k: v for k, v in args.items() if k not in FLAT_FIELDS},
                     "overlay": {k: args[k] for k in FLAT_FIELDS if k in args}}
-        return await super().dispatch(tenant_id, args, gate=gate, run_id=run_id)
+        result = await super().dispatch(tenant_id, args, gate=gate, run_id=run_id)
+        if self.mount is not None and isinstance(args, dict) and args.get("op") == "create":
+            body = (result.get("body") or {}) if isinstance(result.get("body"), dict) else {}
+            if body.get("ephemeral"):
+                if mount_at is not None:
+                    raise DefRefused("VolumeDef.create: mount_at: an ephemeral volume is not named in the Path tree")
+            else:
+                name = str(result.get("name") or args.get("name"))
+                try:  # loomcycle's: the volume stands; a name that could not be given is a warning
+                    result["mount_at"] = await self.mount(tenant_id, name, str(body.get("mode", "rw")),
+                                                          mount_at or f"/vol/{name}")
+                except ToolError as exc:
+                    result["mount_warning"] = f"volume created but mount registration failed: {exc.message}"
+        return result
 
     async def normalize(self, tenant: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         for key in ("default", "description"):

@@ -22,6 +22,7 @@ from treadle.ports import (
 from treadle.store.channels import ChannelStore
 from treadle.store.clienttools import ClientToolStore
 from treadle.store.defs import DefStore
+from treadle.store.dirents import DirentStore
 from treadle.store.folding import FoldedWrite
 from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
@@ -71,6 +72,8 @@ class ToolServices:
     sql_audit: SqlAudit | None = None
     #: History op=recap's summarizer (None: recap is refused)
     recapper: SessionRecapper | None = None
+    #: the Path tree's rows (knowledge/pathtree.py): None where the runtime has none wired
+    dirents: DirentStore | None = None
 
 
 @dataclass(slots=True)
