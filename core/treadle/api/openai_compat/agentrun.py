@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,12 +207,13 @@ def _failure(payload: dict[str, Any]) -> ProviderError:
 
 
 async def follow(rt: Runtime, tenant: str, run_id: str, start_seq: int, *, live: bool = True,
-                 wait: bool = True) -> AsyncIterator[Text | Ended]:
+                 wait: bool = True, stop_at: Callable[[], float] | None = None) -> AsyncIterator[Text | Ended]:
     """The run's answer to this request: text as it is produced (live deltas where this process
     drives the model, else the stored turns), then `Ended`. Raises ProviderError if the run fails.
     `live=False`: the stored turns only (the same text, in pieces that depend on the transcript
     alone, so a retelling is identical); `wait=False`: stop, without `Ended`, where the transcript
-    ends while the run goes on."""
+    ends while the run goes on; `stop_at()`: a monotonic time that ends the wait sooner than the
+    budget (RunStillRunning), as the cloud's buffered SSE lingers."""
     st = _Follow(start_seq)
     cursor = 0
     budget = min(FOLLOW_BUDGET_S, rt.sse_budget_s or FOLLOW_BUDGET_S)
@@ -251,7 +252,7 @@ async def follow(rt: Runtime, tenant: str, run_id: str, start_seq: int, *, live:
                     return
                 if not wait:
                     return
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= min(deadline, stop_at() if stop_at else deadline):
                     raise RunStillRunning(f"run {run_id} has neither ended nor asked for a tool within {budget:g} s; "
                                           f"follow it at /v1/runs/{run_id}/stream")
             await sub.wait(POLL_S)

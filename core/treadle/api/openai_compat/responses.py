@@ -24,8 +24,9 @@ place, as POST /v1/runs {session_id} does; a one-call model, an unknown session
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -291,10 +292,19 @@ async def _replay(rt: Runtime, who: Principal, doc: ResponseDoc, run_id: str, st
                   starting_after: int | None) -> AsyncIterator[bytes]:
     """A background response's events, derived from the run's transcript alone (the same numbers
     every time), those after `starting_after` sent; the stream ends at the response's end, or at
-    the shape's SSE budget (the client resumes from its last sequence_number)."""
-    steps = _agent_events(rt, who, doc, run_id, start_seq, live=False, resumable=True)
+    the shape's SSE budget — in the cloud's API function, whose responses are buffered, the
+    linger after the first frame sent (the client resumes from its last sequence_number)."""
+    first_sent: list[float] = []
+    linger = rt.sse_linger_s
+
+    def stop_at() -> float:
+        return first_sent[0] + linger if first_sent and linger is not None else math.inf
+
+    steps = _agent_events(rt, who, doc, run_id, start_seq, live=False, resumable=True, stop_at=stop_at)
     async for seq, frame in _framed(doc, steps, queued=True):
         if starting_after is None or seq > starting_after:
+            if not first_sent:
+                first_sent.append(time.monotonic())
             yield frame
         if doc.final is not None:
             await ResponseStore(rt.pool).finish(who.tenant_id, doc.id, doc.final)
@@ -395,10 +405,11 @@ async def _checked_events(rt: Runtime, who: Principal, chat: ChatRequest, doc: R
 
 
 async def _agent_events(rt: Runtime, who: Principal, doc: ResponseDoc, run_id: str, start_seq: int, *,
-                        live: bool = True, wait: bool = True, resumable: bool = False) -> AsyncIterator[Step]:
+                        live: bool = True, wait: bool = True, resumable: bool = False,
+                        stop_at: Callable[[], float] | None = None) -> AsyncIterator[Step]:
     parts: list[str] = []
     try:
-        async for item in follow(rt, who.tenant_id, run_id, start_seq, live=live, wait=wait):
+        async for item in follow(rt, who.tenant_id, run_id, start_seq, live=live, wait=wait, stop_at=stop_at):
             if isinstance(item, Ended):
                 yield "calls", ("".join(parts), item.tool_calls)
                 yield "final", _finish(doc, item.finish_reason, usage_json(*item.usage))
