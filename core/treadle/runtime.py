@@ -568,12 +568,13 @@ class Runtime:
                     deleted += await purge(days, tenant, [])
         return deleted
 
-    async def compact_run(self, tenant_id: str, run_id: str) -> dict[str, Any]:
+    async def compact_run(self, tenant_id: str, run_id: str, reason: str | None = None) -> dict[str, Any]:
         """loomcycle's manual compaction (POST /v1/runs/{id}/compact, MCP compact_run): summarize
         the run's history now; an ended run gets the `context_compaction` marker (its session's next
         turn replays compacted: `applied: marker`), a run parked for input gets it through its
         steering queue (its next step records it and parks again: `live`); fewer than 4 messages,
-        or nothing to summarize: `noop`. A run mid-turn: 409 `run_busy`."""
+        or nothing to summarize: `noop`. A run mid-turn: 409 `run_busy`. `reason` (loomcycle's audit
+        note) goes to the log with the outcome."""
         import json as _json
 
         from treadle.engine.plan import at_rest, input_key
@@ -587,6 +588,9 @@ class Runtime:
             raise Conflict("the run is mid-turn; compact it when it is parked waiting for input, or ended",
                            code="run_busy")
         event, messages, before = await self.engine.manual_compaction(leased)
+        runs_log.info("run %s: manual compaction (%s), reason: %s", run_id,
+                      "nothing to summarize" if event is None else f"{before} → {event.after_tokens} tokens",
+                      reason or "-")
         out: dict[str, Any] = {"run_id": run_id, "compacted": event is not None, "before_tokens": before,
                                "after_tokens": event.after_tokens if event is not None else before,
                                "applied": "noop"}

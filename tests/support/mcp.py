@@ -19,6 +19,8 @@ CONFIG: TreadleConfig = parse_config(
     {
         "agents": {
             "echo": {"model": "echo"},
+            # a conversation that compacts with two messages kept (tests/mcp/test_session_tools.py)
+            "chatty": {"model": "echo", "compaction": {"keep_last_n": 2}},
             "forever": {
                 "model": "tool-caller", "tools": ["Context"], "max_iterations": 10000,
                 "mock": {"tool_calls": 10000, "latency_ms": 30},

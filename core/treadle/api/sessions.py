@@ -218,13 +218,19 @@ async def history(body: HistoryRequest, rt: Rt, who: Who) -> Response:
     its input; scope `tenant` (default) or `user` (the caller's subject's chats). A chat outside the
     scope is 404. `recap` writes the chat's summary with its agent's model → `{scope, summary, chat}`
     (409 `agent_gone`, 400 `empty_source`, 502 when the summary fails)."""
+    return fast_json(await caller_history(rt, who, body))
+
+
+async def caller_history(rt: Runtime, who: Principal, body: HistoryRequest) -> dict[str, Any]:
+    """A History op for an API caller (POST /v1/_history, MCP `history`): the caller's tenant, its
+    subject for scope `user`."""
     from treadle.builtins.history import ChatNotFound, History
 
     args = body.model_dump(exclude_none=True, by_alias=True)
     if body.scope == "self":
         raise BadRequest("scope: self names an agent's own chats; over HTTP use tenant or user", code="bad_request")
     try:
-        out = await History(rt.pool, who.tenant_id, None, who.subject, ("tenant", "user"), rt).dispatch(body.op, args)
+        return await History(rt.pool, who.tenant_id, None, who.subject, ("tenant", "user"), rt).dispatch(
+            body.op, args)
     except ChatNotFound as exc:
         raise NotFound(exc.message, code="session_not_found") from None
-    return fast_json(out)

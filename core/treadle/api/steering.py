@@ -42,8 +42,9 @@ async def compact(run_id: str, rt: Rt, who: Who, body: CompactRequest | None = N
     `{run_id, compacted, before_tokens, after_tokens, applied}`. A run parked for input compacts
     at once (`live`: its next step records `context_compaction` and parks again); an ended run gets
     the marker its session's next turn replays (`marker`); fewer than 4 messages: `noop`. 409
-    `run_busy` mid-turn, `agent_gone` when its agent no longer exists; 502 when the summary fails."""
-    return await rt.compact_run(who.tenant_id, run_id)
+    `run_busy` mid-turn, `agent_gone` when its agent no longer exists; 502 when the summary fails.
+    `reason` (an audit note) is logged with the outcome."""
+    return await rt.compact_run(who.tenant_id, run_id, body.reason if body is not None else None)
 
 
 @router.post("/runs/{run_id}/input", response_model=InputAccepted, response_model_exclude_unset=True,

@@ -47,8 +47,8 @@ async def settle(
 
 async def outcome(rt: Runtime, tenant_id: str, run: RunRecord) -> dict[str, Any]:
     """What a caller of spawn_run wants to see of a run: its state, and its answer once it has one."""
-    out: dict[str, Any] = {"run_id": run.id, "agent": run.agent, "status": run.status,
-                           "settled": run.terminal}
+    out: dict[str, Any] = {"run_id": run.id, "agent": run.agent, "agent_id": run.agent_id or run.id,
+                           "session_id": run.session, "status": run.status, "settled": run.terminal}
     if run.terminal:
         out["stop_reason"] = run.stop_reason
         if run.error:

@@ -20,18 +20,18 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from treadle.api import channels, interrupts, loomcycle, memory, runs, steering, tokens
 from treadle.api.auth import may_call_tool, principal_view, tool_scope
-from treadle.api.clienttools import client_tool_specs
-from treadle.api.mcp import loomtools  # noqa: F401  (registers loomcycle's channel, hook and run-state tools)
+from treadle.api.mcp import (
+    loomtools,  # noqa: F401  (registers loomcycle's channel, hook and run-state tools)
+    sessiontools,  # noqa: F401  (registers history, compact_run, replay_session)
+)
 from treadle.api.mcp.join import outcome, settle
 from treadle.api.mcp.registry import TOOLS, Handler, MetaTool, _Args, tool
 from treadle.api.runs import CancelRequest, RunRequest
 from treadle.domain.runs import RunStatus
 from treadle.errors import NotFound, TreadleError, ValidationFailed
-from treadle.mcp.credentials import seal_credentials
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.channels import parse_deliver_at
-from treadle.store.runs import NewRun
 from treadle.wire import AgentCancelRequest, BatchRequest
 
 log = logging.getLogger("treadle.mcp")
@@ -73,23 +73,12 @@ def _deadline(rt: Runtime, timeout_ms: int) -> float:
     return time.monotonic() + min(timeout_ms / 1000, budget)
 
 
-def _new_run(rt: Runtime, who: Principal, body: RunRequest, idempotency_key: str | None) -> NewRun:
-    """What POST /v1/runs builds from its body (api/runs.py `create_run`)."""
-    return NewRun(
-        tenant_id=who.tenant_id, agent=body.agent, segments=body.to_segments(), user_id=body.user_id,
-        metadata=body.metadata, interactive=body.interactive, idempotency_key=idempotency_key,
-        client_tools=client_tool_specs(rt, body.client_tools, body.client_tool_timeout_seconds),
-        client_tool_timeout_s=body.client_tool_timeout_seconds, allowed_hosts=body.allowed_hosts,
-        sealed_credentials=seal_credentials(who.tenant_id, body.user_credentials),
-    )
-
-
 @tool("spawn_run", "Start a run of an agent and wait (up to timeout_ms) for its answer. Returns "
-      "{run_id, status, settled, final_text?}; a run still going at the timeout keeps going.", SpawnRunArgs)
+      "{run_id, agent_id, session_id, status, settled, final_text?}; a run still going at the timeout keeps "
+      "going. The body is POST /v1/runs' (session_id continues a session).", SpawnRunArgs)
 async def spawn_run(rt: Runtime, who: Principal, a: SpawnRunArgs) -> dict[str, Any]:
     body = RunRequest.model_validate(a.model_dump(exclude={"timeout_ms", "idempotency_key"}, exclude_unset=True))
-    await rt.refuse_if_paused()
-    run, created = await rt.start_run(_new_run(rt, who, body, a.idempotency_key))
+    run, created = await runs._start(rt, who, body, a.idempotency_key)
     done = await settle(rt, who.tenant_id, [run.id], _deadline(rt, a.timeout_ms)) if a.timeout_ms else {}
     return {**await outcome(rt, who.tenant_id, done.get(run.id, run)), "created": created}
 
@@ -110,7 +99,7 @@ async def spawn_runs(rt: Runtime, who: Principal, a: SpawnRunsArgs) -> dict[str,
     started: list[str | dict[str, Any]] = []
     for body in a.runs:
         try:
-            run, _ = await rt.start_run(_new_run(rt, who, body, None))
+            run, _ = await runs._start(rt, who, body, None)
             started.append(run.id)
         except TreadleError as exc:
             started.append({"code": exc.code, "error": exc.message})
