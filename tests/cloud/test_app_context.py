@@ -6,13 +6,14 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def app_module():  # type: ignore[no-untyped-def]
+def app_module() -> ModuleType:
     sys.path.insert(0, str(ROOT / "infra"))
     import importlib.util
 

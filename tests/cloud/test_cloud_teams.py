@@ -58,8 +58,8 @@ def test_the_review_team_runs_in_the_cloud_shape(
         parked = [e for e in events_of(api, team) if e["type"] == "tool_parked"]
         assert len(parked) >= 4  # the team run waited parked at every state
         with psycopg.connect(cloud_db) as conn:
-            kids = dict(conn.execute("SELECT agent, count(*) FROM runs WHERE parent_run_id = %s GROUP BY agent",
-                                     (team,)).fetchall())
+            kids: dict[str, int] = dict(conn.execute(
+                "SELECT agent, count(*) FROM runs WHERE parent_run_id = %s GROUP BY agent", (team,)).fetchall())
         assert kids == {"writer": 2, "reviewer-a": 2, "reviewer-b": 2, "editor": 2}
     finally:
         api.close()

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"template": template, "json": template.to_json(), "tmp": tmp, "staging": staging.to_json()}
 
 
-def resources(t: dict[str, Any], rtype: str) -> dict[str, dict[str, Any]]:
+def resources(t: Mapping[str, Any], rtype: str) -> dict[str, dict[str, Any]]:
     return {k: r for k, r in t["Resources"].items() if r["Type"] == rtype}
 
 
@@ -65,25 +66,25 @@ def handler_of(name: str) -> str:
     return "functions/stream/run.sh" if name == "stream" else f"functions.{name}.handler.handler"
 
 
-def python_functions(t: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def python_functions(t: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """treadle's functions (not CDK's custom-resource framework function)."""
     return {k: r for k, r in resources(t, "AWS::Lambda::Function").items()
             if r["Properties"].get("Runtime", "").startswith("python")}
 
 
-def function_id(t: dict[str, Any], name: str) -> str:
+def function_id(t: Mapping[str, Any], name: str) -> str:
     [fid] = [k for k, r in python_functions(t).items() if r["Properties"]["Handler"] == handler_of(name)]
     return fid
 
 
-def entry_ref(t: dict[str, Any], name: str) -> dict[str, str]:
+def entry_ref(t: Mapping[str, Any], name: str) -> dict[str, str]:
     """What triggers invoke: the function's `live` alias (SnapStart serves published versions only)."""
     [alias_id] = [k for k, r in resources(t, "AWS::Lambda::Alias").items()
                   if r["Properties"]["FunctionName"] == {"Ref": function_id(t, name)}]
     return {"Ref": alias_id}
 
 
-def role_statements(t: dict[str, Any], fid: str) -> list[dict[str, Any]]:
+def role_statements(t: Mapping[str, Any], fid: str) -> list[dict[str, Any]]:
     role = t["Resources"][fid]["Properties"]["Role"]["Fn::GetAtt"][0]
     out = []
     for pol in resources(t, "AWS::IAM::Policy").values():
@@ -452,7 +453,7 @@ def test_websocket_api_pushes_to_watchers_without_a_lambda_each(synth: dict[str,
     assert "ManageConnections" not in json.dumps(off) and "TREADLE_WS_ENDPOINT" not in json.dumps(off)
 
 
-def resources_of_protocol(t: dict[str, Any], protocol: str) -> dict[str, dict[str, Any]]:
+def resources_of_protocol(t: Mapping[str, Any], protocol: str) -> dict[str, dict[str, Any]]:
     return {k: r for k, r in resources(t, "AWS::ApiGatewayV2::Api").items()
             if r["Properties"]["ProtocolType"] == protocol}
 
@@ -510,7 +511,7 @@ UNIQUE_NAMES = {
 }
 
 
-def physical_names(t: dict[str, Any]) -> dict[str, str]:
+def physical_names(t: Mapping[str, Any]) -> dict[str, str]:
     """The literal account-unique names a template gives its resources."""
     out = {}
     for rid, r in t["Resources"].items():

@@ -29,7 +29,7 @@ from tests.support.localcloud import API_TOKEN
 from tests.support.streamfn import stream_server
 from tests.support.vendors.anthropic import FakeAnthropic
 from tests.support.vendors.base import text
-from treadle.engine.hub import RunEventHub
+from treadle.engine.hub import LiveFrame, RunEventHub
 from treadle.store.db import Pool, open_pool
 from treadle.testing import until
 from treadle_cloud.live import PRESENCE_NS, TEXT_PER_NOTIFY, LiveListener, RelayHub, WatchedHub, presence_key
@@ -75,8 +75,13 @@ async def test_a_watched_runs_frames_arrive_and_an_unwatched_runs_are_never_sent
         relay.notify(watched)  # a commit
         await relay.flush()
         assert (relay.sent, relay.unwatched) == (2, 1)  # one coalesced delta and one poke; nothing for the other
-        frames: list[Any] = []
-        await until(lambda: frames.extend(sub.drain()) or frames)
+        frames: list[LiveFrame] = []
+
+        def drained() -> list[LiveFrame]:
+            frames.extend(sub.drain())
+            return frames
+
+        await until(drained)
         assert [(f.event, f.data) for f in frames] == [
             ("text_delta", {"text": "Hello, world", "iteration": 1, "attempt": 0, "provider": "p"})]
         await until(lambda: listener.received == 2)  # the poke woke the reader too
@@ -84,8 +89,13 @@ async def test_a_watched_runs_frames_arrive_and_an_unwatched_runs_are_never_sent
         long = "".join(chr(0x4E00 + i % 500) for i in range(3 * TEXT_PER_NOTIFY + 7))  # 3 bytes each in UTF-8
         relay.publish(*delta(watched, long, iteration=2))
         await relay.flush()
-        got: list[Any] = []
-        await until(lambda: got.extend(sub.drain()) or "".join(f.data["text"] for f in got) == long)
+        got: list[LiveFrame] = []
+
+        def whole_again() -> bool:
+            got.extend(sub.drain())
+            return "".join(f.data["text"] for f in got) == long
+
+        await until(whole_again)
         assert len(got) == 4 and {f.data["iteration"] for f in got} == {2}
     # the reader left: the lock is released and nothing more is sent
     await until(lambda: watched not in listener.locked)

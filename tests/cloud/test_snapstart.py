@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from treadle_cloud.snapstart import prepare_snapshot
 
@@ -42,14 +43,21 @@ print(json.dumps({"hooks": len(snapshot_restore_py.after), "imported": imported,
 """
 
 
-def play(tmp_path: Path, init_type: str) -> dict[str, object]:
+def run_init(tmp_path: Path, init_type: str, script: str) -> dict[str, Any]:
+    """Play the Lambda runtime: run `script` (an INIT, then the restore hooks) under the stand-in."""
     (tmp_path / "snapshot_restore_py.py").write_text(STAND_IN)
     env = {**os.environ, "AWS_LAMBDA_INITIALIZATION_TYPE": init_type,
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", PLAY], capture_output=True, text=True, env=env, cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(out, dict)
+    return out
+
+
+def play(tmp_path: Path, init_type: str) -> dict[str, Any]:
+    return run_init(tmp_path, init_type, PLAY)
 
 
 def test_a_snapstart_init_primes_imports_and_reseeds_after_restore(tmp_path: Path) -> None:
@@ -86,18 +94,14 @@ print(json.dumps({"routers": sorted({m for m, _a, _p in API_ROUTERS if m in sys.
 """
 
 
-def api_init_out(tmp_path: Path, init_type: str) -> dict[str, object]:
-    (tmp_path / "snapshot_restore_py.py").write_text(STAND_IN)
-    env = {**os.environ, "AWS_LAMBDA_INITIALIZATION_TYPE": init_type,
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", API_INIT], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+def api_init_out(tmp_path: Path, init_type: str) -> dict[str, Any]:
+    return run_init(tmp_path, init_type, API_INIT)
 
 
 def api_init(tmp_path: Path, init_type: str) -> list[str]:
-    return list(api_init_out(tmp_path, init_type)["routers"])  # type: ignore[call-overload]
+    routers = api_init_out(tmp_path, init_type)["routers"]
+    assert isinstance(routers, list)
+    return [str(r) for r in routers]
 
 
 def test_the_api_functions_snapshot_holds_every_router_and_an_on_demand_init_only_the_runs_api(
@@ -116,7 +120,7 @@ def test_the_api_functions_snapshot_holds_every_route_built_and_an_on_demand_ini
     with tempfile.TemporaryDirectory() as tmp:
         snap = api_init_out(Path(tmp), "snap-start")
         cold = api_init_out(Path(tmp), "on-demand")
-    assert snap["routes"] == snap["built"] and int(snap["routes"]) > 60  # type: ignore[call-overload]
+    assert snap["routes"] == snap["built"] and snap["routes"] > 60
     assert snap["engine"] is True  # build_deferred: the engine's modules too
-    assert cold["built"] == 0 and int(cold["routes"]) > 0  # type: ignore[call-overload]
+    assert cold["built"] == 0 and cold["routes"] > 0
     assert cold["engine"] is False  # Runtime.engine: built on first use

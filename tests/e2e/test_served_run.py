@@ -19,6 +19,7 @@ from tests.support.e2e import (
     sum_usage,
     tool_caller_types,
 )
+from tests.support.streams import closable
 from treadle.client import ApiError, TreadleClient
 
 pytestmark = pytest.mark.e2e
@@ -115,7 +116,7 @@ async def test_a_reader_that_disconnects_mid_run_resumes_without_gaps(make_db: A
 
         # read the live stream until the first tool_call, then hang up
         first: list[Any] = []
-        async with asyncio.timeout(30), contextlib.aclosing(client.stream(run_id)) as live:
+        async with asyncio.timeout(30), contextlib.aclosing(closable(client.stream(run_id))) as live:
             async for ev in live:
                 if ev.id is None:  # a live-only text delta
                     continue

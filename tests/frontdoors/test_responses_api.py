@@ -6,23 +6,41 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, cast
 
 import openai
 import pytest
+from openai.types.responses import FunctionToolParam, ResponseInputItemParam
 from pydantic import BaseModel
 
-from tests.support.frontdoors import TOKEN, Served
+from tests.support.frontdoors import TOKEN, Served, raised
 from tests.support.vendors.base import text, tools
 from treadle.testing import until
 
-WEATHER: Any = {"type": "function", "name": "get_weather", "description": "The weather in a city", "strict": False,
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER: FunctionToolParam = {
+    "type": "function", "name": "get_weather", "description": "The weather in a city", "strict": False,
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+STRICT_WEATHER: FunctionToolParam = {**WEATHER, "strict": True}
 
 
 class City(BaseModel):
     name: str
     population: int
+
+
+def as_input(output: Sequence[BaseModel]) -> list[ResponseInputItemParam]:
+    """Output items handed back as the next call's input, as a client does between turns. The SDK
+    types output as models and input as TypedDicts of the same shape, so the dump is cast."""
+    return [cast("ResponseInputItemParam", o.model_dump(exclude_none=True)) for o in output]
+
+
+def treadle_extra(resp: BaseModel) -> dict[str, Any]:
+    """treadle's own block of a response (`treadle`: run_id, request_id), an extra to the SDK."""
+    extra = (resp.model_extra or {}).get("treadle")
+    assert isinstance(extra, dict), resp.model_extra
+    return extra
 
 
 async def test_create_with_a_string_input_and_instructions(client: openai.AsyncOpenAI, served: Served) -> None:
@@ -69,7 +87,7 @@ async def test_the_stream_helper_and_function_calls(client: openai.AsyncOpenAI, 
     assert body["parallel_tool_calls"] is False and body["reasoning_effort"] == "low"
     served.openai_fake.then(text("Cold."))
     follow = await client.responses.create(model="gpt", tools=[WEATHER], input=[
-        {"role": "user", "content": "weather in Oslo?"}, *[o.model_dump(exclude_none=True) for o in final.output],
+        {"role": "user", "content": "weather in Oslo?"}, *as_input(final.output),
         {"type": "function_call_output", "call_id": call.call_id, "output": "-5 C"}])
     assert follow.output_text == "Cold."
     sent = served.openai_fake.calls[-1]["messages"]
@@ -85,10 +103,10 @@ async def test_an_agent_run_hands_back_function_calls_and_continues(client: open
     run_id = call.call_id.split(".")[1]
     assert (await served.http.get(f"/v1/runs/{run_id}")).json()["status"] == "waiting"
     second = await client.responses.create(model="weather", tools=[WEATHER], input=[
-        {"role": "user", "content": "weather in Paris?"}, *[o.model_dump(exclude_none=True) for o in first.output],
+        {"role": "user", "content": "weather in Paris?"}, *as_input(first.output),
         {"type": "function_call_output", "call_id": call.call_id, "output": "22 C, sunny"}])
     assert second.output_text == "It is sunny in Paris."
-    assert second.model_extra is not None and second.model_extra["treadle"]["run_id"] == run_id
+    assert treadle_extra(second)["run_id"] == run_id
     assert (await served.http.get(f"/v1/runs/{run_id}")).json()["status"] == "completed"
 
 
@@ -109,10 +127,12 @@ async def test_the_sync_client(served: Served) -> None:
 
 
 async def test_refusals_name_the_field_in_openais_shape(client: openai.AsyncOpenAI, served: Served) -> None:
-    for field, value in (("conversation", "conv_x"), ("top_p", 0.2), ("background", True)):
-        with pytest.raises(openai.BadRequestError) as refused:
-            await client.responses.create(model="gpt", input="x", **{field: value})
-        assert (refused.value.code, refused.value.param) == ("unsupported_parameter", field)
+    create = client.responses.create
+    refused = [await raised(openai.BadRequestError, create(model="gpt", input="x", conversation="conv_x")),
+               await raised(openai.BadRequestError, create(model="gpt", input="x", top_p=0.2)),
+               await raised(openai.BadRequestError, create(model="gpt", input="x", background=True))]
+    assert [(e.code, e.param) for e in refused] == [
+        ("unsupported_parameter", field) for field in ("conversation", "top_p", "background")]
     with pytest.raises(openai.BadRequestError) as unknown:
         await client.responses.create(model="gpt", input="x", extra_body={"bogus": 1})
     assert unknown.value.param == "bogus"
@@ -122,22 +142,22 @@ async def test_refusals_name_the_field_in_openais_shape(client: openai.AsyncOpen
     with pytest.raises(openai.NotFoundError) as gone:
         await client.responses.retrieve("resp_123")
     assert gone.value.code == "response_not_found"
-    for call in (client.responses.cancel("resp_123"), client.responses.delete("resp_123"),
-                 client.responses.input_items.list("resp_123")):
-        with pytest.raises(openai.NotFoundError) as none:
-            await call  # type: ignore[misc]
-        assert none.value.code == "response_not_found" and none.value.body["message"]  # type: ignore[index]
+    calls: list[Awaitable[object]] = [client.responses.cancel("resp_123"), client.responses.delete("resp_123"),
+                                      client.responses.input_items.list("resp_123")]
+    for call in calls:
+        none = await raised(openai.NotFoundError, call)
+        assert none.code == "response_not_found" and isinstance(none.body, dict) and none.body["message"]
 
 
 
 async def test_strict_tools_are_checked_and_retried(client: openai.AsyncOpenAI, served: Served) -> None:
     fake = served.openai_fake
     fake.then(tools(("get_weather", {"town": "Oslo"})), tools(("get_weather", {"city": "Oslo"})))
-    resp = await client.responses.create(model="gpt", input="x", tools=[{**WEATHER, "strict": True}])
+    resp = await client.responses.create(model="gpt", input="x", tools=[STRICT_WEATHER])
     assert [(o.type, getattr(o, "arguments", None)) for o in resp.output] == [("function_call", '{"city": "Oslo"}')]
     assert "do not conform" in str(fake.calls[-1]["messages"][-1]["content"])
     with pytest.raises(openai.BadRequestError) as agent:
-        await client.responses.create(model="weather", input="x", tools=[{**WEATHER, "strict": True}])
+        await client.responses.create(model="weather", input="x", tools=[STRICT_WEATHER])
     assert agent.value.param == "tools.0.function.strict"
 
 
@@ -147,7 +167,7 @@ async def test_each_call_writes_its_audit_line(client: openai.AsyncOpenAI, caplo
         await client.chat.completions.create(model="echo-alias", messages=[{"role": "user", "content": "and me"}])
     lines = [r.getMessage() for r in caplog.records if r.name == "treadle.audit"]
     mine = [line for line in lines if line.startswith("responses: ")]
-    assert len(mine) == 1 and f"request_id={resp.model_extra['treadle']['request_id']}" in mine[0]  # type: ignore[index]
+    assert len(mine) == 1 and f"request_id={treadle_extra(resp)['request_id']}" in mine[0]
     assert "user_id=alice" in mine[0] and "status=ok" in mine[0]
     assert any(line.startswith("chat_completions: ") for line in lines)
 
@@ -156,7 +176,7 @@ async def test_a_stored_response_is_retrieved_listed_chained_and_deleted(client:
                                                                          served: Served) -> None:
     served.openai_fake.then(text("Paris."), text("About 2.1 million."))
     first = await client.responses.create(model="gpt", input="capital of France?", instructions="Be brief.")
-    assert first.store is True
+    assert first.model_extra is not None and first.model_extra["store"] is True  # not a field of the SDK's Response
     got = await client.responses.retrieve(first.id)
     assert got.model_dump() == first.model_dump()
     items = await client.responses.input_items.list(first.id)

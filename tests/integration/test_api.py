@@ -324,8 +324,8 @@ async def test_sse_resume_with_last_event_id_and_from_seq(api: Api) -> None:
     assert [ev.id for ev in both[1:]] == list(range(8, run["last_seq"] + 1))
     _, nothing = await read_stream(api.client, "GET", url, headers={"Last-Event-ID": str(run["last_seq"])})
     assert [ev.event for ev in nothing] == ["agent"]
-    for bad in ("abc", "-1", "1.5", b"\xb2"):  # b"\xb2" is "²" in latin-1, and "²".isdigit() is True
-        resp = await api.client.get(url, headers={"Last-Event-ID": bad, "Accept": "text/event-stream"})
+    for bad in (b"abc", b"-1", b"1.5", b"\xb2"):  # b"\xb2" is "²" in latin-1, and "²".isdigit() is True
+        resp = await api.client.get(url, headers={b"Last-Event-ID": bad, b"Accept": b"text/event-stream"})
         assert_error(resp, 422, "validation_error", "Last-Event-ID")
 
 

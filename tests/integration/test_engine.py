@@ -9,7 +9,7 @@ from typing import Any
 
 from treadle.domain.runs import StepMessage
 from treadle.engine.outcomes import StepResult
-from treadle.store.runs import NewRun
+from treadle.store.runs import NewRun, StoredEvent
 from treadle.testing import until, user_text
 
 TOOL_CALLER = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 3}}
@@ -22,13 +22,17 @@ async def start(rt: Any, agent: str, text: str = "hi", **kw: Any) -> str:
     return str(run.id)
 
 
-def shape(events: list[Any]) -> list[tuple[int, str, Any]]:
+Shaped = list[tuple[int, str, dict[str, Any]]]
+
+
+def shape(events: list[StoredEvent]) -> Shaped:
     """The transcript without timestamps (and without the run id inside `started`)."""
-    out = []
-    for e in events:
-        payload = {k: v for k, v in e.payload.items() if k != "run_id"}
-        out.append((e.seq, e.type, payload))
-    return out
+    return [(e.seq, e.type, {k: v for k, v in e.payload.items() if k != "run_id"}) for e in events]
+
+
+def without_ids(shaped: Shaped) -> Shaped:
+    """A shaped transcript without what differs between two runs of one script (tool use ids, texts)."""
+    return [(s, t, {k: v for k, v in p.items() if k not in ("tool_use", "text")}) for s, t, p in shaped]
 
 
 async def test_tool_caller_run_completes_with_paired_results(open_runtime: Any) -> None:
@@ -66,9 +70,7 @@ async def test_duplicate_delivery_gives_the_same_transcript(open_runtime: Any) -
     assert delivered >= 2 * 4
     a = shape(await rt.runs.events("default", once))
     b = shape(await rt.runs.events("default", twice))
-    strip = lambda evs: [(s, t, {k: v for k, v in p.items() if k not in ("tool_use", "text")})  # noqa: E731
-                         for s, t, p in evs]
-    assert strip(a) == strip(b)
+    assert without_ids(a) == without_ids(b)
     assert len(a) == len(b)
     run = await rt.runs.get("default", twice)
     assert run.status == "completed" and run.iterations == 4
@@ -209,9 +211,8 @@ async def test_chained_steps_give_the_same_transcript_with_fewer_messages(open_r
     b = await start(chained, "a")
     assert await disp_one.drain() == 4
     assert await disp_chained.drain() == 2  # steps 0-2 chained, then 3 by a new message
-    strip = lambda evs: [(s, t, {k: v for k, v in p.items() if k not in ("tool_use", "text")})  # noqa: E731
-                         for s, t, p in evs]
-    assert strip(shape(await one.runs.events("default", a))) == strip(shape(await chained.runs.events("default", b)))
+    assert without_ids(shape(await one.runs.events("default", a))) == without_ids(
+        shape(await chained.runs.events("default", b)))
     run = await chained.runs.get("default", b)
     assert (run.status, run.iterations, run.step_no) == ("completed", 4, 4)
     assert run.lease_owner is None

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from treadle.builtins.memory import MAX_KEY_LEN, MAX_VALUE_BYTES, MemoryTool
-from treadle.config import AgentConfig
+from treadle.config import AgentConfig, MemoryScope
 from treadle.errors import ToolError
 from treadle.store.db import Pool, open_pool
 from treadle.store.memory import MemoryStore
@@ -52,7 +52,7 @@ def ctx(
     *,
     agent: str = "agent-a",
     user: str | None = "user-1",
-    scopes: tuple[str, ...] = ("agent", "user"),
+    scopes: tuple[MemoryScope, ...] = ("agent", "user"),
 ) -> ToolContext:
     return rt.tool_context(  # type: ignore[no-any-return]
         tenant, "r_" + secrets.token_hex(4), agent, user_id=user,
@@ -248,7 +248,7 @@ async def test_value_size_limit(store: MemoryStore, rt: Any, tenant: str) -> Non
 
 async def test_bad_arguments(store: MemoryStore, rt: Any, tenant: str) -> None:
     c = ctx(rt, tenant)
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"op": "explode", "scope": "agent"}, "op must be one of"),
         ({"op": "get", "scope": "global", "key": "k"}, "scope must be one of"),
         ({"op": "get", "scope": "agent"}, "key is required"),
@@ -267,7 +267,7 @@ async def test_bad_arguments(store: MemoryStore, rt: Any, tenant: str) -> None:
 
 async def test_tenant_isolation(store: MemoryStore, rt: Any) -> None:
     t1, t2 = f"t_{secrets.token_hex(6)}", f"t_{secrets.token_hex(6)}"
-    all_scopes = ("agent", "user", "tenant")
+    all_scopes: tuple[MemoryScope, ...] = ("agent", "user", "tenant")
     c1 = ctx(rt, t1, scopes=all_scopes)
     c2 = ctx(rt, t2, scopes=all_scopes)  # same agent name, same user id, other tenant
     for scope in all_scopes:

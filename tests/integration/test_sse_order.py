@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from tests.support.streams import closable
 from treadle.api.sse import stream_run_events
 from treadle.store.channels import ChannelDef
 from treadle.store.runs import NewRun
@@ -29,7 +30,7 @@ async def test_a_live_delta_waits_for_the_committed_tool_result_before_its_turn(
     run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="l", segments=user_text("listen")))
     await disp.drain()  # iteration 1: the tool call parks the run
 
-    stream = stream_run_events(rt.runs, rt.hub, tenant, run.id, 0, poll_s=0.05)
+    stream = closable(stream_run_events(rt.runs, rt.hub, tenant, run.id, 0, poll_s=0.05))
     seen: list[str] = []
     while "tool_parked" not in seen:  # everything stored so far; the stream now waits on the hub
         parsed = parse(await anext(stream))

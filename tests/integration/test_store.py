@@ -216,6 +216,7 @@ async def test_jsonb_round_trips_exactly(pool: Pool) -> None:
         for value in values:
             row = await (await conn.execute("SELECT %s::jsonb AS v", (Jsonb(value),))).fetchone()
             assert row is not None
-            assert row["v"] == value and type(row["v"]) is type(value)
+            got = row["v"]
+            assert got == value and type(got) is type(value)
             if isinstance(value, dict) and "big" in value:
-                assert isinstance(row["v"]["big"], int) and row["v"]["big"] == 2**70
+                assert isinstance(got, dict) and isinstance(got["big"], int) and got["big"] == 2**70

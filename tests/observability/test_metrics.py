@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import psycopg
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg.rows import DictRow
 from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
@@ -29,6 +30,12 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
+
+
+def one_row(conn: psycopg.Connection[DictRow], sql: str) -> DictRow:
+    row = conn.execute(sql).fetchone()
+    assert row is not None, sql
+    return row
 
 
 def total(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
@@ -67,10 +74,10 @@ async def test_metrics_agree_with_the_database(migrated_db_url: str, fresh_metri
 
     with psycopg.connect(migrated_db_url, row_factory=psycopg.rows.dict_row) as conn:
         by_status = {r["status"]: r["n"] for r in conn.execute("SELECT status, count(*) AS n FROM runs GROUP BY 1")}
-        sums = conn.execute("SELECT sum(step_no) AS steps, sum(iterations) AS iterations,"
-                            " sum(input_tokens) AS input, sum(output_tokens) AS output FROM runs").fetchone()
-        tool_results = conn.execute("SELECT count(*) AS n FROM events WHERE type = 'tool_result'").fetchone()["n"]
-        jobs = conn.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"]
+        sums = one_row(conn, "SELECT sum(step_no) AS steps, sum(iterations) AS iterations,"
+                             " sum(input_tokens) AS input, sum(output_tokens) AS output FROM runs")
+        tool_results = one_row(conn, "SELECT count(*) AS n FROM events WHERE type = 'tool_result'")["n"]
+        jobs = one_row(conn, "SELECT count(*) AS n FROM jobs")["n"]
 
     assert by_status == {"completed": 5}
     assert total(found, "treadle_runs", status="completed") == 5

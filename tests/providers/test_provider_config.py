@@ -55,7 +55,10 @@ def test_agents_name_a_provider_an_alias_or_a_tier() -> None:
     })  # fmt: skip
     providers = build_providers(cfg)
     agents = resolve_agents(cfg, default_registry(), providers)
-    route = lambda name: [(c.provider_id, c.model) for c in agents[name].candidates]  # noqa: E731
+
+    def route(name: str) -> list[tuple[str, str]]:
+        return [(c.provider_id, c.model) for c in agents[name].candidates]
+
     assert route("direct") == [("gpt", "gpt-4o-mini")]
     assert route("alias") == [("claude", "claude-sonnet-4-5")]
     assert route("tiered") == [("claude", "claude-sonnet-4-5"), ("g", "gemini-2.5-pro"), ("mock", "echo")]

@@ -131,7 +131,7 @@ async def test_yaml_agent_is_the_base_fork_overrides_it_for_new_runs_only(open_r
 async def test_refusals_and_not_found(open_rt: Any) -> None:
     rt, _ = await open_rt(CONFIG)
     async with client_for(rt) as c:
-        cases = [
+        cases: list[tuple[dict[str, Any], str]] = [
             ({"op": "explode"}, "op must be one of"),
             ({"op": "create", "name": "bad name!", "overlay": OVERLAY}, "name is required"),
             ({"op": "create", "name": "x"}, "overlay"),

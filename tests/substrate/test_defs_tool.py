@@ -38,12 +38,12 @@ class RecordingMock(MockProvider):
 
 
 async def test_every_agentdef_op_through_the_tool(open_rt: Any) -> None:
-    calls = [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("AgentDef", {"op": "create", "name": "peer", "overlay": PEER}),
         ("AgentDef", {"op": "get", "name": "peer"}),
         ("AgentDef", {"op": "fork", "name": "peer", "overlay": {"system_prompt": "Peer v2"}}),
         ("AgentDef", {"op": "list"}),
-        ("AgentDef", {"op": "verify", "name": "peer", "content_sha256": agent_hash(AgentConfig(**PEER))}),
+        ("AgentDef", {"op": "verify", "name": "peer", "content_sha256": agent_hash(AgentConfig.model_validate(PEER))}),
         ("AgentDef", {"op": "get", "name": "peer", "version": 2, "include_lineage": True}),
         ("AgentDef", {"op": "retire", "name": "peer", "version": 2}),
     ]
@@ -172,7 +172,7 @@ async def test_skills_from_yaml_and_skilldef_reach_the_system_prompt(open_rt: An
 
 async def test_every_skilldef_op_through_tool_and_http(open_rt: Any) -> None:
     mock = TemplatingMock()
-    calls = [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("SkillDef", {"op": "create", "name": "brief", "overlay": {"body": "Be brief."}}),
         ("SkillDef", {"op": "fork", "name": "brief", "overlay": {"body": "Be very brief."}}),
         ("SkillDef", {"op": "promote", "def_id": "$RESULT.def_id"}),

@@ -73,7 +73,8 @@ class Browser:
 
     def console(self) -> list[dict[str, Any]]:
         """What the page logged since the last call (errors include CSP violations and failed loads)."""
-        return list(self.driver.get_log("browser"))
+        # selenium's chromium get_log has no annotations (it returns the GET_LOG command's value list)
+        return list(self.driver.get_log("browser"))  # type: ignore[no-untyped-call]
 
     def errors(self) -> list[str]:
         return [e["message"] for e in self.console() if e["level"] in ("SEVERE", "ERROR")]

@@ -32,21 +32,31 @@ class ServedInThread:
         return {"Authorization": f"Bearer {self.token}"}
 
 
+@dataclass
+class _ThreadState:
+    """What the server thread hands the test's thread (set before `ready`)."""
+
+    url: str = ""
+    error: BaseException | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    stop: asyncio.Event | None = None
+
+
 @contextmanager
 def serve_in_thread(db_url: str, timeout: float = 60.0) -> Iterator[ServedInThread]:
     ready = threading.Event()
-    state: dict[str, object] = {}
+    state = _ThreadState()
 
     async def main() -> None:
         stop = asyncio.Event()
-        state["loop"], state["stop"] = asyncio.get_running_loop(), stop
+        state.loop, state.stop = asyncio.get_running_loop(), stop
         try:
             async with served_treadle(db_url) as served:
-                state["url"] = served.url
+                state.url = served.url
                 ready.set()
                 await stop.wait()
         except BaseException as exc:  # startup failed: the waiting test says why
-            state["error"] = exc
+            state.error = exc
             ready.set()
             raise
 
@@ -54,14 +64,13 @@ def serve_in_thread(db_url: str, timeout: float = 60.0) -> Iterator[ServedInThre
     thread.start()
     if not ready.wait(timeout):
         raise TimeoutError(f"the served treadle did not start within {timeout}s")
-    if "error" in state:
-        raise RuntimeError("the served treadle failed to start") from state["error"]
+    if state.error is not None:
+        raise RuntimeError("the served treadle failed to start") from state.error
+    assert state.loop is not None and state.stop is not None
     try:
-        yield ServedInThread(str(state["url"]), TOKEN)
+        yield ServedInThread(state.url, TOKEN)
     finally:
-        loop: asyncio.AbstractEventLoop = state["loop"]  # type: ignore[assignment]
-        stop: asyncio.Event = state["stop"]  # type: ignore[assignment]
-        loop.call_soon_threadsafe(stop.set)
+        state.loop.call_soon_threadsafe(state.stop.set)
         thread.join(timeout)
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+import pytest
 from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
@@ -21,6 +22,8 @@ from tests.support.vendors.anthropic import FakeAnthropic
 from tests.support.vendors.openai import FakeOpenAI
 from treadle.client.http import SseEvent, parse_sse
 from treadle.config import Settings, parse_config
+
+E = TypeVar("E", bound=BaseException)
 
 TOKEN = "frontdoor-" + secrets.token_hex(8)
 #: the OpenAI-shaped function tool the front-door tests offer a model
@@ -96,3 +99,10 @@ async def sse_events(resp: httpx.Response) -> list[SseEvent]:
 def user(content: str) -> list[Any]:
     """One user message, as Chat Completions' `messages` takes it."""
     return [{"role": "user", "content": content}]
+
+
+async def raised(error: type[E], call: Awaitable[object]) -> E:
+    """What awaiting an SDK call raises (it must raise `error`): for the refusals, one call each."""
+    with pytest.raises(error) as info:
+        await call
+    return info.value

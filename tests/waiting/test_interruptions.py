@@ -11,7 +11,7 @@ import pytest
 from tests.support.waiting import ECHO, answer, asker, events, result_json, scripted, start, status, tool_results, types
 from treadle.builtins.interruption import InterruptionTool
 from treadle.errors import ToolError
-from treadle.store.interrupts import InterruptStore, interrupt_id, interrupt_key
+from treadle.store.interrupts import Interrupt, InterruptStore, interrupt_id, interrupt_key
 from treadle.testing import age_run
 from treadle.tools.base import Park, ToolContext, ToolResult
 
@@ -88,7 +88,8 @@ async def test_a_re_invocation_does_not_ask_twice(open_runtime: Any) -> None:
 
 
 async def test_notify_records_an_event(open_runtime: Any) -> None:
-    turns = [{"tool": "Interruption", "input": {"op": "notify", "message": "halfway"}}, {"text": "ok"}]
+    turns: list[dict[str, Any]] = [
+        {"tool": "Interruption", "input": {"op": "notify", "message": "halfway"}}, {"text": "ok"}]
     rt, disp = await open_runtime({"n": scripted(turns, ["Interruption"])})
     run_id = await start(rt, "n")
     await disp.drain()
@@ -167,6 +168,7 @@ async def test_the_operator_bounds_interruptions_in_yaml(open_runtime: Any, migr
     greedy = await start(rt, "greedy")
     await disp.drain()
     [row] = await InterruptStore(rt.pool).list_for_run("default", quick)
+    assert row.expires_at is not None
     assert (row.expires_at - row.created_at).total_seconds() == pytest.approx(0.2, abs=0.05)
     [refused] = tool_results(await events(rt, greedy))
     assert refused["is_error"] and "1..1000" in refused["text"]
@@ -178,6 +180,10 @@ async def test_the_operator_bounds_interruptions_in_yaml(open_runtime: Any, migr
     assert rt.config.interruption.max_pending_per_run == 1
     store = InterruptStore(rt.pool)
     other = await start(rt, "greedy")
-    ask = {"question": "a?", "options": [], "context": None, "priority": "normal", "timeout_s": 60}
-    assert await store.open("default", other, "toolu_1", **ask, max_pending=1) is not None
-    assert await store.open("default", other, "toolu_2", **ask, max_pending=1) is None
+
+    async def ask(tool_use_id: str) -> Interrupt | None:
+        return await store.open("default", other, tool_use_id, question="a?", options=[], context=None,
+                                priority="normal", timeout_s=60, max_pending=1)
+
+    assert await ask("toolu_1") is not None
+    assert await ask("toolu_2") is None

@@ -59,7 +59,8 @@ async def test_parallel_spawn_of_eight_with_two_failures_returns_eight_aligned_r
 
 
 async def test_spawn_returns_the_single_childs_result(open_runtime: Any) -> None:
-    turns = [{"tool": "Agent", "input": {"op": "spawn", "name": "echo", "prompt": "ping"}}, {"text": "ok"}]
+    turns: list[dict[str, Any]] = [
+        {"tool": "Agent", "input": {"op": "spawn", "name": "echo", "prompt": "ping"}}, {"text": "ok"}]
     rt, disp = await open_runtime({"p": scripted(turns, ["Agent"]), "echo": ECHO})
     parent = await start(rt, "p")
     await disp.drain()
@@ -164,7 +165,7 @@ async def test_depth_is_limited_to_three(open_runtime: Any) -> None:
 
 
 async def test_unknown_agent_and_bad_input_are_tool_errors(open_runtime: Any) -> None:
-    turns = [
+    turns: list[dict[str, Any]] = [
         {"tool": "Agent", "input": {"op": "spawn", "name": "ghost", "prompt": "boo"}},
         {"tool": "Agent", "input": {"op": "parallel_spawn", "spawns": []}},
         {"tool": "Agent", "input": {"op": "parallel_spawn", "spawns": [{"name": "echo", "prompt": "x"}] * 33}},
@@ -235,7 +236,7 @@ async def test_spawn_with_def_id_runs_that_agentdef_version(open_runtime: Any) -
         "provider": "mock", "model": "echo"}})
     await agents.dispatch("default", {"op": "retire", "def_id": retired["def_id"]})
 
-    turns = [
+    turns: list[dict[str, Any]] = [
         {"tool": "Agent", "input": {"op": "parallel_spawn", "spawns": [
             {"name": "helper", "prompt": "pinned", "def_id": v2["def_id"]},
             {"name": "helper", "prompt": "current"}]}},

@@ -187,10 +187,10 @@ def _check_block(fake: FakeAnthropic, where: str, role: str, b: dict[str, Any]) 
     if kind == "text":
         return [] if b.get("text") else [f"{where}: text content blocks must be non-empty"]
     if kind == "tool_use":
-        ok = role == "assistant" and ID_OK.match(str(b.get("id", ""))) and isinstance(b.get("input"), dict)
+        ok = role == "assistant" and ID_OK.match(str(b.get("id", ""))) is not None and isinstance(b.get("input"), dict)
         return [] if ok else [f"{where}: invalid tool_use block"]
     if kind == "tool_result":
-        ok = role == "user" and ID_OK.match(str(b.get("tool_use_id", "")))
+        ok = role == "user" and ID_OK.match(str(b.get("tool_use_id", ""))) is not None
         return [] if ok else [f"{where}: invalid tool_result block"]
     if kind == "thinking":
         sig = b.get("signature")
@@ -203,5 +203,6 @@ def _check_block(fake: FakeAnthropic, where: str, role: str, b: dict[str, Any]) 
 
 
 def _error(status: int, etype: str, message: str, headers: dict[str, str] | None = None) -> Reply:
-    doc = {"type": "error", "error": {"type": etype, "message": message}, "request_id": new_id("req_011C")}
-    return Reply.json(status, doc, {"request-id": doc["request_id"], **(headers or {})})
+    request_id = new_id("req_011C")
+    doc = {"type": "error", "error": {"type": etype, "message": message}, "request_id": request_id}
+    return Reply.json(status, doc, {"request-id": request_id, **(headers or {})})

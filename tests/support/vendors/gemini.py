@@ -63,10 +63,11 @@ class FakeGemini(VendorFake):
         return self.model_of(req) in MODELS
 
     def auth_reply(self, req: Request) -> Reply:
-        details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
-                    "domain": "googleapis.com", "metadata": {"service": "generativelanguage.googleapis.com"}},
-                   {"@type": "type.googleapis.com/google.rpc.LocalizedMessage", "locale": "en-US",
-                    "message": "API key not valid. Please pass a valid API key."}]  # fmt: skip
+        details: list[dict[str, Any]] = [
+            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+             "domain": "googleapis.com", "metadata": {"service": "generativelanguage.googleapis.com"}},
+            {"@type": "type.googleapis.com/google.rpc.LocalizedMessage", "locale": "en-US",
+             "message": "API key not valid. Please pass a valid API key."}]  # fmt: skip
         return _error(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.", details=details)
 
     def bad_request(self, message: str) -> Reply:
@@ -141,7 +142,7 @@ class FakeGemini(VendorFake):
             frame([{"text": turn.thinking, "thought": True}])
         for piece in turn.text:
             frame([{"text": piece}])
-        calls = [{"functionCall": {"name": c.name, "args": c.input}} for c in turn.tools]
+        calls: list[dict[str, Any]] = [{"functionCall": {"name": c.name, "args": c.input}} for c in turn.tools]
         if calls and turn.signature:
             sig = new_id("CiQB", 20)
             calls[0]["thoughtSignature"] = sig
