@@ -1,10 +1,11 @@
 """Built-in `Context`: facts an agent may ask about itself and the runtime (read-only).
 
-ops: self (agent, def_id, model, iteration, context-window use, volumes) | tools (its tools with their
-input schemas) | agents (what is runnable in the tenant) | time | help (bundled topics written
-for agents; no topic → the list) | capabilities (embedder, vector search, def families, scopes) |
-compact (a self-compaction before the next iteration: engine/compaction.py; the step reads the
-call off the transcript, engine/replay.py).
+ops (loomcycle's 13): self (agent, def_id, model, iteration, context-window use, volumes) | tools (its
+tools with their input schemas) | guide, doc, permissions, lineage, evaluations, channels
+(builtins/context_ops.py) | agents (what is runnable in the tenant; `prefix`) | time | help (bundled
+topics written for agents; no topic → the list; `query` → matching sections) | capabilities
+(embedder, vector search, def families, scopes) | compact (a self-compaction before the next
+iteration: engine/compaction.py; the step reads the call off the transcript, engine/replay.py).
 """
 
 from __future__ import annotations
@@ -13,13 +14,18 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
+from treadle.builtins import context_ops
 from treadle.domain.events import EventType
 from treadle.domain.skillmatch import SKILL_TOOL, uses_skill_tool
 from treadle.engine.compaction import Settings
 from treadle.errors import ToolError
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
-OPS = ("self", "tools", "agents", "time", "help", "capabilities", "compact")
+OPS = ("self", "tools", "guide", "doc", "permissions", "agents", "lineage", "evaluations", "channels", "help",
+       "time", "compact", "capabilities")
+#: each op's fields beyond `op` (loomcycle's contextInput); another field is refused by name
+FIELDS = {"doc": ("name",), "agents": ("prefix",), "channels": ("prefix",), "lineage": ("def_id", "depth"),
+          "evaluations": ("def_id", "include_lineage"), "help": ("topic", "query")}
 HELP_PACKAGE = "treadle.substrate.help"
 
 
@@ -42,23 +48,37 @@ class ContextTool:
     effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
         "Read-only facts about yourself and the runtime. op: self (your agent, def_id, model, iteration, context "
-        "use, your volumes and their modes) | tools (your tools and their input schemas) | agents (agents "
-        "runnable here) | time (UTC now) | "
-        "help (topic: getting-started, memory, defs, skills, teams, evaluation, context, volumes; none → list) | "
-        "capabilities | compact (summarize your older turns before your next step, freeing context; "
-        "see op=self's `context` and `compaction`)."
+        "use, your volumes and their modes) | tools (your tools and their input schemas) | guide (how to call "
+        "each of your tools: ops, required fields) | doc (name: one tool's docs) | permissions (the gates on this "
+        "run) | agents (agents runnable here; prefix) | lineage (def_id, depth: an AgentDef's ancestors and "
+        "descendants) | evaluations (def_id, include_lineage: its evaluation aggregate) | channels (prefix) | "
+        "time (UTC now) | "
+        "help (topic: getting-started, memory, defs, skills, teams, evaluation, context, volumes; none → list; "
+        "query → matching sections) | capabilities | compact (summarize your older turns before your next step, "
+        "freeing context; see op=self's `context` and `compaction`)."
     )
     input_schema: dict[str, Any] = {
         "type": "object",
         "properties": {
             "op": {"type": "string", "enum": list(OPS)},
+            "name": {"type": "string", "description": "doc only: the tool to fetch docs for"},
+            "prefix": {"type": "string", "description": "agents / channels: a name prefix filter"},
+            "def_id": {"type": "string", "description": "lineage / evaluations: the AgentDef (see op=agents)"},
+            "depth": {"type": "integer", "description": "lineage only: levels each way (default 10, at most 100)"},
+            "include_lineage": {"type": "boolean", "description": "evaluations only: add the ancestors' evaluations"},
             "topic": {"type": "string", "description": "help: the topic to read"},
+            "query": {"type": "string", "description": "help: search the topics' sections; topic is then ignored"},
         },
         "required": ["op"],
+        "additionalProperties": False,
     }
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         op = args.get("op")
+        if op in OPS:
+            extra = sorted(set(args) - {"op", *FIELDS.get(str(op), ())})
+            if extra:
+                raise ToolError(f"Context.{op}: unknown field(s) {', '.join(extra)} for this op")
         if op == "time":
             now = ctx.now or datetime.now(UTC)
             return ToolResult.json({"now": now.isoformat(), "unix": now.timestamp(), "timezone": "UTC"})
@@ -67,9 +87,21 @@ class ContextTool:
         if op == "tools":
             return ToolResult.json({"tools": [_tool_entry(ctx, name) for name in _held_tools(ctx)]})
         if op == "agents":
-            return ToolResult.json(await _agents(ctx))
+            return ToolResult.json(await _agents(ctx, args.get("prefix")))
         if op == "help":
-            return ToolResult.json(_help(args.get("topic")))
+            return ToolResult.json(_help(args.get("topic"), args.get("query")))
+        if op == "guide":
+            return ToolResult.json(context_ops.guide(ctx, _held_tools(ctx)))
+        if op == "doc":
+            return ToolResult.json(context_ops.doc(ctx, _held_tools(ctx), args.get("name")))
+        if op == "permissions":
+            return ToolResult.json(context_ops.permissions(ctx, _held_tools(ctx)))
+        if op == "lineage":
+            return ToolResult.json(await context_ops.lineage(ctx, args))
+        if op == "evaluations":
+            return ToolResult.json(await context_ops.evaluations(ctx, args))
+        if op == "channels":
+            return ToolResult.json(await context_ops.channels(ctx, _held_tools(ctx), args.get("prefix")))
         if op == "capabilities":
             return ToolResult.json(await _capabilities(ctx))
         if op == "compact":  # the step compacts before the next iteration (engine/plan.py compaction_due)
@@ -157,7 +189,9 @@ def _tool_entry(ctx: ToolContext, name: str) -> dict[str, Any]:
     return {"name": name, "description": description, "input_schema": schema}
 
 
-async def _agents(ctx: ToolContext) -> dict[str, Any]:
+async def _agents(ctx: ToolContext, prefix: Any = None) -> dict[str, Any]:
+    if prefix is not None and not isinstance(prefix, str):
+        raise ToolError("Context.agents: prefix must be a string")
     listing = await ctx.services.ops["AgentDef"].dispatch(ctx.tenant_id, {"op": "list"})
     static = ctx.services.config.agents
     runnable: dict[str, dict[str, Any]] = {}
@@ -170,16 +204,46 @@ async def _agents(ctx: ToolContext) -> dict[str, Any]:
             runnable[d["name"]] = {"name": d["name"], "source": "runtime", "def_id": d["def_id"],
                                    "version": d["version"], "content_sha256": d["content_sha256"],
                                    "description": d["description"]}
-    return {"agents": [runnable[n] for n in sorted(runnable)], "count": len(runnable)}
+    names = [n for n in sorted(runnable) if not prefix or n.startswith(prefix)]
+    return {"agents": [runnable[n] for n in names], "count": len(names)}
 
 
-def _help(topic: Any) -> dict[str, Any]:
+def _help(topic: Any, query: Any = None) -> dict[str, Any]:
     topics = help_topics()
+    if query is not None:
+        if not isinstance(query, str) or not query.strip():
+            raise ToolError("Context.help: query must be a non-empty string")
+        return {"query": query, "matches": help_search(topics, query), "ranking": "substring"}
     if topic is None or topic == "":
         return {"topics": [{"topic": t, "summary": _summary(text)} for t, text in topics.items()]}
     if not isinstance(topic, str) or topic not in topics:
         raise ToolError(f"Context.help: unknown topic {topic!r} (topics: {', '.join(topics)})")
     return {"topic": topic, "text": topics[topic]}
+
+
+def help_search(topics: dict[str, str], query: str, limit: int = 8) -> list[dict[str, Any]]:
+    """The help sections (a topic split at its `##` headings) holding the query's words, best first:
+    `{topic_slug, heading, snippet, score}` (the share of the words a section holds). loomcycle
+    ranks by embeddings when it has an embedder, else by this substring scan."""
+    words = [w for w in query.lower().split() if w]
+    found: list[dict[str, Any]] = []
+    for slug, text in topics.items():
+        heading, lines = slug, list[str]()
+        for line in [*text.splitlines(), "## "]:
+            if line.startswith("## "):
+                body = "\n".join(lines).strip()
+                hay = f"{heading}\n{body}".lower()
+                score = sum(1 for w in words if w in hay) / len(words)
+                if body and score > 0:
+                    first = next((i for w in words if (i := hay.find(w)) >= 0), 0)
+                    start = max(0, first - len(heading) - 80)
+                    found.append({"topic_slug": slug, "heading": heading, "snippet": body[start:start + 240],
+                                  "score": round(score, 4)})
+                heading, lines = line[3:].strip(), []
+            else:
+                lines.append(line)
+    found.sort(key=lambda m: (-m["score"], m["topic_slug"], m["heading"]))
+    return found[:limit]
 
 
 async def _capabilities(ctx: ToolContext) -> dict[str, Any]:

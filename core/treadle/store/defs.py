@@ -135,6 +135,15 @@ class DefStore:
             rows = await cur.fetchall()
         return {r["name"]: (r["def_id"], r["description"]) for r in rows}
 
+    async def children(self, tenant_id: str, kind: str, def_ids: builtins.list[str]) -> builtins.list[DefRecord]:
+        """The defs whose parent is one of `def_ids`, oldest first."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_COLUMNS} FROM defs d LEFT JOIN def_active a ON a.def_id = d.def_id"
+                " WHERE d.tenant_id = %s AND d.kind = %s AND d.parent_def_id = ANY(%s)"
+                " ORDER BY d.created_at, d.def_id", (tenant_id, kind, def_ids))
+            return [_record(r) for r in await cur.fetchall()]
+
     async def lineage(
         self, tenant_id: str, kind: str, def_id: str, max_depth: int = 100
     ) -> builtins.list[DefRecord]:
