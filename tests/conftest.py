@@ -6,6 +6,7 @@ Helpers live in tests/support (import them from there); conftest files only hold
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -56,6 +57,20 @@ def db_url(server_url: str, migrated_template: str) -> Iterator[str]:
 
 
 RuntimeFactory = Callable[..., Any]
+
+
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    """moto's server (S3, SQS, Secrets Manager …) on a loopback port, once per session; clients
+    give it dummy credentials."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
 
 
 def pytest_configure(config: pytest.Config) -> None:

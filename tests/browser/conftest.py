@@ -8,18 +8,16 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.browser import Browser, why_no_browser
 from tests.support.db import clone_database, drop_database
 from tests.support.e2e import ServerProcess, write_config
+from tests.support.waiting import scripted
 
 TOKEN = "browser-test-token-0123456789"
 HOOK_TOKEN = "browser-hook-token-9876543210"  # what a webhook's sender presents
-
-
-def scripted(turns: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
-    return {"model": "script", "tools": tools, "mock": {"script": turns}}
 
 
 ASK = {"tool": "Interruption", "input": {"op": "ask", "question": "ship the release?", "options": ["yes", "no"]}}
@@ -44,6 +42,21 @@ FLOW_TEAM: dict[str, Any] = {
                {"state": "done", "handler": {"kind": "terminal"}}],
     "transitions": [{"from": "work", "to": "ask", "on": "success"}, {"from": "ask", "to": "done", "on": "success"}],
 }
+
+
+@pytest.fixture
+def api(served: ServerProcess) -> Iterator[httpx.Client]:
+    """treadle's API on the served treadle, with the token."""
+    with httpx.Client(base_url=served.url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=10) as c:
+        yield c
+
+
+@pytest.fixture
+def page(chromium: Browser) -> Iterator[Browser]:
+    """The module's browser, its log drained; the test fails on any console error it leaves."""
+    chromium.console()
+    yield chromium
+    assert chromium.errors() == []
 
 
 @pytest.fixture(scope="module")

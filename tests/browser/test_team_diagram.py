@@ -6,46 +6,14 @@ violation is one). Skipped where no Chromium is installed."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from typing import Any
-
 import httpx
 import pytest
 
 from tests.browser.conftest import TOKEN
-from tests.support.browser import Browser
+from tests.support.browser import Browser, ok, wait_api
 from tests.support.e2e import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-
-
-@pytest.fixture
-def api(served: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=served.url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=10) as c:
-        yield c
-
-
-@pytest.fixture
-def page(chromium: Browser) -> Iterator[Browser]:
-    chromium.console()
-    yield chromium
-    assert chromium.errors() == []
-
-
-def ok(resp: httpx.Response) -> Any:
-    assert resp.status_code < 300, f"{resp.request.method} {resp.request.url}: {resp.status_code} {resp.text}"
-    return resp.json()
-
-
-def wait_api(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def current(page: Browser, box: str) -> list[str]:

@@ -7,49 +7,17 @@ no console errors (a CSP violation is one). Skipped where no Chromium is install
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.browser.conftest import HOOK_TOKEN, TOKEN
-from tests.support.browser import Browser
+from tests.support.browser import Browser, ok, wait_api
 from tests.support.e2e import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def api(served: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=served.url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=10) as c:
-        yield c
-
-
-@pytest.fixture
-def page(chromium: Browser) -> Iterator[Browser]:
-    """The module's browser, its log drained; the test fails on any console error it leaves."""
-    chromium.console()
-    yield chromium
-    assert chromium.errors() == []
-
-
-def ok(resp: httpx.Response) -> Any:
-    assert resp.status_code < 300, f"{resp.request.method} {resp.request.url}: {resp.status_code} {resp.text}"
-    return resp.json()
-
-
-def wait_api(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def parked_family(api: httpx.Client) -> tuple[str, str]:

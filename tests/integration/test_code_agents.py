@@ -12,43 +12,15 @@ from typing import Any
 
 import pytest
 
+from tests.support.tally import Crash, Tally
 from treadle.dispatch.inline import InlineDispatcher
-from treadle.domain.runs import StepMessage
-from treadle.errors import ToolError
 from treadle.runtime import Runtime
 from treadle.store.runs import NewRun
-from treadle.testing import expire_lease, open_test_runtime, user_text
-from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
+from treadle.testing import expire_lease, open_test_runtime, sweep, user_text
 
 pytest.importorskip("quickjs")
 
 TENANT = f"t_code_{secrets.token_hex(4)}"
-
-
-class Crash(BaseException):
-    """What a kill -9 looks like from inside the step: nothing after it runs."""
-
-
-class Tally:
-    """A transactional tool: adds 1 to the agent's `tally` in Memory; crashes on chosen calls."""
-
-    name = "Tally"
-    description = "count"
-    input_schema: dict[str, Any] = {"type": "object"}
-    effects: ToolEffects = "transactional"
-
-    def __init__(self, crash_at: set[int] | None = None) -> None:
-        self.invocations = 0
-        self.crash_at = crash_at or set()
-
-    async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        self.invocations += 1
-        value = await ctx.services.memory.incr(ctx.tenant_id, "agent", ctx.agent, "tally", 1, None)
-        if self.invocations in self.crash_at:
-            raise Crash
-        if args.get("fail"):
-            raise ToolError(f"Tally refused {args['fail']}")
-        return ToolResult.json({"tally": value, "i": args.get("i")})
 
 
 COUNTER = """
@@ -87,15 +59,10 @@ async def start(rt: Runtime, agent: str, prompt: str) -> str:
     return run.id
 
 
-async def tally(rt: Runtime, agent: str) -> Any:
-    found, value = await rt.memory.get(TENANT, "agent", agent, "tally")
-    return value if found else None
-
-
-async def resume(rt: Runtime, disp: InlineDispatcher, run_id: str) -> None:
+async def resume(rt: Runtime, run_id: str) -> None:
+    """The worker died: its lease runs out and the sweep hands the step to the next one."""
     assert await expire_lease(rt, run_id)
-    for swept_id, step_no in await rt.steps.sweep_expired():
-        await disp.enqueue(StepMessage(swept_id, step_no))
+    await sweep(rt)
 
 
 async def test_a_code_agent_calls_its_tools_one_step_each_and_returns_its_text(harness: Any) -> None:
@@ -105,7 +72,7 @@ async def test_a_code_agent_calls_its_tools_one_step_each_and_returns_its_text(h
     await disp.drain()
     run = await rt.runs.get(TENANT, run_id)
     assert run is not None and run.status == "completed", run
-    assert tool.invocations == 5 and await tally(rt, "counter") == 5
+    assert tool.invocations == 5 and await Tally.count(rt, TENANT, "counter") == 5
     events = await rt.runs.events(TENANT, run_id)
     calls = [e.payload for e in events if e.type == "tool_call"]
     assert [c["tool_use"]["input"]["i"] for c in calls] == [0, 1, 2, 3, 4]
@@ -135,13 +102,13 @@ async def test_killed_mid_run_it_resumes_by_replay_each_call_once_same_text(harn
             await disp2.drain()
         except Crash:
             crashes += 1
-            await resume(rt2, disp2, run_id)
+            await resume(rt2, run_id)
             continue
         break
     assert crashes == len(crash_points)
     run = await rt2.runs.get(TENANT, run_id)
     assert run is not None and run.status == "completed", run
-    assert await tally(rt2, "crashy") == n  # each crashed write rolled back with its step
+    assert await Tally.count(rt2, TENANT, "crashy") == n  # each crashed write rolled back with its step
     assert crashy.invocations == n + crashes
     events = await rt2.runs.events(TENANT, run_id)
     assert [e.type for e in events].count("tool_result") == n
@@ -167,7 +134,7 @@ async def test_code_changed_mid_run_is_a_replay_divergence(harness: Any) -> None
     with pytest.raises(Crash):
         await disp.drain()
     rt2, disp2 = await harness({"deploy": code_agent(v2)}, Tally())
-    await resume(rt2, disp2, run_id)
+    await resume(rt2, run_id)
     await disp2.drain()
     err = await error_of(rt2, run_id)
     assert err["code"] == "code_agent_replay_divergence", err

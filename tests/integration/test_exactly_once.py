@@ -12,46 +12,18 @@ from typing import Any
 
 import pytest
 
+from tests.support.tally import Crash, Tally
 from treadle.dispatch.inline import InlineDispatcher
 from treadle.domain.runs import StepMessage
 from treadle.engine.outcomes import StepResult
 from treadle.engine.step import MAX_STEP_FAILURES
-from treadle.errors import ToolError
 from treadle.providers.base import ModelRequest, ModelResponse
 from treadle.providers.mock import MockProvider
 from treadle.runtime import Runtime
 from treadle.store.runs import NewRun
-from treadle.testing import expire_lease, open_test_runtime, user_text
-from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
+from treadle.testing import expire_lease, open_test_runtime, sweep, user_text
 
 TENANT = f"t_once_{secrets.token_hex(4)}"  # Memory is per tenant: each test below uses its own agent
-
-
-class Crash(BaseException):
-    """What a kill -9 looks like from inside the step: nothing after it runs."""
-
-
-class Tally:
-    """A transactional tool: adds 1 to the agent's `tally` in Memory, then maybe fails."""
-
-    name = "Tally"
-    description = "count"
-    input_schema: dict[str, Any] = {"type": "object"}
-    effects: ToolEffects = "transactional"
-
-    def __init__(self) -> None:
-        self.invocations = 0
-        self.crash_first = False
-        self.fail_first = False
-
-    async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
-        self.invocations += 1
-        value = await ctx.services.memory.incr(ctx.tenant_id, "agent", ctx.agent, "tally", 1, None)
-        if self.invocations == 1 and self.crash_first:
-            raise Crash
-        if self.invocations == 1 and self.fail_first:
-            raise ToolError("Tally: failed after writing")
-        return ToolResult.json({"tally": value})
 
 
 class GatedMock(MockProvider):
@@ -88,34 +60,27 @@ async def harness(db_url: str, tmp_path: Any) -> AsyncIterator[Any]:
         yield open_rt
 
 
-async def tally(rt: Runtime, agent: str) -> Any:
-    found, value = await rt.memory.get(TENANT, "agent", agent, "tally")
-    return value if found else None
-
-
 async def start(rt: Runtime, agent: str) -> str:
     run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent=agent, segments=user_text("count")))
     return run.id
 
 
 async def test_a_crash_between_the_write_and_the_commit_applies_the_effect_once(harness: Any) -> None:
-    tool = Tally()
-    tool.crash_first = True
+    tool = Tally(crash_at={1})
     rt, disp = await harness(tool)
     run_id = await start(rt, "crashes")
     with pytest.raises(Crash):
         await disp.drain()
     assert tool.invocations == 1
-    assert await tally(rt, "crashes") is None  # the write rolled back with the step that never committed
+    assert await Tally.count(rt, TENANT, "crashes") is None  # the write rolled back with the step that never committed
 
     assert await expire_lease(rt, run_id)
-    for swept_id, step_no in await rt.steps.sweep_expired():
-        await disp.enqueue(StepMessage(swept_id, step_no))
+    await sweep(rt)
     await disp.drain()
     run = await rt.runs.get(TENANT, run_id)
     assert run is not None and run.status == "completed"
     assert tool.invocations == 2
-    assert await tally(rt, "crashes") == 1
+    assert await Tally.count(rt, TENANT, "crashes") == 1
     results = [e.payload for e in await rt.runs.events(TENANT, run_id) if e.type == "tool_result"]
     assert [r["text"] for r in results] == ['{"tally":1}']  # the transcript and the effect agree
 
@@ -139,21 +104,20 @@ async def test_a_worker_that_stalled_past_its_lease_writes_nothing(harness: Any)
     run = await rt.runs.get(TENANT, run_id)
     assert run is not None and run.status == "completed"
     # both workers ran the tool; only the one that held the step committed its write
-    assert tool.invocations == 2 and await tally(rt, "stalls") == 1
+    assert tool.invocations == 2 and await Tally.count(rt, TENANT, "stalls") == 1
     events = await rt.runs.events(TENANT, run_id)
     assert [e.type for e in events].count("tool_result") == 1
     assert [e.seq for e in events] == list(range(1, len(events) + 1))  # no gap, no duplicate
 
 
 async def test_a_tool_that_fails_after_writing_leaves_no_write(harness: Any) -> None:
-    tool = Tally()
-    tool.fail_first = True
+    tool = Tally(fail_at={1})
     rt, disp = await harness(tool)
     run_id = await start(rt, "fails")
     await disp.drain()
     results = [e.payload for e in await rt.runs.events(TENANT, run_id) if e.type == "tool_result"]
     assert [(r["is_error"], r["text"]) for r in results] == [(True, "Tally: failed after writing")]
-    assert await tally(rt, "fails") is None  # rolled back to the savepoint before the call
+    assert await Tally.count(rt, TENANT, "fails") is None  # rolled back to the savepoint before the call
 
 
 async def test_a_step_that_keeps_crashing_backs_off_then_fails_the_run(harness: Any) -> None:

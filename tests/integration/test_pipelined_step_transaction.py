@@ -53,17 +53,22 @@ async def test_statements_inside_behave_as_without_a_pipeline(pool_and_table: tu
     assert await rows(pool, table) == {"a": 2, "b": 2}
 
 
+async def insert_a_then_hook(pool: Pool, table: str, ran: list[str]) -> None:
+    """In the open step transaction: insert ('a', 1), and an after-commit hook noting that it ran."""
+    async with pool.connection() as conn:
+        await conn.execute(f"INSERT INTO {table} VALUES ('a', 1)")
+
+    async def done() -> None:
+        ran.append("after commit")
+
+    await after_commit(done)
+
+
 async def test_the_commit_statement_travels_with_the_commit(pool_and_table: tuple[Pool, str]) -> None:
     pool, table = pool_and_table
     ran: list[str] = []
     async with pool.step_transaction() as tx:
-        async with pool.connection() as conn:
-            await conn.execute(f"INSERT INTO {table} VALUES ('a', 1)")
-
-        async def done() -> None:
-            ran.append("after commit")
-
-        await after_commit(done)
+        await insert_a_then_hook(pool, table, ran)
         assert current_step_transaction(pool) is tx and tx.can_finish
         row = await tx.finish_with(f"UPDATE {table} SET n = n + 1 RETURNING n", {})
         assert row == {"n": 2} and tx.committed and tx.pipeline is None
@@ -79,13 +84,7 @@ async def test_a_failing_commit_statement_rolls_everything_back(pool_and_table: 
     ran: list[str] = []
     with pytest.raises(psycopg.errors.DivisionByZero):
         async with pool.step_transaction() as tx:
-            async with pool.connection() as conn:
-                await conn.execute(f"INSERT INTO {table} VALUES ('a', 1)")
-
-            async def done() -> None:
-                ran.append("after commit")
-
-            await after_commit(done)
+            await insert_a_then_hook(pool, table, ran)
             # the fence of the engine's commit statement: 1 / (rows its UPDATE matched)
             await tx.finish_with(
                 f"WITH g AS (UPDATE {table} SET n = n + 1 WHERE k = 'nobody' RETURNING n)"

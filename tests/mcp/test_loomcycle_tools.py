@@ -5,29 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Any
 
 import pytest
-from mcp import Client
 
 from tests.mcp.test_server_http import connect
-from tests.support.mcp import payload
+from tests.support.mcp import call, payload, refused
 
 NEW_TOOLS = {"channel", "channeldef", "subscribe_channel", "ack_channel", "register_hook", "list_hooks",
              "delete_hook", "stream_user_run_states"}
-
-
-async def call(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(name, args)
-    assert not result.is_error, (name, result.content)
-    return payload(result)
-
-
-async def refused(client: Client, name: str, args: dict[str, Any]) -> str:
-    result = await client.call_tool(name, args)
-    assert result.is_error, (name, result.content)
-    code: str = payload(result)["code"]
-    return code
 
 
 async def test_the_tools_are_listed_with_loomcycles_arguments(base_url: str) -> None:

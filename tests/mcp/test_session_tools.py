@@ -5,25 +5,9 @@ client over Streamable HTTP against a served treadle."""
 from __future__ import annotations
 
 import secrets
-from typing import Any
-
-from mcp import Client
 
 from tests.mcp.test_server_http import connect
-from tests.support.mcp import payload
-
-
-async def call(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(name, args)
-    assert not result.is_error, (name, result.content)
-    return payload(result)
-
-
-async def refused(client: Client, name: str, args: dict[str, Any]) -> str:
-    result = await client.call_tool(name, args)
-    assert result.is_error, (name, result.content)
-    code: str = payload(result)["code"]
-    return code
+from tests.support.mcp import call, refused
 
 
 async def test_history_compact_run_and_replay_over_mcp(base_url: str) -> None:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
+
 CHROMIUM = os.environ.get("CHROMIUM_FOR_TESTS", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER_FOR_TESTS", "/usr/bin/chromedriver")
 FLAGS = (
@@ -32,6 +34,24 @@ def why_no_browser() -> str | None:
         if not (Path(path).is_file() and os.access(path, os.X_OK)):
             return f"{path} is missing (apt-get install chromium chromium-driver)"
     return None
+
+
+def ok(resp: httpx.Response) -> Any:
+    """The JSON of a successful API answer (else the test fails, saying what was asked and answered)."""
+    assert resp.status_code < 300, f"{resp.request.method} {resp.request.url}: {resp.status_code} {resp.text}"
+    return resp.json()
+
+
+def wait_api(what: str, check: Callable[[], T | None], timeout: float = 30.0) -> T:
+    """Poll `check` (API calls, outside the page) until it returns something truthy; bounded, and
+    the message names `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Browser:

@@ -1,4 +1,5 @@
-"""Shared by tests/mcp: the treadle.yaml of the served sidecar and its bearer token."""
+"""Shared by tests/mcp: the treadle.yaml of the served sidecar and its bearer token, and calling
+its meta-tools with the official `mcp` SDK client."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import secrets
 from typing import Any
 
 import httpx
+from mcp import Client
 from mcp_types import CallToolResult
 
 from treadle.config import TreadleConfig, parse_config
@@ -36,6 +38,21 @@ def payload(result: CallToolResult) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(result.content[0].text)
     assert result.structured_content == doc
     return doc
+
+
+async def call(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Call meta-tool `name`; its JSON answer (the call must succeed)."""
+    result = await client.call_tool(name, args)
+    assert not result.is_error, (name, result.content)
+    return payload(result)
+
+
+async def refused(client: Client, name: str, args: dict[str, Any]) -> str:
+    """Call meta-tool `name`; the error code it refuses with (the call must fail)."""
+    result = await client.call_tool(name, args)
+    assert result.is_error, (name, result.content)
+    code: str = payload(result)["code"]
+    return code
 
 
 async def finished(client: httpx.AsyncClient, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:

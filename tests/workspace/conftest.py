@@ -3,9 +3,7 @@ directory (tmp_path) and an S3 bucket on moto's server (loopback, dummy credenti
 
 from __future__ import annotations
 
-import logging
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +16,11 @@ from treadle.volumes.host import HostDirStorage
 
 
 @pytest.fixture(scope="session")
-def s3_client() -> Iterator[Any]:
+def s3_client(moto_url: str) -> Any:
     import boto3
-    from moto.server import ThreadedMotoServer
 
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    client = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
-    yield client
-    server.stop()
+    return boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1",
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
 
 
 @pytest.fixture(params=["host", "s3"])

@@ -5,6 +5,9 @@ VolumeDef on the def lifecycle, and treadle.yaml's checks."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,7 @@ import pytest
 
 from tests.support.workspace import FILE_TOOLS, VOLUMES, new_id
 from treadle.config import AgentConfig, parse_config
+from treadle.dispatch.inline import InlineDispatcher
 from treadle.errors import ConfigError, ToolError
 from treadle.providers.base import ModelRequest
 from treadle.runtime import Runtime
@@ -27,14 +31,41 @@ def _prompt(text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": [{"type": "text", "text": text}]}]
 
 
-def _writer(seen: list[bool], storage: HostDirStorage, where: dict[str, str]) -> Any:
-    def model(req: ModelRequest) -> Reply:
+@dataclass
+class ScratchWriter:
+    """The model of an `eph` agent that writes notes/draft.md to its ephemeral `scratch` volume,
+    then records in `seen` whether the file was there while its run went on."""
+
+    storage: HostDirStorage
+    seen: list[bool] = field(default_factory=list)
+    location: str = ""  # the started run's scratch volume, below the storage root
+
+    def model(self, req: ModelRequest) -> Reply:
         if not tool_results(req):
             return [tool_use("Write", {"path": "notes/draft.md", "content": "scratch work", "volume": "scratch"})]
-        seen.append((storage.root / where["location"] / "notes" / "draft.md").is_file())
+        self.seen.append((self.volume / "notes" / "draft.md").is_file())
         return "done"
 
-    return model
+    async def start(self, rt: Runtime) -> tuple[str, str]:
+        """Start `eph` in a new tenant: (tenant, run id)."""
+        tenant = new_id("t")
+        run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="eph", segments=_prompt("go")))
+        self.location = ephemeral_location(tenant, run.id, "scratch")
+        return tenant, run.id
+
+    @property
+    def volume(self) -> Path:
+        return self.storage.root / self.location
+
+
+@asynccontextmanager
+async def scratch_writer(db_url: str, tmp_path: Path) -> AsyncIterator[tuple[Runtime, InlineDispatcher, ScratchWriter]]:
+    writer = ScratchWriter(HostDirStorage(tmp_path / "volumes"))
+    agents = {"eph": {"provider": "scripted", "tools": ["Write"], "volumes": ["scratch"]}}
+    provider = ScriptedProvider(writer.model)
+    async with open_test_runtime(agents, database_url=db_url, config=CONFIG, providers=[provider]) as (rt, d):
+        rt.volumes.storage = writer.storage
+        yield rt, d, writer
 
 
 async def _events(rt: Runtime, tenant: str, run_id: str) -> list[dict[str, Any]]:
@@ -42,22 +73,14 @@ async def _events(rt: Runtime, tenant: str, run_id: str) -> list[dict[str, Any]]
 
 
 async def test_an_ephemeral_volume_is_purged_when_its_run_ends(db_url: str, tmp_path: Path) -> None:
-    storage = HostDirStorage(tmp_path / "volumes")
-    seen: list[bool] = []
-    where: dict[str, str] = {}
-    agents = {"eph": {"provider": "scripted", "tools": ["Write"], "volumes": ["scratch"]}}
-    provider = ScriptedProvider(_writer(seen, storage, where))
-    async with open_test_runtime(agents, database_url=db_url, config=CONFIG, providers=[provider]) as (rt, d):
-        rt.volumes.storage = storage
-        tenant = new_id("t")
-        run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="eph", segments=_prompt("go")))
-        where["location"] = ephemeral_location(tenant, run.id, "scratch")
+    async with scratch_writer(db_url, tmp_path) as (rt, d, w):
+        tenant, run_id = await w.start(rt)
         await d.drain()
-        final = await rt.runs.get(tenant, run.id)
+        final = await rt.runs.get(tenant, run_id)
         assert final is not None and final.status == "completed"
-        assert seen == [True]  # the file was there while the run went on
-        assert not (storage.root / where["location"]).exists()
-        assert await rt.volumes.store.instances(run.id) == []
+        assert w.seen == [True]  # the file was there while the run went on
+        assert not w.volume.exists()
+        assert await rt.volumes.store.instances(run_id) == []
 
 
 async def test_the_last_commit_forgets_the_journal_and_skips_the_purge_when_nothing_is_rooted(
@@ -103,22 +126,14 @@ async def test_the_last_commit_forgets_the_journal_and_skips_the_purge_when_noth
 
 
 async def test_the_sweeper_purges_what_a_crash_left(db_url: str, tmp_path: Path) -> None:
-    storage = HostDirStorage(tmp_path / "volumes")
-    seen: list[bool] = []
-    where: dict[str, str] = {}
-    agents = {"eph": {"provider": "scripted", "tools": ["Write"], "volumes": ["scratch"]}}
-    provider = ScriptedProvider(_writer(seen, storage, where))
-    async with open_test_runtime(agents, database_url=db_url, config=CONFIG, providers=[provider]) as (rt, d):
-        rt.volumes.storage = storage
+    async with scratch_writer(db_url, tmp_path) as (rt, d, w):
         rt.engine.on_run_end = None  # the process died between the run's last commit and its purge
-        tenant = new_id("t")
-        run, _ = await rt.start_run(NewRun(tenant_id=tenant, agent="eph", segments=_prompt("go")))
-        where["location"] = ephemeral_location(tenant, run.id, "scratch")
+        _, run_id = await w.start(rt)
         await d.drain()
-        assert (storage.root / where["location"] / "notes" / "draft.md").is_file()
+        assert (w.volume / "notes" / "draft.md").is_file()
         await rt.triggers.sweeper().tick_once()
-        assert not (storage.root / where["location"]).exists()
-        assert await rt.volumes.store.instances(run.id) == []
+        assert not w.volume.exists()
+        assert await rt.volumes.store.instances(run_id) == []
 
 
 async def test_a_child_never_gets_more_than_its_parent(db_url: str, tmp_path: Path) -> None:
