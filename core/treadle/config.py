@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from treadle.specs.schedule import ScheduleSpec
     from treadle.specs.webhook import WebhookSpec
 
-MOCK_MODELS = ("echo", "tool-caller", "script", "mock-generic")
+MOCK_MODELS = ("echo", "tool-caller", "chat-tool", "script", "mock-generic")
 #: the built-in provider of code agents (loomcycle's code-js; providers/codejs.py) and its model
 CODE_JS = "code-js"
 CODE_JS_MODEL = "loomcycle/code-js"
@@ -96,7 +96,7 @@ class MockSettings(BaseModel):
     #: the window the mock reports (`max_context_tokens`; 0: none), and a summary call that fails
     context_window: int = Field(default=0, ge=0)
     summary_error: bool = False
-    #: the input of tool-caller's calls (default: a fixed input per tool)
+    #: the input of tool-caller's and chat-tool's calls (default: a fixed input per tool)
     tool_input: dict[str, Any] | None = None
 
     @field_validator("script")

@@ -34,12 +34,13 @@ from treadle.domain.signals import CancelSignal
 from treadle.engine import compaction, plan
 from treadle.engine.agents import ResolvedAgent
 from treadle.engine.cancelling import CancelWatch, StepInterrupted, interruptible
+from treadle.engine.history import SessionHistories
 from treadle.engine.hub import RunEventHub
 from treadle.engine.lease import Lease
 from treadle.engine.model_routes import Candidate
 from treadle.engine.outcomes import StepResult
 from treadle.engine.plan import Next, StepPlan
-from treadle.engine.replay import Replayer, Transcript, history_messages
+from treadle.engine.replay import Replayer, Transcript
 from treadle.engine.routing import Call, RetryPolicy, call_route
 from treadle.engine.scrub import scrub_key, scrub_messages
 from treadle.engine.sending import StepSender
@@ -66,8 +67,6 @@ MAX_STEP_FAILURES = 5
 #: how long a step waits on its model or external tools before it gives its connection and its
 #: worker slot back (engine/slots.py, store/db.py `Pool.released`)
 HOLD_ACROSS_S = 0.005
-#: continuations whose session history one engine keeps (engine/step.py `_session_history`)
-HISTORY_CACHE = 256
 
 
 @dataclass(slots=True)
@@ -136,7 +135,7 @@ class Engine:
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._owner_seq = itertools.count(1)
         #: run id → its session history (`_session_history`), oldest entry evicted first
-        self._histories: dict[str, list[Message]] = {}
+        self.histories = SessionHistories(steps)
 
     def new_owner(self) -> str:
         """A lease token unique to one step attempt (workers in one process never share one)."""
@@ -586,15 +585,8 @@ class Engine:
         return self.new_owner()
 
     async def _session_history(self, leased: LeasedRun) -> list[Message]:
-        """The messages of the session's earlier runs (a continuation's history), read in place once
-        per process: those runs have ended, so the history of a run never changes."""
-        cached = self._histories.get(leased.run_id)
-        if cached is None:
-            cached = history_messages(await self.steps.session_history(leased))
-            if len(self._histories) >= HISTORY_CACHE:
-                self._histories.pop(next(iter(self._histories)))
-            self._histories[leased.run_id] = cached
-        return cached
+        """The messages of the session's earlier runs (a continuation's history; engine/history.py)."""
+        return await self.histories.of(leased)
 
     # -- model ---------------------------------------------------------------------------------------
 

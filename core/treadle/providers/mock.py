@@ -1,4 +1,7 @@
-"""The deterministic mock provider: `echo`, `tool-caller` and `script`.
+"""The deterministic mock provider: `echo`, `tool-caller`, `chat-tool` and `script`.
+
+`chat-tool` is a conversation's agent: one call of its first tool per user turn (the last message
+is the user's), then an answer naming how many user turns it sees.
 
 Every answer is a pure function of the request (the transcript so far, the run id and the
 agent's `mock:` settings), so a re-delivered or re-played step asks the same question and gets
@@ -14,7 +17,7 @@ import random
 from typing import Any
 
 from treadle.config import MockSettings
-from treadle.domain.content import Block, Message, TextBlock, ToolUseBlock, content_chars
+from treadle.domain.content import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock, content_chars
 from treadle.errors import ProviderError, RetryableProviderError
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Usage
 
@@ -34,6 +37,10 @@ def tool_use_id(run_id: str, iteration: int, index: int) -> str:
 
 def _approx_tokens(messages: list[Message], system: str) -> int:
     return max(1, (len(system) + content_chars(messages)) // 4)
+
+
+def _has_results(m: Message) -> bool:
+    return any(isinstance(b, ToolResultBlock) for b in m.content)
 
 
 def last_user_text(messages: list[Message]) -> str:
@@ -88,6 +95,16 @@ class MockProvider:
                 content = [ToolUseBlock(tool_use_id(run_id, iteration, 0), tool.name, dict(tool_input))]
             else:
                 content = [TextBlock(f"done after {calls_so_far} tool calls")]
+        elif req.model == "chat-tool":
+            last = req.messages[-1] if req.messages else None
+            if req.tools and last is not None and last.role == "user" and not _has_results(last):
+                tool = req.tools[0]
+                tool_input = settings.tool_input if settings.tool_input is not None else FIXED_TOOL_INPUTS.get(
+                    tool.name, {})
+                content = [ToolUseBlock(tool_use_id(run_id, iteration, 0), tool.name, dict(tool_input))]
+            else:
+                turns = sum(1 for m in req.messages if m.role == "user" and not _has_results(m))
+                content = [TextBlock(f"answered ({turns} user turns in view)")]
         elif req.model == "script":
             script = settings.script or []
             if not script:

@@ -427,16 +427,33 @@ class StepStore:
                 (run_id, tenant_id, etype, Jsonb(payload)))
             return await cur.fetchone() is not None
 
-    async def session_history(self, leased: LeasedRun) -> list[tuple[int, str, dict[str, Any]]]:
-        """The events of the session's runs before this one, run by run in the session's order,
-        each run's in seq order: read in place (a continuation copies nothing)."""
+    async def session_history_since(self, leased: LeasedRun, since: int) -> tuple[
+            tuple[int, int], list[list[tuple[int, str, dict[str, Any]]]]]:
+        """The events of the session's runs from place `since` up to this run's, run by run (each
+        in seq order), and the fingerprint of the runs before `since`: (how many, the sum of their
+        `last_seq`) — it changes when an event is appended to one of them or one is deleted."""
         async with self.pool.step_connection() as conn:
             cur = await conn.execute(
-                "SELECT e.seq, e.type, e.payload FROM runs r JOIN events e ON e.run_id = r.id"
-                " WHERE r.tenant_id = %s AND r.session_id = %s AND r.session_seq < %s"
-                " ORDER BY r.session_seq, e.seq",
-                (leased.tenant_id, leased.session_id, leased.session_seq), prepare=prepare_now(conn))
-            return [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
+                "WITH fp AS (SELECT count(*) AS n, coalesce(sum(last_seq), 0) AS s FROM runs"
+                "  WHERE tenant_id = %(t)s AND session_id = %(sid)s AND session_seq < %(since)s)"
+                " SELECT fp.n, fp.s, x.session_seq, x.seq, x.type, x.payload FROM fp LEFT JOIN ("
+                "  SELECT r.session_seq, e.seq, e.type, e.payload FROM runs r JOIN events e ON e.run_id = r.id"
+                "  WHERE r.tenant_id = %(t)s AND r.session_id = %(sid)s"
+                "  AND r.session_seq >= %(since)s AND r.session_seq < %(upto)s) x ON true"
+                " ORDER BY x.session_seq, x.seq",
+                {"t": leased.tenant_id, "sid": leased.session_id, "since": since, "upto": leased.session_seq},
+                prepare=prepare_now(conn))
+            rows = await cur.fetchall()
+        runs: list[list[tuple[int, str, dict[str, Any]]]] = []
+        place = None
+        for r in rows:
+            if r["seq"] is None:
+                continue
+            if r["session_seq"] != place:
+                runs.append([])
+                place = r["session_seq"]
+            runs[-1].append((r["seq"], r["type"], r["payload"]))
+        return (int(rows[0]["n"]), int(rows[0]["s"])), runs
 
     def keep(self, run_id: str, last_seq: int, events: list[tuple[int, str, dict[str, Any]]] | None,
              replay: object = None) -> None:
