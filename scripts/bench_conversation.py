@@ -37,7 +37,9 @@ MARKS = (10, 100, 300)
 
 def agent(window: int) -> dict[str, Any]:
     return {
-        "model": "chat-tool", "tools": ["Memory"], "memory_scopes": ["agent"],
+        "model": "chat-tool",
+        "tools": ["Memory"],
+        "memory_scopes": ["agent"],
         "mock": {"context_window": window, "tool_input": {"op": "get", "scope": "agent", "key": "blob"}},
         "compaction": {"enabled": True, "autocompact_at_pct": 80},
     }
@@ -68,7 +70,9 @@ async def turn_facts(rt: Any, run_id: str) -> dict[str, int]:
             " (SELECT coalesce(max((e.payload->'usage'->>'input_tokens')::int), 0) FROM events e"
             "  WHERE e.run_id = r.id AND e.type = 'usage') AS max_input,"
             " (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.type = 'context_compaction') AS compactions,"
-            " r.status FROM runs r WHERE r.id = %s", (run_id,))
+            " r.status FROM runs r WHERE r.id = %s",
+            (run_id,),
+        )
         row = await cur.fetchone()
     assert row is not None and row["status"] == "completed", row
     return {"bytes": int(row["bytes"]), "max_input": int(row["max_input"]), "compactions": int(row["compactions"])}
@@ -77,8 +81,9 @@ async def turn_facts(rt: Any, run_id: str) -> dict[str, int]:
 async def bench(url: str, turns: int, window: int) -> list[dict[str, float]]:
     clock = ModelClock()
     out: list[dict[str, float]] = []
-    async with open_test_runtime({"chat": agent(window)}, database_url=url, inline=True,
-                                 home=ROOT / ".treadle" / "bench") as (rt, disp):
+    async with open_test_runtime(
+        {"chat": agent(window)}, database_url=url, inline=True, home=ROOT / ".treadle" / "bench"
+    ) as (rt, disp):
         await rt.memory.set(TENANT, "agent", "chat", "blob", BLOB, None)
         session_id: str | None = None
         gc.collect()
@@ -86,8 +91,9 @@ async def bench(url: str, turns: int, window: int) -> list[dict[str, float]]:
         for k in range(1, turns + 1):
             segments = [{"role": "user", "content": [{"type": "trusted-text", "text": f"turn {k}: what next?"}]}]
             model0, cpu0 = clock.cpu, time.process_time()
-            run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="chat", segments=segments, user_id="ada",
-                                               session_id=session_id))
+            run, _ = await rt.start_run(
+                NewRun(tenant_id=TENANT, agent="chat", segments=segments, user_id="ada", session_id=session_id)
+            )
             await disp.drain()
             cpu = time.process_time() - cpu0 - (clock.cpu - model0)
             session_id = run.session
@@ -97,7 +103,7 @@ async def bench(url: str, turns: int, window: int) -> list[dict[str, float]]:
 
 
 def window_median(rows: list[dict[str, float]], turn: int, key: str) -> float:
-    return statistics.median(r[key] for r in rows[max(0, turn - 10):turn])
+    return statistics.median(r[key] for r in rows[max(0, turn - 10) : turn])
 
 
 async def main() -> None:
@@ -108,13 +114,17 @@ async def main() -> None:
     with scratch_database("bench_conversation") as url:
         rows = await bench(url, args.turns, args.window)
     marks = [m for m in MARKS if m <= args.turns]
-    print(f"treadle {code_version()}: one session, {args.turns} turns, a 2 KB tool result per turn, "
-          f"mock window {args.window}")
+    print(
+        f"treadle {code_version()}: one session, {args.turns} turns, a 2 KB tool result per turn, "
+        f"mock window {args.window}"
+    )
     print("| turn | worker CPU per turn (ms, model excluded) | DB bytes per turn | largest request (tokens) |")
     print("|---:|---:|---:|---:|")
     for m in marks:
-        print(f"| {m} | {window_median(rows, m, 'cpu') * 1000:.2f} | {window_median(rows, m, 'bytes'):.0f} | "
-              f"{max(r['max_input'] for r in rows[:m]):.0f} |")
+        print(
+            f"| {m} | {window_median(rows, m, 'cpu') * 1000:.2f} | {window_median(rows, m, 'bytes'):.0f} | "
+            f"{max(r['max_input'] for r in rows[:m]):.0f} |"
+        )
     compactions = int(sum(r["compactions"] for r in rows))
     largest = max(r["max_input"] for r in rows)
     first, last = marks[0], marks[-1]

@@ -26,12 +26,13 @@ async def test_the_kept_history_equals_a_full_read(open_runtime: Any) -> None:
     async def turn(k: int) -> str:
         nonlocal session_id
         seg = [{"role": "user", "content": [{"type": "trusted-text", "text": f"message {k}"}]}]
-        run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="chat", segments=seg, user_id="ada",
-                                           session_id=session_id))
+        run, _ = await rt.start_run(
+            NewRun(tenant_id=TENANT, agent="chat", segments=seg, user_id="ada", session_id=session_id)
+        )
         await disp.drain()
         session_id = run.session
         runs.append(run.id)
-        return run.id
+        return str(run.id)
 
     async def agrees(run_id: str) -> list[tuple[str, str]]:
         leased = await rt.engine.steps.read(TENANT, run_id)
@@ -43,8 +44,14 @@ async def test_the_kept_history_equals_a_full_read(open_runtime: Any) -> None:
 
     for k in range(1, 5):
         await turn(k)
-    assert [t for _, t in await agrees(runs[3])] == ["message 1", "message 1", "message 2", "message 2",
-                                                       "message 3", "message 3"]
+    assert [t for _, t in await agrees(runs[3])] == [
+        "message 1",
+        "message 1",
+        "message 2",
+        "message 2",
+        "message 3",
+        "message 3",
+    ]
     # a manual compaction of the last run, then of an earlier one (ended: the marker is appended)
     assert (await rt.compact_run(TENANT, runs[3]))["applied"] == "marker"
     await turn(5)
@@ -53,4 +60,4 @@ async def test_the_kept_history_equals_a_full_read(open_runtime: Any) -> None:
     assert (await rt.compact_run(TENANT, runs[3]))["applied"] == "marker"  # runs[3] is before the kept tail
     await turn(6)
     again = await agrees(runs[5])
-    assert again != history[:len(again)] and again[-2:] == [("user", "message 5"), ("assistant", "message 5")]
+    assert again != history[: len(again)] and again[-2:] == [("user", "message 5"), ("assistant", "message 5")]

@@ -17,11 +17,22 @@ from treadle.tools.base import ToolContext
 
 #: loomcycle's sideEffectClassFor, by tool name
 _SIDE_EFFECTS = {
-    "Read": "filesystem", "Write": "filesystem", "Edit": "filesystem", "Glob": "filesystem", "Grep": "filesystem",
-    "WebFetch": "network", "WebSearch": "network", "HTTP": "network",
-    "Bash": "privileged", "Agent": "privileged",
-    "Memory": "state", "Channel": "state", "AgentDef": "state", "Evaluation": "state",
-    "Context": "pure", "Skill": "pure",
+    "Read": "filesystem",
+    "Write": "filesystem",
+    "Edit": "filesystem",
+    "Glob": "filesystem",
+    "Grep": "filesystem",
+    "WebFetch": "network",
+    "WebSearch": "network",
+    "HTTP": "network",
+    "Bash": "privileged",
+    "Agent": "privileged",
+    "Memory": "state",
+    "Channel": "state",
+    "AgentDef": "state",
+    "Evaluation": "state",
+    "Context": "pure",
+    "Skill": "pure",
 }
 AGENT = "agent"
 MAX_DEPTH = 100
@@ -42,8 +53,7 @@ def _schema_digest(schema: dict[str, Any]) -> tuple[list[str] | None, list[str] 
     op = props.get("op") if isinstance(props, dict) else None
     ops = op.get("enum") if isinstance(op, dict) else None
     required = schema.get("required") if isinstance(schema, dict) else None
-    return (list(ops) if isinstance(ops, list) else None,
-            list(required) if isinstance(required, list) else None)
+    return (list(ops) if isinstance(ops, list) else None, list(required) if isinstance(required, list) else None)
 
 
 def guide(ctx: ToolContext, held: list[str]) -> dict[str, Any]:
@@ -72,8 +82,12 @@ def doc(ctx: ToolContext, held: list[str], name: Any) -> dict[str, Any]:
             raise ToolError(f"Context.doc: tool {name!r} is not in this agent's tools")
         raise ToolError(f"Context.doc: tool {name!r} not found (use op=tools to list available)")
     description, schema = found if found is not None else ("", {})
-    return {"name": name, "description": description, "input_schema": schema,
-            "side_effect_class": side_effect_class(name)}
+    return {
+        "name": name,
+        "description": description,
+        "input_schema": schema,
+        "side_effect_class": side_effect_class(name),
+    }
 
 
 def permissions(ctx: ToolContext, held: list[str]) -> dict[str, Any]:
@@ -88,10 +102,14 @@ def permissions(ctx: ToolContext, held: list[str]) -> dict[str, Any]:
             "allowed_hosts": list(hosts) if hosts is not None else None,
             "run_allowed_hosts": list(narrowed) if narrowed is not None else None,
         },
-        "memory": {"allowed_scopes": list(ctx.memory_scopes),
-                   "quota_bytes": cfg.memory_quota_bytes or ctx.memory.max_scope_bytes},
-        "channels": {"publish": any(t in held for t in CHANNEL_TOOLS),
-                     "subscribe": any(t in held for t in CHANNEL_TOOLS)},
+        "memory": {
+            "allowed_scopes": list(ctx.memory_scopes),
+            "quota_bytes": cfg.memory_quota_bytes or ctx.memory.max_scope_bytes,
+        },
+        "channels": {
+            "publish": any(t in held for t in CHANNEL_TOOLS),
+            "subscribe": any(t in held for t in CHANNEL_TOOLS),
+        },
         "agent_def_scopes": list(cfg.agent_def_scopes),
         "skill_def_scopes": list(cfg.skill_def_scopes),
         "skills": list(cfg.skills),
@@ -109,8 +127,15 @@ def _def_id(op: str, args: dict[str, Any]) -> str:
 
 
 def _summary(r: DefRecord) -> dict[str, Any]:
-    return {"def_id": r.def_id, "name": r.name, "version": r.version, "parent_def_id": r.parent_def_id,
-            "retired": r.status == "retired", "active": r.active, "description": r.description}
+    return {
+        "def_id": r.def_id,
+        "name": r.name,
+        "version": r.version,
+        "parent_def_id": r.parent_def_id,
+        "retired": r.status == "retired",
+        "active": r.active,
+        "description": r.description,
+    }
 
 
 async def lineage(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -132,11 +157,16 @@ async def lineage(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             break
         children = await defs.children(ctx.tenant_id, AGENT, frontier)
         if len(descendants) + len(children) > MAX_DESCENDANTS:
-            children, truncated = children[:MAX_DESCENDANTS - len(descendants)], True
+            children, truncated = children[: MAX_DESCENDANTS - len(descendants)], True
         descendants.extend(_summary(c) for c in children)
         frontier = [c.def_id for c in children]
-    return {"root": _summary(chain[0]), "ancestors": [_summary(r) for r in chain[1:]],
-            "descendants": descendants, "depth": depth, "truncated": truncated}
+    return {
+        "root": _summary(chain[0]),
+        "ancestors": [_summary(r) for r in chain[1:]],
+        "descendants": descendants,
+        "depth": depth,
+        "truncated": truncated,
+    }
 
 
 async def evaluations(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +177,8 @@ async def evaluations(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(lineage_too, bool):
         raise ToolError("Context.evaluations: include_lineage must be a boolean")
     return await ctx.services.ops["Evaluation"].dispatch(
-        ctx.tenant_id, {"op": "aggregate", "def_id": def_id, "include_lineage": lineage_too})
+        ctx.tenant_id, {"op": "aggregate", "def_id": def_id, "include_lineage": lineage_too}
+    )
 
 
 async def channels(ctx: ToolContext, held: list[str], prefix: Any) -> dict[str, Any]:
@@ -157,9 +188,20 @@ async def channels(ctx: ToolContext, held: list[str], prefix: Any) -> dict[str, 
     if prefix is not None and not isinstance(prefix, str):
         raise ToolError("Context.channels: prefix must be a string")
     may = any(t in held for t in CHANNEL_TOOLS)
-    out = [{"name": d.name, "scope": d.scope, "semantic": d.semantic, "default_ttl": d.default_ttl_seconds,
-            "max_messages": d.max_messages, "description": d.description, "source": d.source,
-            "publish": may, "subscribe": may}
-           for d in await ctx.services.channels.list_defs(ctx.tenant_id) if not prefix or d.name.startswith(prefix)]
+    out = [
+        {
+            "name": d.name,
+            "scope": d.scope,
+            "semantic": d.semantic,
+            "default_ttl": d.default_ttl_seconds,
+            "max_messages": d.max_messages,
+            "description": d.description,
+            "source": d.source,
+            "publish": may,
+            "subscribe": may,
+        }
+        for d in await ctx.services.channels.list_defs(ctx.tenant_id)
+        if not prefix or d.name.startswith(prefix)
+    ]
     out.sort(key=lambda c: str(c["name"]))
     return {"channels": out, "count": len(out), "publish_wildcards": [], "subscribe_wildcards": []}
