@@ -81,6 +81,7 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.erasure", "router", ("/v1/_erasure",)),
     ("treadle.api.pause", "router", ("/v1/_pause", "/v1/_resume", "/v1/_state")),
     ("treadle.api.knowledge", "router", ("/v1/_path",)),
+    ("treadle.api.snapshots", "router", ("/v1/_snapshots",)),
 )
 
 

@@ -35,6 +35,10 @@
     ├── ChannelPublishFailed           (503 channel_publish_failed)  a schedule/webhook publish failed
     ├── SecretUnresolvable             (503 secret_unresolvable)  a webhook's secret variable is unset
     ├── RuntimePaused                  (503 runtime_paused)    a new run while the runtime is paused (POST /v1/_pause)
+    ├── SnapshotNotFound               (404 snapshot_not_found)
+    ├── SnapshotTooLarge               (413 snapshot_too_large)  the document exceeds `max_bytes`
+    ├── SnapshotRefused                (422 snapshot_version_too_new | snapshot_version_unknown |
+    │                                   snapshot_checksum_mismatch | snapshot_invalid | snapshot_other_tenant)
     ├── ToolError                      (tool failure; becomes a tool_result with is_error=true)
     │   ├── ToolNotPermitted           (the agent's tools: list does not name the tool)
     │   └── (volumes/, builtins/files/) path_refused, volume_refused, volumes_unavailable, file_not_found,
@@ -285,6 +289,25 @@ class RuntimePaused(TreadleError):
 
     code = "runtime_paused"
     status = 503
+
+
+class SnapshotNotFound(NotFound):
+    code = "snapshot_not_found"
+
+
+class SnapshotTooLarge(TreadleError):
+    """A snapshot larger than its `max_bytes` (loomcycle's 413 `snapshot_too_large`)."""
+
+    code = "snapshot_too_large"
+    status = 413
+
+
+class SnapshotRefused(ValidationFailed):
+    """A snapshot this treadle cannot restore: newer than it (`snapshot_version_too_new`), a section
+    it does not know (`snapshot_version_unknown`), altered or cut (`snapshot_checksum_mismatch`), not
+    a snapshot (`snapshot_invalid`), or holding another tenant's rows (`snapshot_other_tenant`)."""
+
+    code = "snapshot_invalid"
 
 
 class BadDeliveryId(BadRequest):

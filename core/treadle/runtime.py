@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from treadle.engine.step import Engine
     from treadle.mcp.defs import McpServerDefs
     from treadle.mcp.tools import McpToolSource
+    from treadle.store.snapshots import SnapshotStore
     from treadle.store.tokens import AuthTokenStore
     from treadle.substrate.tokens import OperatorTokens
     from treadle.substrate.volumedefs import VolumeDefFamily
@@ -329,6 +330,24 @@ class Runtime:
         """503 `runtime_paused` while the runtime pauses: the API's run starts call it (runs that
         schedules, webhooks and sub-agents start are created and wait, parked, for the resume)."""
         await self.pausing.refuse_new_runs()
+
+    @cached_property
+    def snapshots(self) -> SnapshotStore:
+        """Snapshots' tables and SQL (store/snapshots.py; the document: portable/snapshots.py)."""
+        from treadle.store.snapshots import SnapshotStore
+
+        return SnapshotStore(self.pool, jobs_in_db=self.dispatcher.jobs_in_db)
+
+    async def restore_snapshot(self, doc: Any, tenant: str | None, *, include_history: bool) -> dict[str, Any]:
+        """Restore a snapshot document here (portable/snapshots.py), then send the restored
+        mid-way runs' steps and wake what is due (runs a pause parked, while this runtime runs)."""
+        from treadle.portable.snapshots import restore
+
+        result, done = await restore(self.snapshots, doc, tenant, include_history=include_history)
+        for run_id, step_no in done.to_send:
+            await self.sender.next_step(run_id, step_no)  # the restore enqueued it with jobs_in_db
+        woken = await self.wake_due()
+        return result.wire(len(done.to_send) + woken)
 
     @cached_property
     def sql_memory(self) -> SqlMemory | None:

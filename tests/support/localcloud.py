@@ -15,6 +15,10 @@ AGENTS: dict[str, Any] = {
     "shopper": {"model": "script", "tools": [],
                 "mock": {"script": [{"tool": "lookup_order", "input": {"order_id": "A-17"}}, {"text": "found it"}]}},
     # sessions and compaction (tests/cloud/test_cloud_conversations.py)
+    # a run parked on its question (tests/cloud/test_cloud_snapshots.py)
+    "asker": {"model": "script", "tools": ["Interruption"], "mock": {"script": [
+        {"tool": "Interruption", "input": {"op": "ask", "question": "proceed?", "options": ["yes", "no"]}},
+        {"text": "asked"}]}},
     "convo": {"model": "script", "mock": {"script": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}},
     "long": {"model": "tool-caller", "tools": ["Memory"], "max_iterations": 14,
              "mock": {"tool_calls": 40, "context_window": 300},

@@ -61,13 +61,15 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
         knowledge,
         pause,
         retention,
+        snapshots,
         teams,
         usage,
     )
 
     return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers(), mcp.router,
             teams.router, a2a.router, usage.router, introspection.router, budgets.router,
-            credentialdefs.router, retention.router, erasure.router, pause.router, knowledge.router]
+            credentialdefs.router, retention.router, erasure.router, pause.router, knowledge.router,
+            snapshots.router]
 
 
 def mount(app: FastAPI, routers: Sequence[APIRouter]) -> None:

@@ -147,6 +147,13 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/_pause"): sc.ADMIN,
     ("POST", "/v1/_resume"): sc.ADMIN,
     ("GET", "/v1/_state"): sc.ADMIN,
+    # snapshots (issue 36): the operator's of the whole runtime, a tenant admin's of its tenant
+    ("POST", "/v1/_snapshots"): sc.ADMIN,
+    ("GET", "/v1/_snapshots"): sc.ADMIN,
+    ("GET", "/v1/_snapshots/{snapshot_id}"): sc.ADMIN,
+    ("DELETE", "/v1/_snapshots/{snapshot_id}"): sc.ADMIN,
+    ("GET", "/v1/_snapshots/{snapshot_id}/export"): sc.ADMIN,
+    ("POST", "/v1/_snapshots/{snapshot_id}/restore"): sc.ADMIN,
     # introspection (loomcycle's): the model aliases, the routing cascades, the runnable agents
     ("GET", "/v1/_models"): sc.TENANT,
     ("GET", "/v1/_routing"): sc.TENANT,

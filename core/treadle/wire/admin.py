@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from treadle.wire._base import Request, Response
@@ -172,3 +174,64 @@ class RuntimeState(Response):
     state: str
     paused_runs_count: int
     active_runs_count: int
+
+
+# -- snapshots (loomcycle's /v1/_snapshots; treadle/portable/snapshots.py) ----------------------------
+
+
+class SnapshotCreate(Request):
+    """POST /v1/_snapshots: a label; with `include_history` the ended runs too (created at
+    `include_history_since` or later, RFC 3339) — without it, the runs not ended and the runs their
+    sessions and trees hold; `max_bytes` 0: 512 MiB."""
+
+    label: str | None = Field(default=None, max_length=500)
+    include_history: bool = False
+    include_history_since: str | None = None
+    max_bytes: int = Field(default=0, ge=0)
+
+
+class SnapshotMeta(Response):
+    id: str
+    created_at: str
+    label: str | None = None
+    schema_version: int
+    byte_size: int
+    #: the tenant of a tenant admin's snapshot; absent: the operator's, of the whole runtime
+    tenant_id: str | None = None
+
+
+class SnapshotList(Response):
+    entries: list[SnapshotMeta]
+
+
+class SnapshotFull(SnapshotMeta):
+    """GET /v1/_snapshots/{id}: the metadata and the document."""
+
+    json_content: dict[str, Any]
+
+
+class SnapshotRestore(Request):
+    """POST /v1/_snapshots/{id}/restore: `json` (an exported document) instead of the stored one;
+    `include_history` also restores the ended runs no live run needs."""
+
+    include_history: bool = False
+    json_doc: dict[str, Any] | None = Field(default=None, alias="json")
+
+
+class SnapshotRestored(Response):
+    """loomcycle's restore counters (rows written: a row whose key existed is not counted) and
+    `restored`, every section's."""
+
+    agent_defs_restored: int
+    agent_def_active_restored: int
+    memory_restored: int
+    channel_messages_restored: int
+    channel_cursors_restored: int
+    evaluations_restored: int
+    paused_runs_restored: int
+    paused_runs_resumed: int
+    synthesized_sessions: int
+    transcript_events_restored: int
+    interaction_history_restored: int
+    restored: dict[str, int]
+    warnings: list[str] | None = None

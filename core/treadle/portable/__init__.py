@@ -1,0 +1,1 @@
+"""Moving state between treadles: snapshots (issue 36)."""
