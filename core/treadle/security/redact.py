@@ -203,12 +203,33 @@ class SecretValues:
         #: changes whenever the known values do (what a cache of scrubbed text depends on)
         self.generation = 0
         self._lock = threading.Lock()
-        self.enabled = True
-        #: the high-confidence patterns at rest (the operator switch)
-        self.patterns_at_rest = True
-        #: short texts found clean (outbound, at rest), under (generation, enabled, patterns_at_rest)
+        #: short texts found clean (outbound, at rest) under the current values and switches:
+        #: emptied whenever one of them changes (`_forget_clean`)
         self._clean: tuple[set[str], set[str]] = (set(), set())  # (outbound, at rest)
-        self._clean_key: tuple[int, bool, bool] = (-1, True, True)
+        self._enabled = True
+        self._patterns_at_rest = True
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, on: bool) -> None:
+        self._enabled = on
+        self._forget_clean()
+
+    @property
+    def patterns_at_rest(self) -> bool:
+        """The high-confidence patterns at rest (the operator switch)."""
+        return self._patterns_at_rest
+
+    @patterns_at_rest.setter
+    def patterns_at_rest(self, on: bool) -> None:
+        self._patterns_at_rest = on
+        self._forget_clean()
+
+    def _forget_clean(self) -> None:
+        self._clean = (set(), set())
 
     def add(self, value: str | None, name: str) -> None:
         if not value or len(value.strip()) < MIN_SECRET_LENGTH:
@@ -241,6 +262,7 @@ class SecretValues:
         labels.update(self._labels)
         self._scanner = _Scanner(labels)
         self.generation += 1
+        self._forget_clean()
 
     def add_env(self, environ: Mapping[str, str], extra_names: Iterable[str] = ()) -> None:
         extra = set(extra_names)
@@ -275,25 +297,22 @@ class SecretValues:
 
     def redact_text(self, text: str) -> str:
         """At rest: the known values and the high-confidence patterns."""
+        if text in self._clean[1]:  # the hot path: an id, an owner, a name written many times a step
+            return text
         return self._remembered(text, at_rest=True)
 
     def scrub_text(self, text: str) -> str:
         """The outbound scrub: the known values and every pattern."""
+        if text in self._clean[0]:
+            return text
         return self._remembered(text, at_rest=False)
 
     def _remembered(self, text: str, *, at_rest: bool) -> str:
-        """`_scan`, except for a short text found clean before (the same ids, owners and names
-        are written and sent many times a step) while the known values and the switches stay."""
-        if len(text) > CLEAN_CACHE_TEXT_MAX:
-            return self._scan(text, at_rest=at_rest)
-        key = (self.generation, self.enabled, self.patterns_at_rest)
-        if self._clean_key != key:
-            self._clean_key, self._clean = key, (set(), set())
-        clean = self._clean[at_rest]
-        if text in clean:
-            return text
+        """`_scan`, remembering a short text found clean (the same ids, owners and names are
+        written and sent many times a step) until the known values or the switches change."""
+        clean = self._clean[at_rest]  # before the scan: a change meanwhile empties another set
         out = self._scan(text, at_rest=at_rest)
-        if out == text:
+        if out == text and len(text) <= CLEAN_CACHE_TEXT_MAX:
             if len(clean) >= CLEAN_CACHE_SIZE:
                 clean.clear()
             clean.add(text)

@@ -37,6 +37,7 @@ from treadle.store.pause import PAUSED_COLUMN
 from treadle.store.runs import JOBS_CHANNEL
 from treadle.store.sqltext import compact
 from treadle.store.stalled import StalledSession, end_stalled_sessions
+from treadle.store.usage import ROLLUP_CTE, rollup_params, rollup_rows
 
 _LEASED_COLUMNS = (
     "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
@@ -512,13 +513,15 @@ class StepStore:
         """Append events mid-step (e.g. the assistant turn before its tools run)."""
         if not events:
             return []
+        usage_rows = rollup_rows(events)
+        rollup = ROLLUP_CTE if usage_rows else ""
         sql = f"""
         WITH g AS (
             UPDATE runs SET last_seq = last_seq + %(n)s, updated_at = now(),
                    lease_until = {self._KEEP_LEASE}
             WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s
             RETURNING tenant_id, last_seq - %(n)s AS base
-        )
+        ){rollup}
         INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
         SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, t.payload, t.tool_use_id
         FROM g, (SELECT set_config('synchronous_commit', %(commit_mode)s, true)) AS s,
@@ -537,6 +540,7 @@ class StepStore:
                     "step": leased.step_no,
                     "events": _events_param(events),
                     "commit_mode": self.mid_step_commit,
+                    **(rollup_params(leased.user_id, leased.agent, leased.def_id, usage_rows) if usage_rows else {}),
                 },
                 prepare=prepare_now(conn),
             )
@@ -609,10 +613,12 @@ class StepStore:
         # the `UPDATE OF status` trigger (run_credentials_forget) at once, where it otherwise reads
         # and compiles the trigger's WHEN clause again for every step's statement
         keeps_status = not (outcome.final or parked) and outcome.status == leased.status == "running"
+        usage_rows = rollup_rows(events)
         sql = _commit_sql(finish is not None, folded.write.statement if folded is not None else None,
                           final=outcome.final, parked=parked, enqueue=enqueue_here, keeps_status=keeps_status,
                           chain=chain, yields=outcome.status in ("running", "completed", "waiting"),
-                          sets_stop=outcome.stop_reason is not None, sets_error=outcome.error is not None)
+                          sets_stop=outcome.stop_reason is not None, sets_error=outcome.error is not None,
+                          usage=bool(usage_rows))
         params = {
             "n": len(events),
             "requeue": self.requeue_after_s,
@@ -636,6 +642,8 @@ class StepStore:
             "yielder": (self.mark if enqueue_here and not outcome.final and not stale
                         and self.held.has_room(len(leased.events) + len(events)) else None),
         }
+        if usage_rows:
+            params.update(rollup_params(leased.user_id, leased.agent, leased.def_id, usage_rows))
         if folded is not None:
             params.update(folded.write.params, fold_id=folded.tool_use_id, fold_failed=folded.write.failed)
         if params["yielder"] is not None:  # the claimer may see the job before this task sees the answer
@@ -758,12 +766,13 @@ class StepStore:
 @lru_cache(maxsize=256)
 def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, enqueue: bool,
                 keeps_status: bool = False, chain: bool = False, yields: bool = True,
-                sets_stop: bool = False, sets_error: bool = False) -> str:
+                sets_stop: bool = False, sets_error: bool = False, usage: bool = False) -> str:
     """The commit statement's text for each shape (fenced: it ends a pipelined step transaction;
     `fold`: the folded write it carries; `final`: the run ends; `parked`: it waits; `enqueue`: it
     enqueues its next step; `keeps_status`: the run's status stays as it is; `chain`: the lease
     goes to the chain's next step; `yields`: it yields to a pending cancel; `sets_stop`,
-    `sets_error`: it records a stop reason, an error), made once and compacted
+    `sets_error`: it records a stop reason, an error; `usage`: its events hold model calls to roll up,
+    store/usage.py `ROLLUP_CTE`), made once and compacted
     (store/sqltext.py): psycopg re-parses a statement longer than 4,096 characters on every
     execute. A shape holds only the writes it makes: every table a statement names is locked,
     and every index of a table it writes opened, on each execution, even when a condition on a
@@ -805,6 +814,7 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
              if final else "")
     rooted = (", EXISTS (SELECT 1 FROM volume_instances WHERE root_run_id = %(run_id)s) AS rooted_volumes"
               if final else "")
+    rollup = ROLLUP_CTE if usage else ""
     owner = "lease_owner = %(chain_owner)s," if chain else "lease_owner = NULL,"
     if final or parked:  # a parked run waits for a wake-up, not a deadline
         lease = owner + " lease_until = NULL,"
@@ -837,6 +847,6 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
         SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, {payload}, t.tool_use_id
         FROM g, ROWS FROM (jsonb_to_recordset(%(events)s::jsonb) AS (type text, payload jsonb, tool_use_id text))
              WITH ORDINALITY AS t(type, payload, tool_use_id, ord)
-    ){jobs}{waits}{ended}{fence}
+    ){rollup}{jobs}{waits}{ended}{fence}
     SELECT g.step_no, g.cancel_requested, g.cancel_reason, g.base, g.input_seq{notify}{rooted}{fold_text} {source}
     """)
