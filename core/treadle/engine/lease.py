@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from treadle.config import AgentConfig
 from treadle.domain.content import Message
+from treadle.engine.compaction import Settings as CompactionSettings
 from treadle.domain.runs import NewEvent
 from treadle.engine.replay import Replayer
 from treadle.store.steps import Committed, LeasedRun, StepOutcome
@@ -37,6 +39,8 @@ class Lease:
     #: a session continuation's history: the messages of the session's earlier runs (None: not
     #: read yet, or the run starts its session)
     history: list[Message] | None = None
+    #: the compaction settings resolved for an agent config (engine/step.py `_lease_compaction`)
+    compaction: tuple[AgentConfig, CompactionSettings] | None = None
 
     @classmethod
     def of(cls, run: LeasedRun, owner: str, deadline: float) -> Lease:

@@ -357,7 +357,7 @@ class Engine:
                 lease, calls, [], usage=_last_turn_usage(leased.events) if behind else None,
                 new_iteration=behind,
             )
-        settings = compaction_settings(agent, leased)
+        settings = _lease_compaction(lease, agent)
         trigger = plan.compaction_due(settings, transcript)
         if trigger is not None:
             done = await self._compact(lease, agent, transcript, settings, trigger)
@@ -718,6 +718,15 @@ def _assistant_events(response: ModelResponse, iteration: int) -> list[NewEvent]
 def compaction_settings(agent: ResolvedAgent, leased: LeasedRun) -> compaction.Settings:
     """The run's compaction settings: the agent's < the run's (a spawn's merged into the run's)."""
     return compaction.Settings.resolve(agent.config.compaction, leased.run_options.compaction)
+
+
+def _lease_compaction(lease: Lease, agent: ResolvedAgent) -> compaction.Settings:
+    """`compaction_settings`, resolved once per lease chain (per agent config: a team run's step
+    may run another agent)."""
+    kept = lease.compaction
+    if kept is None or kept[0] is not agent.config:
+        kept = lease.compaction = (agent.config, compaction_settings(agent, lease.run))
+    return kept[1]
 
 
 def iteration_cap(agent: ResolvedAgent, leased: LeasedRun) -> int:
