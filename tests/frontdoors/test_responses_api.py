@@ -25,6 +25,10 @@ WEATHER: FunctionToolParam = {
 STRICT_WEATHER: FunctionToolParam = {**WEATHER, "strict": True}
 
 
+#: a vendor answer slow enough that a background response is still under way when it is cancelled
+SLOW_S = 3.0
+
+
 class City(BaseModel):
     name: str
     population: int
@@ -56,7 +60,8 @@ async def test_create_with_a_string_input_and_instructions(client: openai.AsyncO
 
 
 async def test_stream_events_in_order_with_sequence_numbers(client: openai.AsyncOpenAI) -> None:
-    stream = await client.responses.create(model="echo-alias", input="stream me", stream=True)
+    stream = await client.responses.create(model="echo-alias", input="stream me", stream=True,
+                                           stream_options={"include_obfuscation": False})
     events = [e async for e in stream]
     kinds = [e.type for e in events]
     assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
@@ -136,6 +141,16 @@ async def test_refusals_name_the_field_in_openais_shape(client: openai.AsyncOpen
     with pytest.raises(openai.BadRequestError) as unknown:
         await client.responses.create(model="gpt", input="x", extra_body={"bogus": 1})
     assert unknown.value.param == "bogus"
+    for name, value in (("prompt_cache_key", "k"), ("moderation", {"input": True}), ("context_management", [])):
+        with pytest.raises(openai.BadRequestError) as later:  # OpenAI's newer fields: refused by name too
+            await client.responses.create(model="gpt", input="x", extra_body={name: value})
+        assert (later.value.code, later.value.param) == ("unknown_parameter", name)
+    with pytest.raises(openai.BadRequestError) as padded:
+        await client.responses.create(model="gpt", input="x", stream=True, stream_options={"include_obfuscation": True})
+    assert (padded.value.code, padded.value.param) == ("invalid_value", "stream_options.include_obfuscation")
+    with pytest.raises(openai.BadRequestError) as padded_get:
+        await client.responses.retrieve("resp_123", stream=True, include_obfuscation=True)
+    assert padded_get.value.param == "include_obfuscation"
     with pytest.raises(openai.NotFoundError) as model:
         await client.responses.create(model="nope", input="x")
     assert model.value.code == "model_not_found"
@@ -240,3 +255,53 @@ async def test_a_conversation_is_the_agents_session(client: openai.AsyncOpenAI, 
     ]
     assert [(e.code, e.param) for e in refused] == [
         (code, "conversation") for code in ("conversation_not_found", "invalid_value", "unsupported_parameter")]
+
+
+async def test_a_running_background_response_is_cancelled(client: openai.AsyncOpenAI, served: Served) -> None:
+    served.openai_fake.then(text("too late", first_byte_delay_s=SLOW_S))  # the run is inside its model call
+    before = len(served.openai_fake.calls)
+    resp = await client.responses.create(model="vendor-agent", input="take your time", background=True)
+    run_id = treadle_extra(resp)["run_id"]
+    await until(lambda: len(served.openai_fake.calls) > before, timeout=20, interval=0.02, what="the model call")
+    cancelled = await client.responses.cancel(resp.id)
+    assert cancelled.status == "cancelled" and cancelled.id == resp.id
+    assert (await client.responses.retrieve(resp.id)).status == "cancelled"
+
+    async def run_cancelled() -> bool:
+        return bool((await served.http.get(f"/v1/runs/{run_id}")).json()["status"] == "cancelled")
+
+    await until(run_cancelled, timeout=20, interval=0.05, what="the run cancelled")
+    assert (await client.responses.cancel(resp.id)).status == "cancelled"  # again: as it is
+
+
+async def test_the_sync_client_creates_streams_retrieves_resumes_and_cancels(served: Served) -> None:
+    """The sync SDK (in a thread: it blocks while the server serves on this loop): a background
+    response resumed with the `responses.stream(response_id=, starting_after=)` helper, and a
+    running one cancelled."""
+
+    def drive() -> dict[str, Any]:
+        with openai.OpenAI(base_url=served.url + "/v1", api_key=TOKEN, max_retries=0) as c:
+            out: dict[str, Any] = {}
+            with c.responses.stream(model="echo-alias", input="sync stream") as stream:
+                out["deltas"] = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+                out["streamed"] = stream.get_final_response()
+            out["retrieved"] = c.responses.retrieve(out["streamed"].id)
+            bg = c.responses.create(model="counter", input="count", background=True)
+            whole = list(c.responses.retrieve(bg.id, stream=True))  # follows to the end
+            with c.responses.stream(response_id=bg.id, starting_after=1) as resumed:
+                out["resumed"] = [e.sequence_number for e in resumed]
+                out["resumed_final"] = resumed.get_final_response()
+            out["whole"] = [e.sequence_number for e in whole]
+            slow = c.responses.create(model="vendor-agent", input="x", background=True)
+            out["cancelled"] = c.responses.cancel(slow.id)
+            return out
+
+    served.openai_fake.then(text("too late", first_byte_delay_s=SLOW_S))
+    out = await asyncio.to_thread(drive)
+    assert out["deltas"] == "sync stream" and out["streamed"].output_text == "sync stream"
+    got, streamed = out["retrieved"], out["streamed"]  # the helper's output texts add `parsed`
+    assert (got.id, got.status, got.output_text, got.usage) == (streamed.id, "completed", "sync stream",
+                                                                streamed.usage)
+    assert out["whole"] == list(range(len(out["whole"]))) and out["resumed"] == out["whole"][2:]
+    assert out["resumed_final"].status == "completed" and out["resumed_final"].output_text
+    assert out["cancelled"].status == "cancelled"

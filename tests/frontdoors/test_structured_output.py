@@ -154,3 +154,21 @@ async def test_the_sync_client_parses_too(served: Served) -> None:
 
     resp = await asyncio.to_thread(parse)
     assert resp.choices[0].message.parsed == City(name="Bergen", population=291000)
+
+
+async def test_the_beta_and_stream_helpers_parse(client: openai.AsyncOpenAI, served: Served) -> None:
+    """The helpers of the installed SDK that take a pydantic response_format: `beta.chat.completions
+    .parse` / `.stream` and `chat.completions.stream` (the parsed answer in its final message)."""
+    served.openai_fake.then(text('{"name": "Oslo", "population": 709000}'),
+                            text('{"name": "Tromsø", ', '"population": 77000}'),
+                            text('{"name": "Bodø", "population": 53000}'))
+    beta = await client.beta.chat.completions.parse(model="gpt", messages=user("x"), response_format=City)
+    assert beta.choices[0].message.parsed == City(name="Oslo", population=709000)
+    async with client.beta.chat.completions.stream(model="gpt", messages=user("y"), response_format=City) as s:
+        kinds = [e.type async for e in s]
+        final = await s.get_final_completion()
+    assert "content.done" in kinds and final.choices[0].message.parsed == City(name="Tromsø", population=77000)
+    async with client.chat.completions.stream(model="gpt", messages=user("z"), response_format=City) as s:
+        final = await s.get_final_completion()
+    assert final.choices[0].message.parsed == City(name="Bodø", population=53000)
+    assert served.openai_fake.violations == []

@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from treadle.api.openai_compat.agentrun import call_id, parse_call_id, segments_of
+from treadle.api.openai_compat.errors import error_doc, from_validation
+from treadle.api.openai_compat.responses_wire import parse_responses, to_chat
 from treadle.api.openai_compat.wire import UnsupportedParameter, parse_request, to_conversation
 from treadle.domain.content import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -77,3 +80,37 @@ def test_call_ids_carry_the_run() -> None:
     cid = call_id("r_" + "a" * 32, "toolu_x.y")
     assert parse_call_id(cid) == ("r_" + "a" * 32, "toolu_x.y")
     assert parse_call_id("call_abc") is None and parse_call_id("tc.r_1") is None
+
+
+@pytest.mark.parametrize(("body", "code", "param"), [
+    ({"tools": [{"type": "web_search"}]}, "invalid_value", "tools.0.type"),
+    ({"text": {"verbosity": "low"}}, "invalid_value", "text.verbosity"),
+    ({"reasoning": {"effort": "low", "summary": "auto"}}, "unknown_parameter", "reasoning.summary"),
+    ({"stream": True, "stream_options": {"include_obfuscation": True}}, "invalid_value",
+     "stream_options.include_obfuscation"),
+    ({"top_p": 0.5}, "unsupported_parameter", "top_p"),
+    ({"include": ["reasoning.encrypted_content"]}, "unsupported_parameter", "include"),
+    ({"max_tool_calls": 3}, "unsupported_parameter", "max_tool_calls"),
+    ({"prompt": {"id": "pmpt_1"}}, "unsupported_parameter", "prompt"),
+    ({"service_tier": "flex"}, "unsupported_parameter", "service_tier"),
+    ({"top_logprobs": 2}, "unsupported_parameter", "top_logprobs"),
+    ({"truncation": "auto"}, "unsupported_parameter", "truncation"),
+    ({"prompt_cache_key": "k"}, "unknown_parameter", "prompt_cache_key"),
+    ({"prompt_cache_retention": "24h"}, "unknown_parameter", "prompt_cache_retention"),
+    ({"moderation": {}}, "unknown_parameter", "moderation"),
+    ({"context_management": []}, "unknown_parameter", "context_management"),
+])
+def test_the_responses_table_refusals_name_their_field(body: dict[str, Any], code: str, param: str) -> None:
+    """docs/openai.md's Responses compatibility table: each refused request parameter, by name."""
+    try:
+        to_chat(parse_responses({"model": "m", "input": "x", **body}))
+    except UnsupportedParameter as exc:
+        err = error_doc(400, exc.message, exc.code, exc.param)["error"]
+    except ValidationError as exc:
+        err = from_validation(exc)["error"]
+    else:
+        raise AssertionError(f"{body} was accepted")
+    assert (err["code"], err["param"]) == (code, param)
+    accepted = {"top_p": 1, "include": [], "service_tier": "auto", "truncation": "disabled", "top_logprobs": 0,
+                "stream_options": {"include_obfuscation": False}, "text": {"verbosity": "medium"}}
+    assert to_chat(parse_responses({"model": "m", "input": "x", **accepted})).model == "m"

@@ -60,4 +60,61 @@ await check("embeddings echo the model name", async () => {
   const r = await client.embeddings.create({ model: "text-embedding-3-small", input: "the cat" });
   expect(r.model === "text-embedding-3-small" && r.data[0].embedding.length === 384, r.model);
 });
+const { zodResponseFormat, zodTextFormat } = await import(`${process.env.OPENAI_NPM}/node_modules/openai/helpers/zod.mjs`);
+const { z } = await import(`${process.env.OPENAI_NPM}/node_modules/zod/index.js`);
+const City = z.object({ name: z.string(), population: z.number().int() });
+const oslo = '{"name": "Oslo", "population": 709000}';
+await check("chat.completions.parse with zod", async () => {
+  const r = await client.chat.completions.parse({ model: "echo-alias", messages: [{ role: "user", content: oslo }],
+    response_format: zodResponseFormat(City, "city") });
+  const parsed = r.choices[0].message.parsed;
+  expect(parsed && parsed.name === "Oslo" && parsed.population === 709000, JSON.stringify(r.choices[0].message));
+});
+await check("responses.parse with zod", async () => {
+  const r = await client.responses.parse({ model: "echo-alias", input: oslo, text: { format: zodTextFormat(City, "city") } });
+  expect(r.output_parsed && r.output_parsed.population === 709000, JSON.stringify(r.output));
+});
+async function settled(id) {
+  for (let i = 0; i < 300; i++) {
+    const r = await client.responses.retrieve(id);
+    if (!["queued", "in_progress"].includes(r.status)) return r;
+    await new Promise((ok) => setTimeout(ok, 100));  // poll, as a client of a background response does
+  }
+  throw new Error(`response ${id} never settled`);
+}
+await check("background: retrieve, resume with starting_after, input_items, delete", async () => {
+  const bg = await client.responses.create({ model: "counter", input: "count", background: true });
+  expect(bg.status === "queued" && bg.background === true, JSON.stringify(bg));
+  const done = await settled(bg.id);
+  expect(done.status === "completed" && done.output_text, JSON.stringify(done));
+  const whole = [], rest = [];
+  for await (const e of await client.responses.retrieve(bg.id, { stream: true })) whole.push(e);
+  for await (const e of await client.responses.retrieve(bg.id, { stream: true, starting_after: 2 })) rest.push(e);
+  expect(whole.every((e, i) => e.sequence_number === i) && whole.at(-1).type === "response.completed",
+    JSON.stringify(whole.map((e) => e.type)));
+  expect(JSON.stringify(rest) === JSON.stringify(whole.slice(3)), JSON.stringify(rest.map((e) => e.sequence_number)));
+  const items = await client.responses.inputItems.list(bg.id);
+  expect(items.data.length === 1 && items.data[0].role === "user", JSON.stringify(items.data));
+  await client.responses.delete(bg.id);
+  try {
+    await client.responses.retrieve(bg.id);
+    throw new Error("still there");
+  } catch (e) {
+    expect(e.status === 404 && e.code === "response_not_found", String(e));
+  }
+});
+await check("responses.cancel of a running background response", async () => {
+  // the Python side scripted the fake vendor's next answer to come late: the run is in its model call
+  const bg = await client.responses.create({ model: "vendor-agent", input: "x", background: true });
+  const cancelled = await client.responses.cancel(bg.id);
+  expect(cancelled.status === "cancelled", JSON.stringify(cancelled));
+  expect((await client.responses.retrieve(bg.id)).status === "cancelled", "not kept cancelled");
+});
+await check("conversation: the agent's session", async () => {
+  const first = await client.responses.create({ model: "helper", input: "hello" });
+  const session = first.treadle.session_id;
+  const second = await client.responses.create({ model: "helper", input: "again", conversation: session });
+  expect(second.conversation && second.conversation.id === session, JSON.stringify(second));
+});
+console.log(`checks ${failed ? "failed" : "passed"}: ${failed} failed`);
 process.exit(failed ? 1 : 0);

@@ -275,6 +275,9 @@ async def get_response(response_id: str, rt: Rt, who: Who, stream: bool = False,
     `stream=true` replays a background response's events after `starting_after`, then follows."""
     if include:
         raise UnsupportedParameter("include is not supported", "include", code="unsupported_parameter")
+    if include_obfuscation:
+        raise UnsupportedParameter("include_obfuscation=true is not supported (treadle's events carry no "
+                                   "obfuscation padding)", "include_obfuscation")
     row = await _stored(ResponseStore(rt.pool), who, response_id)
     if not stream:
         if starting_after is not None:

@@ -101,6 +101,12 @@ class TextConfig(BaseModel):
     verbosity: Literal["medium"] | None = None
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    #: OpenAI pads delta events with random `obfuscation` text; treadle's events carry none
+    include_obfuscation: Literal[False] | None = None
+
+
 class ConversationRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=128)
@@ -117,6 +123,7 @@ class ResponsesRequest(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     temperature: float | None = Field(default=None, ge=0, le=2)
     stream: bool | None = False
+    stream_options: StreamOptions | None = None
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
     user: str | None = Field(default=None, max_length=256)
     safety_identifier: str | None = Field(default=None, max_length=256)
