@@ -41,7 +41,8 @@ async def test_text_only_turn(kind: str, vendor: StartVendor, treadle: MakeHarne
     body = v.fake.calls[0]
     if kind == "anthropic":
         assert body["system"] == [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
-        assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "say hello"}]}]
+        assert body["messages"] == [{"role": "user", "content": [  # the history's cache breakpoint
+            {"type": "text", "text": "say hello", "cache_control": {"type": "ephemeral"}}]}]
         assert usage["cache_creation_input_tokens"] == 5
     elif kind == "openai":
         assert body["messages"][:2] == [{"role": "system", "content": "Be brief."},
@@ -73,6 +74,17 @@ async def test_tool_round_trip_over_two_iterations(kind: str, vendor: StartVendo
     assert '"value":1' in content and not is_error
     assert v.fake.tool_uses(second) == [call["name"] if kind == "gemini" else call["id"]]
     assert v.fake.violations == []
+    # prompt caching: each call's cache tokens per iteration, summed on the run (as loomcycle)
+    per_call = [u["usage"] for u in of(events, "usage")]
+    assert [u["cache_read_input_tokens"] for u in per_call] == [10, 10]
+    assert run.usage()["cache_read_input_tokens"] == 20
+    if kind == "anthropic":
+        assert run.usage()["cache_creation_input_tokens"] == 10
+        # the breakpoint moves with the conversation: the last block of each request's history
+        marked = [[(i, j) for i, m in enumerate(body["messages"]) for j, b in enumerate(m["content"])
+                   if "cache_control" in b] for body in v.fake.calls]
+        assert marked == [[(0, 0)], [(2, 0)]], marked
+        assert second["tools"][-1]["cache_control"] == {"type": "ephemeral"}
 
 
 @pytest.mark.parametrize("kind", WIRE_FORMATS)

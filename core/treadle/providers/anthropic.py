@@ -7,7 +7,9 @@ Wire facts this driver relies on:
   `message_stop`; `ping` may appear anywhere; an `error` event can end the stream early;
 - deltas are `text_delta`, `input_json_delta` (tool input as partial JSON), `thinking_delta` and
   `signature_delta`; thinking blocks must be sent back unchanged, signature included;
-- `cache_control: {type: ephemeral}` on the last system block and the last tool caches the prefix;
+- `cache_control: {type: ephemeral}` on the last system block, the last tool and the last block of
+  the history (the growing conversation: the next call reads it all from the cache and writes only
+  what is new) — 3 of the 4 breakpoints allowed; never on a thinking block or an empty text;
 - errors are `{"type": "error", "error": {"type": "...", "message": "..."}}`.
 
 Options (provider or alias `options:`): `thinking_budget_tokens`, `temperature`, `cache_control`
@@ -37,6 +39,22 @@ _ID_OK = re.compile(r"[^A-Za-z0-9_-]")
 RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 
 
+def mark_history(messages: list[dict[str, Any]]) -> None:
+    """A cache breakpoint on the last block of the last message that can hold one (not a thinking
+    block, not an empty text): the prefix up to it is written to the cache, and the next call of the
+    conversation — the same prefix and more — reads it back."""
+    for message in reversed(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for block in reversed(content):
+            if block.get("type") in ("thinking", "redacted_thinking") or (
+                    block.get("type") == "text" and not block.get("text")):
+                continue
+            block["cache_control"] = {"type": "ephemeral"}
+            return
+
+
 def wire_id(tool_id: str) -> str:
     """Anthropic accepts tool ids matching [A-Za-z0-9_-]+ (ids from other vendors may not)."""
     return _ID_OK.sub("_", tool_id) or "toolu_empty"
@@ -55,6 +73,8 @@ class AnthropicProvider(HttpDriver):
             "stream": True,
             "messages": encode_messages(req.messages),
         }
+        if cache:
+            mark_history(body["messages"])
         if req.system:
             block: dict[str, Any] = {"type": "text", "text": req.system}
             if cache:

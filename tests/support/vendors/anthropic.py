@@ -101,6 +101,14 @@ class FakeAnthropic(VendorFake):
                     if m["content"][0].get("type") not in ("thinking", "redacted_thinking"):
                         p.append("Expected `thinking` or `redacted_thinking`, but found `tool_use`")
                     break
+        marks = [b for b in [*(body.get("system") or []), *(body.get("tools") or []),
+                             *(b for m in msgs for b in m.get("content") or [])] if b.get("cache_control")]
+        if len(marks) > 4:
+            p.append(f"A maximum of 4 blocks with cache_control may be provided. Found {len(marks)}.")
+        if any(b.get("type") in ("thinking", "redacted_thinking") for b in marks):
+            p.append("messages: cache_control cannot be set on thinking blocks")
+        if any(b.get("cache_control") != {"type": "ephemeral"} for b in marks):
+            p.append("cache_control: type must be 'ephemeral'")
         for t in body.get("tools") or []:
             if not t.get("name") or not isinstance(t.get("input_schema"), dict):
                 p.append("tools: name and input_schema are required")
