@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from treadle.config import AgentConfig
 from treadle.domain.content import Message
-from treadle.engine.compaction import Settings as CompactionSettings
 from treadle.domain.runs import NewEvent
+from treadle.engine.compaction import Settings as CompactionSettings
 from treadle.engine.replay import Replayer
 from treadle.store.steps import Committed, LeasedRun, StepOutcome
 
