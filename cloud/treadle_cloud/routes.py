@@ -80,7 +80,7 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.retention", "router", ("/v1/_retention",)),
     ("treadle.api.erasure", "router", ("/v1/_erasure",)),
     ("treadle.api.pause", "router", ("/v1/_pause", "/v1/_resume", "/v1/_state")),
-    ("treadle.api.knowledge", "router", ("/v1/_path",)),
+    ("treadle.api.knowledge", "router", ("/v1/_path", "/v1/_document")),
     ("treadle.api.snapshots", "router", ("/v1/_snapshots",)),
 )
 

@@ -236,6 +236,12 @@ def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> No
     api.call("POST", "/v1/_path", 200, json={"op": "ls", "scope": "user", "path": "/docs"})
     api.call("POST", "/v1/_path", 422, json={"op": "rm", "scope": "user", "path": f"/nothing{tag}"})
     api.call("POST", "/v1/_path", 400, content=b"[]")
+    made = api.call("POST", "/v1/_document", 200, json={"op": "create_document", "title": f"doc{tag}",
+                                                         "path": f"/docs/doc{tag}"})
+    api.call("POST", "/v1/_document", 200, json={"op": "create_chunk", "document_id": made["document_id"],
+                                                 "title": "c", "body": "b"})
+    api.call("POST", "/v1/_document", 422, json={"op": "get_chunk", "id": f"nothing{tag}"})
+    api.call("POST", "/v1/_document", 400, content=b"not json")
     # the runtime's pause is runtime-wide (other tests share this database): its state, a refused
     # pause, a resume of a running runtime (tests/waiting/test_pause.py pauses one of its own)
     api.call("GET", "/v1/_state", 200)

@@ -143,6 +143,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/_erasure"): sc.TENANT,
     # knowledge (issue 41): the Path tree and Documents, the caller's tenant (loomcycle's scope)
     ("POST", "/v1/_path"): sc.TENANT,
+    ("POST", "/v1/_document"): sc.TENANT,
     # the runtime's pause (issue 36): the operator's
     ("POST", "/v1/_pause"): sc.ADMIN,
     ("POST", "/v1/_resume"): sc.ADMIN,

@@ -24,12 +24,13 @@ from treadle.api.errors import BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.openapi import body_doc
 from treadle.api.tenantscope import focused_tenant
+from treadle.builtins.document import document_op
 from treadle.builtins.path import path_op
 from treadle.errors import DefRefused, ToolError
 from treadle.security.principal import Principal
 from treadle.store.dirents import DirentStore, Tree
 from treadle.wire import OpResult
-from treadle.wire.knowledge import PathOp
+from treadle.wire.knowledge import DocumentOp, PathOp
 
 router = APIRouter(prefix="/v1", tags=["knowledge"], route_class=LazyAPIRoute)
 
@@ -84,3 +85,23 @@ async def path_route(
         return await path_op(DirentStore(rt.pool), tree, args)
 
     return await run_op("Path", call)
+
+
+@router.post(
+    "/_document",
+    response_model=OpResult,
+    response_model_exclude_unset=True,
+    openapi_extra=body_doc(DocumentOp),
+    responses=errors(*BODY),
+)
+async def document_route(
+    request: Request, rt: Rt, who: Who, scope_id: str | None = None, tenant: str | None = None
+) -> dict[str, Any]:
+    """One Document op in the caller's store (documents, chunks, edges, types, revisions, Markdown)."""
+    args = await op_body(request)
+
+    async def call() -> dict[str, Any]:
+        tree = caller_tree(who, args.get("scope"), "user", scope_id, tenant, "Document")
+        return await document_op(DirentStore(rt.pool), tree, args, who.subject)
+
+    return await run_op("Document", call)

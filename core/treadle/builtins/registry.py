@@ -41,6 +41,7 @@ BUILTINS: dict[str, tuple[str, str, bool]] = {
     "TeamDef": ("treadle.builtins.teamdef", "TeamDefTool", False),
     "History": ("treadle.builtins.history", "HistoryTool", False),
     "Path": ("treadle.builtins.path", "PathTool", False),
+    "Document": ("treadle.builtins.document", "DocumentTool", False),
 }
 
 

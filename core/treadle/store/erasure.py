@@ -6,7 +6,7 @@ Where a subject lives: its runs (user_id) with their sub-agent runs and everythi
 a run (events, questions, inputs, waits, sealed run credentials: ON DELETE CASCADE and the events
 trigger, migration 0024); its stored OpenAI responses (its own, and the turns of its runs); its
 sessions; its user-scoped memory (embeddings cascade), the scope's byte count and SQL-memory
-audit; its Path tree (dirents); its user-scoped channel messages and cursors; the wait keys and
+audit; its Path tree (dirents) and documents; its user-scoped channel messages and cursors; the wait keys and
 timers named after its user-scoped channels; its CredentialDefs and budgets; the tokens minted
 for it (their OperatorTokenDefs too) and its WebSocket watchers. Usage is kept but anonymized:
 its rows fold into the tenant's user-less rows (`user_id` ''), so the tenant's totals do not
@@ -45,6 +45,9 @@ _STEPS: list[tuple[str, str]] = [
                     " || %(s)s FROM channels WHERE tenant_id = %(t)s AND scope = 'user')"),
     ("credential_defs", "DELETE FROM credential_defs WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
     ("dirents", "DELETE FROM dirents WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
+    # its user-scoped documents: edges and revisions first (they cascade from chunks; counted here)
+    *((table, f"DELETE FROM {table} WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s")
+      for table in ("chunk_edges", "chunk_revisions", "chunks", "documents", "chunk_types")),
     ("token_limits", "DELETE FROM token_limits WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
     ("auth_tokens", "DELETE FROM auth_tokens WHERE tenant_id = %(t)s AND subject = %(s)s"),
     # the OperatorTokenDefs minted for it: every version of each such token's name
