@@ -25,6 +25,8 @@ Postgres ends A's session and releases what it held.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,22 @@ def replica(name: str, url: str, tmp_path: Path) -> Replica:
                    env={**ENV, "PGAPPNAME": f"replica-{name}"})
 
 
+@asynccontextmanager
+async def frozen_pair(url: str, tmp_path: Path, slow_sql: str) -> AsyncIterator[tuple[Replica, Replica, Db]]:
+    """Replicas A (started) and B (not yet) on `url`, with `slow_sql` installed where A will be
+    frozen; both stopped, and the test's connection closed, when the block ends."""
+    await execute(url, slow_sql)
+    a, b = replica("a", url, tmp_path), replica("b", url, tmp_path)
+    db = Db(url)
+    try:
+        await a.restart()
+        yield a, b, db
+    finally:
+        await db.close()
+        a.stop()
+        b.stop()
+
+
 async def poll(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
     """Whether `predicate()` became true before `timeout` (no exception either way)."""
     try:
@@ -154,11 +172,7 @@ async def sweeps_while_frozen(a: Replica, b: Replica, db: Db, backend: int) -> t
 
 
 async def test_a_replica_frozen_in_a_poke_does_not_stop_the_sweepers(fresh_url: str, tmp_path: Path) -> None:
-    await execute(fresh_url, SLOW_POKE)
-    a, b = replica("a", fresh_url, tmp_path), replica("b", fresh_url, tmp_path)
-    db = Db(fresh_url)
-    try:
-        await a.restart()
+    async with frozen_pair(fresh_url, tmp_path, SLOW_POKE) as (a, b, db):
         async with TreadleClient(a.url, timeout=10) as client:
             await client.start_run("parent", "spawn one")
         # the child ends on A, whose wake-up of the parent (or its sweeper's repair) pokes the key
@@ -170,26 +184,14 @@ async def test_a_replica_frozen_in_a_poke_does_not_stop_the_sweepers(fresh_url: 
                                    " AND status <> 'completed'") == 0
 
         await until(all_done, timeout=20, interval=0.1, what="the parent and its child to complete")
-    finally:
-        await db.close()
-        a.stop()
-        b.stop()
     assert swept, (f"replica B swept no expired lease for {LEASE_S + 3} s while replica A was frozen in a poke;"
                    f" waiting on A's session: {blocked}")
 
 
 async def test_a_replica_frozen_in_a_sweep_does_not_stop_the_sweepers(fresh_url: str, tmp_path: Path) -> None:
-    await execute(fresh_url, SLOW_SWEEP)
-    a, b = replica("a", fresh_url, tmp_path), replica("b", fresh_url, tmp_path)
-    db = Db(fresh_url)
-    try:
-        await a.restart()
+    async with frozen_pair(fresh_url, tmp_path, SLOW_SWEEP) as (a, b, db):
         await expired_run(db, "r_bait")  # A's sweeper takes it, and freezes in that sweep
         backend = await freeze_a_inside(a, db, "pg_try_advisory_xact_lock(7472616401)")
         swept, blocked = await sweeps_while_frozen(a, b, db, backend)
-    finally:
-        await db.close()
-        a.stop()
-        b.stop()
     assert swept, (f"replica B swept no expired lease for {LEASE_S + 3} s while replica A was frozen in a sweep;"
                    f" waiting on A's session: {blocked}")

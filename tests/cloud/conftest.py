@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.db import create_database, drop_database
+from tests.support.db import create_database, drop_database, server_without_pgvector
 from tests.support.lambda_sim import LambdaEnv
 from tests.support.localcloud import A2A_CARDS, AGENTS, API_TOKEN
 
@@ -23,6 +23,17 @@ _AWS_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_REGION": "us-east-1",
 }
+
+
+@pytest.fixture
+def db_without_pgvector(server_url: str) -> Iterator[str]:
+    """An empty database on a server without pgvector (skipped where this machine has none)."""
+    server = server_without_pgvector(server_url)
+    if server is None:
+        pytest.skip("no PostgreSQL server without pgvector on this machine")
+    url = create_database(server, "nopgvector")
+    yield url
+    drop_database(server, url)
 
 
 @pytest.fixture(scope="session")

@@ -65,20 +65,14 @@ def stack(aws: dict[str, str], request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def db_url(server_url: str) -> Iterator[str]:
+def db_url(db_without_pgvector: str) -> str:
     """A migrated database on a server without pgvector (the doctor's WARN and FAIL lines)."""
     import asyncio
 
-    from tests.support.db import create_database, drop_database, server_without_pgvector
     from treadle.store.migrate import migrate
 
-    server = server_without_pgvector(server_url)
-    if server is None:
-        pytest.skip("no PostgreSQL server without pgvector on this machine")
-    url = create_database(server, "doctor")
-    asyncio.run(migrate(url))
-    yield url
-    drop_database(server, url)
+    asyncio.run(migrate(db_without_pgvector))
+    return db_without_pgvector
 
 
 def test_doctor_for_a_stack_prints_the_functions_lines(

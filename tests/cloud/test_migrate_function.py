@@ -11,7 +11,6 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.db import create_database, drop_database, server_without_pgvector
 from tests.support.lambda_sim import LambdaEnv
 from treadle.store.migrate import available_migrations
 from treadle_cloud.migrate import MigrationFailed
@@ -32,19 +31,8 @@ def cfn_event(request: str, **props: str) -> dict[str, object]:
 
 
 @pytest.fixture
-def empty_db(server_url: str) -> Iterator[str]:
-    """An empty database on a server without pgvector (what these tests are about)."""
-    server = server_without_pgvector(server_url)
-    if server is None:
-        pytest.skip("no PostgreSQL server without pgvector on this machine")
-    url = create_database(server, "mig")
-    yield url
-    drop_database(server, url)
-
-
-@pytest.fixture
-def migrate_env(empty_db: str, config_file: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaEnv]:
-    monkeypatch.setenv("DATABASE_URL", empty_db)
+def migrate_env(db_without_pgvector: str, config_file: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaEnv]:
+    monkeypatch.setenv("DATABASE_URL", db_without_pgvector)
     monkeypatch.setenv("TREADLE_CONFIG", str(config_file))
     for k in ("TREADLE_DB_SECRET_ARN", "TREADLE_API_TOKEN_SECRET_ARN", "TREADLE_PROVIDER_KEYS_SECRET_ARN"):
         monkeypatch.delenv(k, raising=False)
@@ -58,32 +46,34 @@ def applied(url: str) -> list[int]:
         return [r[0] for r in conn.execute("SELECT version FROM treadle_migrations ORDER BY version")]
 
 
-def test_create_migrates_an_empty_database_and_update_is_idempotent(migrate_env: LambdaEnv, empty_db: str) -> None:
+def test_create_migrates_an_empty_database_and_update_is_idempotent(
+    migrate_env: LambdaEnv, db_without_pgvector: str
+) -> None:
     # this server has no pgvector: the deploy may proceed only when the stack does not require it
     out = migrate_env.invoke(cfn_event("Create", RequirePgvector="false"))
     wanted = [m.version for m in available_migrations()]
     assert out["PhysicalResourceId"] == "treadle-migrations"
     assert out["Data"]["Applied"] == ",".join(map(str, wanted))
-    assert applied(empty_db) == wanted
+    assert applied(db_without_pgvector) == wanted
     out = migrate_env.invoke(cfn_event("Update", RequirePgvector="false"))
-    assert out["Data"]["Applied"] == "none" and applied(empty_db) == wanted
+    assert out["Data"]["Applied"] == "none" and applied(db_without_pgvector) == wanted
 
 
-def test_a_missing_pgvector_fails_the_deploy_when_required(migrate_env: LambdaEnv, empty_db: str) -> None:
+def test_a_missing_pgvector_fails_the_deploy_when_required(migrate_env: LambdaEnv, db_without_pgvector: str) -> None:
     with pytest.raises(MigrationFailed, match="pgvector is not available on this server"):
         migrate_env.invoke(cfn_event("Create", RequirePgvector="true"))
     # the migrations themselves ran (the schema is usable); the deploy still stops here
-    assert applied(empty_db) == [m.version for m in available_migrations()]
+    assert applied(db_without_pgvector) == [m.version for m in available_migrations()]
 
 
 def test_a_failing_migration_fails_the_deploy_and_applies_nothing_of_it(
-    migrate_env: LambdaEnv, empty_db: str
+    migrate_env: LambdaEnv, db_without_pgvector: str
 ) -> None:
-    with psycopg.connect(empty_db, autocommit=True) as conn:
+    with psycopg.connect(db_without_pgvector, autocommit=True) as conn:
         conn.execute("CREATE TABLE runs (id text)")  # what 0001 creates: its CREATE TABLE fails
     with pytest.raises(MigrationFailed, match=r"migrations failed on .*relation \"runs\" already exists"):
         migrate_env.invoke(cfn_event("Create", RequirePgvector="false"))
-    with psycopg.connect(empty_db) as conn:  # the failed migration's transaction rolled back whole
+    with psycopg.connect(db_without_pgvector) as conn:  # the failed migration's transaction rolled back whole
         assert conn.execute("SELECT to_regclass('events')").fetchone() == (None,)
         assert conn.execute("SELECT count(*) FROM treadle_migrations").fetchone() == (0,)
 
@@ -101,7 +91,7 @@ def test_an_unreachable_database_fails_the_deploy(
     assert migrate_env.invoke(cfn_event("Delete")) == {"PhysicalResourceId": "treadle-migrations"}
 
 
-def test_doctor_prints_the_same_lines_as_treadle_doctor(migrate_env: LambdaEnv, empty_db: str) -> None:
+def test_doctor_prints_the_same_lines_as_treadle_doctor(migrate_env: LambdaEnv, db_without_pgvector: str) -> None:
     out = migrate_env.invoke({"action": "doctor", "require_pgvector": False})
     assert out["ok"] is True
     levels = {line.split()[0] for line in out["lines"]}

@@ -24,7 +24,7 @@ import pytest
 
 from tests.support.lambda_sim import EventSourceMapping, LambdaEnv, http_event
 from tests.support.localcloud import API_TOKEN
-from treadle.store.db import open_pool
+from treadle.store.db import Connection, open_pool
 from treadle_cloud.wswatch import EVENTS_PER_CLAIM, Connections, WsPusher
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
@@ -138,6 +138,28 @@ def start_run(api: LambdaEnv, agent: str = "calc") -> str:
     resp = api.invoke(http_event("POST", "/v1/runs", headers=AUTH, body={"agent": agent, "prompt": "hi"}))
     assert resp["statusCode"] == 202, resp
     return str(json.loads(resp["body"])["run_id"])
+
+
+def start_echo_run() -> str:
+    """An `echo` run started through an API function of its own (closed again)."""
+    api = LambdaEnv("api")
+    try:
+        return start_run(api, "echo")
+    finally:
+        api.close()
+
+
+async def add_watcher(conn: Connection, cid: str, run_id: str, *, cursor_at_end: bool) -> None:
+    """A WebSocket connection `cid` of the default tenant watching `run_id` from its start (or
+    from its last seq: nothing stored is owed to it)."""
+    await conn.execute("INSERT INTO ws_connections (connection_id, tenant_id, subject) VALUES (%s, 'default', 't')",
+                       (cid,))
+    if cursor_at_end:
+        await conn.execute("INSERT INTO ws_watchers (connection_id, run_id, tenant_id, cursor)"
+                           " SELECT %s, id, tenant_id, last_seq FROM runs WHERE id = %s", (cid, run_id))
+    else:
+        await conn.execute("INSERT INTO ws_watchers (connection_id, run_id, tenant_id) VALUES (%s, %s, 'default')",
+                           (cid, run_id))
 
 
 def seqs(messages: list[dict[str, Any]], run_id: str) -> list[int]:
@@ -281,11 +303,7 @@ def test_maintenance_catches_up_a_watcher_and_keeps_quiet_connections_alive(
 async def test_two_pushers_never_post_a_seq_twice(cloud_db: str, ws_env: dict[str, str], mgmt: ManagementApi) -> None:
     """A worker's flush and a subscribe's replay (or two workers) push the same watcher at once:
     the row lock and the cursor's greatest() give each seq to one of them, in order."""
-    api = LambdaEnv("api")
-    try:
-        run_id = start_run(api, "echo")
-    finally:
-        api.close()
+    run_id = start_echo_run()
     pool = await open_pool(cloud_db, 4, name="ws-test")
     try:
         cid = new_connection_id()
@@ -297,10 +315,7 @@ async def test_two_pushers_never_post_a_seq_twice(cloud_db: str, ws_env: dict[st
                 "INSERT INTO events (run_id, tenant_id, seq, type, payload) SELECT %s, 'default', s, 'note',"
                 " jsonb_build_object('i', s) FROM generate_series(%s::int, %s::int) s", (run_id, n + 1, top))
             await conn.execute("UPDATE runs SET last_seq = %s WHERE id = %s", (top, run_id))
-            await conn.execute("INSERT INTO ws_connections (connection_id, tenant_id, subject)"
-                               " VALUES (%s, 'default', 't')", (cid,))
-            await conn.execute("INSERT INTO ws_watchers (connection_id, run_id, tenant_id) VALUES (%s, %s, 'default')",
-                               (cid, run_id))
+            await add_watcher(conn, cid, run_id, cursor_at_end=False)
         pushers = [WsPusher(pool, Connections(mgmt.url)) for _ in range(3)]
         counts = await asyncio.gather(*(p.push([run_id]) for p in pushers))
         total = last_seq(cloud_db, run_id)
@@ -328,19 +343,12 @@ async def test_the_relay_posts_live_deltas_and_drops_those_a_commit_stored(
     from treadle.engine.hub import RunEventHub
     from treadle_cloud.live import RelayHub
 
-    api = LambdaEnv("api")
-    try:
-        run_id = start_run(api, "echo")
-    finally:
-        api.close()
+    run_id = start_echo_run()
     pool = await open_pool(cloud_db, 2, name="ws-relay-test")
     try:
         cid = new_connection_id()
         async with pool.connection() as conn:
-            await conn.execute("INSERT INTO ws_connections (connection_id, tenant_id, subject)"
-                               " VALUES (%s, 'default', 't')", (cid,))
-            await conn.execute("INSERT INTO ws_watchers (connection_id, run_id, tenant_id, cursor)"
-                               " SELECT %s, id, tenant_id, last_seq FROM runs WHERE id = %s", (cid, run_id))
+            await add_watcher(conn, cid, run_id, cursor_at_end=True)
         relay = RelayHub(RunEventHub(), pool, notify=False, ws=WsPusher(pool, Connections(mgmt.url)))
         frame = {"iteration": 1, "attempt": 0, "provider": "p"}
         for piece in ("Hel", "lo"):

@@ -40,6 +40,15 @@ def spawn(url: str | None, *args: str, cwd: Path | None = None, **extra: str) ->
                          encoding="utf-8", timeout=60, dimensions=(50, 200), cwd=str(cwd) if cwd else None)
 
 
+def ended(child: pexpect.spawn, status: int) -> str:
+    """Wait for the command to exit (with `status`); what it printed since the last expect."""
+    child.expect(pexpect.EOF)
+    transcript = child.before or ""
+    child.close()
+    assert child.exitstatus == status, transcript[-2000:]
+    return transcript
+
+
 async def waiting_run(url: str, agent: str = "asker", **fields: object) -> str:
     """A run parked on its question (or, interactive, on input)."""
     async with AsyncTreadle(url) as tl:
@@ -80,10 +89,7 @@ async def test_attach_shows_the_question_and_how_to_answer_it_without_colour(ser
     assert answered.returncode == 0 and "resolved" in answered.stdout and "blue" in answered.stdout
     child.expect("Thanks for answering.")
     child.expect("■ done: end_turn")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0
-    assert not ANSI.search(child.before or ""), "NO_COLOR: not one escape sequence"
+    assert not ANSI.search(ended(child, 0)), "NO_COLOR: not one escape sequence"
     again = treadle(server.url, "answer", run_id)
     assert "no pending question" in again.stdout
 
@@ -95,9 +101,7 @@ async def test_answer_on_a_terminal_asks_for_the_answer(server: ServerProcess) -
     child.expect("your answer")
     child.sendline("1")
     child.expect("resolved: Which colour\\? → red")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0
+    ended(child, 0)
     async with AsyncTreadle(server.url) as tl:
         assert (await tl.runs.wait(run_id)).status == "completed"
         [q] = (await tl.runs.interrupts(run_id)).interrupts
@@ -111,15 +115,10 @@ async def test_a_terminal_gets_colour_a_spinner_and_iteration_times(server: Serv
     child.expect("iteration 1 ·")  # the spinner, with the iteration's elapsed time
     child.expect("iteration 1 took")
     child.expect("done: end_turn")
-    child.expect(pexpect.EOF)
-    transcript = child.before or ""
-    child.close()
-    assert child.exitstatus == 0
+    transcript = ended(child, 0)
     assert ANSI.search(transcript), "without NO_COLOR a terminal gets colour"
     plain = spawn(server.url, "attach", run_id, NO_COLOR="1")
-    plain.expect(pexpect.EOF)
-    text = plain.before or ""
-    plain.close()
+    text = ended(plain, 0)
     assert "iteration 3 took" in text and "done: end_turn" in text and not ANSI.search(text)
 
 
@@ -128,10 +127,9 @@ async def test_json_lines_on_a_terminal_are_plain(server: ServerProcess) -> None
         run_id = (await tl.runs.start("echo", "hi")).run_id
         await tl.runs.wait(run_id)
     child = spawn(server.url, "attach", run_id, "--json")
-    child.expect(pexpect.EOF)
-    child.close()
-    lines = [json.loads(line) for line in (child.before or "").replace("\r", "").splitlines() if line]
-    assert child.exitstatus == 0 and not ANSI.search(child.before or "")
+    transcript = ended(child, 0)
+    lines = [json.loads(line) for line in transcript.replace("\r", "").splitlines() if line]
+    assert not ANSI.search(transcript)
     stored = [e["event"] for e in lines if e["id"] is not None]
     assert stored[0] == "user_input" and stored[-1] == "done"
     assert [e["id"] for e in lines if e["id"] is not None] == list(range(1, len(stored) + 1))
@@ -143,9 +141,7 @@ async def test_ctrl_c_once_detaches_and_says_how_to_attach(server: ServerProcess
     child.expect("Which colour\\?")
     child.sendintr()
     child.expect(f"detached: run {run_id} keeps running. Attach again: treadle attach {run_id}")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 130
+    ended(child, 130)
     async with AsyncTreadle(server.url) as tl:
         assert (await tl.runs.get(run_id)).status == "waiting"
 
@@ -158,9 +154,7 @@ async def test_ctrl_c_twice_cancels_the_run(server: ServerProcess) -> None:
     child.expect("Ctrl-C again")
     child.sendintr()
     child.expect(f"cancelled run {run_id}")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 130
+    ended(child, 130)
     async with AsyncTreadle(server.url) as tl:
         assert (await tl.runs.wait(run_id)).status == "cancelled"
 
@@ -209,9 +203,7 @@ async def test_in_process_mode_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         child.expect("Which colour\\?")
         child.sendintr()
         child.expect("stopping the in-process server")
-        child.expect(pexpect.EOF)
-        child.close()
-        assert child.exitstatus == 130
+        ended(child, 130)
         rows = await _query(url, "SELECT status FROM runs")
         assert rows == [("waiting",)]
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,19 +14,11 @@ import pytest
 from treadle.builtins.memory import MAX_KEY_LEN, MAX_VALUE_BYTES, MemoryTool
 from treadle.config import AgentConfig, MemoryScope
 from treadle.errors import ToolError
-from treadle.store.db import Pool, open_pool
 from treadle.store.memory import MemoryStore
 from treadle.testing import age_memory
 from treadle.tools.base import ToolContext, ToolResult
 
 TOOL = MemoryTool()
-
-
-@pytest.fixture(scope="module")
-async def pool(db_url: str) -> AsyncIterator[Pool]:
-    p = await open_pool(db_url, 10, name="test-memory")
-    yield p
-    await p.close()
 
 
 @pytest.fixture
@@ -64,14 +55,6 @@ async def call(c: ToolContext, **args: Any) -> dict[str, Any]:
     result = await TOOL.invoke(c, args)
     assert isinstance(result, ToolResult) and not result.is_error
     return json.loads(result.content)  # type: ignore[no-any-return]
-
-
-async def expire(pool: Pool, tenant: str, key: str) -> None:
-    async with pool.connection() as conn:
-        await conn.execute(
-            "UPDATE memory SET expires_at = now() - interval '1 second' WHERE tenant_id = %s AND key = %s",
-            (tenant, key),
-        )
 
 
 async def test_set_get_delete(store: MemoryStore, rt: Any, tenant: str) -> None:
@@ -132,7 +115,7 @@ async def test_incr_is_atomic_under_concurrency(store: MemoryStore, rt: Any, ten
     assert await store.get(tenant, "agent", "a", "hits") == (True, 20)
 
 
-async def test_ttl_sets_an_expiry_and_expired_keys_vanish(store: MemoryStore, rt: Any, tenant: str, pool: Pool) -> None:
+async def test_ttl_sets_an_expiry_and_expired_keys_vanish(store: MemoryStore, rt: Any, tenant: str) -> None:
     c = ctx(rt, tenant)
     await call(c, op="set", scope="agent", key="temp", value=1, ttl_seconds=600)
     await call(c, op="set", scope="agent", key="keep", value=2)
@@ -141,13 +124,13 @@ async def test_ttl_sets_an_expiry_and_expired_keys_vanish(store: MemoryStore, rt
     updated = datetime.fromisoformat(entry["updated_at"])
     assert timedelta(seconds=590) < expires - updated < timedelta(seconds=610)
 
-    await expire(pool, tenant, "temp")
+    assert await age_memory(rt, tenant, "temp", 601) == 1  # past its 600 s
     assert (await call(c, op="get", scope="agent", key="temp"))["found"] is False
     assert [e["key"] for e in (await call(c, op="list", scope="agent"))["entries"]] == ["keep"]
     assert (await call(c, op="delete", scope="agent", key="temp"))["deleted"] is False
     # an expired counter counts from zero again, and loses its old expiry
     await call(c, op="set", scope="agent", key="ctr", value=41, ttl_seconds=600)
-    await expire(pool, tenant, "ctr")
+    assert await age_memory(rt, tenant, "ctr", 601) == 1
     assert (await call(c, op="incr", scope="agent", key="ctr"))["value"] == 1
     (ctr,) = [e for e in (await call(c, op="list", scope="agent"))["entries"] if e["key"] == "ctr"]
     assert ctr["expires_at"] is None

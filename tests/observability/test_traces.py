@@ -13,7 +13,7 @@ from tests.support.spans import attrs, by_trace, leaked, span_id, tree
 from treadle.engine.workers import WorkerPool
 from treadle.providers.base import ModelRequest
 from treadle.store.runs import NewRun
-from treadle.testing import ScriptedProvider, open_test_runtime, tool_results, tool_use, user_text
+from treadle.testing import ScriptedProvider, ScriptFunction, open_test_runtime, tool_results, tool_use, user_text
 
 PROMPT = "PROMPT-c0ffee remember the launch code"
 TOOL_VALUE = "TOOLINPUT-5ecret-launch-code-4711"
@@ -31,6 +31,16 @@ def model(req: ModelRequest) -> Any:
 
 
 AGENTS = {"a": {"provider": "scripted", "model": "echo", "tools": ["Memory"], "system_prompt": "SYSTEM-f00d"}}
+
+
+async def completed_run(db_url: str, agents: dict[str, Any], model: ScriptFunction, agent: str) -> str:
+    """Run `agent` (its model answered by `model`) to its end on a runtime of its own; its id."""
+    async with open_test_runtime(agents, database_url=db_url, providers=[ScriptedProvider(model)]) as (rt, d):
+        run, _ = await rt.start_run(NewRun(tenant_id="default", agent=agent, segments=user_text("go")))
+        await d.drain()
+        record = await rt.runs.get("default", run.id)
+    assert record is not None and record.status == "completed", record
+    return run.id
 
 
 async def test_a_run_across_two_workers_is_one_trace_without_content(
@@ -117,17 +127,13 @@ async def test_a_sub_agent_run_is_its_own_trace_linked_to_the_parent(
         "parent": {"provider": "scripted", "model": "echo", "tools": ["Agent"]},
         "child": {"provider": "mock", "model": "echo"},
     }
-    async with open_test_runtime(agents, database_url=db_url, providers=[ScriptedProvider(parent_model)]) as (rt, d):
-        run, _ = await rt.start_run(NewRun(tenant_id="default", agent="parent", segments=user_text("go")))
-        await d.drain()
-        record = await rt.runs.get("default", run.id)
-    assert record is not None and record.status == "completed"
+    run_id = await completed_run(db_url, agents, parent_model, "parent")
     finished = spans.get_finished_spans()
     runs = {s.name: s for s in finished if s.name.startswith("run ")}
     assert set(runs) == {"run parent", "run child"}
     parent, child = runs["run parent"], runs["run child"]
     assert child.parent is None and child.context.trace_id != parent.context.trace_id
-    assert attrs(child)["treadle.run.parent_id"] == run.id
+    assert attrs(child)["treadle.run.parent_id"] == run_id
     (link,) = child.links
     caller = next(s for s in finished if s.context.span_id == link.context.span_id)
     assert caller.name == "execute_tool Agent" and caller.context.trace_id == parent.context.trace_id
@@ -153,11 +159,7 @@ async def test_retries_and_made_up_tool_names_are_recorded_without_content(
         return "ok"
 
     agents = {"a": {"provider": "scripted", "model": "echo", "tools": ["Memory"]}}
-    async with open_test_runtime(agents, database_url=db_url, providers=[ScriptedProvider(flaky)]) as (rt, d):
-        run, _ = await rt.start_run(NewRun(tenant_id="default", agent="a", segments=user_text("hi")))
-        await d.drain()
-        record = await rt.runs.get("default", run.id)
-    assert record is not None and record.status == "completed"
+    await completed_run(db_url, agents, flaky, "a")
     finished = spans.get_finished_spans()
     chats = sorted((s for s in finished if s.name == "chat echo"), key=lambda s: s.start_time or 0)
     assert [(attrs(c)["treadle.attempt"], c.status.is_ok) for c in chats] == [(0, False), (1, True), (0, True)]

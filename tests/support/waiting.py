@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tests.support.e2e import query
 from treadle.store.interrupts import InterruptStore, interrupt_key
 from treadle.store.runs import NewRun
 from treadle.testing import user_text
@@ -57,13 +58,12 @@ async def status(rt: Any, run_id: str, tenant: str = "default") -> str:
 
 
 async def children(rt: Any, parent_id: str) -> list[dict[str, Any]]:
-    async with rt.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT id, agent, status, depth, root_run_id, parent_run_id, cancel_reason, idempotency_key"
-            " FROM runs WHERE parent_run_id = %s ORDER BY idempotency_key",
-            (parent_id,),
-        )
-        return list(await cur.fetchall())
+    return await query(
+        rt.database_url,
+        "SELECT id, agent, status, depth, root_run_id, parent_run_id, cancel_reason, idempotency_key"
+        " FROM runs WHERE parent_run_id = %s ORDER BY idempotency_key",
+        (parent_id,),
+    )
 
 
 async def answer(rt: Any, run_id: str, text: str = "yes", *, tenant: str = "default",

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.e2e import query
 from treadle.store.locks import SWEEPER_LOCK_KEY
 from treadle.store.schedules import ScheduleState
 from treadle.triggers.firing import run_key
@@ -24,13 +25,12 @@ async def create(rt: Any, name: str, **overlay: Any) -> ScheduleState:
 
 
 async def runs_of(rt: Any, schedule_id: str) -> list[dict[str, Any]]:
-    async with rt.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT id, agent, user_id, metadata, idempotency_key, status FROM runs"
-            " WHERE metadata->>'schedule_id' = %s ORDER BY metadata->>'scheduled_for'",
-            (schedule_id,),
-        )
-        return list(await cur.fetchall())
+    return await query(
+        rt.database_url,
+        "SELECT id, agent, user_id, metadata, idempotency_key, status FROM runs"
+        " WHERE metadata->>'schedule_id' = %s ORDER BY metadata->>'scheduled_for'",
+        (schedule_id,),
+    )
 
 
 async def test_a_due_fire_starts_one_run_carrying_the_schedule(open_rt: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,17 +25,25 @@ async def until_waiting(task: asyncio.Task[Any]) -> None:
         await asyncio.sleep(0)
 
 
+def stub_pool(claim_job: Callable[[str], Awaitable[tuple[bool, None]]], *,
+              idle_poll_s: float) -> tuple[WorkerPool, asyncio.Event]:
+    """A one-worker pool whose jobs are claimed by `claim_job`, and its queue's wakeup event."""
+    steps = SimpleNamespace(claim_job=claim_job, holding=contextlib.nullcontext)
+    engine = SimpleNamespace(new_owner=lambda: "o", steps=steps)
+    queue = SimpleNamespace(wakeup=asyncio.Event())
+    # stand-ins for the Engine and the job queue: the worker loop touches only these attributes
+    pool = WorkerPool(engine, queue, 1, idle_poll_s=idle_poll_s)  # type: ignore[arg-type]
+    return pool, queue.wakeup
+
+
 async def test_an_idle_worker_stops_when_stopped_as_a_job_wakes_it() -> None:
     async def claim_job(owner: str) -> tuple[bool, None]:
         return False, None
 
-    steps = SimpleNamespace(claim_job=claim_job, holding=contextlib.nullcontext)
-    engine = SimpleNamespace(new_owner=lambda: "o", steps=steps)
-    queue = SimpleNamespace(wakeup=asyncio.Event())
-    pool = WorkerPool(engine, queue, 1, idle_poll_s=30.0)  # type: ignore[arg-type]
+    pool, wakeup = stub_pool(claim_job, idle_poll_s=30.0)
     worker = asyncio.create_task(pool._work(0))
     await until_waiting(worker)
-    queue.wakeup.set()  # a job NOTIFY...
+    wakeup.set()  # a job NOTIFY...
     worker.cancel()  # ...and the stop, in the same turn
     done, _ = await asyncio.wait({worker}, timeout=5)
     assert worker in done and worker.cancelled()
@@ -109,11 +118,8 @@ async def test_a_worker_stops_even_when_a_call_below_it_swallows_the_stop() -> N
                 await asyncio.sleep(30)
         return False, None
 
-    steps = SimpleNamespace(claim_job=claim_job, holding=contextlib.nullcontext)
-    engine = SimpleNamespace(new_owner=lambda: "o", steps=steps)
-    queue = SimpleNamespace(wakeup=asyncio.Event())
     # it stops within one idle poll (0.5 s by default) of the swallowed stop
-    pool = WorkerPool(engine, queue, 1, idle_poll_s=0.05)  # type: ignore[arg-type]
+    pool, _ = stub_pool(claim_job, idle_poll_s=0.05)
     worker = asyncio.create_task(pool._work(0))
     await started.wait()
     worker.cancel()
