@@ -215,3 +215,26 @@ async def _query(url: str, sql: str) -> list[tuple[object, ...]]:
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         return await (await conn.execute(sql)).fetchall()
+
+
+async def test_chat_is_a_conversation_that_continues(server: ServerProcess) -> None:
+    """`treadle chat AGENT`: each line is the next turn of one session; --session picks it up again."""
+    first = subprocess.run([sys.executable, "-m", "treadle.cli.main", "chat", "chat", "--user-id", "cara"],
+                           input="hello there\nand then?\n\n", env=env_for(server.url), capture_output=True,
+                           text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "chat> hello there" in first.stdout and "chat> and then?" in first.stdout, first.stdout
+    sid = re.search(r"--session (s_[0-9a-f]+)", first.stdout)
+    assert sid is not None, first.stdout
+    again = subprocess.run([sys.executable, "-m", "treadle.cli.main", "chat", "chat", "--session", sid.group(1)],
+                           input="one more\n", env=env_for(server.url), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "(2 turns so far)" in again.stdout and "chat> one more" in again.stdout, again.stdout
+    async with AsyncTreadle(server.url) as tl:
+        session = await tl.sessions.get(sid.group(1))
+        assert session.run_count == 3 and session.user_id == "cara" and session.agent == "chat"
+        transcript = await tl.sessions.transcript(sid.group(1))
+    texts = [(e.event.model_extra or {}).get("text") for e in transcript.events if e.type == "text"]
+    assert texts == ["hello there", "and then?", "one more"]
+    wrong = treadle(server.url, "chat", "echo", "--session", sid.group(1))
+    assert wrong.returncode == 1 and "belongs to agent chat" in wrong.stdout

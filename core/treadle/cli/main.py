@@ -326,6 +326,9 @@ def _register() -> None:
     cli.add_command(importer.import_command)
     for command in console.COMMANDS:
         cli.add_command(command)
+    from treadle.cli.chat import chat_command
+
+    cli.add_command(chat_command)
 
 
 _register()
