@@ -217,17 +217,20 @@ async def _query(url: str, sql: str) -> list[tuple[object, ...]]:
         return await (await conn.execute(sql)).fetchall()
 
 
+def chat(url: str, typed: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`treadle chat chat …` with `typed` on its stdin."""
+    return subprocess.run([sys.executable, "-m", "treadle.cli.main", "chat", "chat", *args], input=typed,
+                          env=env_for(url), capture_output=True, text=True, timeout=120)
+
+
 async def test_chat_is_a_conversation_that_continues(server: ServerProcess) -> None:
     """`treadle chat AGENT`: each line is the next turn of one session; --session picks it up again."""
-    first = subprocess.run([sys.executable, "-m", "treadle.cli.main", "chat", "chat", "--user-id", "cara"],
-                           input="hello there\nand then?\n\n", env=env_for(server.url), capture_output=True,
-                           text=True, timeout=120)
+    first = chat(server.url, "hello there\nand then?\n\n", "--user-id", "cara")
     assert first.returncode == 0, first.stderr
     assert "chat> hello there" in first.stdout and "chat> and then?" in first.stdout, first.stdout
     sid = re.search(r"--session (s_[0-9a-f]+)", first.stdout)
     assert sid is not None, first.stdout
-    again = subprocess.run([sys.executable, "-m", "treadle.cli.main", "chat", "chat", "--session", sid.group(1)],
-                           input="one more\n", env=env_for(server.url), capture_output=True, text=True, timeout=120)
+    again = chat(server.url, "one more\n", "--session", sid.group(1))
     assert again.returncode == 0, again.stderr
     assert "(2 turns so far)" in again.stdout and "chat> one more" in again.stdout, again.stdout
     async with AsyncTreadle(server.url) as tl:
