@@ -292,11 +292,17 @@ class ResponseDoc:
             "previous_response_id": r.previous_response_id,
             "conversation": {"id": r.conversation_id} if r.conversation_id else None,
             "reasoning": r.reasoning.model_dump() if r.reasoning else None,
-            "store": r.stored, "temperature": r.temperature,
-            "text": {"format": (r.text.format if r.text and r.text.format else {"type": "text"})},
-            "tool_choice": tc, "tools": [t.model_dump(exclude_none=True) for t in r.tools or ()],
-            "top_p": None, "truncation": "disabled", "usage": usage, "user": r.user,
-            "metadata": r.metadata or {}, "treadle": self.extension,
+            "store": r.stored, "text": {"format": (r.text.format if r.text and r.text.format else {"type": "text"})},
+            "tool_choice": tc, "tools": [_tool_json(t) for t in r.tools or ()],
+            "truncation": "disabled", "usage": usage, "user": r.user, "metadata": r.metadata or {},
+            # the sampling fields every response carries (OpenAI's and the Open Responses schema):
+            # the only values treadle accepts, or the temperature asked for (1: the default)
+            "temperature": 1.0 if r.temperature is None else r.temperature, "top_p": 1.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": 0, "max_tool_calls": None,
+            "service_tier": "default", "safety_identifier": r.safety_identifier, "prompt_cache_key": None,
+            # not recorded: a retelling derived from the run's transcript must equal the first one
+            "completed_at": None,
+            "treadle": self.extension,
         }
 
     def event(self, type_: str, **fields: Any) -> tuple[int, bytes]:
@@ -305,6 +311,12 @@ class ResponseDoc:
         doc = {"type": type_, "sequence_number": seq, **fields}
         self.seq += 1
         return seq, f"event: {type_}\ndata: {json.dumps(doc, separators=(',', ':'))}\n\n".encode()
+
+
+def _tool_json(t: FunctionToolDef) -> dict[str, Any]:
+    """A function tool as a response echoes it: every field, null where not given."""
+    return {"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters,
+            "strict": t.strict}
 
 
 def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
