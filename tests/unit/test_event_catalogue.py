@@ -3,6 +3,7 @@ against `EventType`, docs/events.md is generated from it, and typed events round
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -29,6 +30,16 @@ def test_no_event_type_is_compared_as_a_string_outside_the_catalogue() -> None:
                 if set(re.findall(r'"([a-z_]+)"', m.group(1))) & names:
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not found, "compare with EventType members instead:\n" + "\n".join(found)
+
+
+def test_a_typed_event_stores_every_field() -> None:
+    """`to_payload` reads a class's `__match_args__`: a field left out of it (kw_only, init=False)
+    would be dropped from the stored payload without this check."""
+    typed = [c for c in vars(events).values()
+             if isinstance(c, type) and issubclass(c, events._Typed) and c is not events._Typed]
+    assert typed
+    for cls in typed:
+        assert cls.__match_args__ == tuple(f.name for f in dataclasses.fields(cls)), cls
 
 
 def test_docs_events_md_is_generated_from_the_catalogue() -> None:

@@ -13,7 +13,7 @@ a test fails when the file is stale).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
@@ -126,7 +126,10 @@ class _Typed:
     def to_payload(self) -> dict[str, Any]:
         """The stored payload: the fields that are set, shallow (`dataclasses.asdict` would deep-copy
         every value, on the step's hot path)."""
-        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
+        # `__match_args__`: the dataclass's field names, made once per class (`fields()` builds
+        # its tuple on every call)
+        names: tuple[str, ...] = self.__match_args__
+        return {name: v for name in names if (v := getattr(self, name)) is not None}
 
     def event(self, tool_use_id: str | None = None) -> NewEvent:
         return NewEvent(self.type, self.to_payload(), tool_use_id=tool_use_id)
