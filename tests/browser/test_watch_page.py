@@ -1,7 +1,8 @@
 """The web page in a real headless Chromium against a real `treadle serve`: the runs tree with a
 sub-agent's question shown on its parent, answering from the inbox, the agent picker and expandable
 tool output, the distinct "invalid token" message, the library (create, fork, promote, diff), a
-schedule paused and resumed, channels, and a 375 px phone viewport without horizontal scroll — with
+schedule paused and resumed, channels, a session (its runs in order; renamed, pinned, archived),
+and a 375 px phone viewport without horizontal scroll — with
 no console errors (a CSP violation is one). Skipped where no Chromium is installed."""
 
 from __future__ import annotations
@@ -227,7 +228,31 @@ def test_a_webhooks_recent_deliveries(page: Browser, served: ServerProcess, api:
     assert run_id[:14] in shown
 
 
-@pytest.mark.parametrize("tab", ["runs", "inbox", "library", "schedules", "webhooks", "channels"])
+def test_a_session_shows_its_runs_in_order_and_is_renamed_pinned_archived(
+    page: Browser, served: ServerProcess, api: httpx.Client
+) -> None:
+    first = ok(api.post("/v1/runs", json={"agent": "echo", "prompt": "hi", "user_id": "sue"}))
+    sid = first["session_id"]
+    wait_api("the first turn", lambda: ok(api.get(f"/v1/sessions/{sid}"))["live_run_id"] is None or None)
+    second = ok(api.post(f"/v1/sessions/{sid}/messages", json={"prompt": "again"}))
+    wait_api("the second turn", lambda: ok(api.get(f"/v1/sessions/{sid}"))["live_run_id"] is None or None)
+    page.open(served.url, "sessions", token=TOKEN)
+    page.click(f'#sess-list li[data-session="{sid}"]')
+    page.wait_text("#sess-meta", "2 turns")
+    assert [a.text for a in page.all("#sess-runs a")] == [first["run_id"], second["run_id"]]
+    page.fill("#sess-new-title", "<i>Trip</i>")
+    page.css("#sess-rename button").click()
+    page.wait_text("#sess-title", "<i>Trip</i>")
+    assert page.all("#sess-title i") == []  # text, never HTML
+    page.css("#sess-pin").click()
+    page.wait_text("#sess-pin", "unpin")
+    page.css("#sess-archive").click()
+    page.wait_text("#sess-state", "archived")
+    session = ok(api.get(f"/v1/sessions/{sid}"))
+    assert (session["title"], session["pinned"], session["archived"]) == ("<i>Trip</i>", True, True)
+
+
+@pytest.mark.parametrize("tab", ["runs", "inbox", "library", "schedules", "webhooks", "channels", "sessions"])
 def test_a_phone_viewport_has_no_horizontal_scroll(
     page: Browser, served: ServerProcess, api: httpx.Client, tab: str
 ) -> None:

@@ -1,6 +1,7 @@
 // treadle's web page, the operator's tabs: the library (agent, skill and team defs: create, fork,
 // promote, retire, a diff between two versions), schedules (state, pause/resume/run-now, recent
-// fires), webhooks (recent deliveries) and channels (peek, publish). All over the same API a
+// fires), webhooks (recent deliveries), channels (peek, publish) and sessions (a conversation's runs in
+// order; rename, pin, archive). All over the same API a
 // client uses, with the token and tenant of watch.js (window.treadleUI). Text only, never HTML.
 "use strict";
 
@@ -288,4 +289,61 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     if (done) { $("chan-value").value = ""; await peek(); }
   });
   tabHooks.channels = loadChannels;
+
+  // -- sessions ---------------------------------------------------------------------------------------------
+
+  let sessPicked = null;
+  const patchSession = (id, body) => json(`/v1/sessions/${encodeURIComponent(id)}`,
+    { method: "PATCH", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+
+  async function loadSessions() {
+    const q = new URLSearchParams({ limit: "100" });
+    if ($("sess-user").value.trim()) q.set("user_id", $("sess-user").value.trim());
+    if ($("sess-archived").checked) q.set("archived", "true");
+    try {
+      const body = await json(`/v1/sessions?${q}`);
+      const sessions = [...body.sessions].sort((a, b) => Number(b.pinned) - Number(a.pinned)); // pinned first
+      $("sess-list").replaceChildren(...sessions.map((s) => item({ "data-session": s.id }, () => showSession(s.id),
+        el("span", { class: "agent", text: `${s.pinned ? "★ " : ""}${s.title || s.id}` }),
+        el("span", { class: "meta", text: `${s.agent} · ${s.user_id || "-"} · ${s.run_count} turns${s.archived ? " · archived" : ""}` }))));
+      $("sess-notice").textContent = sessions.length ? "" : "no sessions";
+      if (sessPicked) markSelected("sess-list", "data-session", sessPicked.id);
+    } catch (err) {
+      $("sess-notice").textContent = err.message;
+    }
+  }
+
+  function drawSession(s) {
+    sessPicked = s;
+    markSelected("sess-list", "data-session", s.id);
+    $("sess-detail").hidden = false;
+    $("sess-title").textContent = s.title || s.id;
+    $("sess-state").textContent = s.live_run_id ? "live" : s.archived ? "archived" : "idle";
+    $("sess-state").className = `status ${s.live_run_id ? "running" : s.archived ? "cancelled" : "completed"}`;
+    $("sess-meta").textContent = [s.id, `agent ${s.agent}`, `user ${s.user_id || "-"}`, `${s.run_count} turns`,
+      s.tags.length ? `tags ${s.tags.join(", ")}` : "", `started ${clock(s.created_at)}`].filter(Boolean).join(" · ");
+    $("sess-new-title").value = s.title;
+    $("sess-pin").textContent = s.pinned ? "unpin" : "pin";
+    $("sess-archive").textContent = s.archived ? "unarchive" : "archive";
+    $("sess-summary").textContent = s.summary ? `summary: ${s.summary}` : "";
+    $("sess-runs").replaceChildren(...(s.runs || []).map((id) => el("li", {},
+      el("a", { href: `#${id}`, text: id }), id === s.live_run_id ? el("span", { class: "status running", text: "live" }) : null)));
+  }
+
+  async function showSession(id) {
+    const s = await guard("sess-error", () => json(`/v1/sessions/${encodeURIComponent(id)}`));
+    if (s) drawSession(s);
+  }
+
+  async function change(body) {
+    if (!sessPicked) return;
+    const s = await guard("sess-error", () => patchSession(sessPicked.id, body));
+    if (s) { drawSession(s); await loadSessions(); }
+  }
+
+  $("sess-load").addEventListener("click", loadSessions);
+  $("sess-rename").addEventListener("submit", (e) => { e.preventDefault(); change({ title: $("sess-new-title").value }); });
+  $("sess-pin").addEventListener("click", () => change({ pinned: !sessPicked?.pinned }));
+  $("sess-archive").addEventListener("click", () => change({ archived: !sessPicked?.archived }));
+  tabHooks.sessions = () => { loadSessions(); if (sessPicked) showSession(sessPicked.id); };
 });
