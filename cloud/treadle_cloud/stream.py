@@ -16,6 +16,9 @@ Live text deltas: the worker relays its engine's `text_delta`/`thinking_delta` f
 pokes through Postgres NOTIFY to the runs this process streams (treadle_cloud/live.py), so a reader
 sees the answer as the model writes it, and each commit at once rather than at its next poll.
 
+OpenAI's Responses routes are served here too, so a background response's events
+(`GET /v1/responses/{id}?stream=true&starting_after=N`) reach an OpenAI SDK as its run commits them.
+
 Auth is the API's own: the bearer token from Secrets Manager (the function URL's auth type is
 NONE; every /v1 route refuses a request without the token). A stream ends with the run, or at
 `TREADLE_SSE_BUDGET_SECONDS` (the stack sets the function's timeout minus a margin) with the
@@ -30,6 +33,7 @@ import os
 
 from treadle.api import runs
 from treadle.api.app import create_app
+from treadle.api.openai_compat import responses
 from treadle.domain.tasks import cancel_and_wait
 from treadle_cloud.container import open_cloud_runtime
 from treadle_cloud.env import CloudSettings, export_secrets
@@ -52,7 +56,7 @@ async def serve(cloud: CloudSettings, host: str, port: int) -> None:
         url = listener_url(rt.settings.database_url, cloud.live_db_host)
         listening = asyncio.get_running_loop().create_task(LiveListener(hub, url).run())
     app = create_app(auth_token=rt.settings.auth_token, max_request_bytes=rt.settings.max_request_bytes,
-                     routers=[runs.router], watch_page=False)
+                     routers=[runs.router, responses.router], watch_page=False)
     app.state.runtime = rt
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, lifespan="off", log_level="warning",
                                            access_log=False, timeout_graceful_shutdown=1))

@@ -1,6 +1,7 @@
 """The stream function as the Lambda Web Adapter runs it: `python -m treadle_cloud.stream` (the
 command functions/stream/run.sh execs) as a real process serving HTTP on loopback, read by a real
-HTTP client while the worker commits a run's steps one by one."""
+HTTP client while the worker commits a run's steps one by one; and a background OpenAI response's
+events read through it by the official SDK."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import psycopg
 import pytest
 
@@ -86,6 +88,44 @@ def test_events_reach_a_streaming_client_as_each_step_commits(
         print(f"\nstream function: first event {1000 * (t_first - opened):.0f} ms after the request;"
               f" a step's last event read {', '.join(f'{1000 * lag:.0f}' for lag in lags)} ms after the"
               " worker's invocation returned (negative: before)")
+    finally:
+        api.close()
+        worker.close()
+
+
+def test_a_background_response_streams_through_the_stream_function(
+    stream_url: str, sqs: Any, queue: dict[str, str], cloud_db: str
+) -> None:
+    """The official SDK reads a background response's events from the stream function (not
+    buffered, unlike the API function) while SQS-driven worker invocations step its run: the first
+    events arrive before any step, the last after the run's end, all numbered once, as a replay."""
+    api, worker = LambdaEnv("api"), LambdaEnv("worker")
+    try:
+        resp = api.invoke(http_event("POST", "/v1/responses", headers=AUTH,
+                                     body={"model": "calc", "input": "count", "background": True}))
+        created = json.loads(resp["body"])
+        assert created["status"] == "queued", created
+        events: queues.Queue[Any] = queues.Queue()
+
+        def read() -> None:
+            with openai.OpenAI(base_url=stream_url + "/v1", api_key=API_TOKEN, max_retries=0, timeout=60) as c:
+                for event in c.responses.retrieve(created["id"], stream=True):
+                    events.put(event)
+            events.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        seen = [events.get(timeout=30), events.get(timeout=30)]  # before any worker invocation
+        assert [e.type for e in seen] == ["response.created", "response.in_progress"]
+        esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [worker], batch_size=1)
+        for _ in range(4):  # calc: 3 tool calls, 4 steps
+            assert esm.poll_once(wait_s=1) == 1
+        while (event := events.get(timeout=30)) is not None:
+            seen.append(event)
+        assert seen[-1].type == "response.completed" and seen[-1].response.output_text
+        assert [e.sequence_number for e in seen] == list(range(len(seen)))
+        with openai.OpenAI(base_url=stream_url + "/v1", api_key=API_TOKEN, max_retries=0) as c:
+            again = list(c.responses.retrieve(created["id"], stream=True, starting_after=1))
+        assert [e.model_dump() for e in again] == [e.model_dump() for e in seen[2:]]
     finally:
         api.close()
         worker.close()
