@@ -682,6 +682,46 @@ class Runtime:
         return {"new_session_id": seed.session_id, "seed_run_id": run_id, "events_copied": copied,
                 "compacted": marker is not None}
 
+    async def fork_run(self, tenant_id: str, run_id: str, at_seq: int, *, prompt: str | None = None,
+                       agent: str | None = None, def_id: str | None = None) -> dict[str, Any]:
+        """A new run whose history is `run_id`'s up to `at_seq` (never splitting a tool exchange;
+        portable/fork.py says where it ends and what the first turn is), of the same agent or of
+        `agent` / the AgentDef version `def_id`: a new session seeded with the history (the
+        session's earlier runs and the run's events to the cut: store/sessions.py `seed`, in one
+        statement), continued by the fork. 404 `run_not_found`; 409 `not_forkable` (a sub-agent
+        run: no session); 400 `invalid_at_seq` / `no_user_turn`; 503 `runtime_paused`."""
+        from treadle.domain.events import Done
+        from treadle.errors import Conflict, RunNotFound
+        from treadle.portable.fork import plan_fork
+        from treadle.store.runs import new_run_id, session_id_of
+        from treadle.store.sessions import Seed
+
+        run = await self.runs.get(tenant_id, run_id)
+        if run is None:
+            raise RunNotFound(f"run {run_id!r} not found")
+        if run.session_id is None or run.session_seq is None:
+            raise Conflict("a sub-agent run has no session to fork from: fork its root run", code="not_forkable")
+        plan = plan_fork(await self.runs.events(tenant_id, run_id, limit=100_000), at_seq, prompt)
+        await self.refuse_if_paused()
+        target = agent or run.agent
+        fork = NewRun(tenant_id=tenant_id, agent=target, segments=plan.segments, user_id=run.user_id, def_id=def_id)
+        if is_team_agent(target):  # the version the fork runs (UnknownAgent: 400)
+            await self.teams.pin(fork)
+        else:
+            await self.substrate.pinning.pin(fork)
+        seed_id = new_run_id()
+        done = Done("end_turn", {}, "fork seed")
+        started = {"agent": target, "run_id": seed_id, "user_id": run.user_id, "forked_from": run_id,
+                   "at_seq": plan.cut}
+        seed = Seed(seed_id, session_id_of(seed_id), target, run.user_id, fork.def_id, fork.def_content_sha256,
+                    started, ((done.type, done.to_payload()),))
+        copied = await self.sessions.seed(tenant_id, run.session_id, seed, (run.session_seq, plan.cut))
+        if copied:
+            fork.session_id = seed.session_id
+        new, _ = await self.start_run(fork)
+        return {"run_id": new.id, "status": new.status, "session_id": new.session, "forked_from": run_id,
+                "at_seq": plan.cut, "events_copied": copied, "agent": new.agent, "def_id": new.def_id}
+
     async def recap_session(self, tenant_id: str, session_id: str) -> str:
         """loomcycle's RecapSession (History op=recap): a fresh summary of the whole session —
         every run's turns, compactions applied — written by the session's agent's model without

@@ -41,6 +41,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/runs/{run_id}/events"): R,
     ("GET", "/v1/runs/{run_id}/stream"): R,
     ("POST", "/v1/runs/{run_id}/cancel"): W,
+    ("POST", "/v1/runs/{run_id}/fork"): W,
     ("POST", "/v1/runs/{run_id}/tool_results"): W,
     ("POST", "/v1/runs/{run_id}/input"): W,
     ("GET", "/v1/runs/{run_id}/interrupts"): R,

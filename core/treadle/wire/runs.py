@@ -519,3 +519,31 @@ class TranscriptEvent(Response):
 class Transcript(Response):
     session: SessionInfo
     events: list[TranscriptEvent]
+
+
+class ForkRequest(Request):
+    """POST /v1/runs/{run_id}/fork (issue 36): a new run whose history is this run's up to `at_seq`
+    (moved back so no tool exchange is split). `prompt`: the next user turn after it; absent: the
+    last user turn at or before `at_seq` is asked again. `agent` / `def_id` (an AgentDef version):
+    what the fork runs (default: the run's agent, its active version). `mode`: only `live` (the
+    fork's tools run for real); `replay` (answers from the original's recorded results) is refused
+    with 501 `not_implemented`."""
+
+    at_seq: int
+    prompt: str | None = None
+    agent: str | None = Field(default=None, min_length=1, max_length=128)
+    def_id: str | None = Field(default=None, min_length=1, max_length=128)
+    mode: str = "live"
+
+
+class ForkResult(Response):
+    run_id: str
+    status: RunStatus
+    session_id: str
+    forked_from: str
+    #: where the fork's history ends in the original run (≤ the asked `at_seq`)
+    at_seq: int
+    #: events of the original's session carried into the fork's history
+    events_copied: int
+    agent: str
+    def_id: str | None = None
