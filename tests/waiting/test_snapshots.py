@@ -6,22 +6,21 @@ no secret value (checked against every row of the source database); loomcycle's 
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from tests.mcp.test_tenant_credentials import deployment_key
 from tests.support.db import clone_database, drop_database
 from tests.support.e2e import check_paired, dump_all, query
 from tests.support.tenancy import api, bearer, mint
 from tests.support.waiting import answer, asker, start, status
-from treadle.governance.credentials import KEY_ENV
 
 LOOPER: dict[str, Any] = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 3}}
 AGENTS = {"looper": LOOPER, "asker": asker()}
+__all__ = ["deployment_key"]  # the fixture (a sealing key for tenant credentials), shared
 SECRET = "sk-live-0123456789abcdefSECRET"
 
 
@@ -61,9 +60,8 @@ async def source_with_runs_in_every_state(
 
 
 async def test_a_snapshot_restores_into_another_treadle_and_every_run_goes_on(
-    open_runtime: Any, migrated_db_url: str, target_db: str, monkeypatch: pytest.MonkeyPatch
+    deployment_key: None, open_runtime: Any, migrated_db_url: str, target_db: str
 ) -> None:
-    monkeypatch.setenv(KEY_ENV, base64.b64encode(os.urandom(32)).decode())  # tenant credentials are sealed
     src, _disp, runs = await source_with_runs_in_every_state(open_runtime, migrated_db_url)
     async with api(src) as c:
         r = await c.post(
