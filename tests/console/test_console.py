@@ -15,7 +15,7 @@ import pexpect
 
 from tests.client.served import AGENTS
 from tests.support import db
-from tests.support.e2e import ServerProcess, free_port, write_config
+from tests.support.e2e import ServerProcess, free_port, query, write_config
 from treadle.client import AsyncTreadle
 
 ANSI = re.compile(r"\x1b[\[\]()]")
@@ -47,6 +47,15 @@ def ended(child: pexpect.spawn, status: int) -> str:
     child.close()
     assert child.exitstatus == status, transcript[-2000:]
     return transcript
+
+
+async def interrupted_attach(url: str) -> tuple[str, pexpect.spawn]:
+    """A run parked on its question, attached to (no colour) and sent one Ctrl-C there."""
+    run_id = await waiting_run(url)
+    child = spawn(url, "attach", run_id, NO_COLOR="1")
+    child.expect("Which colour\\?")
+    child.sendintr()
+    return run_id, child
 
 
 async def waiting_run(url: str, agent: str = "asker", **fields: object) -> str:
@@ -136,10 +145,7 @@ async def test_json_lines_on_a_terminal_are_plain(server: ServerProcess) -> None
 
 
 async def test_ctrl_c_once_detaches_and_says_how_to_attach(server: ServerProcess) -> None:
-    run_id = await waiting_run(server.url)
-    child = spawn(server.url, "attach", run_id, NO_COLOR="1")
-    child.expect("Which colour\\?")
-    child.sendintr()
+    run_id, child = await interrupted_attach(server.url)
     child.expect(f"detached: run {run_id} keeps running. Attach again: treadle attach {run_id}")
     ended(child, 130)
     async with AsyncTreadle(server.url) as tl:
@@ -147,10 +153,7 @@ async def test_ctrl_c_once_detaches_and_says_how_to_attach(server: ServerProcess
 
 
 async def test_ctrl_c_twice_cancels_the_run(server: ServerProcess) -> None:
-    run_id = await waiting_run(server.url)
-    child = spawn(server.url, "attach", run_id, NO_COLOR="1")
-    child.expect("Which colour\\?")
-    child.sendintr()
+    run_id, child = await interrupted_attach(server.url)
     child.expect("Ctrl-C again")
     child.sendintr()
     child.expect(f"cancelled run {run_id}")
@@ -204,17 +207,10 @@ async def test_in_process_mode_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         child.sendintr()
         child.expect("stopping the in-process server")
         ended(child, 130)
-        rows = await _query(url, "SELECT status FROM runs")
-        assert rows == [("waiting",)]
+        assert await query(url, "SELECT status FROM runs") == [{"status": "waiting"}]
     finally:
         db.drop_database(admin, url)
 
-
-async def _query(url: str, sql: str) -> list[tuple[object, ...]]:
-    import psycopg
-
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        return await (await conn.execute(sql)).fetchall()
 
 
 def chat(url: str, typed: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -7,12 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
-from tests.support.sidecar import sidecar_client, sidecar_settings
-from tests.support.tenancy import bearer
+from tests.support.sidecar import run_ended, sidecar_client, sidecar_settings
+from tests.support.tenancy import bearer, tenant_user
 from treadle.config import parse_config
-from treadle.testing import until as wait_for
 
 OPERATOR = "op-" + "s3cret"
 AGENTS = {
@@ -29,40 +26,18 @@ AGENTS = {
 }
 
 
-async def mint(c: httpx.AsyncClient, tenant: str, subject: str) -> dict[str, str]:
-    r = await c.post(
-        "/v1/_operatortokendef",
-        headers=bearer(OPERATOR),
-        json={
-            "op": "create",
-            "name": f"{tenant}-{subject}",
-            "tenant_id": tenant,
-            "subject": subject,
-            "scopes": ["substrate:tenant", "runs:create", "runs:read"],
-        },
-    )
-    assert r.status_code == 200, r.text
-    return bearer(r.json()["token"])
-
-
 async def test_documents_over_http(migrated_db_url: str) -> None:
     async with sidecar_client(sidecar_settings(migrated_db_url, token=OPERATOR), parse_config({"agents": AGENTS})) as c:
-        alice, eve = await mint(c, "acme", "alice"), await mint(c, "evil", "eve")
+        operator = bearer(OPERATOR)
+        alice, eve = await tenant_user(c, operator, "acme", "alice"), await tenant_user(c, operator, "evil", "eve")
 
         async def doc(who: dict[str, str], expect: int = 200, **body: Any) -> Any:
             r = await c.post("/v1/_document", json=body, headers=who)
             assert r.status_code == expect, r.text
             return r.json()
 
-        r = await c.post("/v1/runs", headers=alice, json={"agent": "author", "prompt": "go", "user_id": "alice"})
-        assert r.status_code == 202, r.text
-        run_id = r.json()["run_id"]
-
-        async def ended() -> dict[str, Any] | None:
-            run = (await c.get(f"/v1/runs/{run_id}", headers=alice)).json()
-            return run if run["status"] in ("completed", "failed") else None
-
-        assert (await wait_for(ended, 20, interval=0.05, what=run_id))["status"] == "completed"
+        _, run = await run_ended(c, alice, "author", "go", "alice")
+        assert run["status"] == "completed"
         made = await doc(alice, op="get_document", path="/docs/agent")  # scope user by default: alice's
         assert made["title"] == "By agent"
         chunk = await doc(

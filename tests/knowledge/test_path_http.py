@@ -8,12 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
-
-from tests.support.sidecar import sidecar_client, sidecar_settings
-from tests.support.tenancy import bearer
+from tests.support.sidecar import run_ended, sidecar_client, sidecar_settings
+from tests.support.tenancy import bearer, tenant_user
 from treadle.config import parse_config
-from treadle.testing import until as wait_for
 
 OPERATOR = "op-" + "s3cret"
 AGENTS = {
@@ -27,26 +24,12 @@ AGENTS = {
 }
 
 
-async def mint(c: httpx.AsyncClient, tenant: str, subject: str) -> dict[str, str]:
-    r = await c.post(
-        "/v1/_operatortokendef",
-        headers=bearer(OPERATOR),
-        json={
-            "op": "create",
-            "name": f"{tenant}-{subject}",
-            "tenant_id": tenant,
-            "subject": subject,
-            "scopes": ["substrate:tenant", "runs:create", "runs:read"],
-        },
-    )
-    assert r.status_code == 200, r.text
-    return bearer(r.json()["token"])
-
-
 async def test_path_over_http(migrated_db_url: str) -> None:
     settings = sidecar_settings(migrated_db_url, token=OPERATOR)
     async with sidecar_client(settings, parse_config({"agents": AGENTS})) as c:
-        alice, bob, eve = await mint(c, "acme", "alice"), await mint(c, "acme", "bob"), await mint(c, "evil", "eve")
+        operator = bearer(OPERATOR)
+        alice, bob, eve = [await tenant_user(c, operator, tenant, subject)
+                           for tenant, subject in (("acme", "alice"), ("acme", "bob"), ("evil", "eve"))]
 
         async def path(body: dict[str, Any], who: dict[str, str], status: int = 200, **params: str) -> Any:
             r = await c.post("/v1/_path", json=body, headers=who, params=params)
@@ -88,15 +71,8 @@ async def test_path_over_http(migrated_db_url: str) -> None:
         assert (await c.post("/v1/_path", json={"op": "ls"})).status_code == 401
 
         # a run of alice's sees the tree she made over HTTP
-        r = await c.post("/v1/runs", headers=alice, json={"agent": "lister", "prompt": "ls", "user_id": "alice"})
-        assert r.status_code == 202, r.text
-        run_id = r.json()["run_id"]
-
-        async def ended() -> dict[str, Any] | None:
-            run = (await c.get(f"/v1/runs/{run_id}", headers=alice)).json()
-            return run if run["status"] in ("completed", "failed") else None
-
-        assert (await wait_for(ended, 20, interval=0.05, what=run_id))["status"] == "completed"
+        run_id, run = await run_ended(c, alice, "lister", "ls", "alice")
+        assert run["status"] == "completed"
         events = (await c.get(f"/v1/runs/{run_id}/events", headers=alice)).json()["events"]
         (result,) = [json.loads(e["text"]) for e in events if e["type"] == "tool_result"]
         assert [e["full_path"] for e in result["entries"]] == ["/docs/plans"]

@@ -45,6 +45,22 @@ async def sidecar_client(settings: Settings, config: TreadleConfig,
         yield client
 
 
+async def run_ended(c: httpx.AsyncClient, who: dict[str, str], agent: str, prompt: str,
+                    user_id: str) -> tuple[str, dict[str, Any]]:
+    """Start `agent` as `who` (a bearer header) and wait until its run ends (20 s at most): (run
+    id, the run)."""
+    r = await c.post("/v1/runs", headers=who, json={"agent": agent, "prompt": prompt, "user_id": user_id})
+    assert r.status_code == 202, r.text
+    run_id: str = r.json()["run_id"]
+
+    async def ended() -> dict[str, Any] | None:
+        run: dict[str, Any] = (await c.get(f"/v1/runs/{run_id}", headers=who)).json()
+        return run if run["status"] in ("completed", "failed", "cancelled") else None
+
+    found: dict[str, Any] = await wait_for(ended, 20, interval=0.05, what=f"run {run_id}")
+    return run_id, found
+
+
 class Served:
     """A served sidecar as a test calls it: JSON in and out with the status asserted, runs started
     as one user of its own, waited on, streamed as SSE frames."""

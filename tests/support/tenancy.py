@@ -41,3 +41,10 @@ async def mint(c: httpx.AsyncClient, auth: dict[str, str], name: str, *, tenant:
     token = r.json()["token"]
     assert isinstance(token, str) and token.startswith("trd_")
     return token
+
+
+async def tenant_user(c: httpx.AsyncClient, operator: dict[str, str], tenant: str, subject: str) -> dict[str, str]:
+    """The bearer header of user `subject` of `tenant` (minted by `operator`): runs agents and uses
+    the tenant's substrate."""
+    return bearer(await mint(c, operator, f"{tenant}-{subject}", tenant=tenant, subject=subject,
+                             scopes=["substrate:tenant", "runs:create", "runs:read"]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ import httpx
 import pytest
 
 from tests.support.chaos import Replica, write_config
-from tests.support.db import clone_database, drop_database
 from tests.support.e2e import check_paired, execute, query, slow_trigger
 from treadle.testing import until
 
@@ -41,10 +40,9 @@ SLEEPING = "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event = 'PgSle
 
 
 @pytest.fixture
-def db(server_url: str, migrated_template: str) -> Iterator[str]:
-    url = clone_database(server_url, migrated_template, "pausekill")
-    yield url
-    drop_database(server_url, url)
+def db(migrated_db_url: str) -> str:
+    """The served replicas' database (migrated, this test's own)."""
+    return migrated_db_url
 
 
 @contextlib.asynccontextmanager

@@ -1,21 +1,9 @@
 // Drives a served treadle with loomcycle's own TypeScript client (adapters/ts, built from source).
 import { LoomcycleClient } from "../ts/dist/index.js";
+import { assert, check, collect, newUser, report, seg, sleep } from "./checks.mjs";
 
 const c = new LoomcycleClient({ baseUrl: process.env.BASE || "http://127.0.0.1:18787" });
-const user = "u_" + Math.random().toString(16).slice(2, 10);
-const seg = (t) => [{ role: "user", content: [{ type: "trusted-text", text: t }] }];
-const results = [];
-async function check(name, fn) {
-  try {
-    const note = await fn();
-    results.push([name, note && note.startsWith("PARTIAL") ? "partial" : "ok", note || ""]);
-  } catch (e) {
-    results.push([name, "fail", String(e && e.message || e).slice(0, 160)]);
-  }
-}
-const collect = async (it, stopAt) => { const out = []; for await (const ev of it) { out.push(ev); if (stopAt && stopAt(ev)) break; } return out; };
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const assert = (cond, msg) => { if (!cond) throw new Error("assert: " + msg); };
+const user = newUser();
 
 let runId, agentId;
 await check("health", async () => { const h = await c.health(); assert(h.ok, JSON.stringify(h)); });
@@ -134,7 +122,4 @@ await check("compactRun", async () => { await c.compactRun(runId); });
 await check("whoami", async () => { await c.whoami(); });
 await check("listMemoryScopes", async () => { await c.listMemoryScopes(); });
 
-for (const [n, s, note] of results) console.log(`${s.padEnd(7)} ${n}${note ? "  — " + note : ""}`);
-const count = (s) => results.filter((r) => r[1] === s).length;
-console.log(`\n${count("ok")} ok, ${count("partial")} partial, ${count("fail")} fail of ${results.length}`);
-process.exit(0);
+report();

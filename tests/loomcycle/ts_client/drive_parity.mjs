@@ -2,17 +2,10 @@
 // from source) against a served treadle whose yaml has agents echo, asker (an Interruption) and
 // channels news (global) and inbox (user scope); see README.md.
 import { LoomcycleClient } from "../ts/dist/index.js";
+import { assert, check, newUser, report, seg, sleep } from "./checks.mjs";
 
 const c = new LoomcycleClient({ baseUrl: process.env.BASE || "http://127.0.0.1:18807" });
-const user = "u_" + Math.random().toString(16).slice(2, 10);
-const seg = (t) => [{ role: "user", content: [{ type: "trusted-text", text: t }] }];
-const results = [];
-async function check(name, fn) {
-  try { await fn(); results.push([name, "ok", ""]); }
-  catch (e) { results.push([name, "fail", String(e && e.message || e).slice(0, 200)]); }
-}
-const assert = (cond, msg) => { if (!cond) throw new Error("assert: " + msg); };
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const user = newUser();
 
 await check("cancelTurn on a non-interactive run → 409 not_interactive, the run goes on", async () => {
   const it = c.runStreaming({ agent: "asker", segments: seg("ask"), userId: user })[Symbol.asyncIterator]();
@@ -67,7 +60,4 @@ await check("subscribeChannel waitMs", async () => {
   assert(JSON.stringify(s.messages).includes("late"), JSON.stringify(s));
 });
 
-for (const [n, s, note] of results) console.log(`${s.padEnd(5)} ${n}${note ? "  — " + note : ""}`);
-const count = (s) => results.filter((r) => r[1] === s).length;
-console.log(`\n${count("ok")} ok, ${count("fail")} fail of ${results.length}`);
-process.exit(0);
+report();

@@ -4,17 +4,10 @@
 // takes 400 ms). tests/loomcycle/test_ts_client.py runs it; README.md says how by hand.
 const { LoomcycleClient, SessionNotFoundError, SessionBusyError } =
   await import((process.env.LOOMCYCLE_TS || "../ts") + "/dist/index.js");
+const { assert, check, collect, newUser, report, seg } = await import("./checks.mjs");
 
 const c = new LoomcycleClient({ baseUrl: process.env.BASE || "http://127.0.0.1:18817", authToken: process.env.TOKEN });
-const user = "u_" + Math.random().toString(16).slice(2, 10);
-const seg = (t) => [{ role: "user", content: [{ type: "trusted-text", text: t }] }];
-const results = [];
-async function check(name, fn) {
-  try { await fn(); results.push([name, "ok", ""]); }
-  catch (e) { results.push([name, "fail", String(e && e.stack || e).slice(0, 400)]); }
-}
-const assert = (cond, msg) => { if (!cond) throw new Error("assert: " + msg); };
-async function collect(iter) { const out = []; for await (const ev of iter) out.push(ev); return out; }
+const user = newUser();
 const texts = (evs) => evs.filter((e) => e.type === "text").map((e) => e.text);
 
 let sessionId, thirdRun;
@@ -62,7 +55,4 @@ await check("continueSession while a run of the session is live → SessionBusyE
   for (;;) { const { done } = await it.next(); if (done) break; }
 });
 
-for (const [name, status, detail] of results) console.log(`${status} ${name}${detail ? ": " + detail : ""}`);
-const failed = results.filter((r) => r[1] !== "ok").length;
-console.log(`${results.length - failed} ok, ${failed} fail of ${results.length}`);
-process.exit(failed ? 1 : 0);
+report();

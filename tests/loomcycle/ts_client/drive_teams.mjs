@@ -2,14 +2,9 @@
 // built from source): the 7 team methods, and a refused graph as the client's typed error.
 // The served treadle needs agents `echo` and `echo2` (model echo); see README.md.
 import { LoomcycleClient, SubstrateToolRefusedError } from "../ts/dist/index.js";
+import { assert, check, report } from "./checks.mjs";
 
 const c = new LoomcycleClient({ baseUrl: process.env.BASE || "http://127.0.0.1:18787" });
-const results = [];
-async function check(name, fn) {
-  try { const note = await fn(); results.push([name, "ok", note || ""]); }
-  catch (e) { results.push([name, "fail", String(e && e.message || e).slice(0, 200)]); }
-}
-const assert = (cond, msg) => { if (!cond) throw new Error("assert: " + msg); };
 const team = "ts-team-" + Math.random().toString(16).slice(2, 8);
 const graph = {
   entry: "write", max_iterations: 2,
@@ -57,7 +52,4 @@ await check("listTeams (after)", async () => {
 });
 await check("deleteTeam", async () => { const r = await c.deleteTeam(team); assert(r.deleted === true && r.name === team, JSON.stringify(r)); });
 
-for (const [n, s, note] of results) console.log(`${s.padEnd(7)} ${n}${note ? "  — " + note : ""}`);
-const count = (s) => results.filter((r) => r[1] === s).length;
-console.log(`\n${count("ok")} ok, ${count("fail")} fail of ${results.length}`);
-process.exit(count("fail") ? 1 : 0);
+report();
