@@ -212,7 +212,6 @@ async def test_in_process_mode_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         db.drop_database(admin, url)
 
 
-
 def chat(url: str, typed: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`treadle chat chat …` with `typed` on its stdin."""
     return subprocess.run([sys.executable, "-m", "treadle.cli.main", "chat", "chat", *args], input=typed,
