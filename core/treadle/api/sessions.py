@@ -230,7 +230,7 @@ async def caller_history(rt: Runtime, who: Principal, body: HistoryRequest) -> d
     if body.scope == "self":
         raise BadRequest("scope: self names an agent's own chats; over HTTP use tenant or user", code="bad_request")
     try:
-        return await History(rt.pool, who.tenant_id, None, who.subject, ("tenant", "user"), rt).dispatch(
-            body.op, args)
+        return await History(rt.pool, who.tenant_id, None, who.subject, ("tenant", "user"), rt,
+                             rt.substrate.memory.embedder).dispatch(body.op, args)
     except ChatNotFound as exc:
         raise NotFound(exc.message, code="session_not_found") from None

@@ -9,7 +9,9 @@ loomcycle's `global` (cross-tenant) is refused: treadle's tools never read anoth
 ops: list, get (`format: markdown` renders the transcript), search (full-text over title,
 description, summary, tags and the chat's text), rename, annotate (description, tags), pin,
 archive, resume (a continuation handle: continue with POST /v1/sessions/{id}/messages), related
-(chats sharing words with a chat or a query; full-text, the embedder is not used yet), recap (a
+(chats near a chat or a query: by meaning when an embedder is configured — each chat's title,
+summary and description embedded, lazily, by `related` itself (migration 0052) — else chats sharing
+words, full-text), recap (a
 fresh summary of the whole chat by its agent's model, stored as the chat's `summary`: loomcycle's
 RecapSession, `Runtime.recap_session`). A recap call is an external effect (a model call is never
 made inside the step's transaction); it is idempotent — a re-run after a crash writes a summary
@@ -18,19 +20,23 @@ again. The other ops write inside the step's transaction.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
 from treadle.domain.events import EventType
+from treadle.embeddings.base import Embedder
 from treadle.errors import ToolError, TreadleError
 from treadle.ports import SessionRecapper
 from treadle.store.db import Pool
-from treadle.store.sessions import HistoryFilter, SessionHistory, SessionStore
+from treadle.store.sessions import HistoryFilter, SessionHistory, SessionStore, embed_text
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 OPS = ("list", "get", "search", "rename", "annotate", "pin", "archive", "resume", "related", "recap")
 SCOPES = ("self", "user", "tenant")
 MAX_LIMIT = 100
+#: related by meaning ranks at most this many of the fold's newest described chats
+RELATED_CANDIDATES = 500
 
 
 class ChatNotFound(ToolError):
@@ -79,8 +85,9 @@ class HistoryTool:
 
     @staticmethod
     def effects_for(args: dict[str, Any]) -> ToolEffects:
-        """recap calls a model: outside the step's transaction; the other ops commit with the step."""
-        return "external" if args.get("op") == "recap" else "transactional"
+        """recap calls a model and related may call the embedder: outside the step's transaction;
+        the other ops commit with the step."""
+        return "external" if args.get("op") in ("recap", "related") else "transactional"
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         allowed = tuple(getattr(ctx.agent_config, "history_scope", ()) or ())
@@ -90,7 +97,7 @@ class HistoryTool:
         if op not in OPS:
             raise ToolError(f"History: op must be one of {', '.join(OPS)}")
         history = History(ctx.services.runs.pool, ctx.tenant_id, ctx.agent, ctx.user_id, allowed,
-                          ctx.services.recapper)
+                          ctx.services.recapper, ctx.services.vector_memory.embedder)
         try:
             return ToolResult.json(await history.dispatch(str(op), args))
         except ToolError:
@@ -104,10 +111,12 @@ class History:
     and `user_id` are the caller's (the run's), never the request's."""
 
     def __init__(self, pool: Pool, tenant_id: str, agent: str | None, user_id: str | None,
-                 allowed: tuple[str, ...], recapper: SessionRecapper | None = None) -> None:
+                 allowed: tuple[str, ...], recapper: SessionRecapper | None = None,
+                 embedder: Embedder | None = None) -> None:
         self.tenant_id, self.agent, self.user_id = tenant_id, agent, user_id
         self.allowed = allowed
         self.recapper = recapper
+        self.embedder = embedder
         self.sessions = SessionStore(pool)
         self.history = SessionHistory(pool)
 
@@ -150,6 +159,8 @@ class History:
         if op == "list":
             chats = await self.history.list_chats(tenant, self.fold(args), limit, int(args.get("offset") or 0))
             return {"chats": chats, "count": len(chats)}
+        if op == "related" and self.embedder is not None:
+            return await self.related_by_meaning(args, limit)
         if op in ("search", "related"):
             f = self.fold(args)
             query, exclude = _str(args, "query"), None
@@ -205,6 +216,43 @@ class History:
         assert updated is not None
         return updated.to_api()
 
+    async def related_by_meaning(self, args: dict[str, Any], limit: int) -> dict[str, Any]:
+        """loomcycle's related: the chats whose title, summary and description are nearest (cosine)
+        to a chat's own or to `query`; a chat whose text changed since it was embedded (or never
+        was) is embedded first, in one call."""
+        embedder = self.embedder
+        assert embedder is not None
+        f = self.fold(args)
+        source_id = _str(args, "session_id")
+        if source_id:
+            source = await self.one(args)
+            text = embed_text(source.get("title"), source.get("summary"), source.get("description"))
+            if not text:
+                raise ToolError("History.related: the chat has no title, summary or description to match on "
+                                "(recap or annotate it first)")
+        else:
+            text = (_str(args, "query") or "").strip()
+            if not text:
+                raise ToolError("History.related: query is required (or session_id)")
+        candidates = await self.history.embedding_candidates(self.tenant_id, f, embedder.model, RELATED_CANDIDATES,
+                                                             exclude=source_id)
+        stale = [(chat["id"], t) for chat, t, vec in candidates if vec is None]
+        vectors = await embedder.embed([text, *(t for _, t in stale)], "document")
+        fresh = {sid: vec for (sid, _), vec in zip(stale, vectors[1:], strict=True)}
+        if stale:
+            await self.history.store_embeddings(self.tenant_id, embedder.model,
+                                                [(sid, t, fresh[sid]) for sid, t in stale])
+        ranked = sorted(((_cosine(vectors[0], vec if vec is not None else fresh[chat["id"]]), chat)
+                         for chat, _, vec in candidates), key=lambda p: -p[0])
+        chats = [{**chat, "score": round(score, 6)} for score, chat in ranked[:limit]]
+        out: dict[str, Any] = {"chats": chats, "count": len(chats), "ranking": "embedding",
+                               "model": embedder.model}
+        if source_id:
+            out["source_session_id"] = source_id
+        else:
+            out["query"] = text
+        return out
+
     async def get(self, chat: dict[str, Any], fmt: str) -> dict[str, Any]:
         events = []
         after = (-1, 0)
@@ -235,6 +283,14 @@ def _markdown(chat: dict[str, Any], events: list[dict[str, Any]]) -> str:
         elif e["type"] == EventType.CONTEXT_COMPACTION:
             lines += ["*(the conversation was compacted here)*", ""]
     return "\n".join(lines)
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    if len(a) != len(b):
+        return 0.0
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
 
 
 def _str(args: dict[str, Any], key: str) -> str | None:

@@ -306,6 +306,45 @@ class SessionHistory:
             return [_history_row(r) for r in await cur.fetchall()]
 
 
+    async def embedding_candidates(self, tenant_id: str, f: HistoryFilter, model: str, limit: int,
+                                   exclude: str | None = None) -> list[tuple[dict[str, Any], str, list[float] | None]]:
+        """The newest chats of the fold that have a text to embed (title, summary, description):
+        each as a History row, its text, and its stored vector of `model` if that text is the one
+        it was made from (None: to embed)."""
+        where, params = f.where(tenant_id)
+        if exclude is not None:
+            where += " AND s.id <> %s"
+            params.append(exclude)
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT {_HISTORY_COLUMNS}{_AGGREGATES}, x.source_text AS embedded_text, x.embedding"
+                f" FROM sessions s LEFT JOIN session_embeddings x ON x.session_id = s.id AND x.model = %s"
+                f" WHERE {where} AND coalesce(s.title, '') || coalesce(s.summary, '') || coalesce(s.description, '')"
+                " <> '' ORDER BY s.updated_at DESC, s.id DESC LIMIT %s", (model, *params, limit))
+            rows = await cur.fetchall()
+        out: list[tuple[dict[str, Any], str, list[float] | None]] = []
+        for r in rows:
+            embedded, vector = r.pop("embedded_text"), r.pop("embedding")
+            text = embed_text(r.get("title"), r.get("summary"), r.get("description"))
+            out.append((_history_row(r), text, vector if embedded == text else None))
+        return out
+
+    async def store_embeddings(self, tenant_id: str, model: str, rows: list[tuple[str, str, list[float]]]) -> None:
+        """(session_id, text, vector) of `model`, replacing what each chat had."""
+        async with self.pool.connection() as conn:
+            for session_id, text, vector in rows:
+                await conn.execute(
+                    "INSERT INTO session_embeddings (session_id, tenant_id, model, source_text, embedding)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET model = excluded.model,"
+                    " source_text = excluded.source_text, embedding = excluded.embedding, updated_at = now()",
+                    (session_id, tenant_id, model, text, vector))
+
+
+def embed_text(title: str | None, summary: str | None, description: str | None) -> str:
+    """What a chat's embedding is made from (loomcycle's sessionEmbedText)."""
+    return "\n".join(t for t in ((title or "").strip(), (summary or "").strip(), (description or "").strip()) if t)
+
+
 def _history_row(row: dict[str, Any]) -> dict[str, Any]:
     aggregates = row.pop("aggregates", None) or {}
     score = row.pop("score", None)
