@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,6 @@ import httpx
 import pytest
 
 from tests.support.chaos import Replica, write_config
-from tests.support.db import clone_database, drop_database
 from tests.support.e2e import check_paired, execute, query, slow_trigger
 from tests.support.tenancy import api
 from tests.support.waiting import start
@@ -25,13 +23,6 @@ pytestmark = pytest.mark.e2e
 
 LOOPER: dict[str, Any] = {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 2}}
 SLEEPING = "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()"
-
-
-@pytest.fixture
-def target_db(server_url: str, migrated_template: str) -> Iterator[str]:
-    url = clone_database(server_url, migrated_template, "snapkill")
-    yield url
-    drop_database(server_url, url)
 
 
 async def test_a_restore_killed_half_way_leaves_nothing_and_restores_whole_after_the_restart(

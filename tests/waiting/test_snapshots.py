@@ -7,13 +7,10 @@ no secret value (checked against every row of the source database); loomcycle's 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from tests.mcp.test_tenant_credentials import deployment_key
-from tests.support.db import clone_database, drop_database
 from tests.support.e2e import check_paired, dump_all, query
 from tests.support.tenancy import api, bearer, mint
 from tests.support.waiting import answer, asker, start, status
@@ -22,13 +19,6 @@ LOOPER: dict[str, Any] = {"model": "tool-caller", "tools": ["Memory"], "mock": {
 AGENTS = {"looper": LOOPER, "asker": asker()}
 __all__ = ["deployment_key"]  # the fixture (a sealing key for tenant credentials), shared
 SECRET = "sk-live-0123456789abcdefSECRET"
-
-
-@pytest.fixture
-def target_db(server_url: str, migrated_template: str) -> Iterator[str]:
-    url = clone_database(server_url, migrated_template, "snaptarget")
-    yield url
-    drop_database(server_url, url)
 
 
 async def _statuses(rt: Any, run_ids: list[str]) -> dict[str, str]:
