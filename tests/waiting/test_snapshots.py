@@ -178,3 +178,42 @@ async def test_a_paused_runtime_snapshot_resumes_on_a_running_target_and_refusal
         assert out["paused_runs_restored"] == 1 and out["paused_runs_resumed"] == 1  # this runtime runs: woken
     await ddisp.drain()
     assert await status(dst, run_id) == "completed"
+
+
+async def test_the_mcp_snapshot_tools_take_loomcycles_arguments_and_answer_its_shapes(
+    open_runtime: Any, migrated_db_url: str, target_db: str
+) -> None:
+    from treadle.api.mcp.tools import call_tool
+    from treadle.security.principal import Principal
+
+    operator = Principal("default", "operator")
+    src, _disp, runs = await source_with_runs_in_every_state(open_runtime, migrated_db_url)
+    made = await call_tool(src, operator, "create_snapshot", {"description": "via mcp", "include_history": True})
+    assert not made.is_error and made.structured_content is not None, made
+    desc = made.structured_content
+    assert desc["description"] == "via mcp" and desc["includes_history"] is True and desc["format_version"] == "1"
+    sid = desc["snapshot_id"]
+    listed = (await call_tool(src, operator, "list_snapshots", {})).structured_content
+    assert listed is not None and [s["snapshot_id"] for s in listed["snapshots"]] == [sid]
+    got = (await call_tool(src, operator, "get_snapshot", {"snapshot_id": sid})).structured_content
+    exported = (await call_tool(src, operator, "export_snapshot", {"snapshot_id": sid})).structured_content
+    assert got is not None and exported is not None and exported["raw_json"] == got["json_content"]
+    missing = await call_tool(src, operator, "get_snapshot", {"snapshot_id": "snap_0_none"})
+    assert missing.is_error and missing.structured_content is not None
+    assert missing.structured_content["code"] == "snapshot_not_found"
+    both = await call_tool(src, operator, "restore_snapshot", {"snapshot_id": sid, "raw_json": {}})
+    assert both.is_error  # exactly one source
+
+    dst, disp = await open_runtime(AGENTS, url=target_db)
+    restored = await call_tool(
+        dst, operator, "restore_snapshot", {"raw_json": exported["raw_json"], "include_history": True}
+    )
+    assert not restored.is_error and restored.structured_content is not None, restored
+    assert restored.structured_content["restored"]["runs"] == 4
+    await disp.drain()
+    assert await status(dst, runs["midway"]) == "completed" and await status(dst, runs["parked"]) == "waiting"
+    acme = await call_tool(src, Principal("acme", "a"), "list_snapshots", {})  # a tenant admin: its own only
+    assert acme.structured_content == {"snapshots": []}
+    gone = (await call_tool(src, operator, "delete_snapshot", {"snapshot_id": sid})).structured_content
+    assert gone == {"deleted": True, "snapshot_id": sid}
+    assert (await call_tool(src, operator, "list_snapshots", {})).structured_content == {"snapshots": []}

@@ -19,6 +19,7 @@ from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.tenantscope import focused_tenant
 from treadle.errors import BadRequest
 from treadle.portable.snapshots import CaptureOptions, capture, get
+from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.store.snapshots import SnapshotRow, canonical
 from treadle.wire import SnapshotCreate, SnapshotFull, SnapshotList, SnapshotMeta, SnapshotRestore, SnapshotRestored
@@ -26,15 +27,35 @@ from treadle.wire import SnapshotCreate, SnapshotFull, SnapshotList, SnapshotMet
 router = APIRouter(prefix="/v1", tags=["operations"], route_class=LazyAPIRoute)
 
 
-def _tenant(who: Principal) -> str | None:
+def caller_tenant(who: Principal) -> str | None:
     """None: the operator's whole runtime; else the tenant admin's own tenant."""
     return focused_tenant(who, None, doing="snapshots")
+
+
+def parse_since(value: str | None) -> datetime | None:
+    """An RFC 3339 time (`include_history_since`, MCP `since_ts`); 400 `invalid_since`."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRequest("include_history_since must be RFC3339", code="invalid_since") from None
+
+
+async def capture_and_save(
+    rt: Runtime, who: Principal, *, label: str | None, include_history: bool, since: datetime | None, max_bytes: int
+) -> SnapshotRow:
+    """Capture the caller's snapshot (portable/snapshots.py) and keep it (the route and the MCP tool)."""
+    opts = CaptureOptions(label, include_history, since, max_bytes, f"treadle {__version__}")
+    row = await capture(rt.snapshots, caller_tenant(who), opts)
+    await rt.snapshots.save(row)
+    return row
 
 
 def _meta(row: SnapshotRow) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": row.id,
-        "created_at": _ts(row.created_at),
+        "created_at": snapshot_time(row.created_at),
         "schema_version": row.schema_version,
         "byte_size": row.byte_size,
     }
@@ -45,7 +66,7 @@ def _meta(row: SnapshotRow) -> dict[str, Any]:
     return out
 
 
-def _ts(at: datetime) -> str:
+def snapshot_time(at: datetime) -> str:
     """loomcycle's 2006-01-02T15:04:05.000Z."""
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
@@ -60,19 +81,14 @@ def _ts(at: datetime) -> str:
 async def create_snapshot(rt: Rt, who: Who, body: SnapshotCreate | None = None) -> dict[str, Any]:
     """Capture a snapshot. 413 `snapshot_too_large` past `max_bytes`; 400 `invalid_since`."""
     body = body or SnapshotCreate()
-    since = None
-    if body.include_history_since:
-        try:
-            since = datetime.fromisoformat(body.include_history_since.replace("Z", "+00:00"))
-        except ValueError:
-            raise BadRequest("include_history_since must be RFC3339", code="invalid_since") from None
-    tenant = _tenant(who)
-    row = await capture(
-        rt.snapshots,
-        tenant,
-        CaptureOptions(body.label, body.include_history, since, body.max_bytes, f"treadle {__version__}"),
+    row = await capture_and_save(
+        rt,
+        who,
+        label=body.label,
+        include_history=body.include_history,
+        since=parse_since(body.include_history_since),
+        max_bytes=body.max_bytes,
     )
-    await rt.snapshots.save(row)
     return _meta(row)
 
 
@@ -86,7 +102,7 @@ async def list_snapshots(
         if not limit.isdigit():
             raise BadRequest("limit must be a non-negative integer", code="invalid_limit")
         n = int(limit) or 200
-    rows = await rt.snapshots.list(_tenant(who), label_contains, n)
+    rows = await rt.snapshots.list(caller_tenant(who), label_contains, n)
     return {"entries": [_meta(r) for r in rows]}
 
 
@@ -98,7 +114,7 @@ async def list_snapshots(
 )
 async def get_snapshot(snapshot_id: str, rt: Rt, who: Who) -> dict[str, Any]:
     """The metadata and the whole document. 404 `snapshot_not_found`."""
-    row = await get(rt.snapshots, _tenant(who), snapshot_id)
+    row = await get(rt.snapshots, caller_tenant(who), snapshot_id)
     return {**_meta(row), "json_content": row.json_content}
 
 
@@ -107,7 +123,7 @@ async def get_snapshot(snapshot_id: str, rt: Rt, who: Who) -> dict[str, Any]:
 )
 async def export_snapshot(snapshot_id: str, rt: Rt, who: Who) -> Response:
     """The document alone, as a download (`Content-Disposition: attachment; filename="<id>.json"`)."""
-    row = await get(rt.snapshots, _tenant(who), snapshot_id)
+    row = await get(rt.snapshots, caller_tenant(who), snapshot_id)
     name = "".join("_" if c in '"\r\n' else c for c in row.id)
     return Response(
         canonical(row.json_content),
@@ -119,7 +135,7 @@ async def export_snapshot(snapshot_id: str, rt: Rt, who: Who) -> Response:
 @router.delete("/_snapshots/{snapshot_id}", status_code=204, responses=errors(*AUTHED))
 async def delete_snapshot(snapshot_id: str, rt: Rt, who: Who) -> Response:
     """Idempotent: 204 whether or not it existed (loomcycle's)."""
-    await rt.snapshots.delete(_tenant(who), snapshot_id)
+    await rt.snapshots.delete(caller_tenant(who), snapshot_id)
     return Response(status_code=204)
 
 
@@ -135,6 +151,6 @@ async def restore_snapshot(snapshot_id: str, rt: Rt, who: Who, body: SnapshotRes
     422 `snapshot_version_too_new` / `snapshot_version_unknown` / `snapshot_checksum_mismatch` /
     `snapshot_invalid` / `snapshot_other_tenant`; 404 `snapshot_not_found`."""
     body = body or SnapshotRestore()
-    tenant = _tenant(who)
+    tenant = caller_tenant(who)
     doc = body.json_doc if body.json_doc is not None else (await get(rt.snapshots, tenant, snapshot_id)).json_content
     return await rt.restore_snapshot(doc, tenant, include_history=body.include_history)

@@ -23,6 +23,7 @@ from treadle.api.auth import may_call_tool, principal_view, tool_scope
 from treadle.api.mcp import (
     loomtools,  # noqa: F401  (registers loomcycle's channel, hook and run-state tools)
     sessiontools,  # noqa: F401  (registers history, compact_run, replay_session)
+    snapshottools,  # noqa: F401  (registers loomcycle's six snapshot tools)
 )
 from treadle.api.mcp.join import outcome, settle
 from treadle.api.mcp.registry import TOOLS, Handler, MetaTool, _Args, tool
