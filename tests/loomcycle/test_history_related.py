@@ -98,6 +98,11 @@ async def test_related_ranks_by_meaning_and_reembeds_a_changed_chat(http: httpx.
             await conn.execute("SELECT source_text FROM session_embeddings WHERE session_id = %s", (ids["pipe"],))
         ).fetchone()
     assert row is not None and row[0].startswith("Weekend trip")
+    # search with an embedder: full-text and meaning fused — a query sharing no word still finds
+    hybrid = await op(http, op="search", query="vacation", tag=tag)
+    assert hybrid["ranking"] == "hybrid" and hybrid["chats"][0]["id"] == ids["france"], hybrid["chats"]
+    abroad = await op(http, op="search", query="holidays abroad sightseeing", tag=tag)
+    assert abroad["chats"][0]["id"] in (ids["france"], ids["paris"], ids["pipe"]), abroad["chats"]  # no word shared
     # a chat with nothing to match on
     bare = (await chat(http, "chat", "x", user))["session_id"]
     assert "recap or annotate" in (await op(http, 422, op="related", session_id=bare))["error"]

@@ -9,7 +9,8 @@ loomcycle's `global` (cross-tenant) is refused: treadle's tools never read anoth
 ops: list, get (`format: markdown` renders the transcript), search (full-text over title,
 description, summary, tags and the chat's text), rename, annotate (description, tags), pin,
 archive, resume (a continuation handle: continue with POST /v1/sessions/{id}/messages), related
-(chats near a chat or a query: by meaning when an embedder is configured — each chat's title,
+(chats near a chat or a query: by meaning when an embedder is configured; `search` then fuses its
+full-text ranking with the meaning's, reciprocal rank fusion — each chat's title,
 summary and description embedded, lazily, by `related` itself (migration 0052) — else chats sharing
 words, full-text), recap (a
 fresh summary of the whole chat by its agent's model, stored as the chat's `summary`: loomcycle's
@@ -85,9 +86,9 @@ class HistoryTool:
 
     @staticmethod
     def effects_for(args: dict[str, Any]) -> ToolEffects:
-        """recap calls a model and related may call the embedder: outside the step's transaction;
-        the other ops commit with the step."""
-        return "external" if args.get("op") in ("recap", "related") else "transactional"
+        """recap calls a model, related and search may call the embedder: outside the step's
+        transaction; the other ops commit with the step."""
+        return "external" if args.get("op") in ("recap", "related", "search") else "transactional"
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         allowed = tuple(getattr(ctx.agent_config, "history_scope", ()) or ())
@@ -172,6 +173,10 @@ class History:
             if not query:
                 raise ToolError(f"History.{op}: query is required" + (" (or session_id)" if op == "related" else ""))
             chats = await self.history.search(tenant, f, query, limit, any_term=op == "related", exclude=exclude)
+            if op == "search" and self.embedder is not None:  # and by meaning: the two rankings fused
+                near = (await self.related_by_meaning({**args, "session_id": None}, limit))["chats"]
+                fused = _fuse(chats, near, limit=limit)
+                return {"chats": fused, "count": len(fused), "ranking": "hybrid"}
             return {"chats": chats, "count": len(chats), "ranking": "full-text"}
         chat = await self.one(args)
         sid = chat["id"]
@@ -283,6 +288,18 @@ def _markdown(chat: dict[str, Any], events: list[dict[str, Any]]) -> str:
         elif e["type"] == EventType.CONTEXT_COMPACTION:
             lines += ["*(the conversation was compacted here)*", ""]
     return "\n".join(lines)
+
+
+def _fuse(*rankings: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """Reciprocal rank fusion (k = 60) of rankings of chats: a chat high in either ranks high."""
+    score: dict[str, float] = {}
+    chat: dict[str, dict[str, Any]] = {}
+    for ranking in rankings:
+        for rank, c in enumerate(ranking):
+            score[c["id"]] = score.get(c["id"], 0.0) + 1 / (60 + rank + 1)
+            chat.setdefault(c["id"], c)
+    best = sorted(score, key=lambda i: -score[i])[:limit]
+    return [{**chat[i], "score": round(score[i], 6)} for i in best]
 
 
 def _cosine(a: list[float], b: list[float]) -> float:
