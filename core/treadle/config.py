@@ -239,6 +239,26 @@ class UserTierConfig(BaseModel):
     max_fallback_attempts: int | None = Field(default=None, ge=0, le=32)
 
 
+class AgentChannelACL(BaseModel):
+    """loomcycle's per-agent Channel allowlists (`channels: {publish: [...], subscribe: [...]}`):
+    each entry a channel name or a `prefix/*` wildcard (domain/channelacl.py). With the block, a side
+    left empty allows nothing on that side (loomcycle's default-deny); without it, the agent may use
+    every channel of its tenant (treadle's rule, docs/loomcycle.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    publish: list[str] = []
+    subscribe: list[str] = []
+
+    @field_validator("publish", "subscribe")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        for pat in v:
+            wildcard_ok = "*" not in pat or (pat.endswith("/*") and pat.count("*") == 1)
+            if not pat.strip() or ".." in pat or "//" in pat or not wildcard_ok:
+                raise ValueError(f"{pat!r}: a channel name, or a prefix ending in /* (no '..', '//' or other '*')")
+        return v
+
+
 class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     provider: str = "mock"
@@ -268,6 +288,8 @@ class AgentConfig(BaseModel):
     # SQL memory (loomcycle's sql_scopes, default-deny): the scopes its Memory sql_* ops may use,
     # and a byte quota per scope overriding memory.sql.quota_bytes
     sql_scopes: list[Literal["agent", "user", "run", "tenant"]] = []
+    # loomcycle's per-agent Channel allowlists (None: every channel of the tenant)
+    channels: AgentChannelACL | None = None
     sql_quota_bytes: int | None = Field(default=None, ge=8192)
     # sub-agents (tool Agent): how many children of one call run at once
     max_concurrent_children: int = Field(default=4, ge=1, le=32)

@@ -13,6 +13,7 @@ from typing import Any
 from treadle.defs.gates import UNRESTRICTED_WHEN_ABSENT, NameGate
 from treadle.defs.lifecycle import CORE_OPS
 from treadle.defs.tooling import def_tool_schema, run_op
+from treadle.domain.channelacl import acl_grants
 from treadle.specs.volumes import binding_grants
 from treadle.substrate.agentdefs import GRANT_FIELDS
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
@@ -30,6 +31,8 @@ def name_gate(ctx: ToolContext, field: str, own: frozenset[str], grant_fields: t
         held = getattr(cfg, f, None)
         if f == "volumes":
             held = binding_grants(held or [])  # as AgentDefFamily.granted compares them
+        elif f == "channels":
+            held = acl_grants(held.model_dump() if held is not None else None)
         grants[f] = None if held is None and f in UNRESTRICTED_WHEN_ABSENT else frozenset(held or ())
     return NameGate(scopes=scopes, field=field, own=own, grants=grants)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from treadle.builtins.args import refuse_fields, refuse_unknown, ttl_arg
+from treadle.domain.channelacl import Side, channel_allowed, refusal
 from treadle.errors import ToolError, TreadleError
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key, parse_deliver_at
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
@@ -71,7 +72,8 @@ class ChannelTool:
             refuse_fields(args, ("ttl", "ttl_seconds", "deliver_at"), "Channel", op, "publish and broadcast")
         try:
             if op == "list_channels":
-                return ToolResult.json({"channels": [d.to_api() for d in await store.list_defs(ctx.tenant_id)]})
+                return await _list(ctx, store)
+            _check_acl(ctx, op, args)
             if op in ("publish", "broadcast"):
                 return await self._publish(ctx, store, args, op)
             if op == "await":
@@ -166,6 +168,32 @@ class ChannelTool:
             {"satisfied": satisfied, "timed_out": not satisfied and wait_ms > 0, "mode": mode, "fired": fired,
              "counts": counts}
         )
+
+
+async def _list(ctx: ToolContext, store: ChannelStore) -> ToolResult:
+    """The tenant's channels — with an allowlist, those the agent may use on either side, and
+    the allowlists themselves (loomcycle's answer is the two lists)."""
+    defs = await store.list_defs(ctx.tenant_id)
+    acl = ctx.agent_config.channels
+    if acl is None:
+        return ToolResult.json({"channels": [d.to_api() for d in defs]})
+    usable = [d for d in defs if channel_allowed(d.name, acl.publish) or channel_allowed(d.name, acl.subscribe)]
+    return ToolResult.json({"channels": [d.to_api() for d in usable], "publish": acl.publish,
+                            "subscribe": acl.subscribe})
+
+
+def _check_acl(ctx: ToolContext, op: str, args: dict[str, Any]) -> None:
+    """The agent's allowlist for `op`'s side (publish, broadcast: publish; the reads: subscribe),
+    checked for every channel the call names before anything is read or written."""
+    acl = ctx.agent_config.channels
+    if acl is None:
+        return
+    side: Side = "publish" if op in ("publish", "broadcast") else "subscribe"
+    names = _names(args) if op in ("broadcast", "await") else [_name(args)]
+    for name in names:
+        refused = refusal(side, name, acl.publish if side == "publish" else acl.subscribe)
+        if refused is not None:
+            raise ToolError(refused)
 
 
 async def _version(ctx: ToolContext, key: str) -> int:

@@ -56,7 +56,7 @@ def require_scopes(gate: Gate, what: str) -> None:
 
 
 #: list fields where an absent value means "not narrowed" (wider than any list), not "none"
-UNRESTRICTED_WHEN_ABSENT = frozenset({"allowed_hosts"})
+UNRESTRICTED_WHEN_ABSENT = frozenset({"allowed_hosts", "channels"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from treadle.config import AgentConfig
 from treadle.defs.args import parse_spec
 from treadle.defs.lifecycle import DefLifecycle
 from treadle.domain import loomhash
+from treadle.domain.channelacl import acl_grants
 from treadle.domain.defs import content_sha256, normalize_text
 from treadle.engine.agents import AgentCatalogue
 from treadle.engine.model_routes import route_errors
@@ -32,7 +33,7 @@ HASH_EXCLUDED = frozenset({"description", "agent_def_scopes", "skill_def_scopes"
                            "webhook_def_scopes", "volume_def_scopes", "volumes"})
 #: list fields a def written through a tool may carry only as far as the caller (or the parent) does
 GRANT_FIELDS = ("tools", "memory_scopes", "agent_def_scopes", "skill_def_scopes", "schedule_def_scopes",
-                "webhook_def_scopes", "evaluation_scopes", "allowed_hosts", "volume_def_scopes", "volumes")
+                "webhook_def_scopes", "evaluation_scopes", "allowed_hosts", "volume_def_scopes", "volumes", "channels")
 
 
 def agent_body(cfg: AgentConfig) -> dict[str, Any]:
@@ -47,6 +48,8 @@ def agent_body(cfg: AgentConfig) -> dict[str, Any]:
     for key in cfg.model_fields_set - set(body):
         if key in dumped and not loomhash.is_go_zero(dumped[key]):
             body[key] = dumped[key]
+    if not any((body.get("channels") or {}).values()):  # loomcycle hashes the block only when a list has entries
+        body.pop("channels", None)
     if "system_prompt" in body:
         body["system_prompt"] = body["system_prompt"].replace("\r\n", "\n").replace("\r", "\n")
     return body
@@ -130,4 +133,5 @@ class AgentDefFamily(DefLifecycle):
         granted: dict[str, Any] = AgentConfig.model_validate(dict(body)).model_dump(mode="json",
                                                                                    include=set(GRANT_FIELDS))
         granted["volumes"] = binding_grants(granted.get("volumes") or [])  # name:mode, comparable
+        granted["channels"] = acl_grants(granted.get("channels"))  # publish:<pattern>, comparable
         return granted
