@@ -315,7 +315,8 @@ async def test_every_documented_field_is_accepted(store: MemoryStore, rt: Any, t
     samples = {"op": "set", "scope": "agent", "key": "k", "value": 1, "ttl_seconds": 5, "ttl": 5, "embed": False,
                "embed_text": None, "query": "q", "k": 3, "top_k": 3, "min_score": 0.1, "recency_weight": 0.5,
                "recency_half_life_hours": 2, "include_values": True, "prefix": "", "limit": 5, "delta": 1,
-               "statement": "SELECT 1", "args": [], "timeout_ms": 100}  # the sql_* ops' (tests/knowledge)
+               "statement": "SELECT 1", "args": [], "timeout_ms": 100,  # the sql_* ops' (tests/knowledge)
+               "path": "/notes/k"}  # set/get through the Path tree (tests/knowledge)
     assert set(samples) == set(TOOL.input_schema["properties"])
     for field, sample in samples.items():
         for op in ("set", "search", "list", "incr"):
