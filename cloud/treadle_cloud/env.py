@@ -59,6 +59,9 @@ class CloudSettings(EnvSettings):
     #: the worker, the ws and the maintenance functions push runs' events to its connections
     #: (treadle_cloud/wswatch.py); unset: no WebSocket watchers
     ws_endpoint: str = ""
+    #: how long the worker re-sends a step whose database is unreachable (with a delay, its
+    #: receive count untouched) before the step counts toward the dead-letter queue
+    db_outage_seconds: float = Field(default=12 * 3600.0, ge=0)
 
 
 @cache

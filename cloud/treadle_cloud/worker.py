@@ -14,10 +14,12 @@ Per record (Powertools' `BatchProcessor`, in order):
   Lambda between a commit and the next step's message (treadle_cloud/deadline.py);
 - while at least `TREADLE_CHAIN_RESERVE_SECONDS` are left, the run's next step runs in the same
   invocation under the same lease (up to `TREADLE_CHAIN_STEPS`), instead of an SQS round trip;
-- a step that crashed (and handed its lease back), or could not reach the database, is reported
-  failed and comes back after an exponential backoff (its visibility timeout); after 5 crashed
-  steps the engine fails the run itself, and a message that keeps failing (a malformed body, say)
-  ends in the dead-letter queue.
+- a step that could not reach the database (nor open the runtime at a cold start) is sent again
+  with a delay and its record acknowledged, so an outage of up to `TREADLE_DB_OUTAGE_SECONDS`
+  (12 h) uses none of the message's receives (treadle_cloud/outage.py);
+- a step that crashed (and handed its lease back) is reported failed and comes back after an
+  exponential backoff (its visibility timeout); after 5 crashed steps the engine fails the run
+  itself, and a message that keeps failing (a malformed body, say) ends in the dead-letter queue.
 The next step is enqueued by the engine after each commit.
 """
 
@@ -41,12 +43,15 @@ from treadle_cloud.deadline import InvocationClock, InvocationEnding
 from treadle_cloud.env import CloudSettings, aws_client
 from treadle_cloud.live import RelayHub, install_relay
 from treadle_cloud.metrics import observed_invocation
+from treadle_cloud.outage import database_unreachable, resend_for_outage
 
 log = logging.getLogger("treadle.cloud.worker")
 
 MAX_RETRY_DELAY_S = 300
 #: a step whose model call met the invocation's deadline (see `_run_step`)
 HANDED_BACK = "handed_back"
+#: a step whose database was unreachable, sent again with a delay (treadle_cloud/outage.py)
+DB_UNREACHABLE = "db_unreachable"
 #: how long a step of a tenant at its fairness cap waits before it is tried again
 FAIRNESS_RETRY_S = 2.0
 
@@ -70,7 +75,12 @@ class SqsWorker:
 
     @observed_invocation  # EMF metrics, spans flushed (treadle_cloud/metrics.py)
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        rt = self.container.runtime()
+        try:
+            rt = self.container.runtime()
+        except Exception as exc:
+            if not database_unreachable(exc):
+                raise
+            return self._outage_batch(event, exc)  # a cold start while the database is down
         cloud = self.container.cloud or CloudSettings()
         if self.relay is None and (cloud.live_deltas or cloud.ws_endpoint):
             # the engine publishes text deltas and commit pokes to its hub; this one relays them
@@ -108,10 +118,13 @@ class SqsWorker:
             self.results[outcome] = self.results.get(outcome, 0) + 1
             if result is StepResult.RETRY_LATER:
                 raise StepHandedBack(f"step {msg.run_id}/{msg.step_no} crashed; retried after a backoff")
-        except Exception:
-            # a crashed step, an unreachable database, a malformed body: back to the queue after
-            # 2, 4, 8 … s rather than the queue's whole visibility timeout (the dead-letter queue
-            # takes it after its maxReceiveCount)
+        except Exception as exc:
+            if database_unreachable(exc) and self._resend(cloud, record.body, record.message_attributes, exc):
+                self.results[DB_UNREACHABLE] = self.results.get(DB_UNREACHABLE, 0) + 1
+                return DB_UNREACHABLE
+            # a crashed step, a malformed body, an outage longer than the ride: back to the queue
+            # after 2, 4, 8 … s rather than the queue's whole visibility timeout (the dead-letter
+            # queue takes it after its maxReceiveCount)
             attempts = int(record.attributes.approximate_receive_count or 1)
             self._release(cloud, record, min(MAX_RETRY_DELAY_S, 2**attempts))
             raise
@@ -143,6 +156,36 @@ class SqsWorker:
         finally:
             if self.relay is not None:
                 await self.relay.flush()  # before the invocation returns and the environment freezes
+
+    def _resend(self, cloud: CloudSettings, body: str, attributes: Any, exc: BaseException) -> bool:
+        """Send a step whose database was unreachable again with a delay; False (the record then
+        fails as any other) when the outage outlasted the ride or SQS refused the message."""
+        if not cloud.queue_url:
+            return False
+        try:
+            delay = resend_for_outage(aws_client("sqs"), cloud.queue_url, body, dict(attributes or {}),
+                                      ride_s=cloud.db_outage_seconds)
+        except Exception as send_exc:
+            log.warning("could not send a step again during a database outage: %s", send_exc)
+            return False
+        if delay is None:
+            log.error("the database has been unreachable longer than %.0f s: the step counts toward "
+                      "the dead-letter queue: %s", cloud.db_outage_seconds, exc)
+            return False
+        log.warning("database unreachable; step sent again in %d s: %s", delay, exc)
+        return True
+
+    def _outage_batch(self, event: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+        """The runtime could not open because the database is unreachable: every record is sent
+        again with a delay and acknowledged; one that could not be is reported failed."""
+        cloud = CloudSettings()
+        failures = []
+        for raw in event.get("Records", []):
+            if self._resend(cloud, raw.get("body", ""), raw.get("messageAttributes"), exc):
+                self.results[DB_UNREACHABLE] = self.results.get(DB_UNREACHABLE, 0) + 1
+            else:
+                failures.append({"itemIdentifier": raw.get("messageId", "")})
+        return {"batchItemFailures": failures}
 
     def _release(self, cloud: CloudSettings, record: SQSRecord, delay_s: int) -> None:
         """Best effort: make a failed record visible again after `delay_s` instead of the

@@ -167,7 +167,11 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str) -> dict[str, Any]:
                         "ApproximateFirstReceiveTimestamp", str(int(time.time() * 1000))
                     ),
                 },
-                "messageAttributes": {},
+                "messageAttributes": {  # as Lambda spells them
+                    k: {"stringValue": v.get("StringValue"), "stringListValues": [], "binaryListValues": [],
+                        "dataType": v.get("DataType", "String")}
+                    for k, v in m.get("MessageAttributes", {}).items()
+                },
                 "md5OfBody": m.get("MD5OfBody", ""),
                 "eventSource": "aws:sqs",
                 "eventSourceARN": queue_arn,
@@ -210,6 +214,7 @@ class EventSourceMapping:
             MaxNumberOfMessages=self.batch_size,
             WaitTimeSeconds=int(wait_s),
             MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
         )
         return list(resp.get("Messages", []))
 
