@@ -33,6 +33,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,9 @@ MAX_MESSAGE_BYTES = 120_000
 EVENTS_PER_CLAIM = 200
 #: the maintenance function's keepalive: API Gateway closes a connection idle for 10 minutes
 KEEPALIVE_AFTER_S = 300
+#: posts in flight at once (one connection's messages stay in order, on one thread): at ~50 ms a
+#: post, a 60 s maintenance invocation keeps ~19,000 quiet connections alive instead of ~1,200
+POST_CONCURRENCY = 16
 
 
 class ConnectionGone(Exception):
@@ -61,7 +65,8 @@ def management_client(endpoint_url: str) -> Any:
 
     return boto3.client("apigatewaymanagementapi", endpoint_url=endpoint_url,
                         config=Config(retries={"mode": "standard", "max_attempts": 3},
-                                      connect_timeout=3, read_timeout=10))
+                                      connect_timeout=3, read_timeout=10,
+                                      max_pool_connections=POST_CONCURRENCY))
 
 
 @dataclass
@@ -232,22 +237,34 @@ class WsPusher:
                                "a live frame")
 
     async def _post_each(self, posts: list[tuple[str, dict[str, Any]]], what: str) -> set[str]:
-        """Post each message (on a thread, in order; best effort), skip connections found gone
-        and forget them; answers those gone."""
+        """Post each message (best effort) from up to `POST_CONCURRENCY` threads, one connection's
+        messages in order on one of them; skip connections found gone and forget them; answers
+        those gone."""
         gone: set[str] = set()
+        by_connection: dict[str, list[dict[str, Any]]] = {}
+        for connection_id, message in posts:
+            by_connection.setdefault(connection_id, []).append(message)
 
-        def send() -> None:
-            for connection_id, message in posts:
-                if connection_id in gone:
-                    continue
+        def send(connection_id: str, messages: list[dict[str, Any]]) -> None:
+            for message in messages:
                 try:
                     self.connections.post(connection_id, message)
                 except ConnectionGone:
                     gone.add(connection_id)
+                    return
                 except Exception as exc:
                     log.warning("%s to %s was not posted: %s", what, connection_id, exc)
 
-        await asyncio.to_thread(send)
+        def send_all() -> None:
+            if len(by_connection) == 1:
+                send(*next(iter(by_connection.items())))
+                return
+            _ = self.connections.client  # made once, before the threads share it
+            with ThreadPoolExecutor(min(POST_CONCURRENCY, len(by_connection)), thread_name_prefix="ws-post") as ex:
+                list(ex.map(lambda item: send(*item), by_connection.items()))
+
+        if by_connection:
+            await asyncio.to_thread(send_all)
         if gone:
             await self.forget(gone)
         return gone

@@ -25,7 +25,7 @@ import pytest
 from tests.support.lambda_sim import EventSourceMapping, LambdaEnv, http_event
 from tests.support.localcloud import API_TOKEN
 from treadle.store.db import Connection, open_pool
-from treadle_cloud.wswatch import EVENTS_PER_CLAIM, Connections, WsPusher
+from treadle_cloud.wswatch import EVENTS_PER_CLAIM, POST_CONCURRENCY, Connections, WsPusher
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
 STAGE = "live"
@@ -41,6 +41,10 @@ class ManagementApi:
         self.deleted: list[str] = []
         self.gone: set[str] = set()
         self.lock = threading.Lock()
+        #: each post answers after this long (the management API's latency); and the most posts
+        #: that were in flight at once
+        self.latency_s = 0.0
+        self.in_flight = self.max_in_flight = 0
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -69,6 +73,11 @@ class ManagementApi:
                     return self._answer(410, b'{"message":"gone"}', gone=True)
                 message = json.loads(data)
                 with api.lock:
+                    api.in_flight += 1
+                    api.max_in_flight = max(api.max_in_flight, api.in_flight)
+                time.sleep(api.latency_s)  # the latency an API Gateway post has (not a wait on a state)
+                with api.lock:
+                    api.in_flight -= 1
                     api.posted.append((cid, message))
                     if "seq" in message:
                         api.arrived[(cid, message["seq"])] = time.time()
@@ -297,6 +306,31 @@ def test_maintenance_catches_up_a_watcher_and_keeps_quiet_connections_alive(
     finally:
         api.close()
         ws.close()
+        maintenance.close()
+
+
+def test_keepalives_are_posted_concurrently_within_a_bound(
+    ws_env: dict[str, str], cloud_db: str, mgmt: ManagementApi
+) -> None:
+    """60 quiet connections at 0.2 s a post: one at a time that is 12 s of a 60 s function."""
+    maintenance = LambdaEnv("maintenance")
+    try:
+        quiet = [new_connection_id() for _ in range(60)]
+        rows(cloud_db, "INSERT INTO ws_connections (connection_id, tenant_id, subject, pushed_at)"
+             " SELECT c, 'default', 't', now() - interval '6 minutes' FROM unnest(%s::text[]) c RETURNING 1", quiet)
+        maintenance.invoke({"source": "treadle.maintenance"})  # warm: the runtime opened, nothing measured
+        rows(cloud_db, "UPDATE ws_connections SET pushed_at = now() - interval '6 minutes'"
+             " WHERE connection_id = ANY(%s) RETURNING 1", quiet)
+        mgmt.posted.clear()
+        mgmt.latency_s = 0.2
+        started = time.monotonic()
+        result = maintenance.invoke({"source": "treadle.maintenance"})
+        elapsed = time.monotonic() - started
+        assert result["ws"]["keepalives"] == 60  # the earlier tests' connections were kept alive above
+        assert sorted(cid for cid, _ in mgmt.posted) == sorted(quiet)
+        assert 1 < mgmt.max_in_flight <= POST_CONCURRENCY
+        assert elapsed < 60 * 0.2 / 4, elapsed  # 4 rounds of 16 ≈ 0.8 s; one at a time 12 s
+    finally:
         maintenance.close()
 
 
