@@ -1,6 +1,7 @@
 """loomcycle's own TypeScript client (adapters/ts of its repository, built from source) against a
 served treadle: `continueSession`, a `session_id` run, `getTranscript`, `compactRun` and the
-typed session errors (ts_client/drive_sessions.mjs holds the checks).
+typed session errors (ts_client/drive_sessions.mjs holds the checks); the pause and snapshot
+methods and their typed errors (ts_client/drive_snapshots.mjs).
 
 Tests never reach a registry, so the client must be built beforehand: set TREADLE_LOOMCYCLE_TS to
 its folder (`git clone https://github.com/denn-gubsky/loomcycle && cd loomcycle/adapters/ts &&
@@ -56,3 +57,17 @@ async def _drive(script: str, base: str, built: str, expected_ok: int) -> None:
 
 async def test_continue_session_and_compact_run_with_loomcycles_client(base: str) -> None:
     await _drive("drive_sessions.mjs", base, _client_dir(), 6)
+
+
+async def test_pause_and_snapshots_with_loomcycles_client(migrated_db_url: str) -> None:
+    """On a database of its own: the pause is runtime-wide (ts_client/drive_snapshots.mjs)."""
+    built = _client_dir()
+    config = parse_config({"agents": {"slow": {"model": "echo", "mock": {"latency_ms": 400}}}})
+    settings = Settings(database_url=migrated_db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
+                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
+    server = BackgroundServer(settings, config)
+    url = await server.start()
+    try:
+        await _drive("drive_snapshots.mjs", url, built, 6)
+    finally:
+        await server.stop()
