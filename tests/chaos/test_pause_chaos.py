@@ -1,0 +1,85 @@
+"""Pause under load across two replicas (issue 36): two real `treadle serve` processes on one
+database step 60 runs; a pause declared through one replica parks every run of both at an iteration
+boundary (no tool_use without its result); one replica is SIGKILLed while paused; the state and
+the parked runs are unchanged; the resume through the other replica finishes every run with each
+Memory `incr` (a transactional effect) applied once. Scaled down from the issue's 200 runs for a
+shared 2-core machine: the pause, the kill and the checks are the same."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.chaos import Replica, write_config
+from tests.support.db import clone_database, drop_database
+from tests.support.e2e import check_paired, query
+from tests.waiting.test_pause_kill9 import CALLS, CONFIG, ENV
+from treadle.testing import until
+
+pytestmark = pytest.mark.e2e
+RUNS = 60
+
+
+@pytest.fixture
+def db(server_url: str, migrated_template: str) -> Iterator[str]:
+    url = clone_database(server_url, migrated_template, "pausechaos")
+    yield url
+    drop_database(server_url, url)
+
+
+async def _statuses(db: str) -> dict[str, str]:
+    return {r["id"]: r["status"] for r in await query(db, "SELECT id, status FROM runs")}
+
+
+async def test_a_pause_across_two_replicas_survives_killing_one_and_the_resume_finishes_every_run(
+    db: str, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "treadle.yaml", CONFIG)
+    a = Replica(name="a", database_url=db, config_path=config, workdir=tmp_path, env=ENV)
+    b = Replica(name="b", database_url=db, config_path=config, workdir=tmp_path, env=ENV)
+    for r in (a, b):
+        r.start()
+    try:
+        for r in (a, b):
+            await r.wait_ready()
+        async with httpx.AsyncClient(timeout=60) as c:
+            for i in range(RUNS):  # half through each replica
+                r = await c.post(f"{(a, b)[i % 2].url}/v1/runs", json={"agent": "looper", "prompt": f"run {i}"})
+                assert r.status_code == 202, r.text
+            r = await c.post(f"{a.url}/v1/_pause", json={"timeout_ms": 60_000})
+            assert r.status_code == 200, r.text
+            out = r.json()
+            assert out["state"] == "paused" and "warnings" not in out and out["force_cancelled_count"] == 0, out
+            before = await _statuses(db)
+            parked = [k for k, v in before.items() if v == "waiting"]
+            assert set(before.values()) <= {"waiting", "completed"} and out["paused_runs_count"] == len(parked)
+            assert len(parked) >= RUNS // 2, before  # the pause caught most runs mid-way
+            for run_id in parked:
+                events = (await c.get(f"{b.url}/v1/runs/{run_id}/events")).json()["events"]
+                assert check_paired(events) == [] and events[-1]["type"] == "runtime_paused", run_id
+
+            b.kill9()  # while paused
+            r = await c.get(f"{a.url}/v1/_state")
+            assert r.json() == {"state": "paused", "paused_runs_count": len(parked), "active_runs_count": 0}
+            assert await _statuses(db) == before
+            r = await c.post(f"{a.url}/v1/_resume")
+            assert r.status_code == 200 and r.json()["resumed_runs_count"] == len(parked), r.text
+
+            async def ended() -> bool:
+                return set((await _statuses(db)).values()) == {"completed"}
+
+            await until(ended, timeout=90, interval=0.2, what="every run to complete on the surviving replica")
+            for run_id in before:
+                events = (await c.get(f"{a.url}/v1/runs/{run_id}/events")).json()["events"]
+                assert check_paired(events) == [] and [e["type"] for e in events].count("done") == 1, run_id
+                assert sum(e["type"] == "tool_result" for e in events) == CALLS
+            [row] = await query(db, "SELECT value FROM memory WHERE key = 'calls'")
+            assert row["value"] == RUNS * CALLS  # every incr once: none lost to the kill, none doubled
+    finally:
+        for r in (a, b):
+            with contextlib.suppress(Exception):
+                r.stop()
