@@ -41,11 +41,11 @@ async def test_a_pause_across_two_replicas_survives_killing_one_and_the_resume_f
     config = write_config(tmp_path / "treadle.yaml", CONFIG)
     a = Replica(name="a", database_url=db, config_path=config, workdir=tmp_path, env=ENV)
     b = Replica(name="b", database_url=db, config_path=config, workdir=tmp_path, env=ENV)
-    for r in (a, b):
-        r.start()
+    for rep in (a, b):
+        rep.start()
     try:
-        for r in (a, b):
-            await r.wait_ready()
+        for rep in (a, b):
+            await rep.wait_ready()
         async with httpx.AsyncClient(timeout=60) as c:
             for i in range(RUNS):  # half through each replica
                 r = await c.post(f"{(a, b)[i % 2].url}/v1/runs", json={"agent": "looper", "prompt": f"run {i}"})
@@ -80,6 +80,6 @@ async def test_a_pause_across_two_replicas_survives_killing_one_and_the_resume_f
             [row] = await query(db, "SELECT value FROM memory WHERE key = 'calls'")
             assert row["value"] == RUNS * CALLS  # every incr once: none lost to the kill, none doubled
     finally:
-        for r in (a, b):
+        for rep in (a, b):
             with contextlib.suppress(Exception):
-                r.stop()
+                rep.stop()
