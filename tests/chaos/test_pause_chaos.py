@@ -17,11 +17,21 @@ import pytest
 from tests.support.chaos import Replica, write_config
 from tests.support.db import clone_database, drop_database
 from tests.support.e2e import check_paired, query
-from tests.waiting.test_pause_kill9 import CALLS, CONFIG, ENV
+from tests.waiting.test_pause_kill9 import ENV
 from treadle.testing import until
 
 pytestmark = pytest.mark.e2e
 RUNS = 60
+CALLS = 6
+LATENCY_MS = 1000
+#: a run's shortest life: CALLS + 1 model calls; a run started less than this before the pause
+#: cannot have ended — it must be parked (a fact of the clock, not a hope about the machine's speed)
+MIN_RUN_S = (CALLS + 1) * LATENCY_MS / 1000
+CONFIG = {
+    "agents": {
+        "looper": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": CALLS, "latency_ms": LATENCY_MS}}
+    }
+}
 
 
 @pytest.fixture
@@ -57,7 +67,12 @@ async def test_a_pause_across_two_replicas_survives_killing_one_and_the_resume_f
             before = await _statuses(db)
             parked = [k for k, v in before.items() if v == "waiting"]
             assert set(before.values()) <= {"waiting", "completed"} and out["paused_runs_count"] == len(parked)
-            assert len(parked) >= RUNS // 2, before  # the pause caught most runs mid-way
+            young = await query(
+                db,
+                "SELECT r.id FROM runs r, runtime_state s WHERE r.created_at > s.since - make_interval(secs => %s)",
+                (MIN_RUN_S,),
+            )
+            assert young and all(before[y["id"]] == "waiting" for y in young), before  # every run that could not end
             for run_id in parked:
                 events = (await c.get(f"{b.url}/v1/runs/{run_id}/events")).json()["events"]
                 assert check_paired(events) == [] and events[-1]["type"] == "runtime_paused", run_id
