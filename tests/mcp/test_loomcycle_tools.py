@@ -96,3 +96,21 @@ async def test_volumedef_and_operatortokendef_take_their_op_input(base_url: str)
         # (no token is minted: the server's database is shared, and one valid token ends open mode for every test)
         assert "defs" in await call(client, "operatortokendef", {"op": "list"})
         assert await refused(client, "operatortokendef", {"op": "explode"}) in ("tool_refused", "validation_error")
+
+
+async def test_path_and_document_take_their_tools_input(base_url: str) -> None:
+    """Issue 41: loomcycle's `path` and `document` meta-tools, on the caller's own store."""
+    name = f"/mcp/d{secrets.token_hex(3)}"
+    async with connect(base_url) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert "create_chunk" in tools["document"].input_schema["properties"]["op"]["enum"]
+        assert tools["path"].input_schema["properties"]["op"]["enum"] == ["resolve", "ls", "stat", "mkdir", "mv", "rm"]
+        made = await call(client, "document", {"op": "create_document", "title": "Via MCP", "path": name})
+        chunk = await call(client, "document", {"op": "create_chunk", "document_id": made["document_id"],
+                                                "title": "c", "body": "one"})
+        assert (await call(client, "document", {"op": "update_chunk", "id": chunk["id"], "revision": 1,
+                                                "body": "two"}))["revision"] == 2
+        assert await refused(client, "document", {"op": "update_chunk", "id": chunk["id"], "revision": 1,
+                                                  "body": "lost"}) == "tool_refused"
+        listed = await call(client, "path", {"op": "ls", "scope": "user", "path": "/mcp"})
+        assert name in [e["full_path"] for e in listed["entries"]]

@@ -217,3 +217,41 @@ async def test_the_mcp_snapshot_tools_take_loomcycles_arguments_and_answer_its_s
     gone = (await call_tool(src, operator, "delete_snapshot", {"snapshot_id": sid})).structured_content
     assert gone == {"deleted": True, "snapshot_id": sid}
     assert (await call_tool(src, operator, "list_snapshots", {})).structured_content == {"snapshots": []}
+
+
+async def test_documents_and_the_path_tree_travel_in_a_snapshot(
+    open_runtime: Any, migrated_db_url: str, target_db: str
+) -> None:
+    """Issue 41: a document (chunks, an edge, a type, revisions) and its Path name restore elsewhere,
+    chunk revisions and all, and go on being edited there."""
+    from treadle.builtins.document import document_op
+    from treadle.store.dirents import DirentStore, Tree
+
+    alice = Tree("default", "user", "alice")
+    src, _ = await open_runtime({}, url=migrated_db_url)
+    dirents = DirentStore(src.pool)
+
+    async def doc(rt: Any, **args: Any) -> Any:
+        return await document_op(DirentStore(rt.pool), alice, args, "alice")
+
+    made = await doc(src, op="create_document", title="Plan", path="/docs/plan")
+    child = await doc(src, op="create_chunk", document_id=made["document_id"], title="Ship", body="July")
+    grandchild = await doc(src, op="create_chunk", document_id=made["document_id"], parent_id=child["id"], title="x")
+    await doc(src, op="update_chunk", id=child["id"], revision=1, body="August")
+    await doc(src, op="link_chunks", from_id=grandchild["id"], to_id=child["id"], kind="refines")
+    await doc(src, op="define_type", name="decision", fields={"type": "object"})
+    before = (await doc(src, op="export_md", document_id=made["document_id"]))["markdown"]
+    assert await dirents.under(alice, "/")
+    async with api(src) as c:
+        r = await c.post("/v1/_snapshots", json={"label": "docs"})
+        assert r.status_code == 201, r.text
+        snapshot = (await c.get(f"/v1/_snapshots/{r.json()['id']}/export")).json()
+    dst, _ = await open_runtime({}, url=target_db)
+    async with api(dst) as c:
+        r = await c.post("/v1/_snapshots/elsewhere/restore", json={"json": snapshot})
+        assert r.status_code == 200, r.text
+    assert (await doc(dst, op="export_md", path="/docs/plan"))["markdown"] == before
+    history = await doc(dst, op="history", id=child["id"])
+    assert [h["revision"] for h in history["revisions"]] == [2, 1]
+    assert (await doc(dst, op="update_chunk", id=child["id"], revision=2, body="September"))["revision"] == 3
+    assert [t["name"] for t in (await doc(dst, op="list_types"))["types"]] == ["decision"]

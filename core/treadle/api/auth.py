@@ -179,6 +179,8 @@ TOOL_SCOPES: dict[str, str] = {
     "channel": sc.TENANT, "channeldef": sc.TENANT, "subscribe_channel": sc.CHANNEL_READ, "ack_channel": sc.CHANNEL_READ,
     "register_hook": sc.TENANT, "list_hooks": sc.TENANT, "delete_hook": sc.TENANT, "stream_user_run_states": R,
     "volumedef": sc.TENANT, "operatortokendef": sc.ADMIN,
+    # issue 41: the Path tree and Documents, as their routes
+    "path": sc.TENANT, "document": sc.TENANT,
     # conversations (api/mcp/sessiontools.py), scoped as their routes
     "history": R, "compact_run": W, "replay_session": W,
 }

@@ -52,6 +52,13 @@ TABLES: tuple[Table, ...] = (
     Table("tool_hooks", "tool_hooks", order="id"),
     Table("token_limits", "token_limits"),
     Table("evaluations", "evaluations"),
+    # the Path tree and Documents (issue 41): parents before the rows that reference them
+    Table("dirents", "dirents", order="scope, scope_id, parent_path, name"),
+    Table("documents", "documents", order="scope, scope_id, id"),
+    Table("chunks", "chunks", order="scope, scope_id, document_id, id"),
+    Table("chunk_edges", "chunk_edges", order="scope, scope_id, from_id, to_id, kind"),
+    Table("chunk_types", "chunk_types", order="scope, scope_id, document_id, name"),
+    Table("chunk_revisions", "chunk_revisions", order="scope, scope_id, chunk_id, revision"),
     Table("sessions", "sessions", order="created_at, id"),
     Table("runs", "runs", rows="runs", order="created_at, id"),
     Table("events", "events", rows="runs", order="run_id, seq"),

@@ -392,6 +392,34 @@ async def operatortokendef(rt: Runtime, who: Principal, args: dict[str, Any]) ->
     return await tokens.operator_token_dispatch(rt, who, args)
 
 
+#: loomcycle's `path` and `document` meta-tools: the tools' input, on the caller's own store (as
+#: POST /v1/_path and /v1/_document without ?scope_id=/?tenant=)
+KNOWLEDGE_TOOLS = {"path": "Path", "document": "Document"}
+
+
+@tool("path", "Path tool ops (as POST /v1/_path): resolve, ls, stat, mkdir, mv, rm over the caller's Path tree "
+      "(scope agent | user | tenant).", None)
+async def path_tool(rt: Runtime, who: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    from treadle.api.knowledge import caller_tree, run_op
+    from treadle.builtins.path import path_op
+    from treadle.store.dirents import DirentStore
+
+    return await run_op("Path", lambda: path_op(
+        DirentStore(rt.pool), caller_tree(who, args.get("scope"), "agent", None, None, "Path"), args))
+
+
+@tool("document", "Document tool ops (as POST /v1/_document): documents, chunks (update_chunk with the revision "
+      "read; a stale one is refused), edges, types, queries, revisions, Markdown — in the caller's store.", None)
+async def document_tool(rt: Runtime, who: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    from treadle.api.knowledge import caller_tree, run_op
+    from treadle.builtins.document import document_op
+    from treadle.store.dirents import DirentStore
+
+    return await run_op("Document", lambda: document_op(
+        DirentStore(rt.pool), caller_tree(who, args.get("scope"), "user", None, None, "Document"), args,
+        who.subject))
+
+
 for _name, _service in DEF_TOOLS.items():
     tool(_name, f"The {_service} ops (as POST /v1/_{_name}): the input is the {_service} tool's "
          "{op, ...}.", None)(_def_handler(_service))
@@ -408,7 +436,8 @@ def _args_schema(model: type[BaseModel]) -> dict[str, Any]:
 def _schema(rt: Runtime, meta: MetaTool) -> dict[str, Any]:
     if meta.args is not None:
         return _args_schema(meta.args)
-    builtin = rt.registry.get(DEF_TOOLS[meta.name]) if meta.name in DEF_TOOLS else None
+    named = DEF_TOOLS.get(meta.name) or KNOWLEDGE_TOOLS.get(meta.name)
+    builtin = rt.registry.get(named) if named is not None else None
     if builtin is not None:
         return dict(builtin.input_schema)
     return {"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]}
