@@ -20,6 +20,12 @@ AGENTS: dict[str, Any] = {
         {"tool": "Interruption", "input": {"op": "ask", "question": "proceed?", "options": ["yes", "no"]}},
         {"text": "asked"}]}},
     "convo": {"model": "script", "mock": {"script": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}},
+    # the Path tree and Documents (tests/cloud/test_cloud_knowledge.py)
+    "librarian": {"model": "script", "tools": ["Document", "Path"], "mock": {"script": [
+        {"tool": "Document", "input": {"op": "create_document", "scope": "agent", "title": "Cloud doc",
+                                       "path": "/docs/cloud"}},
+        {"tool": "Path", "input": {"op": "ls", "path": "/docs"}},
+        {"text": "filed"}]}},
     "long": {"model": "tool-caller", "tools": ["Memory"], "max_iterations": 14,
              "mock": {"tool_calls": 40, "context_window": 300},
              "compaction": {"enabled": True, "autocompact_at_pct": 50, "keep_last_n": 2}},
