@@ -37,12 +37,13 @@ def database_unreachable(exc: BaseException) -> bool:
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
+        # psycopg reports a refused, broken or timed-out connection (and its pool a wait for
+        # one in vain) as OperationalError; a bare TimeoutError or ConnectionError may come
+        # from a provider or a tool, so it counts as a crash
         if isinstance(cur, psycopg.OperationalError):
             state = cur.sqlstate
             if state is None or state.startswith(_GONE):
                 return True
-        elif isinstance(cur, ConnectionError | TimeoutError):
-            return True
         cur = cur.__cause__ or cur.__context__
     return False
 

@@ -141,3 +141,4 @@ def test_only_connection_failures_count_as_an_outage(server_url: str) -> None:
         conn.execute("SELECT 1/0")
     assert not outage.database_unreachable(bad.value)  # a statement's failure is not an outage
     assert not outage.database_unreachable(ValueError("not a treadle step message"))
+    assert not outage.database_unreachable(TimeoutError("a model call timed out"))
