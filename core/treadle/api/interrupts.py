@@ -29,13 +29,17 @@ from treadle.wire import InterruptResolved, ResolveRequest, RunInterrupts, Tenan
 
 router = APIRouter(prefix="/v1", tags=["interrupts"], route_class=LazyAPIRoute)
 
+#: the `status` filters, stated in the spec (the handlers check them too: 422 validation_error)
+_RUN_STATUS = Query(max_length=16, json_schema_extra={"enum": list(STATUSES)})
+_INBOX_STATUS = Query(max_length=16, json_schema_extra={"enum": [*STATUSES, "all"]})
+
 __all__ = ["ResolveRequest", "router"]
 
 
 @router.get("/runs/{run_id}/interrupts", response_model=RunInterrupts, response_model_exclude_unset=True,
             responses=errors(*AUTHED, 404))
 async def list_interrupts(
-    run_id: str, rt: Rt, who: Who, status: Annotated[str | None, Query(max_length=16)] = None
+    run_id: str, rt: Rt, who: Who, status: Annotated[str | None, _RUN_STATUS] = None
 ) -> dict[str, Any]:
     if status is not None and status not in STATUSES:
         raise ValidationFailed(f"status: must be one of {', '.join(STATUSES)}")
@@ -57,7 +61,7 @@ async def list_user_interrupts(
     user_id: str,
     rt: Rt,
     who: Who,
-    status: Annotated[str, Query(max_length=16)] = "pending",
+    status: Annotated[str, _INBOX_STATUS] = "pending",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     rows = await InterruptStore(rt.pool).list_for_user(who.tenant_id, user_id, _inbox_status(status), limit)
@@ -69,7 +73,7 @@ async def list_user_interrupts(
 async def list_tenant_interrupts(
     rt: Rt,
     who: Who,
-    status: Annotated[str, Query(max_length=16)] = "pending",
+    status: Annotated[str, _INBOX_STATUS] = "pending",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """The tenant's inbox: the questions of all its runs, newest first (default: pending), each

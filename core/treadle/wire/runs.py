@@ -533,7 +533,7 @@ class ForkRequest(Request):
     prompt: str | None = None
     agent: str | None = Field(default=None, min_length=1, max_length=128)
     def_id: str | None = Field(default=None, min_length=1, max_length=128)
-    mode: str = "live"
+    mode: Literal["live", "replay"] = "live"
 
 
 class ForkResult(Response):
