@@ -49,7 +49,8 @@ def test_a_live_team_runs_diagram_is_a_picture_with_its_state_outlined(
     size = page.driver.execute_script(
         "const r = document.querySelector('#run-team-picture svg').getBoundingClientRect(); return [r.width, r.height]")
     assert size[0] > 150 and size[1] > 200, size
-    assert "stateDiagram-v2" in page.text("#run-team-diagram")  # the Mermaid source one click away
+    # the Mermaid source one click away (a second request, after the picture: waited for)
+    page.wait("the Mermaid source", lambda: "stateDiagram-v2" in page.text("#run-team-diagram") or None)
     # answer the question: the walk ends and the outline moves to the terminal state
     [question] = ok(api.get(f"/v1/runs/{asker}/interrupts", params={"status": "pending"}))["interrupts"]
     ok(api.post(f"/v1/runs/{asker}/interrupts/{question['interrupt_id']}/resolve", json={"answer": "yes"}))
