@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
 
 from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
-from treadle.domain.ids import is_identifier
+from treadle.domain.ids import TENANT_PATTERN, is_identifier
 from treadle.errors import Forbidden, ValidationFailed
 from treadle.security.principal import Principal
 from treadle.store.tenants import TenantData
@@ -51,7 +51,10 @@ async def unfinished_runs(rt: Rt, who: Who, tenant_id: str | None = None,
 
 @router.post("/tenants/{tenant_id}/cancel", response_model=TenantCancelled, response_model_exclude_unset=True,
              responses=errors(*BODY))
-async def cancel_tenant(tenant_id: str, rt: Rt, who: Who, body: CancelTenantRequest | None = None) -> dict[str, Any]:
+async def cancel_tenant(
+    tenant_id: Annotated[str, Path(json_schema_extra={"pattern": TENANT_PATTERN})], rt: Rt, who: Who,
+    body: CancelTenantRequest | None = None,
+) -> dict[str, Any]:
     """Cancel every unfinished run of the tenant (and its sub-agent runs) at its next safe point."""
     _operator(who)
     tenant = _tenant(tenant_id)

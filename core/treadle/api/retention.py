@@ -7,15 +7,16 @@ The policy is the operator's `retention:` in treadle.yaml; enforcement: Runtime.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.tenantscope import focused_tenant
 from treadle.config import RETENTION_CLASSES
+from treadle.domain.ids import TENANT_PATTERN
 from treadle.store.retention import RetentionStore
 from treadle.wire.governance import RetentionReport
 
@@ -26,7 +27,9 @@ BATCH = 500
 
 @router.get("/_retention", response_model=RetentionReport, response_model_exclude_unset=True,
             responses=errors(*AUTHED, 400))
-async def retention_report(rt: Rt, who: Who, tenant: str | None = None) -> dict[str, Any]:
+async def retention_report(
+    rt: Rt, who: Who, tenant: Annotated[str | None, Query(json_schema_extra={"pattern": TENANT_PATTERN})] = None,
+) -> dict[str, Any]:
     """The tenant's retention: days per class, what it would delete now, the batch size."""
     tenant_id = focused_tenant(who, tenant, doing="reports on") or who.tenant_id
     rules = rt.config.retention

@@ -10,6 +10,8 @@ from pydantic import StringConstraints
 
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 IDENTIFIER_RULE = "1-128 characters of A-Z a-z 0-9 _ -"
+#: a tenant id: an identifier of at most 64 characters
+TENANT_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 _IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
 
 #: a pydantic field type for identifiers
