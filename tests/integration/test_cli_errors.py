@@ -73,13 +73,14 @@ def test_serve_on_a_taken_port_fails_before_it_announces(
     assert f"127.0.0.1:{port}: cannot listen there" in err and "serving on" not in err
 
 
-def _serve(tmp_path: Path, n: int) -> tuple[subprocess.Popen[bytes], Path]:
+def _serve(tmp_path: Path, n: int, **extra_env: str) -> tuple[subprocess.Popen[bytes], Path]:
     """`treadle serve` on the embedded Postgres of tmp_path/home, up (its /healthz answers)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("TREADLE_")}
     env["TREADLE_HOME"] = str(tmp_path / "home")
+    env.update(extra_env)
     log = tmp_path / f"serve-{n}.log"
     with log.open("wb") as err:  # the child holds its own descriptor
         proc = subprocess.Popen([sys.executable, "-m", "treadle.cli.main", "serve", "--listen", f"127.0.0.1:{port}"],
@@ -140,3 +141,19 @@ def test_a_clean_stop_after_a_kill9_still_stops_the_embedded_postgres(tmp_path: 
         assert not pid_file.exists(), "a stale pid kept the embedded Postgres running past the last clean stop"
     finally:
         _stop_left_postgres(tmp_path, first, *([second] if second else []))
+
+
+@pytest.mark.parametrize(("level", "uvicorn_lines"), [("warning", False), ("info", True)])
+def test_the_servers_own_lines_follow_treadle_log_level(tmp_path: Path, level: str, uvicorn_lines: bool) -> None:
+    """uvicorn's start-up lines ("Started server process", "Application startup complete") are
+    INFO: at TREADLE_LOG_LEVEL=warning (the demo's) they are not printed, at info they are."""
+    subprocess.run([sys.executable, "-m", "treadle.cli.main", "init"], cwd=tmp_path, check=True, capture_output=True)
+    proc, log = _serve(tmp_path, 1, TREADLE_LOG_LEVEL=level)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        text = log.read_text()
+        assert "serving on" in text, text
+        assert ("Application startup complete" in text) is uvicorn_lines, text
+    finally:
+        _stop_left_postgres(tmp_path, proc)

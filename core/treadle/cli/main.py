@@ -16,7 +16,7 @@ import click
 from treadle import __version__
 from treadle.cli.starter import STARTER_YAML
 from treadle.errors import ConfigError, TreadleError
-from treadle.telemetry.logs import configure_logging
+from treadle.telemetry.logs import configure_logging, treadle_log_level
 
 
 def _settings(args: Args) -> Any:
@@ -50,7 +50,10 @@ def cmd_serve(args: Args) -> int:
     def announce(url: str) -> None:  # once the address is bound
         print(f"treadle {__version__} serving on {url}  (watch runs: /ui, API docs: /docs)", file=sys.stderr)
 
-    serve(settings, config, log_level=args.log_level, announce=announce)
+    # uvicorn's own lines follow $TREADLE_LOG_LEVEL unless --log-level says otherwise (the demo
+    # runs at warning: its output is the run, not the server's start-up lines)
+    log_level = args.log_level or logging.getLevelName(treadle_log_level()).lower()
+    serve(settings, config, log_level=log_level, announce=announce)
     return 0
 
 
@@ -280,7 +283,8 @@ def _args(**kw: Any) -> Args:
 @cli.command("serve", help="serve the API with in-process workers and sweeper")
 @click.option("--listen", help="HOST:PORT (default: $TREADLE_LISTEN or 127.0.0.1:8787)")
 @click.option("--workers", type=int, help="worker coroutines (default: $TREADLE_WORKERS or 8)")
-@click.option("--log-level", default="info", show_default=True)
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug", "trace"]),
+              help="the server's (uvicorn's) level (default: $TREADLE_LOG_LEVEL, else info)")
 def serve_command(**kw: Any) -> int:
     return cmd_serve(_args(**kw))
 
