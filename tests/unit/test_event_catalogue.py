@@ -15,7 +15,7 @@ from treadle.domain.events import EventType
 ROOT = Path(__file__).resolve().parents[2]
 #: an event type read off an event (`etype`, `<x>.type`, a transcript tuple's `[1]`) compared
 #: with a string literal; vendor wire formats (providers/) compare their own block types
-COMPARED = re.compile(r'(?:\betype|\b[a-z_]+\.type|\[1\])\s*(?:==|!=|not in|in)\s*'
+COMPARED = re.compile(r'(?:\betype|\b[a-z_]+\.(?:type|event)|\[1\])\s*(?:==|!=|not in|in)\s*'
                       r'(\("[a-z_]+"(?:,\s*"[a-z_]+")*\)|"[a-z_]+")')
 
 

@@ -17,6 +17,7 @@ import click
 
 from treadle.cli.console import _run, url_option
 from treadle.cli.ui import console, escape
+from treadle.domain.events import EventType
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -56,12 +57,12 @@ def chat_command(agent: str, session_id: str | None, user_id: str | None, url: s
                 client.runs.start_streaming(agent, line, user_id=user_id) if sid is None
                 else client.sessions.send_streaming(sid, line))
             async for ev in events:
-                if ev.event == "session" and sid is None:
+                if ev.event == EventType.SESSION and sid is None:
                     sid = str(ev.data.get("text"))
                     out.print(f"[dim]session {escape(sid)}[/]")
-                elif ev.event == "text":
+                elif ev.event == EventType.TEXT:
                     out.print(f"[bold]{escape(agent)}>[/] {escape(str(ev.data.get('text', '')))}")
-                elif ev.event == "error":
+                elif ev.event == EventType.ERROR:
                     out.print(f"[red]error: {escape(str(ev.data.get('code')))}: "
                               f"{escape(str(ev.data.get('error') or ev.data.get('message') or ''))}[/]")
         if sid is not None:

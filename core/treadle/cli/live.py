@@ -193,9 +193,9 @@ def _segments_text(data: dict[str, Any]) -> str:
 def exit_status(ev: SseEvent | None) -> int:
     if ev is None:
         return 0
-    if ev.event == "done":
+    if ev.event == EventType.DONE:
         return 0 if ev.data.get("stop_reason") in OK_STOPS else 1
-    return 1 if ev.event == "error" else 0
+    return 1 if ev.event == EventType.ERROR else 0
 
 
 async def follow(

@@ -16,6 +16,7 @@ import httpx
 from pydantic import BaseModel
 
 from treadle.client.errors import ApiError
+from treadle.domain.events import EventType
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 TOKEN_ENVS = ("TREADLE_TOKEN", "TREADLE_AUTH_TOKEN")
@@ -155,14 +156,14 @@ class StreamCursor:
 
     def accept(self, ev: SseEvent) -> bool:
         """Whether to pass `ev` on; records its seq and the end of the run."""
-        if ev.id is None and ev.event in ("session", "agent"):
+        if ev.id is None and ev.event in (EventType.SESSION, EventType.AGENT):
             return not self.resumed
         if ev.id is not None:
             if ev.id <= self.last:
                 return False  # already passed on before a reconnect
             self.last = ev.id
-        if self.run_id is None and ev.event == "started":
+        if self.run_id is None and ev.event == EventType.STARTED:
             self.run_id = str(ev.data.get("run_id"))
-        if ev.event in ("done", "error"):
+        if ev.event in (EventType.DONE, EventType.ERROR):
             self.done = True
         return True

@@ -232,7 +232,7 @@ async def follow(rt: Runtime, tenant: str, run_id: str, start_seq: int, *, live:
                 continue
             for frame in held if live else ():
                 it = frame.data.get("iteration")
-                if frame.event != "text_delta" or not isinstance(it, int) or it in st.stored:
+                if frame.event != EventType.TEXT_DELTA or not isinstance(it, int) or it in st.stored:
                     continue
                 recon, sep = st.text(it)
                 piece = recon.delta(int(frame.data.get("attempt") or 0), str(frame.data.get("text") or ""))
