@@ -45,8 +45,17 @@ def prompt() -> list[dict[str, Any]]:
 
 @pytest.fixture
 async def runtime(migrated_db_url: str) -> Any:
-    async with open_test_runtime(AGENTS, database_url=migrated_db_url, providers=[ScriptedProvider(model)]) as pair:
-        yield pair
+    # this test's own Prometheus instruments: the process's may be another test's (a cloud shape's
+    # EMF-only metrics have no registry), depending on which tests ran before in this worker
+    from treadle.telemetry.metrics import Metrics, use_metrics
+
+    use_metrics(Metrics())
+    try:
+        async with open_test_runtime(AGENTS, database_url=migrated_db_url,
+                                     providers=[ScriptedProvider(model)]) as pair:
+            yield pair
+    finally:
+        use_metrics(None)
 
 
 def client(rt: Any, token: str | None = None) -> httpx.AsyncClient:
