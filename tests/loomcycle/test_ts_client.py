@@ -1,5 +1,5 @@
 """loomcycle's own TypeScript client (adapters/ts of its repository, built from source) against a
-served treadle: `continueSession`, a `session_id` run, `getTranscript`, `compactRun` and the
+served treadle: `continueSession`, a `session_id` run, `getTranscript`, `compactRun`, `replaySession` and the
 typed session errors (ts_client/drive_sessions.mjs holds the checks); the pause and snapshot
 methods and their typed errors (ts_client/drive_snapshots.mjs).
 
@@ -56,7 +56,7 @@ async def _drive(script: str, base: str, built: str, expected_ok: int) -> None:
 
 
 async def test_continue_session_and_compact_run_with_loomcycles_client(base: str) -> None:
-    await _drive("drive_sessions.mjs", base, _client_dir(), 6)
+    await _drive("drive_sessions.mjs", base, _client_dir(), 7)
 
 
 async def test_pause_and_snapshots_with_loomcycles_client(migrated_db_url: str) -> None:

@@ -45,6 +45,10 @@ class FakeOpenAIEmbeddings:
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
         self.url = ""
+        #: requests that reached the server (answered or not); while `hold` is set and not yet
+        #: released, each request waits on it before it is answered (a crash test's window)
+        self.arrived = 0
+        self.hold: asyncio.Event | None = None
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> FakeOpenAIEmbeddings:
@@ -100,6 +104,9 @@ class FakeOpenAIEmbeddings:
                     name, _, value = h.partition(":")
                     headers[name.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
+                self.arrived += 1
+                if self.hold is not None:
+                    await self.hold.wait()
                 status, doc = self.answer(method, target.split("?")[0], headers, body)
                 payload = json.dumps(doc).encode()
                 writer.write(f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"

@@ -43,6 +43,19 @@ await check("compactRun on an ended run → the marker; the session goes on from
   const next = await collect(c.continueSession({ sessionId, segments: seg("go on") }));
   assert(next[next.length - 1].type === "done", next[next.length - 1].type);
 });
+await check("replaySession seeds a new session from the conversation; continueSession goes on there", async () => {
+  const r = await c.replaySession(sessionId, { agent: "script" });
+  assert(r.new_session_id && r.new_session_id !== sessionId && r.seed_run_id, JSON.stringify(r));
+  assert(r.compacted === false && r.events_copied > 0, JSON.stringify(r));
+  const t = await c.getTranscript(r.new_session_id);
+  const said = t.events.filter((e) => e.type === "text").map((e) => e.event.text);
+  assert(said.length >= 3 && said[0] === "one", JSON.stringify(said));
+  const next = await collect(c.continueSession({ sessionId: r.new_session_id, segments: seg("again") }));
+  assert(next.find((e) => e.type === "session").text === r.new_session_id, "the new session");
+  assert(next[next.length - 1].type === "done", next[next.length - 1].type);
+  let err; try { await c.replaySession("s_nope", { agent: "script" }); } catch (e) { err = e; }
+  assert(err instanceof SessionNotFoundError, String(err));
+});
 await check("continueSession on an unknown session → SessionNotFoundError", async () => {
   let err; try { await collect(c.continueSession({ sessionId: "s_nope", segments: seg("x") })); } catch (e) { err = e; }
   assert(err instanceof SessionNotFoundError, String(err));
