@@ -12,8 +12,9 @@ from typing import Any, cast
 
 import openai
 import pytest
-from openai.types.responses import FunctionToolParam, ResponseInputItemParam
-from pydantic import BaseModel
+from openai.types.responses import FunctionToolParam, ResponseInputItemParam, ResponseStreamEvent
+from openai.types.responses import Response as OpenAIResponse
+from pydantic import BaseModel, TypeAdapter
 
 from tests.support.frontdoors import TOKEN, Served, raised
 from tests.support.vendors.base import text, tools
@@ -320,6 +321,8 @@ OPEN_RESPONSES_FIELDS: dict[str, tuple[type, ...]] = {
     "store": (bool,), "background": (bool,), "service_tier": (str,), "metadata": (dict,),
     "safety_identifier": (str, type(None)), "prompt_cache_key": (str, type(None)),
 }
+#: every event a Responses stream may carry, as OpenAI's SDK types them
+STREAM_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 #: a 1x1 PNG as a data: URL
 PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQ"
          "AAAABJRU5ErkJggg==")
@@ -328,7 +331,8 @@ PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAA
 async def test_the_open_responses_acceptance_cases(served: Served) -> None:
     """The cases of the Open Responses acceptance suite (its runner is a Bun script in the spec's
     repository, not on a registry), asked as it asks them — plain HTTP, `input` as message items —
-    and checked as it checks them: every field its schema requires, with its type; output; status
+    and checked as it checks them: every field its schema requires, with its type (and each response
+    and streamed event against OpenAI's published types); output; status
     completed; for streams every event numbered and the final response whole; for tools a
     function_call item added, its arguments' delta and done, the item done."""
     fake = served.openai_fake
@@ -363,6 +367,11 @@ async def test_the_open_responses_acceptance_cases(served: Served) -> None:
                  if k not in final or not isinstance(final[k], kinds)}
         assert wrong == {}, (name, wrong)
         assert final["output"] and final["status"] == "completed", (name, final)
+        # the suite checks each response and event against its schemas (zod, made from OpenAI's
+        # spec); here OpenAI's own published types (the SDK's pydantic models) check them
+        OpenAIResponse.model_validate(final)
+        for event in events:
+            STREAM_EVENT.validate_python(event)
         if stream:
             assert [e["sequence_number"] for e in events] == list(range(len(events))), name
             assert all(e["response"].keys() >= OPEN_RESPONSES_FIELDS.keys() for e in events if "response" in e)

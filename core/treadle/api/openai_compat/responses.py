@@ -368,7 +368,8 @@ def _answer_steps(doc: ResponseDoc, resp: ModelResponse, *, streamed: bool) -> l
     """A whole model answer's steps: its text (unless already streamed), its calls, the final."""
     text = "".join(b.text for b in resp.content if isinstance(b, TextBlock))
     calls = [tool_call_json(b.id, b.name, b.input) for b in resp.content if isinstance(b, ToolUseBlock)]
-    usage = usage_json(resp.usage.input_tokens, resp.usage.output_tokens)
+    usage = usage_json(resp.usage.input_tokens, resp.usage.output_tokens, resp.usage.cache_read_input_tokens,
+                       resp.usage.cache_creation_input_tokens)
     return [*([("text", text)] if text and not streamed else []), ("calls", (text, calls)),
             ("final", _finish(doc, finish_reason(resp.stop_reason), usage))]
 

@@ -254,8 +254,9 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
 
-def usage_json(input_tokens: int, output_tokens: int) -> dict[str, Any]:
-    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+def usage_json(input_tokens: int, output_tokens: int, cached: int = 0, cache_write: int = 0) -> dict[str, Any]:
+    details = {"cached_tokens": cached, "cache_write_tokens": cache_write}
+    return {"input_tokens": input_tokens, "input_tokens_details": details,
             "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens}
 
