@@ -20,12 +20,18 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".mypy_cache",
 
 def validate_config(config_file: Path) -> str:
     """The operator YAML as text, after the same validation `treadle serve` does (a broken config
-    fails `cdk synth`, not the first invocation)."""
-    from treadle.config import load_config
+    fails `cdk synth`, not the first invocation). Layers (`base.yaml:bundle.yaml`, as
+    TREADLE_CONFIG takes them) ship merged, as one file."""
+    import yaml
+
+    from treadle.config import config_layers, load_config, load_config_data
     from treadle.engine.model_routes import check_routes
 
     check_routes(load_config(config_file), str(config_file))
-    return config_file.read_text()
+    if len(config_layers(config_file)) == 1:
+        return config_file.read_text()
+    merged, source = load_config_data(config_file)
+    return f"# merged from {source}\n" + yaml.safe_dump(merged, sort_keys=False)
 
 
 def starter_config() -> str:

@@ -153,3 +153,47 @@ def test_a_user_tier_that_leaves_an_agent_nothing_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as info:  # at start (the catalogue), `treadle check` and `cdk synth`
         resolve_agents(parse_config(data), default_registry(), build_providers(parse_config(data)))
     assert "agents.a.tier: no candidate of tier 't' is allowed by user tier 'cloud-only'" in str(info.value)
+
+
+BASE_LAYER = """
+models:
+  small: {provider: mock, model: echo}
+  big: {provider: mock, model: tool-caller}
+provider_priority: [mock]
+tiers:
+  low: [small]
+  middle: [small, big]
+agents:
+  shared: {tier: low, max_iterations: 4, tools: [Memory]}
+"""
+
+BUNDLE_LAYER = """
+tiers:
+  middle: !prepend [big]
+agents:
+  shared: {max_iterations: 9, tools: !append [Context]}
+  team/assistant: {tier: middle, skills: [team/*]}
+"""
+
+
+def test_config_layers_merge_as_loomcycles(tmp_path: Path) -> None:
+    base, bundle = tmp_path / "base.yaml", tmp_path / "bundle.yaml"
+    base.write_text(BASE_LAYER)
+    bundle.write_text(BUNDLE_LAYER)
+    (tmp_path / "alone.yaml").write_text("agents:\n  team/assistant: {tier: middle}\n")
+    with pytest.raises(ConfigError, match=r"unknown tier 'middle' \(none defined\); a loomcycle bundle takes its "
+                                          r"tiers from a base layer"):
+        load_config(tmp_path / "alone.yaml")
+    config = load_config(f"{base}:{bundle}")
+    # mappings merge by key (a same-named agent field by field); tagged sequences compose
+    assert config.agents["shared"].tier == "low" and config.agents["shared"].max_iterations == 9
+    assert config.agents["shared"].tools == ["Memory", "Context"]
+    assert [c for c in config.tiers["middle"].candidates] == ["big", "small", "big"]
+    assert config.agents["team/assistant"].tier == "middle"
+    # the CLI's repeated --config is the same stack; the later layer wins a scalar
+    out = subprocess.run([sys.executable, "-m", "treadle.cli.main", "--config", str(base), "--config", str(bundle),
+                          "hash", "agent", "team/assistant"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("sha256:"), out.stderr
+    with pytest.raises(ConfigError, match=r"base\.yaml \+ .*bad\.yaml: agents\.shared\.tier: unknown tier 'nope'"):
+        (tmp_path / "bad.yaml").write_text("agents:\n  shared: {tier: nope}\n")
+        load_config(f"{base}:{bundle}:{tmp_path / 'bad.yaml'}")

@@ -36,6 +36,7 @@ BUILTINS: dict[str, tuple[str, str, bool]] = {
     "Glob": ("treadle.builtins.files.search", "GlobTool", False),
     "NotebookEdit": ("treadle.builtins.files.notebook", "NotebookEditTool", False),
     "Bash": ("treadle.builtins.files.bash", "BashTool", False),
+    "Bashbox": ("treadle.builtins.bashbox", "BashboxTool", False),
     "VolumeDef": ("treadle.builtins.volumedef", "VolumeDefTool", False),
     "Skill": ("treadle.builtins.skill", "SkillTool", False),
     "TeamDef": ("treadle.builtins.teamdef", "TeamDefTool", False),

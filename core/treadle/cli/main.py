@@ -270,10 +270,12 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 @click.group(context_settings=CONTEXT, help="treadle — a durable agent runtime")
 @click.version_option(__version__, "--version", prog_name="treadle", message="%(prog)s %(version)s")
-@click.option("--config", help="operator YAML (default: $TREADLE_CONFIG or ./treadle.yaml)")
+@click.option("--config", multiple=True,
+              help="operator YAML (default: $TREADLE_CONFIG or ./treadle.yaml); given again, the files layer "
+                   "left to right as loomcycle's (a bundle over a base layer; as TREADLE_CONFIG=a.yaml:b.yaml)")
 @click.pass_context
-def cli(ctx: click.Context, config: str | None) -> None:
-    ctx.obj = Args(config=config)
+def cli(ctx: click.Context, config: tuple[str, ...]) -> None:
+    ctx.obj = Args(config=os.pathsep.join(config) or None)
 
 
 def _args(**kw: Any) -> Args:
