@@ -683,16 +683,22 @@ class Runtime:
                 "compacted": marker is not None}
 
     async def fork_run(self, tenant_id: str, run_id: str, at_seq: int, *, prompt: str | None = None,
-                       agent: str | None = None, def_id: str | None = None) -> dict[str, Any]:
+                       agent: str | None = None, def_id: str | None = None, replay: bool = False,
+                       idempotency_key: str | None = None) -> dict[str, Any]:
         """A new run whose history is `run_id`'s up to `at_seq` (never splitting a tool exchange;
         portable/fork.py says where it ends and what the first turn is), of the same agent or of
         `agent` / the AgentDef version `def_id`: a new session seeded with the history (the
         session's earlier runs and the run's events to the cut: store/sessions.py `seed`, in one
-        statement), continued by the fork. 404 `run_not_found`; 409 `not_forkable` (a sub-agent
-        run: no session); 400 `invalid_at_seq` / `no_user_turn`; 503 `runtime_paused`."""
+        statement), continued by the fork. `replay`: the fork's calls that match the original's
+        after the cut are answered from its recorded results (engine/forkreplay.py).
+        `idempotency_key`: a retry returns the fork the first call started (its seed run's id comes
+        from the key, so a crash between the seed and the start leaves nothing behind). 404
+        `run_not_found`; 409 `not_forkable` (a sub-agent run: no session); 400 `invalid_at_seq` /
+        `no_user_turn`; 503 `runtime_paused`."""
         from treadle.domain.events import Done
+        from treadle.domain.runs import RunOptions
         from treadle.errors import Conflict, RunNotFound
-        from treadle.portable.fork import plan_fork
+        from treadle.portable.fork import plan_fork, seed_run_id
         from treadle.store.runs import new_run_id, session_id_of
         from treadle.store.sessions import Seed
 
@@ -704,12 +710,14 @@ class Runtime:
         plan = plan_fork(await self.runs.events(tenant_id, run_id, limit=100_000), at_seq, prompt)
         await self.refuse_if_paused()
         target = agent or run.agent
-        fork = NewRun(tenant_id=tenant_id, agent=target, segments=plan.segments, user_id=run.user_id, def_id=def_id)
+        fork = NewRun(tenant_id=tenant_id, agent=target, segments=plan.segments, user_id=run.user_id, def_id=def_id,
+                      run_options=RunOptions(replay={"run_id": run_id, "after_seq": plan.cut}) if replay else None,
+                      idempotency_key=idempotency_key)
         if is_team_agent(target):  # the version the fork runs (UnknownAgent: 400)
             await self.teams.pin(fork)
         else:
             await self.substrate.pinning.pin(fork)
-        seed_id = new_run_id()
+        seed_id = new_run_id() if idempotency_key is None else seed_run_id(tenant_id, idempotency_key)
         done = Done("end_turn", {}, "fork seed")
         started = {"agent": target, "run_id": seed_id, "user_id": run.user_id, "forked_from": run_id,
                    "at_seq": plan.cut}
@@ -720,7 +728,8 @@ class Runtime:
             fork.session_id = seed.session_id
         new, _ = await self.start_run(fork)
         return {"run_id": new.id, "status": new.status, "session_id": new.session, "forked_from": run_id,
-                "at_seq": plan.cut, "events_copied": copied, "agent": new.agent, "def_id": new.def_id}
+                "at_seq": plan.cut, "events_copied": copied, "agent": new.agent, "def_id": new.def_id,
+                "mode": "replay" if replay else "live"}
 
     async def recap_session(self, tenant_id: str, session_id: str) -> str:
         """loomcycle's RecapSession (History op=recap): a fresh summary of the whole session —

@@ -74,7 +74,9 @@ def runs_and_agents(api: Checked) -> None:
     assert wait_finished(api, forked["run_id"])["status"] == "completed"
     api.call("POST", "/v1/runs/{run_id}/fork", 400, path={"run_id": run_id}, json={"at_seq": 0})
     api.call("POST", "/v1/runs/{run_id}/fork", 404, path={"run_id": "r_nope"}, json={"at_seq": 1})
-    api.call("POST", "/v1/runs/{run_id}/fork", 501, path={"run_id": run_id}, json={"at_seq": 1, "mode": "replay"})
+    replay = api.call("POST", "/v1/runs/{run_id}/fork", 202, path={"run_id": run_id},
+                      json={"at_seq": 1, "mode": "replay"})
+    assert replay["mode"] == "replay" and wait_finished(api, replay["run_id"])["status"] == "completed"
     api.call("GET", "/v1/runs/{run_id}/interrupts", 200, path={"run_id": run_id})
     api.call("GET", "/v1/users/{user_id}/interrupts", 200, path={"user_id": user}, params={"status": "all"})
     api.call("GET", "/v1/interrupts", 200, params={"status": "all"})

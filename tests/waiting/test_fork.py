@@ -115,8 +115,8 @@ async def test_a_fork_without_a_prompt_asks_the_last_turn_again_of_another_agent
             assert r.status_code == 400 and r.json()["code"] == code, r.text
         r = await c.post(f"/v1/runs/{original}/fork", json={"at_seq": 1, "agent": "nobody", "prompt": "x"})
         assert r.status_code == 400 and r.json()["code"] == "unknown_agent", r.text
-        r = await c.post(f"/v1/runs/{original}/fork", json={"at_seq": 1, "mode": "replay"})
-        assert r.status_code == 501 and r.json()["code"] == "not_implemented", r.text
+        r = await c.post(f"/v1/runs/{original}/fork", json={"at_seq": 1, "mode": "rerun"})
+        assert r.status_code == 422 and r.json()["code"] == "validation_error", r.text
         r = await c.post("/v1/runs/r_nope/fork", json={"at_seq": 1})
         assert r.status_code == 404 and r.json()["code"] == "run_not_found"
         parent = await start(rt, "parent")

@@ -22,7 +22,7 @@ from treadle.api.loomcycle import (
 from treadle.api.sse import SSE_HEADERS, sse_frame, stream_run_events
 from treadle.api.steering import cancel_turn, decode_cursor, encode_cursor, waits_of
 from treadle.domain.runs import RunStatus
-from treadle.errors import BadRequest, NotFound, NotImplementedFeature, RunNotFound, ValidationFailed
+from treadle.errors import BadRequest, NotFound, RunNotFound, ValidationFailed
 from treadle.mcp.credentials import seal_credentials
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
@@ -262,15 +262,16 @@ def run_view(run: RunRecord) -> dict[str, Any]:
 
 
 @router.post("/runs/{run_id}/fork", status_code=202, response_model=ForkResult, response_model_exclude_none=True,
-             responses=errors(*BODY, 404, 409, 501))
-async def fork_run(run_id: str, body: ForkRequest, rt: Rt, who: Who) -> dict[str, Any]:
+             responses=errors(*BODY, 404, 409))
+async def fork_run(run_id: str, body: ForkRequest, rt: Rt, who: Who,
+                   idempotency_key: Annotated[str | None, Header(max_length=256)] = None) -> dict[str, Any]:
     """Fork the run at event `at_seq` (issue 36): a new run, in a session of its own, whose history
     is this run's up to there — tool exchanges kept whole — and whose first turn is `prompt` or the
     last user turn asked again; `agent` / `def_id` run another agent or AgentDef version on it.
     400 `invalid_at_seq` / `no_user_turn` / unknown agent; 404 `run_not_found`; 409 `not_forkable`
-    (a sub-agent run); 501 `not_implemented` for `mode: replay`."""
-    if body.mode != "live":
-        raise NotImplementedFeature(f"fork mode {body.mode!r}: only 'live' is built (replay answers from "
-                                    "recorded tool results are not)")
+    (a sub-agent run). `mode: replay` answers the fork's tool calls from the original's recorded
+    results while they match (same tool, same canonical input, in order) and runs them for real from
+    the first divergence (engine/forkreplay.py). An `Idempotency-Key` header makes retries safe:
+    the same key returns the fork it started the first time (and no second seed session)."""
     return await rt.fork_run(who.tenant_id, run_id, body.at_seq, prompt=body.prompt, agent=body.agent,
-                             def_id=body.def_id)
+                             def_id=body.def_id, replay=body.mode == "replay", idempotency_key=idempotency_key)

@@ -39,6 +39,8 @@ class EventType(StrEnum):
     INTERRUPTION_NOTIFY = "interruption_notify"
     CHANNEL_PUBLISH = "channel_publish"
     SPAWN_CHILD_RESULT = "spawn_child_result"
+    # a replay fork's first call that runs for real (engine/forkreplay.py)
+    REPLAY_DIVERGED = "replay_diverged"
     # interactive runs
     AWAITING_INPUT = "awaiting_input"
     TURN_CANCELLED = "turn_cancelled"
@@ -72,7 +74,9 @@ CATALOGUE: dict[EventType, str] = {
     "`max_context_tokens`?}, `iteration`",
     EventType.RETRY: "a provider call failed and is retried: `retry` {attempt, wait, error, provider}",
     EventType.PROVIDER_FALLBACK: "the route moved to its next candidate: `from`, `to`, `error`",
-    EventType.TOOL_RESULT: "a tool call's answer: `tool_use`, `text`, `is_error` (unique per tool_use_id)",
+    EventType.TOOL_RESULT: "a tool call's answer: `tool_use`, `text`, `is_error` (unique per tool_use_id); "
+    "`replayed` {`run_id`, `seq`} when a replay fork answered it from the original run's result at `seq` "
+    "(the tool did not run)",
     EventType.TOOL_PARKED: "a tool call parked the run: `tool_use`, `wait` {kind, keys, deadline, extra}, "
     "`iteration`",
     EventType.TOOL_PENDING: "an application tool call waits for the caller's answer (`tool_results` route)",
@@ -80,6 +84,10 @@ CATALOGUE: dict[EventType, str] = {
     EventType.INTERRUPTION_NOTIFY: "the agent notified the operator (Interruption notify)",
     EventType.CHANNEL_PUBLISH: "the agent published on a channel: `channel` {name, id, payload_preview}",
     EventType.SPAWN_CHILD_RESULT: "a sub-agent's result reached its parent: `spawn_child`",
+    EventType.REPLAY_DIVERGED: "a replay fork's call did not match the original's record: it and every later "
+    "call run for real. `index` (the fork's call number, from 0), `got` {`name`, `input`}, `want` {`name`, "
+    "`input`} (the original's call; null past its record), `reason` (mismatch, end_of_record, not_held), "
+    "`run_id` (the original)",
     EventType.AWAITING_INPUT: "an interactive run ended its turn and waits for input: `since_turn`",
     EventType.TURN_CANCELLED: "a turn was cancelled: `reason`, `since_turn`, `input_id`",
     EventType.LIMIT: "a budget was crossed (loomcycle's shape): `limit` {`scope` (tenant, user, agent), "
@@ -214,16 +222,47 @@ class ToolResult(_Typed):
     tool_use: ToolUseRef
     text: str
     is_error: bool
+    #: a replay fork's call answered from the original's result: {run_id, seq} (the tool did not run)
+    replayed: dict[str, Any] | None = None
 
     def to_payload(self) -> dict[str, Any]:
-        return {"tool_use": self.tool_use.to_json(), "text": self.text, "is_error": self.is_error}
+        out = {"tool_use": self.tool_use.to_json(), "text": self.text, "is_error": self.is_error}
+        if self.replayed is not None:
+            out["replayed"] = self.replayed
+        return out
 
     def event(self, tool_use_id: str | None = None) -> NewEvent:
         return NewEvent(self.type, self.to_payload(), tool_use_id=tool_use_id or self.tool_use.id)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> ToolResult:
-        return cls(ToolUseRef.parse(p["tool_use"]), str(p.get("text", "")), bool(p.get("is_error")))
+        replayed = p.get("replayed")
+        return cls(ToolUseRef.parse(p["tool_use"]), str(p.get("text", "")), bool(p.get("is_error")),
+                   dict(replayed) if isinstance(replayed, dict) else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayDiverged(_Typed):
+    type: ClassVar[EventType] = EventType.REPLAY_DIVERGED
+    #: the original run
+    run_id: str
+    #: the fork's call number (from 0) that did not match
+    index: int
+    got: dict[str, Any]
+    #: the original's call at `index` (None past its record)
+    want: dict[str, Any] | None
+    reason: Literal["mismatch", "end_of_record", "not_held"]
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "index": self.index, "got": self.got, "want": self.want,
+                "reason": self.reason}
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> ReplayDiverged:
+        want, reason = p.get("want"), p.get("reason")
+        return cls(str(p.get("run_id") or ""), int(p.get("index") or 0), dict(p.get("got") or {}),
+                   dict(want) if isinstance(want, dict) else None,
+                   reason if reason in ("mismatch", "end_of_record", "not_held") else "mismatch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,12 +413,14 @@ class CompactionFailed(_Typed):
 
 
 TypedEvent = (Text | Thinking | ToolCall | Usage | ToolResult | ToolParked | AwaitingInput | TurnCancelled
-              | UserInput | LimitCrossed | Done | Error | ContextCompaction | CompactionFailed | RuntimePaused)
+              | UserInput | LimitCrossed | Done | Error | ContextCompaction | CompactionFailed | RuntimePaused
+              | ReplayDiverged)
 
 _PARSERS: dict[str, Any] = {
     cls.type: cls.parse
     for cls in (Text, Thinking, ToolCall, Usage, ToolResult, ToolParked, AwaitingInput, TurnCancelled,
-                UserInput, LimitCrossed, Done, Error, ContextCompaction, CompactionFailed, RuntimePaused)
+                UserInput, LimitCrossed, Done, Error, ContextCompaction, CompactionFailed, RuntimePaused,
+                ReplayDiverged)
 }
 
 

@@ -73,6 +73,9 @@ class RunOptions:
     deadline_unix: float | None = None
     #: loomcycle's per-run `compaction` (over the agent's, field by field; a spawn's over the run's)
     compaction: Mapping[str, Any] | None = None
+    #: a replay fork (issue 36, `POST /v1/runs/{id}/fork {mode: replay}`): `{run_id, after_seq}`, the
+    #: original run whose recorded tool results after `after_seq` answer the fork's matching calls
+    replay: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any] | None:
         out: dict[str, Any] = {}
@@ -88,6 +91,8 @@ class RunOptions:
             out["deadline_unix"] = self.deadline_unix
         if self.compaction:
             out["compaction"] = dict(self.compaction)
+        if self.replay:
+            out["replay"] = dict(self.replay)
         return out or None
 
     @classmethod
@@ -95,7 +100,7 @@ class RunOptions:
         d = data or {}
         tools, sampling, tier = d.get("tools"), d.get("sampling"), d.get("user_tier")
         timeout, deadline = d.get("run_timeout_seconds"), d.get("deadline_unix")
-        compaction = d.get("compaction")
+        compaction, replay = d.get("compaction"), d.get("replay")
         return cls(
             tools=tuple(str(t) for t in tools) if isinstance(tools, list) else None,
             sampling=dict(sampling) if isinstance(sampling, dict) else None,
@@ -103,6 +108,7 @@ class RunOptions:
             run_timeout_seconds=_number(timeout),
             deadline_unix=_number(deadline),
             compaction=dict(compaction) if isinstance(compaction, dict) else None,
+            replay=dict(replay) if isinstance(replay, dict) else None,
         )
 
 

@@ -31,7 +31,7 @@ from treadle.domain.content import Block, Message, TextBlock, ThinkingBlock, Too
 from treadle.domain.events import ContextCompaction, EventType, Text, Thinking, ToolCall, ToolUseRef, Usage
 from treadle.domain.runs import NewEvent, StepMessage, StopReason
 from treadle.domain.signals import CancelSignal
-from treadle.engine import compaction, plan
+from treadle.engine import compaction, forkreplay, plan
 from treadle.engine.agents import ResolvedAgent
 from treadle.engine.cancelling import CancelWatch, StepInterrupted, interruptible
 from treadle.engine.history import SessionHistories
@@ -520,6 +520,11 @@ class Engine:
         calls then run inside the step's commit transaction, so their writes, the results and the
         step advance commit together — one commit per iteration when every call is transactional."""
         leased = lease.run
+        if leased.run_options.replay is not None:  # a replay fork: answer what matches the original's record
+            answers = await self._replay_answers(leased, calls)
+            calls.replayed = answers.results
+            if answers.diverged is not None and turn:  # recorded once, with the turn that made the call
+                turn.append(answers.diverged)
         external: dict[str, Outcome] = {}
         if calls.external:
             if turn:
@@ -552,6 +557,14 @@ class Engine:
             except ToolRaised as raised:  # its writes rolled back with that transaction: commit its error alone
                 async with self.steps.transaction():
                     return await commit({raised.tool_use_id: raised.outcome})
+
+    async def _replay_answers(self, leased: LeasedRun, calls: TurnCalls) -> forkreplay.Answers:
+        """Which of a replay fork's calls the original's record answers (engine/forkreplay.py)."""
+        source = leased.run_options.replay or {}
+        run_id, after = str(source.get("run_id") or ""), int(source.get("after_seq") or 0)
+        rec = forkreplay.record(await self.steps.tool_record(leased.tenant_id, run_id, after))
+        return forkreplay.answer(run_id, rec, forkreplay.made_before(leased.events, calls.uses), calls.uses,
+                                 frozenset(calls.agent.tools_by_name))
 
     async def _apply(self, lease: Lease, step_plan: StepPlan) -> StepResult:
         """The one place a step commits, and the one place it sends its next step: commit the

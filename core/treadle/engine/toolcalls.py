@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from treadle.domain.content import ToolUseBlock
@@ -63,18 +63,22 @@ class TurnCalls:
     parked: dict[str, dict[str, Any]]
     #: the turn's `usage` payload when the turn is not recorded yet (committed with the results)
     turn_usage: dict[str, Any] | None = None
+    #: a replay fork's calls answered from the original's results (engine/forkreplay.py): they run
+    #: nothing, and commit with the step like transactional ones
+    replayed: dict[str, NewEvent] = field(default_factory=dict)
 
     def tool(self, tu: ToolUseBlock) -> Tool | None:
         return self.agent.tools_by_name.get(tu.name)
 
     @property
     def external(self) -> list[ToolUseBlock]:
-        return [tu for tu in self.uses if (t := self.tool(tu)) is not None and effects_of(t, tu.input) == "external"]
+        return [tu for tu in self.uses if tu.id not in self.replayed and (t := self.tool(tu)) is not None
+                and effects_of(t, tu.input) == "external"]
 
     @property
     def transactional(self) -> list[ToolUseBlock]:
         external = {tu.id for tu in self.external}
-        return [tu for tu in self.uses if tu.id not in external]
+        return [tu for tu in self.uses if tu.id not in external and tu.id not in self.replayed]
 
 
 class ToolRunner:
@@ -120,7 +124,8 @@ class ToolRunner:
 
     @staticmethod
     def in_order(calls: TurnCalls, *parts: dict[str, Outcome]) -> list[Outcome]:
-        merged = {k: v for part in parts for k, v in part.items()}
+        merged: dict[str, Outcome] = {**calls.replayed}
+        merged.update((k, v) for part in parts for k, v in part.items())
         return [merged[tu.id] for tu in calls.uses]
 
     async def _call(self, calls: TurnCalls, tu: ToolUseBlock, *, savepoint: bool | None,

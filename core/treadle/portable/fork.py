@@ -12,6 +12,7 @@ the history is left without its result.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,3 +52,9 @@ def whole_exchanges(events: list[StoredEvent], cut: int) -> int:
     while cut > 0 and replay([(e.seq, str(e.type), e.payload) for e in events if e.seq <= cut]).pending:
         cut -= 1
     return cut
+
+
+def seed_run_id(tenant_id: str, idempotency_key: str) -> str:
+    """The seed run of a fork asked with `Idempotency-Key`: the same for every retry, so a retry
+    after a crash between the seed and the fork's start reuses the seed instead of leaving one behind."""
+    return "r_" + hashlib.sha256(f"fork-seed\x1f{tenant_id}\x1f{idempotency_key}".encode()).hexdigest()[:32]

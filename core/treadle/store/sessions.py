@@ -166,7 +166,9 @@ class SessionStore:
         """loomcycle's replay, as one statement (a crash leaves all of it or none): a new session
         holding one ended run whose events are `started`, the source session's `CARRIED` events
         (up to `upto` = (session_seq, seq) when given: what a compaction was computed on), then
-        `seed.tail`. Returns how many events were carried; 0: none, and nothing was written."""
+        `seed.tail`. Returns how many events were carried; 0: none, and nothing was written. A
+        seed run that exists already (a retried fork's: its id comes from the idempotency key) is
+        kept as it is, and the count is still returned."""
         params: dict[str, Any] = {
             "tenant": tenant_id, "src": source_id, "types": [str(t) for t in CARRIED],
             "place": upto[0] if upto else None, "seq": upto[1] if upto else None,
@@ -192,7 +194,7 @@ class SessionStore:
                 " completed_at, def_id, def_content_sha256, session_id, session_seq)"
                 " SELECT %(id)s, %(tenant)s, %(user)s, %(agent)s, 'completed', 'end_turn', %(id)s,"
                 " 1 + n.copied + %(ntail)s, now(), %(def_id)s, %(def_sha)s, %(sid)s, 0"
-                " FROM n WHERE n.copied > 0"
+                " FROM n WHERE n.copied > 0 ON CONFLICT (id) DO NOTHING"
                 " RETURNING id, tenant_id, last_seq, created_at"
                 "), ns AS ("
                 " INSERT INTO sessions (id, tenant_id, agent, user_id, run_count, created_at, updated_at)"
@@ -202,7 +204,7 @@ class SessionStore:
                 " SELECT r.id, 1, r.tenant_id, 'started', %(started)s FROM r"
                 " UNION ALL SELECT r.id, src.seq, r.tenant_id, src.type, src.payload FROM r, src"
                 f"{tail_insert}"
-                ") SELECT n.copied FROM n, r", params)
+                ") SELECT n.copied FROM n", params)
             row = await cur.fetchone()
         return int(row["copied"]) if row else 0
 

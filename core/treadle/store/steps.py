@@ -27,6 +27,7 @@ import psycopg
 from psycopg.errors import DivisionByZero
 from psycopg.types.json import Jsonb
 
+from treadle.domain.events import EventType
 from treadle.domain.runs import NewEvent, RunOptions
 from treadle.errors import CancelPending, LeaseLost
 from treadle.store.db import Pool, StepTransaction, current_step_transaction, prepare_now
@@ -405,6 +406,16 @@ class StepStore:
         """Re-read the run's transcript (a chained step found it changed by another writer)."""
         async with self.pool.step_connection() as conn:
             return await self._read_events(conn, run_id)
+
+    async def tool_record(self, tenant_id: str, run_id: str, after_seq: int) -> list[tuple[int, str, dict[str, Any]]]:
+        """Run `run_id`'s tool_call and tool_result events after `after_seq`, in order: what a
+        replay fork of it answers its calls from (engine/forkreplay.py)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT seq, type, payload FROM events WHERE run_id = %s AND tenant_id = %s AND seq > %s"
+                " AND type = ANY(%s) ORDER BY seq",
+                (run_id, tenant_id, after_seq, [str(EventType.TOOL_CALL), str(EventType.TOOL_RESULT)]))
+            return [(r["seq"], r["type"], r["payload"]) for r in await cur.fetchall()]
 
     async def read(self, tenant_id: str, run_id: str) -> LeasedRun | None:
         """The run's row and transcript as a step would see them, without a lease (a run at rest:

@@ -525,9 +525,11 @@ class ForkRequest(Request):
     """POST /v1/runs/{run_id}/fork (issue 36): a new run whose history is this run's up to `at_seq`
     (moved back so no tool exchange is split). `prompt`: the next user turn after it; absent: the
     last user turn at or before `at_seq` is asked again. `agent` / `def_id` (an AgentDef version):
-    what the fork runs (default: the run's agent, its active version). `mode`: only `live` (the
-    fork's tools run for real); `replay` (answers from the original's recorded results) is refused
-    with 501 `not_implemented`."""
+    what the fork runs (default: the run's agent, its active version). `mode`: `live` (the fork's
+    tools run for real) or `replay` (the fork's calls are answered from the original's recorded
+    results while they match — same tool, same canonical JSON input, in order — and run for real
+    from the first that does not; such results carry `replayed`, the divergence is a
+    `replay_diverged` event)."""
 
     at_seq: int
     prompt: str | None = None
@@ -547,3 +549,4 @@ class ForkResult(Response):
     events_copied: int
     agent: str
     def_id: str | None = None
+    mode: Literal["live", "replay"] = "live"
