@@ -17,7 +17,7 @@ OTHER_NAMES = frozenset({
     "TREADLE_LOG_LEVEL",
     "TREADLE_URL", "TREADLE_TOOL_USE_ID",
     "TREADLE_EMF", "TREADLE_METRICS_NAMESPACE", "TREADLE_REQUIRE_PGVECTOR", "TREADLE_STREAM_HOST",
-    "TREADLE_HOOKS_SECRET",
+    "TREADLE_HOOKS_SECRET", "TREADLE_PUBLIC_CONFIG",
     # the Python client (treadle/client): its bearer, else TREADLE_AUTH_TOKEN
     "TREADLE_TOKEN",
     # scripts/demo.sh, scripts/test.sh

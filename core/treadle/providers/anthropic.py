@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import quote
 
 from treadle.domain.content import (
     Block,
@@ -108,6 +109,20 @@ class AnthropicProvider(HttpDriver):
         if opts.get("stop"):
             body["stop_sequences"] = list(opts["stop"])
         return body
+
+    async def list_models(self, timeout_s: float = 10.0) -> list[str]:
+        """`GET /v1/models`, page after page (`has_more`, `after_id`; at most 10 pages)."""
+        headers = {"x-api-key": self.api_key() or "", "anthropic-version": ANTHROPIC_VERSION,
+                   "accept": "application/json"}
+        out: list[str] = []
+        url = f"{self.endpoint.base_url}/v1/models?limit=1000"
+        for _ in range(10):
+            doc = await self.get_json(url, headers, timeout_s)
+            out += self.listed(doc, "data", "id")
+            if not doc.get("has_more") or not out:
+                break
+            url = f"{self.endpoint.base_url}/v1/models?limit=1000&after_id={quote(out[-1], safe='')}"
+        return out
 
     async def call(self, req: ModelRequest, on_delta: DeltaSink | None = None) -> ModelResponse:
         key = self.require_key(req.model)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from treadle.domain.content import Block, Message
 
@@ -73,3 +73,11 @@ class Provider(Protocol):
     name: str
 
     async def call(self, req: ModelRequest, on_delta: DeltaSink | None = None) -> ModelResponse: ...
+
+
+@runtime_checkable
+class ModelLister(Protocol):
+    """A provider that can say which models its vendor serves now (`GET /v1/_providers/{id}/models`,
+    the resolver probe); ProviderError `provider_list_failed` when it cannot."""
+
+    async def list_models(self, timeout_s: float = 10.0) -> list[str]: ...

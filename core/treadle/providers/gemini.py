@@ -94,6 +94,20 @@ class GeminiProvider(HttpDriver):
             stop = "tool_use"
         return state.response(content, stop, model=model)
 
+    async def list_models(self, timeout_s: float = 10.0) -> list[str]:
+        """`GET /v1beta/models`, page after page (`nextPageToken`; at most 10 pages), without `models/`."""
+        headers = {"x-goog-api-key": self.api_key() or "", "accept": "application/json"}
+        out: list[str] = []
+        url = f"{self.endpoint.base_url}/v1beta/models?pageSize=1000"
+        for _ in range(10):
+            doc = await self.get_json(url, headers, timeout_s)
+            out += self.listed(doc, "models", "name", "models/")
+            token = doc.get("nextPageToken")
+            if not isinstance(token, str) or not token:
+                break
+            url = f"{self.endpoint.base_url}/v1beta/models?pageSize=1000&pageToken={quote(token, safe='')}"
+        return out
+
     def parse_error(self, status: int, body: bytes) -> VendorError:
         doc = json_or_none(body)
         if isinstance(doc, list) and doc and isinstance(doc[0], dict):  # the JSON-array framing of errors

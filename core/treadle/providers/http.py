@@ -219,6 +219,35 @@ class HttpDriver:
         except (httpx.HTTPError, TimeoutError, ValueError):
             return None
 
+    async def get_json(self, url: str, headers: dict[str, str], timeout_s: float) -> Any:
+        """A small GET (the vendor's model list): its JSON, or ProviderError `provider_list_failed`
+        naming the status or the failure (redacted)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                resp = await self.client().get(url, headers=headers)
+            if resp.status_code != 200:
+                reason = self.parse_error(resp.status_code, resp.content).message
+                raise ProviderError(self.redact(f"{self.name}: HTTP {resp.status_code}: {reason}"),
+                                    code="provider_list_failed")
+            return resp.json()
+        except TimeoutError:
+            raise ProviderError(f"{self.name}: no answer within {timeout_s:g} s", code="provider_list_failed") from None
+        except (httpx.HTTPError, ValueError) as exc:
+            raise ProviderError(self.redact(f"{self.name}: {type(exc).__name__}: {exc}"),
+                                code="provider_list_failed") from None
+
+    async def list_models(self, timeout_s: float = 10.0) -> list[str]:
+        """The model ids the vendor serves now (its `GET …/models`), in its own spelling."""
+        raise NotImplementedError
+
+    def listed(self, doc: Any, items: str, field: str, prefix: str = "") -> list[str]:
+        """`doc[items][*][field]` (without `prefix`): a model list page; ProviderError if it is not one."""
+        rows = doc.get(items) if isinstance(doc, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get(field), str) for r in rows):
+            raise ProviderError(f"{self.name}: the model list is not {{{items}: [{{{field}}}]}}",
+                                code="provider_list_failed")
+        return [str(r[field]).removeprefix(prefix) for r in rows]
+
     async def stream(
         self,
         url: str,

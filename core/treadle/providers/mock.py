@@ -52,8 +52,15 @@ def last_user_text(messages: list[Message]) -> str:
     return ""
 
 
+#: the models the mock answers (`list_models`; any other is `unknown_model`)
+MOCK_MODELS = ("chat-tool", "echo", "mock-generic", "script", "tool-caller")
+
+
 class MockProvider:
     name = "mock"
+
+    async def list_models(self, timeout_s: float = 10.0) -> list[str]:
+        return list(MOCK_MODELS)
 
     async def call(self, req: ModelRequest, on_delta: DeltaSink | None = None) -> ModelResponse:
         settings = req.options.get("mock")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from treadle.errors import ProviderError, RetryableProviderError
+from treadle.providers.availability import note_call
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Provider
 from treadle.telemetry import tracing
 from treadle.telemetry.metrics import metrics
@@ -25,7 +26,10 @@ async def observed_call(
             except ProviderError as exc:
                 outcome = "retryable_error" if isinstance(exc, RetryableProviderError) else "error"
                 sp.set_attribute("treadle.error.code", exc.code)
+                if outcome == "retryable_error":
+                    note_call(provider_id, req.model, exc.message)
                 raise
+            note_call(provider_id, req.model, None)
             usage = response.usage
             outcome = "ok"
             tracing.set_model_usage(sp, response_model=response.model or req.model,

@@ -112,6 +112,12 @@ class OpenAIChatProvider(HttpDriver):
             body["reasoning_effort"] = req.options["effort"]  # loomcycle's effort on OpenAI
         return body
 
+    async def list_models(self, timeout_s: float = 10.0) -> list[str]:
+        """`GET /models` beside the chat path (OpenAI, DeepSeek, Ollama's OpenAI-compatible API)."""
+        url = self.endpoint.base_url + self.dialect.chat_path.replace("/chat/completions", "/models")
+        headers = {**self._headers(self.api_key()), "accept": "application/json"}
+        return self.listed(await self.get_json(url, headers, timeout_s), "data", "id")
+
     def _headers(self, key: str | None) -> dict[str, str]:
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         if key:

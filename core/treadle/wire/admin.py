@@ -139,6 +139,73 @@ class RunnableAgents(Response):
     agents: list[RunnableAgent]
 
 
+class ResolverModel(Response):
+    listed: bool = Field(description="in the vendor's model list (before any probe: configured)")
+    stalled: bool = Field(description="this process's last call to it failed with a retryable error")
+
+
+class ResolverProvider(Response):
+    excluded: bool = Field(description="its key variable is not set: never probed")
+    reachable: bool
+    models: dict[str, ResolverModel]
+    last_check: str | None
+    last_error: str | None = None
+
+
+class ResolverMatrix(Response):
+    """GET /v1/_resolver, POST /v1/_resolve/probe (loomcycle's resolver matrix)."""
+
+    generated_at: str
+    providers: dict[str, ResolverProvider]
+
+
+class ProviderModels(Response):
+    """GET /v1/_providers/{provider_id}/models: the vendor's list, fetched now."""
+
+    provider: str
+    fetched_at: str
+    duration_ms: int
+    models: list[str]
+
+
+class ConfigInstance(Response):
+    version: str | None = None
+    url: str | None = None
+
+
+class ConfigProvider(Response):
+    provider: str
+    active: bool
+
+
+class ConfigModel(Response):
+    provider: str
+    model: str
+    tiers: list[str]
+    active: bool
+    selected: bool
+
+
+class ConfigSearch(Response):
+    provider: str
+    active: bool
+    primary: bool
+
+
+class ConfigView(Response):
+    """GET /v1/config (loomcycle's): what this instance is and can do, at the caller's disclosure level."""
+
+    generated_at: str
+    view: str = Field(description="public | authenticated | admin")
+    instance: ConfigInstance
+    features: dict[str, Any]
+    providers: list[ConfigProvider]
+    models: list[ConfigModel]
+    search: list[ConfigSearch]
+    user_tiers: list[str] | None = None
+    limits: dict[str, Any] | None = None
+
+
 class Readiness(Response):
     """GET /readyz."""
 

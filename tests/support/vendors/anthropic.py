@@ -35,6 +35,15 @@ class FakeAnthropic(VendorFake):
         self.signatures: dict[str, str] = {}  # signature → the thinking text it signs
 
     def route(self, req: Request) -> Reply | None:
+        if req.method == "GET" and req.path == "/v1/models":  # one model per page: the client pages
+            if not self.authorized(req):
+                return self.auth_reply(req)
+            after = (req.query.get("after_id") or [""])[0]
+            rest = [m for m in sorted(MODELS) if m > after]
+            return Reply.json(200, {"data": [{"type": "model", "id": m, "display_name": m,
+                                              "created_at": "2025-01-01T00:00:00Z"} for m in rest[:1]],
+                                    "has_more": len(rest) > 1, "first_id": rest[0] if rest else None,
+                                    "last_id": rest[0] if rest else None})
         if req.method != "POST" or req.path != "/v1/messages":
             return Reply.json(404, {"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}})
         return None

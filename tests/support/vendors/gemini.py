@@ -43,6 +43,10 @@ class FakeGemini(VendorFake):
         return req.path.removeprefix("/v1beta/models/").removesuffix(":streamGenerateContent")
 
     def route(self, req: Request) -> Reply | None:
+        if req.method == "GET" and req.path == "/v1beta/models":
+            if not self.authorized(req):
+                return self.auth_reply(req)
+            return Reply.json(200, {"models": [{"name": f"models/{m}", "displayName": m} for m in sorted(MODELS)]})
         if req.method == "POST" and req.path.startswith("/v1beta/models/") and req.path.endswith(
             ":streamGenerateContent"
         ):

@@ -50,6 +50,12 @@ class FakeOpenAI(VendorFake):
     def route(self, req: Request) -> Reply | None:
         if req.method == "POST" and req.path == self.chat_path:
             return None
+        if req.method == "GET" and req.path == self.chat_path.replace("/chat/completions", "/models"):
+            if not self.authorized(req):
+                return self.auth_reply(req)
+            listed = [{"id": m, "object": "model", "created": 1700000000, "owned_by": self.name}
+                      for m in sorted(self.models)]
+            return Reply.json(200, {"object": "list", "data": listed})
         return _error(404, "invalid_request_error", "unknown_url", f"Unknown request URL: {req.method} {req.path}")
 
     def authorized(self, req: Request) -> bool:
