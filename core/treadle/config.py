@@ -48,7 +48,7 @@ from treadle.specs.loomcycle import adapt as adapt_loomcycle
 from treadle.specs.mcp import McpServerSpec, check_server_names
 from treadle.specs.memory import MemoryConfig
 from treadle.specs.pricing import PricingConfig
-from treadle.specs.volumes import VolumeBinding, VolumeSpec, WorkspaceConfig
+from treadle.specs.volumes import StaticVolumeSpec, VolumeBinding, WorkspaceConfig
 
 if TYPE_CHECKING:
     from treadle.specs.schedule import ScheduleSpec
@@ -563,7 +563,7 @@ class TreadleConfig(BaseModel):
         return self._section("mcp_servers")  # type: ignore[no-any-return]
 
     @cached_property
-    def volumes(self) -> dict[str, VolumeSpec]:
+    def volumes(self) -> dict[str, StaticVolumeSpec]:
         return self._section("volumes")  # type: ignore[no-any-return]
 
     @cached_property
@@ -741,6 +741,9 @@ def _volume_errors(config: TreadleConfig) -> list[tuple[str, str]]:
     for name in config.volumes:
         if not is_identifier(name):
             errs.append((f"volumes.{name}", "name must match [A-Za-z0-9_-]{1,128}"))
+    roots = [n for n, v in config.volumes.items() if v.dynamic_root]
+    if len(roots) > 1:
+        errs.append(("volumes", f"at most one volume may be dynamic_root: true (got {', '.join(roots)})"))
     defaults = [n for n, v in config.volumes.items() if v.default]
     if len(defaults) > 1:
         errs.append(("volumes", f"at most one volume may be default: true (got {', '.join(defaults)})"))
@@ -892,8 +895,8 @@ def _section_type(name: str) -> Any:
     if name == "mcp_servers":
         return Annotated[dict[str, McpServerSpec], AfterValidator(_mcp_server_names)]
     return {"interruption": InterruptionConfig, "http": HttpConfig, "search": SearchConfig | None,
-            "principals": dict[str, PrincipalSpec], "retention": RetentionConfig, "volumes": dict[str, VolumeSpec],
-            "workspace": WorkspaceConfig}[name]
+            "principals": dict[str, PrincipalSpec], "retention": RetentionConfig,
+            "volumes": dict[str, StaticVolumeSpec], "workspace": WorkspaceConfig}[name]
 
 
 def _mcp_server_names(v: dict[str, McpServerSpec]) -> dict[str, McpServerSpec]:

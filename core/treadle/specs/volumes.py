@@ -14,7 +14,14 @@ agents:
 ```
 
 Where a volume lives is derived by the runtime (tenant, name, and the top-level run for an
-ephemeral one); neither the operator nor a caller names a host path or a bucket key.
+ephemeral one); a caller never names a host path or a bucket key. The operator may (loomcycle's
+static volumes, treadle.yaml only, the sidecar's host storage only):
+
+```yaml
+volumes:
+  repo: {path: /srv/checkout, mode: rw, default: true}   # an existing directory, shared by every tenant
+  dyn: {path: /srv/volumes, dynamic_root: true}          # runtime VolumeDefs live under it
+```
 """
 
 from __future__ import annotations
@@ -43,6 +50,34 @@ class VolumeSpec(BaseModel):
     #: the volume a tool call uses when it names none (at most one yaml volume)
     default: bool = False
     description: str = Field(default="", max_length=1024)
+
+
+class StaticVolumeSpec(VolumeSpec):
+    """A treadle.yaml `volumes:` entry: a VolumeSpec, plus loomcycle's operator-only fields (a
+    runtime VolumeDef refuses them by name: a tenant never names a host directory)."""
+
+    #: an existing host directory (resolved to an absolute path at load): the volume is that
+    #: directory, the same for every tenant — bind it only to agents that may all see it
+    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    #: runtime VolumeDefs are placed under this volume's `path` (`<path>/t/<tenant>/v/<name>`)
+    #: instead of treadle's own volume directory; at most one volume, and it needs a `path`
+    dynamic_root: bool = False
+
+    @model_validator(mode="after")
+    def _host_directory(self) -> StaticVolumeSpec:
+        import os
+
+        if self.path is None:
+            if self.dynamic_root:
+                raise ValueError("dynamic_root needs a path (the directory VolumeDefs are placed under)")
+            return self
+        if self.ephemeral:
+            raise ValueError("a volume with a path is the operator's directory: it cannot be ephemeral")
+        resolved = os.path.abspath(os.path.expanduser(self.path))
+        if not os.path.isdir(resolved):
+            raise ValueError(f"path {resolved!r} must be an existing directory (treadle never creates it)")
+        self.path = resolved
+        return self
 
 
 class VolumeBinding(BaseModel):

@@ -56,6 +56,8 @@ class Bound:
     default: bool
     source: Literal["yaml", "runtime"]
     description: str = ""
+    #: the operator's host directory the volume is (a treadle.yaml volume's `path`), else None
+    path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +144,8 @@ class VolumeService:
                 if parent_mode not in ("ro", "rw"):
                     continue
                 mode = narrower(mode, "ro" if parent_mode == "ro" else "rw")
-            out.append(Bound(b.name, mode, spec.ephemeral, b.default or spec.default, source, spec.description))
+            out.append(Bound(b.name, mode, spec.ephemeral, b.default or spec.default, source, spec.description,
+                             getattr(spec, "path", None)))
         return out
 
     async def open(
@@ -171,16 +174,30 @@ class VolumeService:
                 raise VolumeRefused(f"name a volume: you have several and no single default ({names})")
         if write and chosen.mode != "rw":
             raise VolumeRefused(f"volume {chosen.name!r} is read-only for you; writes are refused")
+        root = self._dynamic_root() if chosen.source == "runtime" else None
+        if (chosen.path is not None or root is not None) and getattr(self.storage, "kind", "") != "host":
+            raise VolumeRefused(f"volume {chosen.name!r} maps a host directory, and this runtime keeps its volumes "
+                                f"in {getattr(self.storage, 'kind', 'another store')} (operator: drop its path)")
+        if chosen.path is not None:
+            return OpenVolume(chosen, chosen.path, self.storage)  # the host adapter reads an absolute location as is
         if chosen.ephemeral:
             try:
-                _depth, root = await self.subruns.lineage(tenant_id, run_id)
+                _depth, run_root = await self.subruns.lineage(tenant_id, run_id)
             except LookupError:
                 raise VolumeRefused(f"volume {chosen.name!r} is ephemeral: it exists only inside a run") from None
-            location = ephemeral_location(tenant_id, root, chosen.name)
-            await self.store.record_instance(Instance(tenant_id, root, chosen.name, location))
+            location = ephemeral_location(tenant_id, run_root, chosen.name)
+            if root is not None:
+                location = f"{root}/{location}"
+            await self.store.record_instance(Instance(tenant_id, run_root, chosen.name, location))
         else:
             location = persistent_location(tenant_id, chosen.name)
+            if root is not None:
+                location = f"{root}/{location}"
         return OpenVolume(chosen, location, self.storage)
+
+    def _dynamic_root(self) -> str | None:
+        """The `path` of the treadle.yaml volume marked `dynamic_root` (runtime VolumeDefs live there)."""
+        return next((v.path for v in self.config.volumes.values() if v.dynamic_root and v.path), None)
 
     # -- sub-agents ----------------------------------------------------------------------------------
 
