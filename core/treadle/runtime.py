@@ -340,14 +340,22 @@ class Runtime:
 
     async def restore_snapshot(self, doc: Any, tenant: str | None, *, include_history: bool) -> dict[str, Any]:
         """Restore a snapshot document here (portable/snapshots.py), then send the restored
-        mid-way runs' steps and wake what is due (runs a pause parked, while this runtime runs)."""
+        mid-way runs' steps and wake what is due (runs a pause parked, while this runtime runs),
+        and — where schedules fire from an external scheduler (the cloud's EventBridge Scheduler)
+        — give each restored schedule its external one now, not at the next cold start (a
+        snapshot never carries the source's sync state)."""
         from treadle.portable.snapshots import restore
 
         result, done = await restore(self.snapshots, doc, tenant, include_history=include_history)
         for run_id, step_no in done.to_send:
             await self.sender.next_step(run_id, step_no)  # the restore enqueued it with jobs_in_db
         woken = await self.wake_due()
-        return result.wire(len(done.to_send) + woken)
+        out = result.wire(len(done.to_send) + woken)
+        if done.written.get("schedules"):
+            synced = await self.triggers.schedules.reconcile()
+            if synced:
+                out["schedules_synced"] = synced
+        return out
 
     @cached_property
     def sql_memory(self) -> SqlMemory | None:

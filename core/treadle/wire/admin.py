@@ -302,3 +302,6 @@ class SnapshotRestored(Response):
     interaction_history_restored: int
     restored: dict[str, int]
     warnings: list[str] | None = None
+    #: treadle's: restored schedules given their external scheduler's schedule at once (the cloud's
+    #: EventBridge Scheduler; absent where schedules fire in-process)
+    schedules_synced: int | None = None
