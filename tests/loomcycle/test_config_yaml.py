@@ -118,14 +118,14 @@ def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
     })  # (mcp_servers and volumes are treadle keys too now: tests/mcp, tests/workspace)
     data["agents"]["doc/summarizer"] = {**data["agents"]["doc/summarizer"], "sql_scopes": ["user"],
                                         "compaction": {"enabled": True, "memory_flush": True}}
-    data["interruption"] = {**data["interruption"], "backend": "cli"}
+    data["interruption"] = {**data["interruption"], "backend": "cli", "heartbeat_interval_ms": 5000}
     with pytest.raises(ConfigError) as info:
         parse_config(data, "loomcycle.yaml")
     lines = str(info.value).splitlines()[1:]
     keys = [line.strip().split(": ")[1] for line in lines]
     # (sql_scopes is a treadle key now: tests/knowledge; compaction too, but not its memory_flush)
-    assert sorted(keys) == sorted(["concurrency", "storage", "search_providers",
-                                   "interruption.backend", "agents.doc/summarizer.compaction"]), lines
+    assert sorted(keys) == sorted(["concurrency", "storage", "search_providers", "interruption.backend",
+                                   "interruption.heartbeat_interval_ms", "agents.doc/summarizer.compaction"]), lines
     assert all("treadle" in line for line in lines)
 
 

@@ -7,7 +7,9 @@ listed is skipped), `user_tiers{name: {provider_priority, tiers, fallback_on_err
 max_fallback_attempts}}` (config.py UserTierConfig; a run's `user_tier`, else `default`),
 loomcycle's provider ids without a `providers:` entry (`anthropic`, `openai`, `gemini`,
 `deepseek`, `ollama` = hosted ollama.com, `ollama-local` = a local Ollama, `mock`) and agent
-names of the form `category/name`. An empty section (`memory_backends: {}`, `hooks:` with no
+names of the form `category/name`. `interruption.heartbeat_interval_ms` is accepted at loomcycle's
+default (0 or 30000: a parked treadle run holds no process to heartbeat) and refused otherwise.
+An empty section (`memory_backends: {}`, `hooks:` with no
 `permit_host_widen` owners) says nothing treadle does not already do and is accepted. The
 loomcycle keys of an agent that treadle honours are in AgentConfig (`sampling`,
 `unbounded_iterations`); any other is refused by the schema as not supported.
@@ -103,7 +105,12 @@ def adapt(data: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         if backend not in (None, "webui"):
             problems.append(("interruption.backend", f"treadle answers interruptions over its API (loomcycle's "
                                                      f"'webui' backend), not {backend!r}"))
-        interruption.pop("heartbeat_interval_ms", None)  # a parked treadle run needs no heartbeat
+        beat = interruption.pop("heartbeat_interval_ms", None)
+        if beat not in (None, 0, 30_000):  # 0 and 30000 are loomcycle's default: nothing said
+            problems.append(("interruption.heartbeat_interval_ms",
+                             "loomcycle key not supported by treadle (a parked run holds no process, so there is "
+                             "no during-block heartbeat to tune; the sweeper finds a lost wake within "
+                             "TREADLE_SWEEP_INTERVAL_SECONDS); remove it or leave loomcycle's default 30000"))
         out["interruption"] = interruption
     defaults = out.pop("defaults", None)
     if isinstance(defaults, dict) and defaults:
