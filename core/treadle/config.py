@@ -230,13 +230,16 @@ class CompactionConfig(BaseModel):
 class UserTierConfig(BaseModel):
     """loomcycle's `user_tiers.<name>`: which providers (in order) and which tier candidates a
     run of that user tier may use; `fallback_on_error: false` keeps it on the first candidate,
-    `max_fallback_attempts` bounds the switches."""
+    `max_fallback_attempts` bounds the switches, `retry_attempts` is the same-provider retry budget
+    of each candidate (a retryable error: 429, 5xx, a timeout) for runs of that user tier."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     provider_priority: list[str] | None = None
     tiers: dict[str, list[str | ModelRef]] = {}
     fallback_on_error: bool = True
     max_fallback_attempts: int | None = Field(default=None, ge=0, le=32)
+    #: None: each provider's `retries` (else TREADLE_PROVIDER_RETRIES)
+    retry_attempts: int | None = Field(default=None, ge=0, le=10)
 
 
 class AgentChannelACL(BaseModel):

@@ -15,6 +15,7 @@ model call, in order. The one place treadle decides a route; config only checks 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,9 @@ class Routes:
         if not candidates:
             raise ConfigError(f"{source}: agents.{name}: no model candidate of tier {agent.tier!r} is allowed"
                               + (f" for user tier {user_tier!r}" if user_tier else ""))
+        ut = self.config.user_tiers.get(user_tier or "default") if self.config.user_tiers else None
+        if ut is not None and ut.retry_attempts is not None:  # loomcycle's per-user-tier retry budget
+            candidates = [dataclasses.replace(c, retries=ut.retry_attempts) for c in candidates]
         tier = self.config.tiers.get(agent.tier) if agent.tier else None
         return ModelRoute(tuple(candidates), bool(tier and tier.pin_after_success), agent.tier)
 
