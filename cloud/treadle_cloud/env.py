@@ -49,6 +49,14 @@ class CloudSettings(EnvSettings):
     #: the S3 bucket (and key prefix) holding the agents' volumes; unset: no volumes in the cloud
     volumes_bucket: str = ""
     volumes_prefix: str = "volumes"
+    #: the S3 bucket (and key prefix) for bodies over Lambda's 6 MB payload limit (large snapshot
+    #: exports and restores: treadle_cloud/transfers.py); unset: none
+    transfers_bucket: str = ""
+    transfers_prefix: str = "transfers"
+    #: a response body over this many bytes goes to S3 and is answered with a 303 to it
+    transfer_inline_bytes: int = Field(default=5_000_000, ge=1024, le=6_000_000)
+    #: how long a presigned transfer URL (download or upload) is valid
+    transfer_url_seconds: int = Field(default=900, ge=60, le=7 * 24 * 3600)
     #: the worker relays live text deltas and commit pokes to the stream function's readers
     #: through Postgres NOTIFY (treadle_cloud/live.py)
     live_deltas: bool = True

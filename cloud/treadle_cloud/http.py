@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI
 from mangum import Mangum
@@ -32,6 +32,9 @@ from treadle.errors import TreadleError
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.metrics import observed_invocation
 from treadle_cloud.routes import EVERY_ROUTER_PATHS, LazyRouter, modules, needed
+
+if TYPE_CHECKING:
+    from treadle_cloud.transfers import Transfers
 
 log = logging.getLogger("treadle.cloud")
 
@@ -61,6 +64,7 @@ class HttpFunction:
         self._adapter: Mangum | None = None
         self._base_routes: list[Any] = []
         self._mounted = False
+        self._transfers_: Transfers | None = None
 
     @property
     def routers(self) -> list[APIRouter]:
@@ -106,6 +110,31 @@ class HttpFunction:
         budget = cloud.sse_budget_seconds if cloud else 25.0
         rt.sse_budget_s = max(1.0, min(budget, remaining_s(context) - SSE_MARGIN_S))
         rt.sse_linger_s = cloud.sse_linger_seconds if cloud else 1.0
+        transfers = self._transfers()
+        if transfers is not None:  # bodies over Lambda's 6 MB limit (treadle_cloud/transfers.py)
+            from treadle_cloud.transfers import is_transfers_request, transfers_answer, whoami_probe
+
+            if is_transfers_request(event):
+                self._load("/v1/_whoami")
+                self.container.activate()
+                return transfers_answer(self._adapter(whoami_probe(event), context), transfers)
+            uploaded = transfers.with_uploaded_body(event)
+            if uploaded is not None and "statusCode" in uploaded:
+                return uploaded
+            event = uploaded or event
         self._load(str(event.get("rawPath") or event.get("path") or "/"))
         self.container.activate()
-        return self._adapter(event, context)
+        resp: dict[str, Any] = self._adapter(event, context)
+        return transfers.offload(resp) if transfers is not None else resp
+
+    def _transfers(self) -> Transfers | None:
+        cloud = self.container.cloud
+        if cloud is None or not cloud.transfers_bucket:
+            return None
+        if self._transfers_ is None:
+            from treadle_cloud.env import aws_client
+            from treadle_cloud.transfers import Transfers
+
+            self._transfers_ = Transfers(lambda: aws_client("s3"), cloud.transfers_bucket, cloud.transfers_prefix,
+                                         cloud.transfer_inline_bytes, cloud.transfer_url_seconds)
+        return self._transfers_

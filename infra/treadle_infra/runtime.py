@@ -195,6 +195,14 @@ class TreadleRuntime(Construct):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL, enforce_ssl=True, versioned=False,
             removal_policy=RemovalPolicy.RETAIN,
         )
+        # bodies over Lambda's 6 MB payload limit (large snapshot exports and restores:
+        # treadle_cloud/transfers.py): short-lived objects, gone after a day
+        self.transfers_bucket = s3.Bucket(
+            self, "Transfers", encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL, enforce_ssl=True, versioned=False,
+            removal_policy=RemovalPolicy.DESTROY, auto_delete_objects=False,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(1))],
+        )
         self.functions_sg = ec2.SecurityGroup(
             self, "FunctionsSecurityGroup", vpc=self.vpc, description="treadle functions", allow_all_outbound=True
         )
@@ -531,6 +539,9 @@ class TreadleRuntime(Construct):
         # VolumeDef purge (api) and the purge of ephemeral volumes a crashed run left (maintenance)
         for fn in (self.api_function, self.maintenance_function):
             self.volumes_bucket.grant_read_write(fn)
+        # the api function's large answers and uploaded request bodies (presigned URLs it signs)
+        self.transfers_bucket.grant_read_write(self.api_function)
+        self.api_function.add_environment("TREADLE_TRANSFERS_BUCKET", self.transfers_bucket.bucket_name)
 
         if self.ws_stage is not None:
             # who pushes: the worker (its relay's flush), the ws function (a subscribe's replay),
