@@ -126,3 +126,35 @@ async def test_a_fork_without_a_prompt_asks_the_last_turn_again_of_another_agent
             [child] = [row["id"] for row in await cur.fetchall()]
         r = await c.post(f"/v1/runs/{child}/fork", json={"at_seq": 1, "prompt": "x"})
         assert r.status_code == 409 and r.json()["code"] == "not_forkable", r.text
+
+
+async def test_a_ten_iteration_run_replayed_from_every_seq_runs_no_call(
+    open_runtime: Any, migrated_db_url: str
+) -> None:
+    """A replay fork at every seq, each asked to go on: the tool-caller makes the calls the
+    original made after the cut, in the same order and with the same input, so each is answered
+    from the record — 0 calls run (the counter stays at the original's 10) — and each fork ends
+    with the original's answer."""
+    rt, disp = await open_runtime(AGENTS, url=migrated_db_url)
+    original = await start(rt, "looper", "count to ten")
+    await disp.drain()
+    async with api(rt) as c:
+        events = (await c.get(f"/v1/runs/{original}/events")).json()["events"]
+        recorded = {e["tool_use"]["id"]: e["seq"] for e in events if e["type"] == "tool_result"}
+        forks: dict[int, dict[str, Any]] = {}
+        for at in range(1, len(events) + 1):
+            r = await c.post(f"/v1/runs/{original}/fork", json={"at_seq": at, "prompt": "go on", "mode": "replay"})
+            assert r.status_code == 202 and r.json()["mode"] == "replay", (at, r.text)
+            forks[at] = r.json()
+        await disp.drain()
+        for at, fork in forks.items():
+            fevents = (await c.get(f"/v1/runs/{fork['run_id']}/events")).json()["events"]
+            assert check_paired(fevents) == [] and fevents[-1]["type"] == "done", at
+            results = [e for e in fevents if e["type"] == "tool_result"]
+            after_cut = sorted(s for s in recorded.values() if s > fork["at_seq"])
+            assert [e["replayed"]["seq"] for e in results] == after_cut, at  # each from the original's result
+            assert all(e["replayed"]["run_id"] == original for e in results)
+            assert not any(e["type"] == EventType.REPLAY_DIVERGED for e in fevents), at
+            assert [e["text"] for e in fevents if e["type"] == "text"] == [f"done after {CALLS} tool calls"]
+        mem = await c.get("/v1/_memory/scopes/agent/looper/keys/calls")
+        assert mem.json()["value"] == CALLS, mem.text  # the original's ten; no replayed call wrote
