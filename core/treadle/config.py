@@ -242,6 +242,37 @@ class UserTierConfig(BaseModel):
     retry_attempts: int | None = Field(default=None, ge=0, le=10)
 
 
+class ConcurrencyConfig(BaseModel):
+    """loomcycle's `concurrency:`, as admission caps on a durable queue (docs/loomcycle.md): a new
+    top-level run is refused with 429 `backpressure` while its tenant has `max_concurrent_runs +
+    max_queue_depth` runs queued or running, and with 429 `per_user_quota_exhausted` (Retry-After
+    5) while its user has `max_concurrent_runs_per_user`. Parked runs hold nothing and do not
+    count; how many steps compute at once is TREADLE_WORKERS. Admission answers at once, so any
+    `queue_timeout_ms` holds. 0 = no cap."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    max_concurrent_runs: int = Field(default=0, ge=0, le=1_000_000)
+    max_queue_depth: int = Field(default=0, ge=0, le=1_000_000)
+    queue_timeout_ms: int = Field(default=0, ge=0)
+    max_concurrent_runs_per_user: int = Field(default=0, ge=0, le=1_000_000)
+    #: loomcycle's per-provider gate queue: treadle queues provider calls without a cap (refused if set)
+    provider_queue_depth: int = Field(default=0, ge=0)
+    provider_queue_timeout_ms: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _no_provider_queue(self) -> ConcurrencyConfig:
+        for name in ("provider_queue_depth", "provider_queue_timeout_ms"):
+            if getattr(self, name):
+                raise ValueError(f"{name}: not supported by treadle (a provider's max_concurrent calls wait "
+                                 "without a queue cap or timeout); remove it")
+        return self
+
+    @property
+    def live_cap(self) -> int:
+        """The tenant's live (queued + running) runs a new one is refused at; 0: no cap."""
+        return self.max_concurrent_runs + self.max_queue_depth if self.max_concurrent_runs else 0
+
+
 class AgentChannelACL(BaseModel):
     """loomcycle's per-agent Channel allowlists (`channels: {publish: [...], subscribe: [...]}`):
     each entry a channel name or a `prefix/*` wildcard (domain/channelacl.py). With the block, a side
@@ -514,6 +545,8 @@ class TreadleConfig(BaseModel):
     a2a_server_cards: dict[str, A2AServerCard] = Field(default={}, max_length=1)
     #: the operator's price table (specs/pricing.py): usage is priced when recorded (GET /v1/_usage)
     pricing: PricingConfig | None = None
+    #: loomcycle's `concurrency:` admission caps (ConcurrencyConfig); None: no cap
+    concurrency: ConcurrencyConfig | None = None
     # The LAZY_SECTIONS as given (None: absent), each read through the property of its name, which
     # validates it on first read (a full load has validated and set them all: parse_config).
     raw_scheduled_runs: Any = Field(default=None, alias="scheduled_runs")

@@ -31,6 +31,7 @@
     ├── QueueFull                      (429 queue_full)        too many undelivered inputs for a run
     ├── RateLimited                    (429 rate_limited)      per-webhook rate limit; carries Retry-After
     ├── TokenLimitExceeded             (429 token_limit_exceeded)  a hard budget (/v1/_limits) is spent
+    ├── Backpressure                   (429 backpressure | per_user_quota_exhausted)  `concurrency:` caps
     ├── ChannelsUnavailable            (503 channels_unavailable)
     ├── ChannelPublishFailed           (503 channel_publish_failed)  a schedule/webhook publish failed
     ├── SecretUnresolvable             (503 secret_unresolvable)  a webhook's secret variable is unset
@@ -338,6 +339,21 @@ class TokenLimitExceeded(TreadleError):
     def __init__(self, message: str, body: dict[str, object]) -> None:
         super().__init__(message)
         self.body_extra = {k: v for k, v in body.items() if k not in ("code", "error")}
+
+
+class Backpressure(TreadleError):
+    """A new run over loomcycle's `concurrency:` caps (config ConcurrencyConfig): `backpressure`
+    (the tenant's live runs) or `per_user_quota_exhausted` (the user's, with `user_id` and `cap`
+    and `Retry-After: 5`)."""
+
+    code = "backpressure"
+    status = 429
+
+    def __init__(self, message: str, *, code: str | None = None, retry_after_s: float | None = None,
+                 body: dict[str, object] | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
+        self.body_extra = dict(body or {})
 
 
 class BadPayload(BadRequest):

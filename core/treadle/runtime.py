@@ -24,7 +24,7 @@ from treadle.engine.hub import RunEventHub
 from treadle.engine.sending import StepSender
 from treadle.engine.waiting import Steering
 from treadle.engine.waking import RunWaker
-from treadle.errors import Conflict, QueueFull, RunNotFound, TokenLimitExceeded
+from treadle.errors import Backpressure, Conflict, QueueFull, RunNotFound, TokenLimitExceeded
 from treadle.governance.budgets import Verdict
 from treadle.governance.limits import LimitStore
 from treadle.hooks.calls import HttpToolHooks
@@ -528,6 +528,8 @@ class Runtime:
             metrics().budget_crossed(verdict.hard.limit.scope, "refused")
             body = verdict.hard.body()
             raise TokenLimitExceeded(str(body["message"]), body)
+        if self.config.concurrency is not None and new.parent_run_id is None:
+            await self._admit(new)
         if is_team_agent(new.agent):  # a team run: the TeamDef version it walks (teams/runs.py)
             await self.teams.pin(new)
         else:
@@ -538,6 +540,25 @@ class Runtime:
             runs_log.info("run %s started: agent=%s tenant=%s user=%s", run.id, run.agent, run.tenant_id,
                           run.user_id or "-")
         return run, created
+
+    async def _admit(self, new: NewRun) -> None:
+        """loomcycle's `concurrency:` caps on a new top-level run (config ConcurrencyConfig). Sub-agents
+        are not counted against them (a parent parked on its children must not starve them). A
+        retried start (same Idempotency-Key) at the cap is refused like a new one, as loomcycle
+        counts every request; concurrent starts each see the count before the others' rows."""
+        caps = self.config.concurrency
+        assert caps is not None
+        if not caps.live_cap and not (caps.max_concurrent_runs_per_user and new.user_id):
+            return
+        live, mine = await self.runs.live_counts(new.tenant_id, new.user_id)
+        per_user = caps.max_concurrent_runs_per_user
+        if per_user and new.user_id and mine >= per_user:
+            raise Backpressure(f"user {new.user_id!r} has {mine} runs in flight (cap {per_user}); retry shortly",
+                               code="per_user_quota_exhausted", retry_after_s=5.0,
+                               body={"user_id": new.user_id, "cap": per_user})
+        if caps.live_cap and live >= caps.live_cap:
+            raise Backpressure(f"{live} runs are queued or running (max_concurrent_runs {caps.max_concurrent_runs}"
+                               f" + max_queue_depth {caps.max_queue_depth}); back off and retry")
 
     async def publish(
         self, tenant_id: str, channel: str, value: Any, *, scope_id: str = "", ttl_s: float | None = None,

@@ -112,7 +112,7 @@ def test_provider_priority_and_user_tiers_route_like_loomcycle() -> None:
 def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
     data = yaml.safe_load(LOOMCYCLE_YAML)
     data.update({
-        "concurrency": {"max_concurrent_runs": 4, "max_queue_depth": 8},
+        "concurrency": {"max_concurrent_runs": 4, "max_queue_depth": 8},  # honoured (test_concurrency.py)
         "storage": {"backend": "sqlite"},
         "search_providers": {"brave": {}},
     })  # (mcp_servers and volumes are treadle keys too now: tests/mcp, tests/workspace)
@@ -124,7 +124,7 @@ def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
     lines = str(info.value).splitlines()[1:]
     keys = [line.strip().split(": ")[1] for line in lines]
     # (sql_scopes is a treadle key now: tests/knowledge; compaction too, but not its memory_flush)
-    assert sorted(keys) == sorted(["concurrency", "storage", "search_providers", "interruption.backend",
+    assert sorted(keys) == sorted(["storage", "search_providers", "interruption.backend",
                                    "interruption.heartbeat_interval_ms", "agents.doc/summarizer.compaction"]), lines
     assert all("treadle" in line for line in lines)
 

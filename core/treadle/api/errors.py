@@ -46,7 +46,7 @@ STATUS_DOCS: dict[int, str] = {
     410: "gone: `interrupt_expired`",
     413: "too large: `body_too_large`, `memory_quota_exceeded`",
     422: "invalid input: `validation_error` (with `details`), `tool_refused`, `invalid_input`, …",
-    429: "too many: `queue_full`, `rate_limited` (with `Retry-After`)",
+    429: "too many: `queue_full`, `rate_limited` (with `Retry-After`), `backpressure`, `per_user_quota_exhausted`",
     501: "not available on this server: `embedder_not_configured`, `pgvector_not_installed`, `not_implemented`",
     502: "an upstream (model provider, embedder) failed: `provider_error`, `embedder_error`, …",
     503: "treadle or its database is not available: `store_unavailable`, `channels_unavailable`, …",
@@ -110,6 +110,9 @@ def install_error_handlers(app: FastAPI) -> None:
             headers = {"WWW-Authenticate": 'Bearer realm="treadle"'}
         elif isinstance(exc, Forbidden):
             headers = {"WWW-Authenticate": f'Bearer realm="treadle", error="insufficient_scope", scope="{exc.scope}"'}
+        retry_after = getattr(exc, "retry_after_s", None) if exc.status == 429 else None
+        if isinstance(retry_after, (int, float)):
+            headers = {"Retry-After": str(max(1, int(retry_after)))}
         extra = getattr(exc, "body_extra", None)  # e.g. a TeamDef refusal's `reason` (teams/graph.py)
         return JSONResponse(error_body(exc.code, exc.message, **(extra if isinstance(extra, dict) else {})),
                             status_code=exc.status, headers=headers)

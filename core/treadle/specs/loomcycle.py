@@ -31,7 +31,6 @@ BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
 
 #: loomcycle top-level keys treadle has no equivalent for, with where treadle configures it
 UNSUPPORTED_TOP: dict[str, str] = {
-    "concurrency": "treadle sizes its workers with TREADLE_WORKERS and queues durably without a depth cap",
     "storage": "treadle stores in PostgreSQL (DATABASE_URL)",
     "cache": "treadle has no response cache",
     "context_plugins": "treadle has no context plugins",

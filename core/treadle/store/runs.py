@@ -181,6 +181,16 @@ class RunStore:
         self.jobs_in_db = jobs_in_db
         self.requeue_after_s = requeue_after_s
 
+    async def live_counts(self, tenant_id: str, user_id: str | None) -> tuple[int, int]:
+        """(the tenant's queued or running runs, those of them `user_id` started): the admission
+        caps' counts (config ConcurrencyConfig); parked runs hold nothing and are left out."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) AS n, count(*) FILTER (WHERE user_id = %s) AS mine FROM runs"
+                " WHERE tenant_id = %s AND status IN ('queued', 'running')", (user_id, tenant_id))
+            row = await cur.fetchone()
+        return (int(row["n"]), int(row["mine"])) if row else (0, 0)
+
     async def create(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Insert a queued run with its `user_input` and `started` events (and, with the Postgres
         queue, its first job) in one statement. Returns (run, created); an idempotency key that was
