@@ -194,6 +194,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   let stream = null; // AbortController of the open stream
   let lastSeq = 0;
   let live = null; // the <li> collecting text_delta frames of the current iteration
+  let forkSeq = null; // the seq the fork form is set to ("fork from here" on an event)
   let usages = []; // the selected run's usage events (the header's live counts)
   let runsById = new Map();
   const tabHooks = {}; // tab name → function that (re)loads it (panels.js adds its own)
@@ -379,9 +380,28 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     }
   }
 
-  function eventItem(type, data) {
+  /** "fork from here" (POST /v1/runs/{id}/fork, docs/conversations.md): the form under the events,
+   *  set to this event's seq. A sub-agent run has no session to fork: no button. */
+  function forkButton(seq) {
+    const run = runsById.get(selected);
+    if (seq === null || seq === undefined || !run || run.parent_run_id) return null;
+    return el("button", {
+      type: "button", class: "fork-here", title: `fork from here (seq ${seq})`, text: "⑂", "data-seq": seq,
+      onclick: () => {
+        forkSeq = Number(seq);
+        $("fork-at").textContent = `fork at seq ${seq}`;
+        $("fork").hidden = false;
+        $("fork-error").textContent = "";
+        $("fork-prompt").focus();
+      },
+    });
+  }
+
+  function eventItem(type, data, seq = null) {
     const { cls, text } = describe(type, data);
     const li = el("li", { class: cls });
+    const fork = forkButton(seq);
+    if (fork) li.append(fork);
     if (data.ts) li.append(el("time", { datetime: data.ts, title: data.ts, text: clock(data.ts) }));
     const full = fullText(type, data);
     if (full === null) {
@@ -394,7 +414,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     return li;
   }
 
-  function append(type, data) {
+  function append(type, data, seq = null) {
     if (type === "text_delta") {
       if (!live) {
         live = el("li", { class: "text live" });
@@ -409,7 +429,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
       const run = runsById.get(selected);
       if (run) showCounts(run);
     }
-    const li = eventItem(type, data);
+    const li = eventItem(type, data, seq);
     $("events").append(li);
     li.scrollIntoView({ block: "nearest" });
   }
@@ -588,7 +608,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
             let data = {};
             try { data = JSON.parse(ev.data || "{}"); } catch { data = { text: ev.data }; }
             if (ev.event === "agent" || ev.event === "session") continue; // loomcycle's preamble frames
-            append(ev.event, data);
+            append(ev.event, data, ev.id);
             if (["done", "error", "tool_parked", "awaiting_input", "interruption_pending", "spawn_child_result"].includes(ev.event)) {
               loadRuns().then(() => showRun(runId)).catch(() => {});
             }
@@ -610,6 +630,8 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     lastSeq = 0;
     live = null;
     usages = [];
+    forkSeq = null;
+    $("fork").hidden = true;
     $("events").replaceChildren();
     $("questions").replaceChildren();
     $("detail-error").textContent = "";
@@ -674,6 +696,19 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
       guard("detail-error", () => post(`/v1/runs/${selected}/cancel`, { scope: "run" }).then(() => showRun(selected)));
     }
   });
+  $("fork").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (!selected || forkSeq === null) return;
+    const body = { at_seq: forkSeq, mode: $("fork-mode").value };
+    if ($("fork-prompt").value.trim()) body.prompt = $("fork-prompt").value;
+    const out = await guard("fork-error", () => post(`/v1/runs/${selected}/fork`, body));
+    if (out) {
+      $("fork").hidden = true;
+      $("fork-prompt").value = "";
+      location.hash = out.run_id;
+    }
+  });
+  $("fork-close").addEventListener("click", () => { $("fork").hidden = true; forkSeq = null; });
   $("steer").addEventListener("submit", async (e) => {
     e.preventDefault();
     const text = $("steer-text").value;
