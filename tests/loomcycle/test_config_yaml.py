@@ -113,7 +113,7 @@ def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
     data = yaml.safe_load(LOOMCYCLE_YAML)
     data.update({
         "concurrency": {"max_concurrent_runs": 4, "max_queue_depth": 8},  # honoured (test_concurrency.py)
-        "storage": {"backend": "sqlite"},
+        "storage": {"backend": "sqlite", "sqlmem_root": "/var/lib/sqlmem"},
         "search_providers": {"brave": {}},
     })  # (mcp_servers and volumes are treadle keys too now: tests/mcp, tests/workspace)
     data["agents"]["doc/summarizer"] = {**data["agents"]["doc/summarizer"], "sql_scopes": ["user"],
@@ -124,7 +124,7 @@ def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
     lines = str(info.value).splitlines()[1:]
     keys = [line.strip().split(": ")[1] for line in lines]
     # (sql_scopes is a treadle key now: tests/knowledge; compaction too, but not its memory_flush)
-    assert sorted(keys) == sorted(["storage", "search_providers", "interruption.backend",
+    assert sorted(keys) == sorted(["storage.sqlmem_root", "search_providers", "interruption.backend",
                                    "interruption.heartbeat_interval_ms", "agents.doc/summarizer.compaction"]), lines
     assert all("treadle" in line for line in lines)
 
@@ -197,3 +197,18 @@ def test_config_layers_merge_as_loomcycles(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"base\.yaml \+ .*bad\.yaml: agents\.shared\.tier: unknown tier 'nope'"):
         (tmp_path / "bad.yaml").write_text("agents:\n  shared: {tier: nope}\n")
         load_config(f"{base}:{bundle}:{tmp_path / 'bad.yaml'}")
+
+
+def test_storage_maps_onto_treadles_database_and_sql_memory() -> None:
+    base = {"agents": {"a": {"model": "echo"}}}
+    cfg = parse_config({**base, "storage": {"backend": "sqlite", "sqlmem_enabled": True,
+                                            "sqlmem_statement_timeout_ms": 5000, "sqlmem_max_rows": 50}})
+    assert cfg.memory.sql is not None and (cfg.memory.sql.statement_timeout_ms, cfg.memory.sql.max_rows) == (5000, 50)
+    assert parse_config({**base, "storage": {"backend": "postgres", "pg_automigrate": True}}).memory.sql is None
+    with pytest.raises(ConfigError) as info:
+        parse_config({**base, "storage": {"backend": "postgres", "pg_dsn": "postgres://x/y", "pg_max_open_conns": 80,
+                                          "sqlmem_max_rows": 5, "pg_automigrate": False}}, "loomcycle.yaml")
+    lines = str(info.value)
+    for key, hint in (("storage.pg_dsn", "DATABASE_URL"), ("storage.pg_max_open_conns", "TREADLE_DB_POOL_SIZE"),
+                      ("storage.sqlmem_max_rows", "sqlmem_enabled"), ("storage.pg_automigrate", "migrates")):
+        assert key in lines and hint in lines, (key, lines)

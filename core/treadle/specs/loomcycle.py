@@ -31,7 +31,6 @@ BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
 
 #: loomcycle top-level keys treadle has no equivalent for, with where treadle configures it
 UNSUPPORTED_TOP: dict[str, str] = {
-    "storage": "treadle stores in PostgreSQL (DATABASE_URL)",
     "cache": "treadle has no response cache",
     "context_plugins": "treadle has no context plugins",
     "local_api": "treadle listens on TREADLE_LISTEN",
@@ -45,6 +44,57 @@ UNSUPPORTED_TOP: dict[str, str] = {
     "principals": "treadle authenticates with TREADLE_AUTH_TOKEN",
     "env_allowlist": "treadle reads no secrets from yaml",
 }
+
+
+#: loomcycle `storage:` keys and what treadle does instead (refused when set; see `_storage`)
+STORAGE_REFUSED: dict[str, str] = {
+    "pg_dsn": "set DATABASE_URL (treadle reads its database from the environment)",
+    "pg_max_open_conns": "set TREADLE_DB_POOL_SIZE",
+    "pg_min_idle_conns": "set TREADLE_DB_POOL_SIZE",
+    "pg_max_idle_conns": "set TREADLE_DB_POOL_SIZE",
+    "sqlmem_root": "treadle hosts SQL memory in Postgres schemas, not files (memory.sql.database_url)",
+    "sqlmem_pg_dsn": "set memory.sql.database_url",
+    "sqlmem_audit_mode": "treadle's SQL memory audit records the redacted statement",
+    "sqlmem_txn_timeout_ms": "treadle's SQL memory transactions end with their step",
+    "sqlmem_max_open_txns": "treadle's SQL memory transactions end with their step",
+    "sqlmem_max_txn_depth": "treadle's SQL memory transactions end with their step",
+}
+#: loomcycle `storage.sqlmem_*` → treadle `memory.sql` fields
+SQLMEM_FIELDS = {"sqlmem_statement_timeout_ms": "statement_timeout_ms", "sqlmem_max_rows": "max_rows",
+                 "sqlmem_quota_bytes": "quota_bytes"}
+
+
+def _storage(out: dict[str, Any], storage: Any, problems: list[tuple[str, str]]) -> None:
+    """loomcycle's `storage:` onto treadle's database: `backend: sqlite` (its zero-setup store) and
+    `postgres` are both treadle's PostgreSQL (DATABASE_URL, else the embedded one);
+    `pg_automigrate: true` is what treadle does at start; `sqlmem_enabled` turns on `memory.sql`
+    with its limits. Every other key is refused with what to set instead."""
+    if not isinstance(storage, dict):
+        problems.append(("storage", "must be a mapping"))
+        return
+    sql: dict[str, Any] | None = {} if storage.get("sqlmem_enabled") else None
+    for key, value in storage.items():
+        if key == "backend" and value in (None, "", "sqlite", "postgres"):
+            continue
+        if key == "pg_automigrate" and value in (None, True):
+            continue
+        if key == "sqlmem_enabled" and isinstance(value, bool):
+            continue
+        if value in (None, "", 0, False) and (key in STORAGE_REFUSED or key in SQLMEM_FIELDS):
+            continue  # loomcycle's default: nothing said
+        if key in SQLMEM_FIELDS and sql is not None:
+            sql[SQLMEM_FIELDS[key]] = value
+            continue
+        where = STORAGE_REFUSED.get(key) or {
+            "backend": "treadle stores in PostgreSQL",
+            "pg_automigrate": "treadle migrates its schema at start",
+            **{k: "it applies with sqlmem_enabled: true only" for k in SQLMEM_FIELDS},
+        }.get(key, "treadle has no such storage setting")
+        problems.append((f"storage.{key}", f"loomcycle key not supported by treadle ({where}); remove it"))
+    if sql is not None:
+        memory = dict(out.get("memory") or {})
+        memory["sql"] = {**sql, **(memory.get("sql") or {})}
+        out["memory"] = memory
 
 
 def is_empty(key: str, value: Any) -> bool:
@@ -92,6 +142,8 @@ def adapt(data: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
             value = out.pop(key)
             if not is_empty(key, value):
                 problems.append((key, f"loomcycle key not supported by treadle ({where}); remove it"))
+    if "storage" in out:
+        _storage(out, out.pop("storage"), problems)
     if "memory" in out and isinstance(out["memory"], dict) and "consolidation" in out["memory"]:
         memory = dict(out["memory"])
         if not is_empty("consolidation", memory.pop("consolidation")):
