@@ -8,6 +8,7 @@ The runtime implements them; tests may pass small fakes. This module sits below 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from treadle.domain.defs import DefRecord
@@ -77,11 +78,34 @@ class VectorMemory(Protocol):
     async def set(
         self, tenant: str, scope: str, scope_id: str, key: str, value: Any, ttl_s: float | None, *,
         embed: bool = False, embed_text: str | None = None, quota_bytes: int | None = None,
-        keep_expiry: bool = False,
+        keep_expiry: bool = False, provenance: dict[str, Any] | None = None,
     ) -> dict[str, Any]: ...
 
     async def search(
         self, tenant: str, scope: str, scope_id: str, query: str, *, k: int | None = None,
         min_score: float | None = None, recency_weight: float = 0.0, half_life_hours: float | None = None,
-        prefix: str = "", include_values: bool = True,
+        prefix: str = "", include_values: bool = True, rank: Any = None, dedup: Any = None, sources: Any = None,
+        count_access: bool = True,
     ) -> dict[str, Any]: ...
+
+    async def embed_body(self, text: str) -> tuple[str, str, list[float]] | None: ...
+
+    async def search_bodies(self, tenant: str, scope: str, scope_id: str, query: str, k: int,
+                            document_id: str | None) -> list[dict[str, Any]]: ...
+
+    async def recall(self, tenant: str, scope: str, scope_id: str, query: str, *, top_k: int | None = None,
+                     threshold: float = 0.0, sources: Any = None) -> dict[str, Any]: ...
+
+    async def add(
+        self, tenant: str, scope: str, scope_id: str, messages: Any, *, infer: bool, metadata: Any,
+        ask: Callable[[str, str, str, str | None], Awaitable[str]] | None, run_id: str, tool_use_id: str,
+        quota_bytes: int | None = None,
+    ) -> dict[str, Any]: ...
+
+
+class ModelAsker(Protocol):
+    """One model call without tools on a run's agent's route, for a tool of that run (Memory
+    `add` with `infer`): the answer's text. ProviderError / AgentGone as a model turn would."""
+
+    async def ask_model(self, tenant_id: str, run_id: str, agent: str, def_id: str | None, system: str,
+                        prompt: str, purpose: str, model: str | None = None) -> str: ...

@@ -282,7 +282,7 @@ class Runtime:
             catalogue=_ToolCatalogue(self.registry),
             volumes=self.volumes,
             sql_memory=self.sql_memory, sql_audit=SqlAudit(pool) if self.sql_memory is not None else None,
-            recapper=self,
+            recapper=self, asker=self,
             dirents=DirentStore(pool),
         )
         return Engine(
@@ -789,6 +789,13 @@ class Runtime:
 
             raise ProviderError("summarization produced no text", code="summary_empty")
         return summary
+
+    async def ask_model(self, tenant_id: str, run_id: str, agent: str, def_id: str | None, system: str,
+                        prompt: str, purpose: str, model: str | None = None) -> str:
+        """ports.ModelAsker: one call on the run's agent's route (the version the run is pinned to)."""
+        new = NewRun(tenant_id=tenant_id, agent=agent, segments=[], def_id=def_id)
+        resolved = await self._summarizing_agent(new)
+        return await self.engine.ask((run_id, agent), resolved, system, prompt, purpose, model)
 
     async def _summarizing_agent(self, new: NewRun) -> ResolvedAgent:
         """The agent `new` was pinned to, when it has a model route to summarize with."""

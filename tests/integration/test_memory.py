@@ -301,13 +301,15 @@ async def test_ttl_is_loomcycles_spelling_with_its_meaning(store: MemoryStore, r
 
 async def test_unknown_fields_are_refused_by_name(store: MemoryStore, rt: Any, tenant: str) -> None:
     c = ctx(rt, tenant)
-    for field in ("rank", "ttl_secs"):
+    for field in ("ranking", "ttl_secs"):
         with pytest.raises(ToolError, match=f"Memory: unknown field '{field}'") as info:
             await TOOL.invoke(c, {"op": "set", "scope": "agent", "key": "k", "value": 1, field: 1})
         assert info.value.code == "unknown_field"
+    with pytest.raises(ToolError, match="rank applies to search only"):  # loomcycle's search field, on set
+        await TOOL.invoke(c, {"op": "set", "scope": "agent", "key": "k", "value": 1, "rank": {}})
     assert (await call(c, op="get", scope="agent", key="k"))["found"] is False  # nothing was written
-    with pytest.raises(ToolError, match="unknown fields 'dedup', 'sources'"):
-        await TOOL.invoke(c, {"op": "search", "scope": "agent", "query": "x", "dedup": {}, "sources": []})
+    with pytest.raises(ToolError, match="unknown fields 'dedupe', 'source'"):
+        await TOOL.invoke(c, {"op": "search", "scope": "agent", "query": "x", "dedupe": {}, "source": []})
 
 
 async def test_every_documented_field_is_accepted(store: MemoryStore, rt: Any, tenant: str) -> None:
@@ -316,7 +318,10 @@ async def test_every_documented_field_is_accepted(store: MemoryStore, rt: Any, t
                "embed_text": None, "query": "q", "k": 3, "top_k": 3, "min_score": 0.1, "recency_weight": 0.5,
                "recency_half_life_hours": 2, "include_values": True, "prefix": "", "limit": 5, "delta": 1,
                "statement": "SELECT 1", "args": [], "timeout_ms": 100,  # the sql_* ops' (tests/knowledge)
-               "path": "/notes/k"}  # set/get through the Path tree (tests/knowledge)
+               "path": "/notes/k",  # set/get through the Path tree (tests/knowledge)
+               # loomcycle's search blocks, add and recall (tests/knowledge/test_memory_search_complete.py)
+               "rank": {}, "dedup": {}, "sources": ["notes"], "messages": [], "infer": False, "metadata": {},
+               "threshold": 0.5, "provenance": {}}
     assert set(samples) == set(TOOL.input_schema["properties"])
     for field, sample in samples.items():
         for op in ("set", "search", "list", "incr"):

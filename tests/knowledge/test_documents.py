@@ -222,8 +222,8 @@ async def test_markdown_round_trip(doc: Any) -> None:
 
 
 async def test_refusals_by_name_and_stores_apart(doc: Any) -> None:
-    await doc.refused("add_tags", "op_not_supported", id="x")
-    await doc.refused("create_chunk", "field_not_supported", document_id="x", title="t", tags=["a"])
+    await doc.refused("set_asset", "op_not_supported", id="x")
+    await doc.refused("create_chunk", "field_not_supported", document_id="x", title="t", natural_key="a")
     await doc.refused("get_chunk", "field_not_applicable", id="x", body="b")
     await doc.refused("get_chunk", "unknown_field", id="x", colour="red")
     await doc.refused("teleport", "invalid_input")

@@ -102,6 +102,6 @@ async def document_route(
 
     async def call() -> dict[str, Any]:
         tree = caller_tree(who, args.get("scope"), "user", scope_id, tenant, "Document")
-        return await document_op(DirentStore(rt.pool), tree, args, who.subject)
+        return await document_op(DirentStore(rt.pool), tree, args, who.subject, rt.substrate.memory)
 
     return await run_op("Document", call)

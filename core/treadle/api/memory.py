@@ -118,10 +118,6 @@ async def delete_key(scope: Scope, scope_id: str, key: str, rt: Rt, who: Who) ->
 @router.post("/search", response_model=MemorySearchResult, response_model_exclude_unset=True,
              responses=errors(*BODY, 501, 502))
 async def search(body: MemorySearch, rt: Rt, who: Who) -> dict[str, Any]:
-    for name in ("rank", "dedup", "sources"):
-        if getattr(body, name) is not None:
-            raise ValidationFailed(f"{name}: not supported by treadle's memory search; omit it",
-                                   code="unsupported_field")
     if body.top_k is not None and body.k is not None and body.top_k != body.k:
         raise ValidationFailed("top_k and k name the same limit; give one")
     scope_id = body.scope_id or (TENANT_SCOPE_ID if body.scope == "tenant" else "")
@@ -129,10 +125,7 @@ async def search(body: MemorySearch, rt: Rt, who: Who) -> dict[str, Any]:
     out = await rt.substrate.memory.search(
         who.tenant_id, body.scope, sid, body.query, k=body.top_k or body.k, min_score=body.min_score,
         recency_weight=body.recency_weight, half_life_hours=body.recency_half_life_hours, prefix=body.prefix,
-        include_values=body.include_values,
+        include_values=body.include_values, rank=body.rank, dedup=body.dedup, sources=body.sources,
     )
-    # loomcycle's names (additive): `entries` (= results), the query's embedding size, `truncated`
-    hits = out.get("results") or []
-    dim = getattr(rt.substrate.memory.embedder, "dimension", None) if rt.substrate.memory.embedder else None
-    return {**out, "scope_id": scope_id, "entries": hits, "truncated": False,
-            "query_embedding_dim": dim if isinstance(dim, int) else 0}
+    # loomcycle's names (additive): `entries` (= results); the query's embedding size and `truncated` are in out
+    return {**out, "scope_id": scope_id, "entries": out.get("results") or []}

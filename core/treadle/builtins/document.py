@@ -16,7 +16,7 @@ from typing import Any
 
 from treadle.builtins.path import dirents_of, tree_of
 from treadle.errors import ToolError
-from treadle.knowledge.documents import OPS, UNSUPPORTED_OPS, Documents
+from treadle.knowledge.documents import OPS, UNSUPPORTED_OPS, BodyVectors, Documents
 from treadle.knowledge.pathtree import PathTree
 from treadle.store.dirents import DirentStore, Tree
 from treadle.store.documents import DocumentStore
@@ -26,33 +26,39 @@ _S = {"type": "string"}
 _I = {"type": "integer"}
 #: the fields each op reads (op and scope: every op)
 OP_FIELDS: dict[str, tuple[str, ...]] = {
-    "create_document": ("title", "path", "type", "status"),
+    "create_document": ("title", "path", "type", "status", "tags"),
     "get_document": ("id", "path"),
     "delete_document": ("id", "path"),
     "set_path": ("id", "document_id", "path"),
-    "create_chunk": ("document_id", "parent_id", "after_id", "position", "type", "status", "title", "body", "fields"),
+    "create_chunk": ("document_id", "parent_id", "after_id", "position", "type", "status", "title", "body", "fields",
+                     "tags"),
     "get_chunk": ("id",),
-    "update_chunk": ("id", "revision", "title", "type", "status", "body", "fields"),
+    "update_chunk": ("id", "revision", "title", "type", "status", "body", "fields", "tags"),
     "delete_chunk": ("id",),
     "move_chunk": ("id", "new_parent_id", "position"),
     "reorder_chunk": ("id", "direction"),
     "link_chunks": ("from_id", "to_id", "kind"),
     "unlink_chunks": ("from_id", "to_id", "kind"),
     "get_edges": ("document_id",),
-    "query_chunks": ("document_id", "type", "status", "parent_id", "under_path", "sql", "limit"),
+    "query_chunks": ("document_id", "type", "status", "parent_id", "under_path", "sql", "limit", "tag", "tag_prefix"),
     "define_type": ("name", "fields", "document_id"),
     "list_types": ("document_id",),
     "history": ("id", "limit"),
     "get_version": ("id", "revision"),
     "export_md": ("document_id", "id", "path", "include_metadata"),
     "import_md": ("markdown", "document_id", "parent_id", "path"),
+    "diff": ("id", "from_revision", "to_revision"),
+    "add_tags": ("id", "document_id", "tags"),
+    "remove_tags": ("id", "document_id", "tags"),
+    "list_tags": ("id", "document_id"),
+    "backlinks": ("id",),
+    "search": ("query", "limit", "document_id"),
 }
-#: loomcycle's Document fields for what treadle does not implement (tags, facts, assets, canvas, sync, …)
+#: loomcycle's Document fields for what treadle does not implement (facts, assets, canvas, sync, …)
 UNSUPPORTED_FIELDS = (
     "document_ids",
     "parent",
     "seed_ids",
-    "query",
     "hops",
     "as_of",
     "include_retired",
@@ -70,14 +76,9 @@ UNSUPPORTED_FIELDS = (
     "invalid_at",
     "class",
     "confidence",
-    "from_revision",
-    "to_revision",
     "media_type",
     "data",
     "filename",
-    "tags",
-    "tag",
-    "tag_prefix",
     "canvas",
     "source",
     "remote_ref",
@@ -147,6 +148,15 @@ INPUT_SCHEMA: dict[str, Any] = {
             "description": "export_md: embed round-trippable chunk metadata + edges as HTML comments (default true).",
         },
         "markdown": {"type": "string", "description": "import_md: an export_md-shaped Markdown document."},
+        "query": {"type": "string", "description": "search: text matched by meaning against chunk bodies."},
+        "from_revision": {"type": "integer", "description": "diff: the earlier body revision (from history)."},
+        "to_revision": {"type": "integer", "description": "diff: the later body revision."},
+        "tags": {"type": "array", "items": {"type": "string"},
+                 "description": "create_document/create_chunk/update_chunk: replace the whole tag set ([] clears). "
+                                "add_tags/remove_tags: the tags to add/remove. Nested tags use a slash: area/sub."},
+        "tag": {"type": "string", "description": "query_chunks: only chunks carrying exactly this tag."},
+        "tag_prefix": {"type": "string",
+                       "description": "query_chunks: chunks tagged this or nested under it (area matches area/sub)."},
     },
     "required": ["op"],
 }
@@ -161,7 +171,7 @@ def check_fields(args: dict[str, Any]) -> None:
         if name in UNSUPPORTED_FIELDS:
             raise ToolError(
                 f"Document.{op}: field_not_supported: treadle does not implement loomcycle's {name!r}"
-                f" (tags, facts, assets, canvas and remote sync are not built)",
+                f" (facts and entities, assets, canvas and remote sync are not built)",
                 code="field_not_supported",
             )
         if name not in known:
@@ -175,15 +185,17 @@ def check_fields(args: dict[str, Any]) -> None:
             )
 
 
-def documents(dirents: DirentStore) -> Documents:
-    return Documents(DocumentStore(dirents.pool), PathTree(dirents))
+def documents(dirents: DirentStore, vectors: BodyVectors | None = None) -> Documents:
+    return Documents(DocumentStore(dirents.pool), PathTree(dirents), vectors)
 
 
-async def document_op(dirents: DirentStore, tree: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
-    """One op on `tree` (resolved by the caller from the run or the principal, never the input)."""
+async def document_op(dirents: DirentStore, tree: Tree, args: dict[str, Any], actor: str | None,
+                      vectors: BodyVectors | None = None) -> dict[str, Any]:
+    """One op on `tree` (resolved by the caller from the run or the principal, never the input);
+    `vectors`: Memory's embedder, for chunk bodies (search)."""
     if args.get("op") not in UNSUPPORTED_OPS:
         check_fields(args)
-    return await documents(dirents).dispatch(tree, args, actor)
+    return await documents(dirents, vectors).dispatch(tree, args, actor)
 
 
 class DocumentTool:
@@ -196,8 +208,9 @@ class DocumentTool:
         "create_chunk, get_chunk, update_chunk (pass the revision you read; a stale one is refused: re-read and "
         "retry), delete_chunk, move_chunk, reorder_chunk, link_chunks, unlink_chunks, get_edges, query_chunks "
         "(document_id/type/status/parent_id/under_path), define_type/list_types (fields: a JSON Schema for the "
-        "type's chunk fields), history/get_version (a chunk's body revisions), export_md, import_md. Scope is "
-        "user (default), agent or tenant."
+        "type's chunk fields), history/get_version/diff (a chunk's body revisions), export_md, import_md, "
+        "add_tags/remove_tags/list_tags (tags also on create/update; query_chunks tag/tag_prefix), backlinks, "
+        "search (chunk bodies by meaning). Scope is user (default), agent or tenant."
     )
     input_schema = INPUT_SCHEMA
 
@@ -217,4 +230,5 @@ class DocumentTool:
                     code="scope_not_permitted",
                 )
         tree = tree_of(ctx, scope, "Document", "user")
-        return ToolResult.json(await document_op(dirents_of(ctx, "Document"), tree, args, ctx.user_id or ctx.agent))
+        return ToolResult.json(await document_op(dirents_of(ctx, "Document"), tree, args, ctx.user_id or ctx.agent,
+                                                 ctx.services.vector_memory))

@@ -24,7 +24,7 @@ from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 MAX_VALUE_BYTES = DEFAULT_MAX_VALUE_BYTES
 MAX_KEY_LEN = 512
-OPS = ("set", "get", "delete", "list", "incr", "search")
+OPS = ("set", "get", "delete", "list", "incr", "search", "add", "recall")
 SCOPES = ("agent", "user", "tenant")
 #: loomcycle's SQL memory ops (knowledge/sqlmemory.py), gated by the agent's sql_scopes
 SQL_OPS = ("sql_query", "sql_exec", "sql_begin", "sql_commit", "sql_rollback")
@@ -39,12 +39,14 @@ class MemoryTool:
     name = "Memory"
     effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
-        "Persistent key/value memory. op: set|get|delete|list|incr|search. scope: agent (shared by every run "
-        "of this agent), user (this run's user), tenant (everyone in the tenant; needs permission). "
+        "Persistent key/value memory. op: set|get|delete|list|incr|search|add|recall. scope: agent (shared by "
+        "every run of this agent), user (this run's user), tenant (everyone in the tenant; needs permission). "
         "set takes value (any JSON), optional ttl_seconds (or ttl: seconds, 0 = no expiry / keep the key's "
         "expiry), and embed: true (with optional embed_text) to make "
         "the entry findable by meaning; search takes query and optional k (or top_k), min_score (cosine similarity), "
-        "recency_weight (0..1) and prefix, and returns keys ranked by score. list takes optional prefix and "
+        "recency_weight (0..1), prefix, and loomcycle's rank, dedup and sources, and returns keys ranked by score. "
+        "add takes messages [{role, content}] and infer (default true: the model extracts durable facts); recall "
+        "takes query, top_k and threshold and returns remembered facts. list takes optional prefix and "
         "limit; incr takes optional delta (default 1). SQL memory (only in the agent's sql_scopes): sql_query runs "
         "one read-only statement, sql_exec one DDL/DML statement (args bind $1, $2, …) in a per-scope Postgres "
         "schema: agent, user, tenant (durable) or run (this run's scratch)."
@@ -80,6 +82,52 @@ class MemoryTool:
             "args": {"type": "array", "description": "sql_query / sql_exec: values of $1, $2, …", "items": {}},
             "timeout_ms": {"type": "integer", "minimum": 1,
                            "description": "sql_query / sql_exec: a shorter statement timeout than the server's"},
+            "rank": {
+                "type": "object",
+                "description": "search: hybrid ranking weights (omit: pure semantic). rank_score = "
+                               "semantic_weight·cosine + recency_weight·2^(-age/recency_half_life_hours) + "
+                               "frequency_weight·ln(1+times returned); source_weight is reserved (0, answered "
+                               "with rank_note)",
+                "properties": {"semantic_weight": {"type": "number"}, "recency_weight": {"type": "number"},
+                               "recency_half_life_hours": {"type": "number"}, "source_weight": {"type": "number"},
+                               "frequency_weight": {"type": "number"}},
+                "additionalProperties": False,
+            },
+            "dedup": {
+                "type": "object",
+                "description": "search: collapse near-duplicates after ranking: enabled, threshold (cosine similarity, "
+                               "default 0.92), mode drop (default) | merge (kept hit's value gains merged_from) | keep "
+                               "(counted only)",
+                "properties": {"enabled": {"type": "boolean"}, "threshold": {"type": "number"},
+                               "mode": {"type": "string", "enum": ["drop", "merge", "keep"]}},
+                "additionalProperties": False,
+            },
+            "sources": {
+                "type": "array", "items": {"type": "string", "enum": ["facts", "notes", "documents"]},
+                "description": "search / recall: facts (entries with provenance: add with infer, set with provenance), "
+                               "notes (entries without), documents (Document chunk bodies). search defaults to all, "
+                               "recall to facts; documents with only one of facts/notes is refused",
+            },
+            "messages": {
+                "type": "array", "description": "add: the conversation turns to remember",
+                "items": {"type": "object", "properties": {
+                    "role": {"type": "string", "enum": ["user", "assistant", "system"]}, "content": {"type": "string"}},
+                    "required": ["role", "content"]},
+            },
+            "infer": {"type": "boolean",
+                      "description": "add: true (default) = the model extracts durable facts (stored with provenance; "
+                                     "contradictions with known facts reported, never acted on); false = the turns "
+                                     "stored verbatim as one entry"},
+            "metadata": {"type": "object", "additionalProperties": {"type": "string"},
+                         "description": "add: context recorded in each fact's provenance"},
+            "threshold": {"type": "number", "minimum": 0, "maximum": 1,
+                          "description": "recall: drop facts less similar than this (0 = none)"},
+            "provenance": {
+                "type": "object", "additionalProperties": False,
+                "description": "set: where this fact came from (makes the entry a fact, not a note)",
+                "properties": {"class": {"type": "string"}, "source_session_id": {"type": "string"},
+                               "source_run_id": {"type": "string"}},
+            },
             "path": {"type": "string",
                      "description": "set: also name the entry in the Path tree (e.g. /notes/today); get: read the "
                                     "entry this path names instead of giving key"},
@@ -126,6 +174,16 @@ class MemoryTool:
         refuse_fields(args, ("statement", "args", "timeout_ms"), "Memory", op, "the sql_* ops")
         if op not in ("set", "get"):
             refuse_fields(args, ("path",), "Memory", op, "set and get")
+        if op != "search":
+            refuse_fields(args, ("rank", "dedup"), "Memory", op, "search")
+        if op not in ("search", "recall"):
+            refuse_fields(args, ("sources",), "Memory", op, "search and recall")
+        if op != "add":
+            refuse_fields(args, ("messages", "infer", "metadata"), "Memory", op, "add")
+        if op != "recall":
+            refuse_fields(args, ("threshold",), "Memory", op, "recall")
+        if op != "set":
+            refuse_fields(args, ("provenance",), "Memory", op, "set")
         scope = args.get("scope")
         if scope not in SCOPES:
             raise ToolError(f"Memory: scope must be one of {', '.join(SCOPES)}")
@@ -152,6 +210,10 @@ class MemoryTool:
             return ToolResult.json({"scope": scope, "entries": entries, "count": len(entries)})
         if op == "search":
             return ToolResult.json(await _search(ctx, scope, scope_id, args))
+        if op == "recall":
+            return ToolResult.json(await _recall(ctx, scope, scope_id, args))
+        if op == "add":
+            return ToolResult.json(await _add(ctx, scope, scope_id, args))
 
         if op == "get" and args.get("path") is not None and args.get("key") is None:
             found_at = await PathTree(dirents_of(ctx, "Memory")).lookup(
@@ -168,7 +230,8 @@ class MemoryTool:
                 raise ToolError("Memory.set: embed_text must be a string")
             quota = getattr(ctx.agent_config, "memory_quota_bytes", None) if scope == "agent" else None
             out = await service(ctx).set(tenant, scope, scope_id, key, args["value"], ttl, embed=embed,
-                                         embed_text=embed_text, quota_bytes=quota, keep_expiry=keep_expiry)
+                                         embed_text=embed_text, quota_bytes=quota, keep_expiry=keep_expiry,
+                                         provenance=_provenance(ctx, args.get("provenance")))
             result: dict[str, Any] = {"ok": True, "key": key, "scope": scope}
             if out.get("embedding"):
                 result["embedding"] = out["embedding"]
@@ -227,8 +290,49 @@ async def _search(ctx: ToolContext, scope: str, scope_id: str, args: dict[str, A
     return await service(ctx).search(
         ctx.tenant_id, scope, scope_id, query, k=k, min_score=numbers["min_score"],
         recency_weight=numbers["recency_weight"] or 0.0, half_life_hours=numbers["recency_half_life_hours"],
-        prefix=prefix, include_values=include_values,
+        prefix=prefix, include_values=include_values, rank=args.get("rank"), dedup=args.get("dedup"),
+        sources=args.get("sources"),
     )
+
+
+async def _recall(ctx: ToolContext, scope: str, scope_id: str, args: dict[str, Any]) -> dict[str, Any]:
+    query, top_k = args.get("query"), args.get("top_k", args.get("k"))
+    if not isinstance(query, str) or not query.strip():
+        raise ToolError("Memory.recall: missing required field: query")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
+        raise ToolError("Memory.recall: top_k must be an integer")
+    return await service(ctx).recall(ctx.tenant_id, scope, scope_id, query, top_k=top_k,
+                                     threshold=args.get("threshold") or 0.0, sources=args.get("sources"))
+
+
+async def _add(ctx: ToolContext, scope: str, scope_id: str, args: dict[str, Any]) -> dict[str, Any]:
+    infer = args.get("infer", True)
+    if not isinstance(infer, bool):
+        raise ToolError("Memory.add: infer must be a boolean")
+    asker = ctx.services.asker
+
+    async def ask(system: str, prompt: str, purpose: str, model: str | None) -> str:
+        assert asker is not None
+        return await asker.ask_model(ctx.tenant_id, ctx.run_id, ctx.agent, ctx.def_id, system, prompt, purpose,
+                                     model)
+
+    quota = getattr(ctx.agent_config, "memory_quota_bytes", None) if scope == "agent" else None
+    return await service(ctx).add(ctx.tenant_id, scope, scope_id, args.get("messages"), infer=infer,
+                                  metadata=args.get("metadata"), ask=ask if asker is not None else None,
+                                  run_id=ctx.run_id, tool_use_id=ctx.tool_use_id, quota_bytes=quota)
+
+
+def _provenance(ctx: ToolContext, block: Any) -> dict[str, Any] | None:
+    """`set`'s provenance: the model's descriptive fields (each ≤ 128 characters, as loomcycle
+    clamps them), the origin stamped here — a model cannot label its write as an `add`'s."""
+    if block is None:
+        return None
+    if not isinstance(block, dict) or not all(isinstance(v, str) for v in block.values()):
+        raise ToolError("Memory.set: provenance must be an object of strings")
+    out: dict[str, Any] = {k: v[:128] for k, v in block.items() if v}
+    out["origin"] = "set"
+    out.setdefault("source_run_id", ctx.run_id)
+    return out
 
 
 def _scope_id(ctx: ToolContext, scope: str) -> str:

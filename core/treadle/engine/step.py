@@ -441,6 +441,28 @@ class Engine:
         response = await call_route(route, call, policy, [])
         return "".join(b.text for b in response.content if isinstance(b, TextBlock)).strip()
 
+    async def ask(self, caller: tuple[str, str], agent: ResolvedAgent, system: str, prompt: str, purpose: str,
+                  model: str | None = None) -> str:
+        """One model call without tools on the agent's route (`model` on the same providers when
+        given) for `caller` (run id, agent name): the answer's text, stripped. `purpose` is the
+        request's `options.purpose` (the mock provider answers by it). Memory `add` with `infer`
+        extracts facts with it (substrate/memfacts.py)."""
+        assert agent.route is not None
+        route = agent.route
+        if model:
+            route = dataclasses.replace(route, candidates=tuple(dataclasses.replace(c, model=model)
+                                                                for c in route.candidates))
+        call = Call(
+            run_id=caller[0], agent=caller[1], iteration=0, system=system,
+            messages=scrub_messages([Message("user", [TextBlock(prompt)])]),
+            request={"tools": [], "max_tokens": agent.config.max_tokens,
+                     "options": {"mock": agent.config.mock, "purpose": purpose}},
+            history=[], has_thinking=False,
+        )
+        policy = RetryPolicy(retries=self.settings.provider_retries, max_wait_s=self.settings.max_retry_wait_s)
+        response = await call_route(route, call, policy, [])
+        return "".join(b.text for b in response.content if isinstance(b, TextBlock)).strip()
+
     async def _model_turn(self, lease: Lease, agent: ResolvedAgent, transcript: Transcript,
                           soft_budget: tuple[Breach, ...] = ()) -> StepResult:
         leased = lease.run

@@ -14,19 +14,28 @@ chunks, and a revision. Ops and answers are loomcycle's (store/documents.py keep
   list_types. Queries: query_chunks (document_id, type, status, parent_id, under_path; light rows).
 - Revisions: history, get_version. Markdown: export_md, import_md (knowledge/docmarkdown.py).
 
-loomcycle's other ops (tags, facts, canvas, search, remote sync, …) are refused by name
-(`op_not_supported`), as is query_chunks' raw `sql` (`sql_not_supported`: the rows live in
-treadle's own database, not in a per-scope one an agent may query)."""
+- Tags (migration 0087): add_tags, remove_tags, list_tags; `tags` on create_document,
+  create_chunk and update_chunk replace the set; query_chunks filters by `tag` / `tag_prefix`.
+- Discovery: diff (a unified diff of two body revisions), backlinks (edges into a chunk),
+  search (chunk bodies nearest a query, where an embedder is configured: bodies are embedded as
+  they are written, chunk_embeddings).
+
+loomcycle's other ops (facts and entities, assets, canvas, related, remote sync, …) are refused
+by name (`op_not_supported`, naming what to use instead), as is query_chunks' raw `sql`
+(`sql_not_supported`: the rows live in treadle's own database, not in a per-scope one an agent
+may query)."""
 
 from __future__ import annotations
 
+import difflib
+import logging
 import re
 import secrets
-from typing import Any
+from typing import Any, Protocol
 
 import jsonschema
 
-from treadle.errors import ToolError
+from treadle.errors import ToolError, TreadleError
 from treadle.knowledge import docmarkdown
 from treadle.knowledge.pathtree import MAX_SEGMENT_LEN, PathTree, children_prefix, normalize, split
 from treadle.store.dirents import Tree
@@ -53,37 +62,73 @@ OPS = (
     "get_version",
     "export_md",
     "import_md",
-)
-#: loomcycle's ops treadle does not implement (refused by name)
-UNSUPPORTED_OPS = (
-    "documents_summary",
-    "query_documents",
-    "propose_entity",
-    "judge_fact",
-    "upsert_chunk",
-    "supersede_chunk",
-    "graph_recall",
-    "list_facts",
-    "verbatim_answer",
-    "verification_stats",
-    "remember",
+    "diff",
     "add_tags",
     "remove_tags",
     "list_tags",
-    "set_asset",
-    "get_asset",
-    "export_canvas",
-    "import_canvas",
-    "diff",
     "backlinks",
     "search",
-    "related",
-    "unlinked_mentions",
-    "set_remote",
-    "sync",
-    "diff_remote",
 )
+_FACTS = ("loomcycle's fact and entity layer is not built on treadle: remember facts with Memory op=add "
+          "(infer: true) or op=set with provenance, and find them with Memory op=recall or op=search "
+          "sources=[facts]")
+#: loomcycle's ops treadle does not implement: refused by name, each saying what to use instead
+UNSUPPORTED_OPS: dict[str, str] = {
+    "documents_summary": "list a document's chunks with query_chunks (document_id) or export_md",
+    "query_documents": "find documents by name with the Path tool (ls /documents) or query_chunks under_path",
+    "propose_entity": _FACTS,
+    "judge_fact": _FACTS,
+    "upsert_chunk": "create_chunk, or update_chunk with the revision you read",
+    "supersede_chunk": "update_chunk the chunk (its history keeps every earlier body) or link_chunks a "
+                       "'supersedes' edge",
+    "graph_recall": _FACTS + "; follow edges with get_edges and backlinks",
+    "list_facts": _FACTS,
+    "verbatim_answer": _FACTS,
+    "verification_stats": _FACTS,
+    "remember": _FACTS,
+    "set_asset": "keep image bytes in a volume (VolumeDef / the workspace) and put its path in the chunk body",
+    "get_asset": "keep image bytes in a volume (VolumeDef / the workspace) and put its path in the chunk body",
+    "export_canvas": "use export_md (a round-trippable Markdown export)",
+    "import_canvas": "use import_md",
+    "related": "use search with the chunk's own text, or backlinks / get_edges",
+    "unlinked_mentions": "use search, or link_chunks the mentions you find",
+    "set_remote": "documents do not sync between runtimes on treadle: export_md on one, import_md on the other",
+    "sync": "documents do not sync between runtimes on treadle: export_md on one, import_md on the other",
+    "diff_remote": "documents do not sync between runtimes on treadle: export_md on one, import_md on the other",
+}
 _UPDATABLE = ("title", "type", "status", "body", "fields")
+log = logging.getLogger(__name__)
+
+
+class BodyVectors(Protocol):
+    """Embeddings of chunk bodies (substrate/memory.py's MemoryService): None where no embedder
+    or no pgvector is configured."""
+
+    async def embed_body(self, text: str) -> tuple[str, str, list[float]] | None: ...
+
+    async def search_bodies(self, tenant: str, scope: str, scope_id: str, query: str, k: int,
+                            document_id: str | None) -> list[dict[str, Any]]: ...
+
+
+def _tags(args: dict[str, Any], op: str, *, required: bool = False) -> list[str] | None:
+    """loomcycle's sanitizeTags: trimmed, empty and repeated ones dropped."""
+    value = args.get("tags")
+    if value is None:
+        if required:
+            raise refuse(op, "invalid_input", "missing required field: tags")
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise refuse(op, "invalid_input", "tags must be an array of strings")
+    out: list[str] = []
+    for v in value:
+        v = v.strip()
+        if v and v not in out:
+            if len(v) > 200:
+                raise refuse(op, "invalid_input", "a tag is at most 200 characters")
+            out.append(v)
+    if required and not out:
+        raise refuse(op, "invalid_input", "missing required field: tags")
+    return out
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -143,14 +188,16 @@ class Documents:
     """The ops over one store; every call names its scope (`tree`, resolved by the caller from the
     run or the principal) and the actor recorded on revisions."""
 
-    def __init__(self, store: DocumentStore, paths: PathTree) -> None:
+    def __init__(self, store: DocumentStore, paths: PathTree, vectors: BodyVectors | None = None) -> None:
         self.store = store
         self.paths = paths
+        self.vectors = vectors
 
     async def dispatch(self, tree: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
         op = args.get("op")
         if op in UNSUPPORTED_OPS:
-            raise refuse(str(op), "op_not_supported", f"treadle does not implement loomcycle's {op} op")
+            raise refuse(str(op), "op_not_supported",
+                         f"treadle does not implement loomcycle's {op} op: {UNSUPPORTED_OPS[str(op)]}")
         if op not in OPS:
             raise refuse(
                 str(op or ""),
@@ -169,11 +216,15 @@ class Documents:
         doc_id, root_id = new_id(), new_id()
         raw_path = args.get("path") or "/documents/" + default_segment(title, doc_id)
         normalize(raw_path)  # refused before anything is written
+        tags = _tags(args, op)
         await self.store.create_document(
             t, doc_id, root_id, title, _str(args, "type", op), _str(args, "status", op), actor
         )
         path = await self._name(t, doc_id, raw_path)
-        return {"document_id": doc_id, "root_chunk_id": root_id, "title": title, "path": path}
+        out: dict[str, Any] = {"document_id": doc_id, "root_chunk_id": root_id, "title": title, "path": path}
+        if tags:
+            out["tags"] = await self.store.set_tags(t, "document_tags", doc_id, tags, replace=True)
+        return out
 
     async def get_document(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
         doc = await self._document(t, args, "get_document")
@@ -220,6 +271,8 @@ class Documents:
             parent_id = doc["root_chunk_id"]  # loomcycle: no parent_id = a child of the root
         type_ = _str(args, "type", op)
         fields = await self._fields(t, doc_id, type_, args.get("fields"), op)
+        tags = _tags(args, op)
+        body = _body(args, op)
         chunk_id = new_id()
         await self.store.insert_chunk(
             t,
@@ -231,18 +284,25 @@ class Documents:
                 "type": type_,
                 "status": _str(args, "status", op),
                 "title": title,
-                "body": _body(args, op),
+                "body": body,
                 "fields": fields,
             },
             shift=after_id is not None,
             actor=actor,
         )
+        if tags:
+            await self.store.set_tags(t, "chunk_tags", chunk_id, tags, replace=True)
+        await self._embed(t, chunk_id, body)
         return await self.get_chunk(t, {"id": chunk_id}, actor)
 
     async def get_chunk(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
         chunk_id = _str(args, "id", "get_chunk", required=True)
         assert chunk_id is not None
-        return chunk_view(await self._chunk(t, chunk_id, "get_chunk", "id", body=True))
+        out = chunk_view(await self._chunk(t, chunk_id, "get_chunk", "id", body=True))
+        tags = [r["tag"] for r in await self.store.tag_counts(t, chunk_id=chunk_id)]
+        if tags:
+            out["tags"] = tags
+        return out
 
     async def update_chunk(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
         op = "update_chunk"
@@ -270,6 +330,7 @@ class Documents:
             fields = changes.get("fields", current["fields"] if current else None)
             type_ = changes["type"] if "type" in changes else row["type"]
             changes["fields"] = await self._fields(t, row["document_id"], type_, fields, op)
+        tags = _tags(args, op)
         new_revision = await self.store.update_chunk(t, chunk_id, revision, changes, actor)
         if new_revision is None:
             now = await self.store.chunk(t, chunk_id)
@@ -283,6 +344,10 @@ class Documents:
             )
         if "type" in changes or "status" in changes:
             await self.store.mirror_root(t, chunk_id)
+        if tags is not None:
+            await self.store.set_tags(t, "chunk_tags", chunk_id, tags, replace=True)
+        if "body" in changes:
+            await self._embed(t, chunk_id, changes["body"])
         return await self.get_chunk(t, {"id": chunk_id}, actor)
 
     async def delete_chunk(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
@@ -376,7 +441,8 @@ class Documents:
                 named = await self.paths.dirents.get(t, *split(canonical))
                 found += [named] if named is not None else []
             doc_ids = [str(d.resource_ref.get("document_id")) for d in found if d.kind == "document"]
-        rows = await self.store.query(t, filters, doc_ids, limit)
+        rows = await self.store.query(t, filters, doc_ids, limit, tag=_str(args, "tag", op),
+                                      tag_prefix=_str(args, "tag_prefix", op))
         return {"chunks": [chunk_view(r) for r in rows]}
 
     async def define_type(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
@@ -457,6 +523,7 @@ class Documents:
             doc_id, base = made["document_id"], made["root_chunk_id"]
             if first.body or first.fields is not None:
                 await self.store.update_chunk(t, base, 1, {"body": first.body, "fields": first.fields}, actor)
+                await self._embed(t, base, first.body or "")
             if first.old_id:
                 old_to_new[first.old_id] = base
             stack, created, rest = [(first.level, base)], 1, chunks[1:]
@@ -491,6 +558,97 @@ class Documents:
             if old_from in old_to_new and old_to in old_to_new:
                 await self.store.link(t, old_to_new[old_from], old_to_new[old_to], kind)
         return {"document_id": doc_id, "root_chunk_id": base, "chunks_created": created}
+
+    # -- diff, tags, discovery ------------------------------------------------------------------
+
+    async def diff(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
+        """loomcycle's diff: a unified diff (3 lines of context) between two body revisions."""
+        op = "diff"
+        chunk_id = str(_str(args, "id", op, required=True))
+        from_rev, to_rev = _int(args, "from_revision", op), _int(args, "to_revision", op)
+        if from_rev is None or to_rev is None:
+            raise refuse(op, "invalid_input", "from_revision and to_revision are required")
+        revs = (from_rev, to_rev)
+        bodies = []
+        for rev in revs:
+            body = await self.store.revision_body(t, chunk_id, rev)
+            if body is None:
+                raise refuse(op, "no_such_revision", f"no such revision {rev} for chunk {chunk_id}")
+            bodies.append(body)
+        text = "".join(difflib.unified_diff(bodies[0].splitlines(keepends=True), bodies[1].splitlines(keepends=True),
+                                            fromfile=f"rev {revs[0]}", tofile=f"rev {revs[1]}", n=3))
+        return {"chunk_id": chunk_id, "from_revision": revs[0], "to_revision": revs[1], "diff": text}
+
+    async def add_tags(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
+        return await self._mutate_tags(t, args, "add_tags")
+
+    async def remove_tags(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
+        return await self._mutate_tags(t, args, "remove_tags")
+
+    async def _mutate_tags(self, t: Tree, args: dict[str, Any], op: str) -> dict[str, Any]:
+        tags = _tags(args, op, required=True)
+        assert tags is not None
+        remove = op == "remove_tags"
+        if (chunk_id := _str(args, "id", op)) is not None:
+            await self._chunk(t, chunk_id, op, "id")
+            return {"chunk_id": chunk_id,
+                    "tags": await self.store.set_tags(t, "chunk_tags", chunk_id, tags, replace=False, remove=remove)}
+        if (doc_id := _str(args, "document_id", op)) is not None:
+            if await self.store.document(t, doc_id) is None:
+                raise refuse(op, "no_such_document", f"no such document: {doc_id}")
+            return {"document_id": doc_id,
+                    "tags": await self.store.set_tags(t, "document_tags", doc_id, tags, replace=False, remove=remove)}
+        raise refuse(op, "invalid_input", "target a chunk (id) or a document (document_id)")
+
+    async def list_tags(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
+        rows = await self.store.tag_counts(t, chunk_id=_str(args, "id", "list_tags"),
+                                           document_id=_str(args, "document_id", "list_tags"))
+        return {"tags": [{"tag": r["tag"], "count": int(r["count"])} for r in rows]}
+
+    async def backlinks(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
+        """What links here: every edge into the chunk, with its source's title, type, status."""
+        chunk_id = str(_str(args, "id", "backlinks", required=True))
+        links = []
+        for r in await self.store.backlinks(t, chunk_id):
+            links.append({k: v for k, v in r.items() if v is not None} | {"auto": False})
+        return {"backlinks": links}
+
+    async def search(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
+        """Chunks whose bodies are nearest the query (cosine), best first, with their titles."""
+        op = "search"
+        query = (_str(args, "query", op) or "").strip()
+        if not query:
+            raise refuse(op, "invalid_input", "missing required field: query (the text to match against chunk bodies)")
+        if self.vectors is None:
+            raise refuse(op, "embedder_not_configured", "search needs an embedder (treadle.yaml memory.embedder)")
+        limit = _int(args, "limit", op) or 10
+        try:
+            hits = await self.vectors.search_bodies(t.tenant_id, t.scope, t.scope_id, query, max(1, min(limit, 50)),
+                                                    _str(args, "document_id", op))
+        except TreadleError as exc:
+            raise refuse(op, exc.code, exc.message) from None
+        chunks = []
+        for h in hits:
+            chunk = {"chunk_id": h["chunk_id"], "score": h["similarity"], "document_id": h["document_id"]}
+            chunk |= {k: h[k] for k in ("title", "type") if h.get(k)}
+            chunks.append(chunk)
+        return {"chunks": chunks}
+
+    async def _embed(self, t: Tree, chunk_id: str, body: str) -> None:
+        """Keep the chunk's body embedding current (search, Memory search's `documents` source).
+        Best effort: a failing embedder costs the embedding, never the edit."""
+        if self.vectors is None:
+            return
+        got = None
+        if body.strip():
+            try:
+                got = await self.vectors.embed_body(body)
+            except TreadleError as exc:
+                log.warning("chunk %s: its body was not embedded (%s)", chunk_id, exc.code)
+        if got is None:
+            await self.store.drop_embedding(t, chunk_id)
+        else:
+            await self.store.set_embedding(t, chunk_id, *got)
 
     # -- helpers --------------------------------------------------------------------------------
 

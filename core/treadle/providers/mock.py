@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import random
+import re
 from typing import Any
 
 from treadle.config import MockSettings
@@ -56,6 +58,37 @@ def last_user_text(messages: list[Message]) -> str:
 MOCK_MODELS = ("chat-tool", "echo", "mock-generic", "script", "tool-caller")
 
 
+def _mock_facts(prompt: str) -> str:
+    """The mock's fact extraction: each sentence of at least three words the user said is a fact
+    ("preference" when it says prefer/like), as the JSON a model is asked for."""
+    facts = []
+    for line in prompt.splitlines():
+        if not line.startswith("user: "):
+            continue
+        for sentence in re.split(r"(?<=[.!?])\s+", line.removeprefix("user: ").strip()):
+            sentence = sentence.strip()
+            if len(sentence.split()) >= 3:
+                words = sentence.lower()
+                facts.append({"text": sentence, "class": "preference" if "prefer" in words or " like" in words
+                              else "fact"})
+    return json.dumps({"facts": facts})
+
+
+def _mock_verdicts(prompt: str) -> str:
+    """The mock's conflict judge: a pair whose sentences start with the same three words and then
+    differ contradicts; any other pair is independent."""
+    verdicts = []
+    for i, block in enumerate(prompt.split("\n\n"), 1):
+        a = re.search(r"^A: (.*)$", block, re.M)
+        b = re.search(r"^B: (.*)$", block, re.M)
+        if not (a and b):
+            continue
+        head_a, head_b = a.group(1).lower().split()[:3], b.group(1).lower().split()[:3]
+        same = head_a == head_b and a.group(1).strip().lower() != b.group(1).strip().lower()
+        verdicts.append({"pair": i, "verdict": "contradicts" if same else "independent"})
+    return json.dumps({"verdicts": verdicts})
+
+
 class MockProvider:
     name = "mock"
 
@@ -88,6 +121,10 @@ class MockProvider:
                 raise ProviderError("mock: the summary failed (mock.summary_error)", code="mock_summary_error")
             span = last_user_text(req.messages)
             content = [TextBlock(f"summary of {len(span)} characters: " + span[-60:].replace("\n", " "))]
+        elif req.options.get("purpose") == "memory_extract":  # Memory add with infer (substrate/memfacts.py)
+            content = [TextBlock(_mock_facts(last_user_text(req.messages)))]
+        elif req.options.get("purpose") == "memory_conflict_judge":
+            content = [TextBlock(_mock_verdicts(last_user_text(req.messages)))]
         elif req.model == "echo":
             content = [TextBlock(last_user_text(req.messages))]
         elif req.model == "mock-generic":  # loomcycle's mock: a no-op text answer

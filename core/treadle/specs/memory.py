@@ -10,6 +10,12 @@
       max_value_bytes: 65536       # one value (JSON); per agent: memory_quota_bytes caps its agent scope
       max_scope_bytes: 1048576     # all live values of one (scope, scope_id)
       search: {default_k: 10, max_k: 50, recency_half_life_hours: 168, exact_scan_limit: 20000}
+      add:                         # Memory op=add with infer: facts extracted by the agent's model
+        model: null                # another model on the agent's providers
+        max_facts: 20
+        related_threshold: 0.75    # contradiction detection's band: related (>=) ...
+        merge_threshold: 0.92      # ... but not the same fact (>= this: not stored again)
+        detect_conflicts: true     # report-only: nothing is retired
 """
 
 from __future__ import annotations
@@ -75,6 +81,17 @@ class MemorySearchConfig(BaseModel):
     exact_scan_limit: int = Field(default=20_000, ge=0)
 
 
+class MemoryAddConfig(BaseModel):
+    """Memory `add` with `infer` (substrate/memfacts.py)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model: str | None = Field(default=None, min_length=1, max_length=256)
+    max_facts: int = Field(default=20, ge=1, le=200)
+    related_threshold: float = Field(default=0.75, ge=0, le=1)
+    merge_threshold: float = Field(default=0.92, ge=0, le=1)
+    detect_conflicts: bool = True
+
+
 class SqlMemoryConfig(BaseModel):
     """SQL memory (store/sqlmem.py): on when this block is present. loomcycle's sqlmem_* settings."""
 
@@ -95,6 +112,7 @@ class MemoryConfig(BaseModel):
     max_value_bytes: int = Field(default=64 * 1024, ge=16, le=16 << 20)
     max_scope_bytes: int = Field(default=1 << 20, ge=16, le=1 << 34)
     search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
+    add: MemoryAddConfig = Field(default_factory=MemoryAddConfig)
 
     def problems(self) -> list[tuple[str, str]]:
         errs = self.embedder.problems() if self.embedder is not None else []
@@ -102,4 +120,6 @@ class MemoryConfig(BaseModel):
             errs.append(("memory.max_scope_bytes", "must be at least memory.max_value_bytes"))
         if self.search.default_k > self.search.max_k:
             errs.append(("memory.search.default_k", "must not exceed memory.search.max_k"))
+        if self.add.related_threshold > self.add.merge_threshold:
+            errs.append(("memory.add.related_threshold", "must not exceed memory.add.merge_threshold"))
         return errs

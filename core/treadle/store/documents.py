@@ -199,13 +199,21 @@ class DocumentStore:
             )
 
     async def query(
-        self, t: Tree, filters: dict[str, str], document_ids: list[str] | None, limit: int
+        self, t: Tree, filters: dict[str, str], document_ids: list[str] | None, limit: int,
+        tag: str | None = None, tag_prefix: str | None = None,
     ) -> list[DictRow]:
         where = "".join(f" AND {_FILTERS[k]}" for k in filters)
         params: tuple[Any, ...] = (*t.key, *filters.values())
         if document_ids is not None:
             where += " AND document_id = ANY(%s)"
             params = (*params, document_ids)
+        if tag is not None or tag_prefix is not None:
+            where += (" AND id IN (SELECT chunk_id FROM chunk_tags g WHERE g.tenant_id = chunks.tenant_id"
+                      " AND g.scope = chunks.scope AND g.scope_id = chunks.scope_id AND (g.tag = %s"
+                      " OR (%s::text IS NOT NULL AND (g.tag = %s OR g.tag LIKE %s))))")
+            like = None if tag_prefix is None else tag_prefix.replace("\\", "\\\\").replace("%", "\\%").replace(
+                "_", "\\_") + "/%"
+            params = (*params, tag, tag_prefix, tag_prefix, like)
         return await self._all(
             f"SELECT {CHUNK_COLS} FROM chunks WHERE {_T}{where}"
             f" ORDER BY document_id, parent_id NULLS FIRST, position, id LIMIT %s",
@@ -309,3 +317,75 @@ class DocumentStore:
             " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
             (*t.key, chunk_id, revision, body, actor),
         )
+
+    # -- tags (migration 0087) ------------------------------------------------------------------
+
+    async def set_tags(self, t: Tree, table: str, id_: str, tags: list[str], *, replace: bool,
+                       remove: bool = False) -> list[str]:
+        """Add (or remove) `tags` on a chunk (`chunk_tags`) or a document (`document_tags`); with
+        `replace` the set becomes exactly `tags`. The target's tags after, sorted."""
+        col = {"chunk_tags": "chunk_id", "document_tags": "document_id"}[table]
+        async with self.pool.connection() as conn:
+            if replace:
+                await conn.execute(f"DELETE FROM {table} WHERE {_T} AND {col} = %s", (*t.key, id_))
+            if remove:
+                await conn.execute(f"DELETE FROM {table} WHERE {_T} AND {col} = %s AND tag = ANY(%s)",
+                                   (*t.key, id_, tags))
+            elif tags:
+                await conn.execute(
+                    f"INSERT INTO {table} (tenant_id, scope, scope_id, {col}, tag)"
+                    f" SELECT %s, %s, %s, %s, unnest(%s::text[]) ON CONFLICT DO NOTHING", (*t.key, id_, tags))
+            cur = await conn.execute(f"SELECT tag FROM {table} WHERE {_T} AND {col} = %s ORDER BY tag",
+                                     (*t.key, id_))
+            return [r["tag"] for r in await cur.fetchall()]
+
+    async def tag_counts(self, t: Tree, *, chunk_id: str | None = None, document_id: str | None = None
+                         ) -> list[DictRow]:
+        if chunk_id is not None:
+            return await self._all(f"SELECT tag, count(*) AS count FROM chunk_tags WHERE {_T} AND chunk_id = %s"
+                                   f" GROUP BY tag ORDER BY tag", (*t.key, chunk_id))
+        if document_id is not None:
+            return await self._all(f"SELECT tag, count(*) AS count FROM document_tags WHERE {_T}"
+                                   f" AND document_id = %s GROUP BY tag ORDER BY tag", (*t.key, document_id))
+        return await self._all(
+            f"SELECT tag, count(*) AS count FROM (SELECT tag FROM chunk_tags WHERE {_T} UNION ALL"
+            f" SELECT tag FROM document_tags WHERE {_T}) g GROUP BY tag ORDER BY tag", (*t.key, *t.key))
+
+    # -- discovery ------------------------------------------------------------------------------
+
+    async def backlinks(self, t: Tree, chunk_id: str) -> list[DictRow]:
+        """Every edge pointing at the chunk, with its source chunk's title, type, status, document."""
+        return await self._all(
+            "SELECT e.from_id, e.kind, c.title AS from_title, c.type AS from_type, c.status AS from_status,"
+            " c.document_id AS from_document_id FROM chunk_edges e JOIN chunks c ON c.tenant_id = e.tenant_id"
+            " AND c.scope = e.scope AND c.scope_id = e.scope_id AND c.id = e.from_id"
+            " WHERE e.tenant_id = %s AND e.scope = %s AND e.scope_id = %s AND e.to_id = %s"
+            " ORDER BY e.kind, e.created_at, e.from_id", (*t.key, chunk_id))
+
+    async def list_documents(self, t: Tree, limit: int) -> list[DictRow]:
+        """The scope's documents, newest first, with their chunk counts (the web page's list)."""
+        return await self._all(
+            f"SELECT d.id, d.title, d.type, d.status, d.root_chunk_id, d.created_at, d.updated_at,"
+            f" (SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id AND c.scope = d.scope"
+            f"  AND c.scope_id = d.scope_id AND c.document_id = d.id) AS chunks"
+            f" FROM documents d WHERE {_T} ORDER BY d.updated_at DESC, d.id LIMIT %s", (*t.key, limit))
+
+    # -- body embeddings (chunk_embeddings: only where pgvector is) --------------------------------
+
+    async def set_embedding(self, t: Tree, chunk_id: str, embedder: str, model: str, vector: list[float]) -> None:
+        text = "[" + ",".join(format(float(x), ".9g") for x in vector) + "]"
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO chunk_embeddings (tenant_id, scope, scope_id, chunk_id, embedder, model, dimension,"
+                " embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, %s::vector)"
+                " ON CONFLICT (tenant_id, scope, scope_id, chunk_id) DO UPDATE SET embedder = excluded.embedder,"
+                " model = excluded.model, dimension = excluded.dimension, embedding = excluded.embedding,"
+                " created_at = now()",
+                (*t.key, chunk_id, embedder, model, len(vector), text))
+
+    async def drop_embedding(self, t: Tree, chunk_id: str) -> None:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute("SELECT to_regclass('chunk_embeddings') IS NOT NULL AS present")
+            row = await cur.fetchone()
+            if row and row["present"]:
+                await conn.execute(f"DELETE FROM chunk_embeddings WHERE {_T} AND chunk_id = %s", (*t.key, chunk_id))

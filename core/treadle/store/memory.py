@@ -64,6 +64,13 @@ def vector_literal(vector: list[float]) -> str:
     return "[" + ",".join(format(float(x), ".9g") for x in vector) + "]"
 
 
+def parse_vector(text: str | None) -> list[float]:
+    """pgvector's text form ("[1,2,3]") as floats."""
+    if not text:
+        return []
+    return [float(x) for x in text.strip("[]").split(",") if x]
+
+
 @dataclass(slots=True)
 class Embedding:
     embedder: str
@@ -97,6 +104,7 @@ class MemoryStore:
     async def set(
         self, tenant: str, scope: str, scope_id: str, key: str, value: Any, ttl_s: float | None,
         *, embedding: Embedding | None = None, quota_bytes: int | None = None, keep_expiry: bool = False,
+        provenance: dict[str, Any] | None = None,
     ) -> dict[str, int]:
         """Upsert the value (and its embedding, or drop a stale one); returns {size_bytes,
         scope_bytes, quota_bytes}. The entry expires `ttl_s` seconds from now (None: never) — but
@@ -116,14 +124,15 @@ class MemoryStore:
                     f" ({used} used by other keys)"
                 )
             await conn.execute(
-                """INSERT INTO memory (tenant_id, scope, scope_id, key, value, expires_at)
+                """INSERT INTO memory (tenant_id, scope, scope_id, key, value, expires_at, provenance)
                    VALUES (%s, %s, %s, %s, %s,
-                           CASE WHEN %s::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => %s) END)
+                           CASE WHEN %s::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => %s) END, %s)
                    ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE
-                   SET value = excluded.value, updated_at = now(),
+                   SET value = excluded.value, updated_at = now(), provenance = excluded.provenance,
                        expires_at = CASE WHEN %s AND memory.expires_at > now() THEN memory.expires_at
                                          ELSE excluded.expires_at END""",
-                (tenant, scope, scope_id, key, Jsonb(value), ttl_s, ttl_s, keep_expiry and ttl_s is None),
+                (tenant, scope, scope_id, key, Jsonb(value), ttl_s, ttl_s,
+                 None if provenance is None else Jsonb(provenance), keep_expiry and ttl_s is None),
             )
             if embedding is not None:
                 await conn.execute(
@@ -279,26 +288,32 @@ class MemoryStore:
     async def search(
         self, tenant: str, scope: str, scope_id: str, *, vector: builtins.list[float], model: str, k: int,
         min_score: float | None = None, recency_weight: float = 0.0, half_life_hours: float = 168.0,
-        prefix: str = "", exact_scan_limit: int = 20_000,
+        prefix: str = "", exact_scan_limit: int = 20_000, provenance: str | None = None,
+        with_vectors: bool = False,
     ) -> builtins.list[dict[str, Any]]:
         """The scope's live embedded keys (embedded by `model`), best first: `similarity` is the
         cosine similarity, `score` = (1 - recency_weight)·similarity + recency_weight·2^(-age/half_life).
-        `min_score` drops keys whose similarity is below it."""
+        `min_score` drops keys whose similarity is below it. `provenance`: "required" (facts) or
+        "absent" (notes) filters on the entry's provenance. Each hit also carries its provenance,
+        `access_count` (how often search returned it) and embedding model; with `with_vectors`, its
+        vector (for dedup)."""
         dim = len(vector)
         if dim < 1:
             raise ValueError("empty query vector")
         params: dict[str, Any] = {
             "t": tenant, "s": scope, "i": scope_id, "model": model, "q": vector_literal(vector), "k": k,
             "min": min_score, "w": recency_weight, "hl": half_life_hours, "like": _like(prefix),
+            "prov": provenance,
         }
         async with self.pool.connection() as conn, conn.transaction():
             await self._require_vectors(conn)
             approximate = False
             if dim in INDEXED_DIMENSIONS:
+                # counted up to the limit only: the decision must not cost a scan of a large scope
                 cur = await conn.execute(
-                    "SELECT count(*) AS n FROM memory_embeddings WHERE tenant_id = %(t)s AND scope = %(s)s"
-                    " AND scope_id = %(i)s AND model = %(model)s",
-                    params,
+                    "SELECT count(*) AS n FROM (SELECT 1 FROM memory_embeddings WHERE tenant_id = %(t)s"
+                    " AND scope = %(s)s AND scope_id = %(i)s AND model = %(model)s LIMIT %(lim)s) c",
+                    {**params, "lim": exact_scan_limit + 1},
                 )
                 row = await cur.fetchone()
                 approximate = row is not None and int(row["n"]) > exact_scan_limit
@@ -306,38 +321,112 @@ class MemoryStore:
                 # HNSW returns ef_search candidates before the scope filter applies: ask for plenty
                 params["n"] = max(k * 10, 100)
                 await conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, params["n"])),))
-                candidates = f"""
-                    SELECT e.key FROM memory_embeddings e
+                # the candidates carry their columns: joining back to memory_embeddings would read
+                # the scope's every row (and vector) to find them
+                source = f"""(
+                    SELECT e.tenant_id, e.scope, e.scope_id, e.key, e.embedder, e.model, e.dimension, e.embedding
+                    FROM memory_embeddings e
                     WHERE e.dimension = {dim} AND e.tenant_id = %(t)s AND e.scope = %(s)s AND e.scope_id = %(i)s
                       AND e.model = %(model)s
-                    ORDER BY e.embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT %(n)s"""
-                source = f"memory_embeddings e JOIN ({candidates}) c ON c.key = e.key"
+                    ORDER BY e.embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT %(n)s) e"""
+                # … and find their entries by key, one index probe each (a hash join would scan the scope)
+                entries = """CROSS JOIN LATERAL (
+                        SELECT m.value, m.updated_at, m.provenance, m.expires_at FROM memory m
+                        WHERE m.tenant_id = e.tenant_id AND m.scope = e.scope AND m.scope_id = e.scope_id
+                          AND m.key = e.key LIMIT 1) m"""  # LIMIT: kept a subquery, never flattened
             else:
                 source = "memory_embeddings e"
+                entries = """JOIN memory m ON m.tenant_id = e.tenant_id AND m.scope = e.scope
+                                     AND m.scope_id = e.scope_id AND m.key = e.key"""
             cur = await conn.execute(
                 f"""WITH scored AS MATERIALIZED (
-                        SELECT e.key, m.value, m.updated_at,
+                        SELECT e.key, m.value, m.updated_at, m.provenance, e.embedder, e.model,
+                               {"e.embedding::text" if with_vectors else "NULL::text"} AS vector,
                                1 - (e.embedding::vector({dim}) <=> %(q)s::vector({dim})) AS similarity
-                        FROM {source}
-                        JOIN memory m ON m.tenant_id = e.tenant_id AND m.scope = e.scope
-                                     AND m.scope_id = e.scope_id AND m.key = e.key
+                        FROM {source} {entries}
                         WHERE e.tenant_id = %(t)s AND e.scope = %(s)s AND e.scope_id = %(i)s
                           AND e.model = %(model)s AND e.dimension = {dim} AND e.key LIKE %(like)s
-                          AND (m.expires_at IS NULL OR m.expires_at > now()))
-                    SELECT key, value, updated_at, similarity,
-                           (1 - %(w)s::float8) * similarity + %(w)s::float8 * exp(
-                               -ln(2) * greatest(extract(epoch FROM now() - updated_at), 0) / 3600.0 / %(hl)s::float8
-                           ) AS score
-                    FROM scored WHERE %(min)s::float8 IS NULL OR similarity >= %(min)s::float8
-                    ORDER BY score DESC, key LIMIT %(k)s""",
+                          AND (%(prov)s::text IS NULL OR (%(prov)s::text = 'required') = (m.provenance IS NOT NULL))
+                          AND (m.expires_at IS NULL OR m.expires_at > now())),
+                    best AS (
+                        SELECT key, value, updated_at, provenance, embedder, model, vector, similarity,
+                               (1 - %(w)s::float8) * similarity + %(w)s::float8 * exp(
+                                   -ln(2) * greatest(extract(epoch FROM now() - updated_at), 0) / 3600.0
+                                   / %(hl)s::float8) AS score
+                        FROM scored WHERE %(min)s::float8 IS NULL OR similarity >= %(min)s::float8
+                        ORDER BY score DESC, key LIMIT %(k)s)
+                    SELECT b.*, coalesce(a.count, 0) AS access_count FROM best b
+                    LEFT JOIN memory_access a ON a.tenant_id = %(t)s AND a.scope = %(s)s AND a.scope_id = %(i)s
+                                             AND a.key = b.key
+                    ORDER BY b.score DESC, b.key""",
                 params,
             )
             rows = await cur.fetchall()
-        return [
-            {"key": r["key"], "score": round(float(r["score"]), 6), "similarity": round(float(r["similarity"]), 6),
-             "value": r["value"], "updated_at": r["updated_at"].isoformat()}
-            for r in rows
-        ]
+        out = []
+        for r in rows:
+            hit: dict[str, Any] = {
+                "key": r["key"], "score": round(float(r["score"]), 6), "similarity": round(float(r["similarity"]), 6),
+                "value": r["value"], "updated_at": r["updated_at"].isoformat(), "provenance": r["provenance"],
+                "access_count": int(r["access_count"]), "embedder": r["embedder"], "model": r["model"]}
+            if with_vectors:
+                hit["vector"] = parse_vector(r["vector"])
+            out.append(hit)
+        return out
+
+    async def record_access(self, tenant: str, scope: str, scope_id: str, keys: builtins.list[str]) -> None:
+        """Count one more search return of each key (the `frequency_weight` signal)."""
+        if not keys:
+            return
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                """INSERT INTO memory_access AS a (tenant_id, scope, scope_id, key, count)
+                   SELECT %s, %s, %s, k, 1 FROM unnest(%s::text[]) k
+                   WHERE EXISTS (SELECT 1 FROM memory m WHERE m.tenant_id = %s AND m.scope = %s
+                                 AND m.scope_id = %s AND m.key = k)
+                   ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE SET count = a.count + 1, last_at = now()""",
+                (tenant, scope, scope_id, sorted(set(keys)), tenant, scope, scope_id))
+
+    async def chunk_search(
+        self, tenant: str, scope: str, scope_id: str, *, vector: builtins.list[float], model: str, k: int,
+        min_score: float | None = None, with_vectors: bool = False, document_id: str | None = None,
+    ) -> builtins.list[dict[str, Any]]:
+        """The scope's embedded Document chunk bodies (chunk_embeddings) nearest `vector`, best
+        first, with their chunk and document titles (Memory search's `documents` source,
+        Document `search`)."""
+        dim = len(vector)
+        if dim < 1:
+            raise ValueError("empty query vector")
+        params: dict[str, Any] = {"t": tenant, "s": scope, "i": scope_id, "model": model,
+                                  "q": vector_literal(vector), "k": k, "min": min_score, "doc": document_id}
+        async with self.pool.connection() as conn:
+            await self._require_vectors(conn)
+            cur = await conn.execute(
+                f"""WITH scored AS MATERIALIZED (  -- exact: a scope's chunks, never a filtered ANN pool
+                    SELECT c.id AS chunk_id, c.document_id, d.title AS document, c.title, c.body, c.type,
+                           c.revision, c.updated_at, e.embedder, e.model,
+                           {"e.embedding::text" if with_vectors else "NULL::text"} AS vector,
+                           1 - (e.embedding::vector({dim}) <=> %(q)s::vector({dim})) AS similarity
+                    FROM chunk_embeddings e
+                    JOIN chunks c ON c.tenant_id = e.tenant_id AND c.scope = e.scope AND c.scope_id = e.scope_id
+                                 AND c.id = e.chunk_id
+                    JOIN documents d ON d.tenant_id = c.tenant_id AND d.scope = c.scope AND d.scope_id = c.scope_id
+                                    AND d.id = c.document_id
+                    WHERE e.tenant_id = %(t)s AND e.scope = %(s)s AND e.scope_id = %(i)s AND e.model = %(model)s
+                      AND e.dimension = {dim} AND (%(doc)s::text IS NULL OR c.document_id = %(doc)s::text))
+                    SELECT * FROM scored WHERE %(min)s::float8 IS NULL OR similarity >= %(min)s::float8
+                    ORDER BY similarity DESC, chunk_id LIMIT %(k)s""",
+                params)
+            rows = await cur.fetchall()
+        out = []
+        for r in rows:
+            hit = {k: r[k] for k in ("chunk_id", "document_id", "document", "title", "body", "type", "revision",
+                                     "embedder", "model")}
+            hit["similarity"] = round(float(r["similarity"]), 6)
+            hit["updated_at"] = r["updated_at"].isoformat()
+            if with_vectors:
+                hit["vector"] = parse_vector(r["vector"])
+            out.append(hit)
+        return out
 
     async def _has_vectors(self, conn: Any) -> bool:
         """Whether memory_embeddings exists (cached; an absence is re-checked after a minute)."""

@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 from treadle.config import AgentConfig, TreadleConfig
 from treadle.ports import (
     AgentDirectory,
+    ModelAsker,
     OpService,
     RunCanceller,
     RunStarter,
@@ -74,6 +75,8 @@ class ToolServices:
     recapper: SessionRecapper | None = None
     #: the Path tree's rows (knowledge/pathtree.py): None where the runtime has none wired
     dirents: DirentStore | None = None
+    #: one model call without tools on the run's agent's route (Memory add with infer)
+    asker: ModelAsker | None = None
 
 
 @dataclass(slots=True)

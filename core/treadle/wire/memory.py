@@ -23,7 +23,8 @@ class MemoryPut(Request):
 class MemorySearch(Request):
     """Body of POST /v1/_memory/search: loomcycle's MemorySearchRequest (`top_k`; scope_id may be
     omitted for the tenant scope) with treadle's knobs; `k` is treadle's earlier name of `top_k`.
-    `rank`, `dedup` and `sources` are loomcycle's: refused with 422 `unsupported_field`."""
+    `rank`, `dedup` and `sources` are loomcycle's (substrate/memrank.py): a bad block is 422
+    (`invalid_input`, `unknown_field`, `invalid_sources`)."""
 
     scope: MemoryScope
     scope_id: str = ""
@@ -101,3 +102,7 @@ class MemorySearchResult(Response):
     entries: list[dict[str, Any]]
     truncated: bool
     query_embedding_dim: int
+    #: with `dedup` enabled: how many near-duplicates were collapsed
+    dedup_dropped: int | None = None
+    #: a non-zero `rank.source_weight` (reserved: it contributes 0)
+    rank_note: str | None = None

@@ -417,7 +417,7 @@ async def document_tool(rt: Runtime, who: Principal, args: dict[str, Any]) -> di
 
     return await run_op("Document", lambda: document_op(
         DirentStore(rt.pool), caller_tree(who, args.get("scope"), "user", None, None, "Document"), args,
-        who.subject))
+        who.subject, rt.substrate.memory))
 
 
 for _name, _service in DEF_TOOLS.items():
