@@ -135,6 +135,16 @@ class MemoryTool:
         "required": ["op", "scope"],
     }
 
+    @staticmethod
+    def effects_for(args: dict[str, Any]) -> ToolEffects:
+        """add (a model call, the embedder), search and recall (the embedder) run outside the step's
+        transaction, as History's recap and search do: a slow call never holds it open past the
+        lease. A re-run of the step repeats them harmlessly: add writes each fact under a digest of
+        its text (a paraphrase of a known fact falls in the merge band and is not stored again), a
+        verbatim add under a key of the call; search only counts returns. The other ops commit with
+        the step."""
+        return "external" if args.get("op") in ("add", "search", "recall") else "transactional"
+
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         if args.get("op") in SQL_OPS:
             from treadle.knowledge.sqlmemory import sql_op  # the knowledge layer's; loaded on first use
