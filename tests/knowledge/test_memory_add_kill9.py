@@ -22,7 +22,8 @@ pytestmark = pytest.mark.e2e
 ENV = {"TREADLE_SWEEP_INTERVAL_SECONDS": "0.3", "TREADLE_LEASE_SECONDS": "2", "TREADLE_REQUEUE_AFTER_SECONDS": "3"}
 SLEEPING = "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()"
 SAID = "I prefer dark mode in every editor. I live in Berlin with my cat. My team ships on Thursdays."
-FACTS = "SELECT key, value, provenance FROM memory WHERE scope = 'agent' AND scope_id = 'rememberer' AND key LIKE 'fact:%%'"
+FACTS = ("SELECT key, value, provenance FROM memory WHERE scope = 'agent' AND scope_id = 'rememberer'"
+         " AND key LIKE 'fact:%%'")
 
 
 async def test_an_infer_add_killed_inside_its_commit_lands_once_after_the_restart(
