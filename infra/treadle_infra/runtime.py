@@ -761,7 +761,8 @@ class TreadleRuntime(Construct):
                 f"treadle's functions could hold {needed} database connections (pool size "
                 f"{self.props.db_pool_size} x concurrency, + 1 per stream environment with live deltas), "
                 f"over the budget of {budget} (90% of max_connections at "
-                f"{self.props.db_max_capacity} ACU): lower the concurrency, or raise db_max_capacity"
+                f"{self.props.db_max_capacity} ACU): lower the concurrency, or raise db_max_acu "
+                f"(-c db_max_acu=N; db_max_capacity in TreadleRuntimeProps)"
             )
 
     def add_outputs(self, scope: Construct) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.lambda_sim import WORKER_BATCH_SIZE
+
 ROOT = Path(__file__).resolve().parents[2]
+DEPLOY_DOC = ROOT / "docs" / "deploy-aws.md"
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="CDK synth needs node on PATH")
 
@@ -167,7 +171,7 @@ def test_queue_dlq_and_event_source_mapping(synth: dict[str, Any]) -> None:
     tpl.has_resource_properties("AWS::Lambda::EventSourceMapping", {
         "EventSourceArn": {"Fn::GetAtt": [main_id, "Arn"]},
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
-        "BatchSize": 1,
+        "BatchSize": WORKER_BATCH_SIZE,  # what tests/support/lambda_sim.py's event source mapping takes
         "ScalingConfig": {"MaximumConcurrency": 20},
     })
     [mapping] = resources(t, "AWS::Lambda::EventSourceMapping").values()
@@ -304,7 +308,9 @@ def test_alarms(synth: dict[str, Any]) -> None:
     [cluster_id] = resources(t, "AWS::RDS::DBCluster")
     assert find("ACUUtilization", cluster_id)["Threshold"] == 90
     assert find("DatabaseConnections", cluster_id)["Threshold"] == int(0.8 * int(0.9 * 901))
-    assert len(alarms) == 12  # as docs/deploy-aws.md lists and prices them
+    assert len(alarms) == 12
+    # as docs/deploy-aws.md counts and prices them (issue 43 item 8: it said 10)
+    assert set(re.findall(r"(\d+) alarms", DEPLOY_DOC.read_text())) == {str(len(alarms))}
     stopped = find("Invocations", function_id(t, "maintenance"))  # the recovery path stopped running
     assert (stopped["ComparisonOperator"], stopped["TreatMissingData"]) == ("LessThanThreshold", "breaching")
     # every run failing moves no Lambda error: the failed-run rate from the workers' EMF RunsFinished{status}
@@ -480,8 +486,15 @@ def test_reserved_concurrency_fits_the_connection_budget(synth: dict[str, Any]) 
     tmp = synth["tmp"]
     too_many = TreadleRuntimeProps(layer_dir=tmp / "layer", staging_dir=tmp / "app-big", byte_compile=False,
                                    worker_max_concurrency=500)
-    with pytest.raises(ValueError, match=r"could hold 1156 database connections .* over the budget of 810"):
+    # the refusal names the knob an operator turns (-c db_max_acu), not the construct's field
+    with pytest.raises(ValueError, match=r"could hold 1156 database connections .* over the budget of 810.*"
+                                         r"raise db_max_acu"):
         TreadleStack(cdk.App(), "TooMany", props=too_many)
+    # docs/deploy-aws.md states the reserved total wherever it names one (issue 43 item 8: it said 78)
+    doc = DEPLOY_DOC.read_text()
+    stated = [int(n) for pattern in (r"concurrency\s+\((\d+) by default\)", r"the reserved (\d+) plus",
+                                     r"at most 2 \N{MULTIPLICATION SIGN} (\d+) =") for n in re.findall(pattern, doc)]
+    assert len(stated) == 3 and set(stated) == {sum(reserved.values())}, stated
 
 
 def test_proxy_pinning_and_the_database_parameters(synth: dict[str, Any]) -> None:

@@ -4,8 +4,12 @@
   `functions.<name>.handler`), invoked on a thread of its own, one invocation at a time.
 - `FakeContext`: the context object's fields, with a real deadline.
 - `http_event`: API Gateway HTTP API (payload format 2.0) events.
-- `EventSourceMapping`: Lambda's SQS poller — receive a batch, invoke the worker, delete what
-  succeeded, leave `batchItemFailures` to come back after their visibility timeout.
+- `FrozenLambdaEnv`: the same in a process of its own, where it matters that it behaves like
+  Lambda: frozen (SIGSTOP) between invocations, so nothing it left running runs meanwhile, and
+  killed at its timeout (the invocation fails, the next one is a cold start).
+- `EventSourceMapping`: Lambda's SQS poller — receive a batch (of the stack's size, 1), invoke the
+  worker, delete what succeeded, leave `batchItemFailures` (or a failed invocation's whole batch)
+  to come back after their visibility timeout.
 
 Run as a script (`python tests/support/lambda_sim.py worker-once QUEUE_URL QUEUE_ARN`) it is one worker
 environment that takes one batch; the chaos test kills it mid-batch.
@@ -14,9 +18,13 @@ environment that takes one batch; the chaos test kills it mid-batch.
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.util
 import itertools
 import json
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -32,13 +40,16 @@ ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 _load_seq = itertools.count(1)
+#: the worker's event source mapping's batch size in the stack (infra/ worker_batch_size; a test
+#: in tests/cloud/test_infra.py holds the two equal)
+WORKER_BATCH_SIZE = 1
 
 
-def load_handler_module(name: str) -> ModuleType:
-    """Import `functions/<name>/handler.py` as a new module (a fresh container each time)."""
+def load_handler_module(name: str, path: Path | None = None) -> ModuleType:
+    """Import `functions/<name>/handler.py` (or `path`) as a new module (a fresh container each time)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    path = ROOT / "functions" / name / "handler.py"
+    path = path or ROOT / "functions" / name / "handler.py"
     spec = importlib.util.spec_from_file_location(f"functions.{name}.handler_{next(_load_seq)}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -80,6 +91,134 @@ class LambdaEnv:
     def close(self) -> None:
         self._thread.submit(self.handler.container.close).result()
         self._thread.shutdown()
+
+
+class InvocationFailed(Exception):
+    """The invocation ended without an answer: Lambda reports it as a function error (an SQS
+    batch goes back to the queue whole)."""
+
+
+class LambdaTimeout(InvocationFailed):
+    """The invocation outlived its timeout: Lambda kills the environment."""
+
+
+class FrozenLambdaEnv:
+    """One execution environment of function `name` in a process of its own, as Lambda runs it
+    where that matters: INIT at the first invocation (or `start()`), the process frozen between
+    invocations (SIGSTOP: threads, timers and connections' keepalives it left behind do not run),
+    thawed for the next one, and killed when an invocation outlives `timeout_s` — that invocation
+    fails and the next one starts a new environment (a cold start). The process inherits this
+    process's environment at its start (the functions' variables are set before)."""
+
+    def __init__(self, name: str, timeout_s: float = 60.0, env: dict[str, str | None] | None = None,
+                 path: Path | None = None) -> None:
+        self.name = name
+        #: the handler module (default: functions/<name>/handler.py)
+        self.path = path or ROOT / "functions" / name / "handler.py"
+        self.timeout_s = timeout_s
+        #: the function's own variables over this process's (None: unset for it)
+        self.env = env or {}
+        self.invocations = 0
+        self.cold_starts = 0
+        self.timeouts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """A new environment (INIT), frozen until its first invocation."""
+        r_in, w_in = os.pipe()
+        r_out, w_out = os.pipe()
+        self._proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__)), "serve", self.name, str(r_in), str(w_out), str(self.path)],
+            pass_fds=(r_in, w_out), cwd=ROOT, env=self._environment(),
+        )
+        os.close(r_in)
+        os.close(w_out)
+        self._send = os.fdopen(w_in, "w", buffering=1)
+        self._recv = os.fdopen(r_out, "r")
+        line = self._readline(120.0)
+        assert line.strip() == "ready", f"{self.name}: INIT failed ({line!r})"
+        self.cold_starts += 1
+        os.kill(self._proc.pid, signal.SIGSTOP)
+
+    def _environment(self) -> dict[str, str]:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        for k, v in self.env.items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
+        return env
+
+    def _readline(self, timeout_s: float) -> str:
+        import select
+
+        assert self._proc is not None
+        ready, _, _ = select.select([self._recv], [], [], max(0.0, timeout_s))
+        if not ready:
+            raise LambdaTimeout(f"{self.name}: no answer within {timeout_s:.1f} s")
+        line = self._recv.readline()
+        if not line:
+            raise InvocationFailed(f"{self.name}: the environment exited ({self._proc.wait()})")
+        return line
+
+    def invoke(self, event: Any, timeout_s: float | None = None) -> Any:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self.start()
+            assert self._proc is not None
+            timeout = timeout_s or self.timeout_s
+            self.invocations += 1
+            os.kill(self._proc.pid, signal.SIGCONT)
+            try:
+                self._send.write(json.dumps({"event": event, "timeout_s": timeout}) + "\n")
+                answer = json.loads(self._readline(timeout))
+            except InvocationFailed as exc:
+                if isinstance(exc, LambdaTimeout):
+                    self.timeouts += 1
+                self._kill()
+                raise
+            os.kill(self._proc.pid, signal.SIGSTOP)
+            if "error" in answer:
+                raise InvocationFailed(f"{self.name}: {answer['error']}")
+            return answer["result"]
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._send.close()
+            self._recv.close()
+            self._proc = None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                os.kill(self._proc.pid, signal.SIGCONT)
+                self._send.write(json.dumps({"close": True}) + "\n")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(30)
+            self._kill()
+
+
+def _serve(name: str, r_fd: int, w_fd: int, path: str) -> None:
+    """The child of a FrozenLambdaEnv: INIT, then one invocation per line until told to close."""
+    module = load_handler_module(name, Path(path))
+    out = os.fdopen(w_fd, "w", buffering=1)
+    out.write("ready\n")
+    for line in os.fdopen(r_fd, "r"):
+        msg = json.loads(line)
+        if msg.get("close"):
+            container = getattr(module.handler, "container", None)
+            if container is not None:
+                container.close()
+            return
+        ctx = FakeContext(f"treadle-{name}", msg["timeout_s"])
+        try:
+            answer = {"result": module.handler(msg["event"], ctx)}
+        except Exception as exc:  # Lambda reports any error as the invocation's
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        out.write(json.dumps(answer, default=str) + "\n")
 
 
 def http_event(
@@ -194,7 +333,7 @@ class EventSourceMapping:
         queue_arn: str,
         workers: list[Any],
         *,
-        batch_size: int = 10,
+        batch_size: int = WORKER_BATCH_SIZE,
         duplicate: bool = False,
     ) -> None:
         self.sqs = sqs
@@ -237,7 +376,10 @@ class EventSourceMapping:
                 t.join()
             failed = set.intersection(*(_failed_ids(r) for r in results))
         else:
-            failed = _failed_ids(self.workers[next(self._rr)].invoke(event))
+            try:
+                failed = _failed_ids(self.workers[next(self._rr)].invoke(event))
+            except InvocationFailed:  # a function error (or a timeout): the whole batch comes back
+                failed = {m["MessageId"] for m in messages}
         self.batches += 1
         self.records += len(messages)
         self.failures += len(failed)
@@ -279,7 +421,9 @@ def _worker_once(queue_url: str, queue_arn: str) -> None:
     env = LambdaEnv("worker", timeout_s=120.0)
     env._thread.submit(env.handler.container.runtime).result()
     sqs = boto3.client("sqs")
-    esm = EventSourceMapping(sqs, queue_url, queue_arn, [env])
+    # a batch of several (the stack takes one, but the worker handles a batch: the chaos test
+    # kills it between two of its records)
+    esm = EventSourceMapping(sqs, queue_url, queue_arn, [env], batch_size=10)
     print("ready", flush=True)
     while True:
         messages = esm.receive(wait_s=1)
@@ -293,5 +437,7 @@ def _worker_once(queue_url: str, queue_arn: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "worker-once":
         _worker_once(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 6 and sys.argv[1] == "serve":
+        _serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     else:
-        sys.exit("usage: lambda_sim.py worker-once QUEUE_URL QUEUE_ARN")
+        sys.exit("usage: lambda_sim.py worker-once QUEUE_URL QUEUE_ARN | serve NAME READ_FD WRITE_FD HANDLER_PATH")
