@@ -55,15 +55,22 @@ class WaitStore:
         if not keys:
             return []
         async with self.pool.connection() as conn, conn.transaction():
+            # this poke does every due one of these keys recorded by a storing commit (`poke_soon`)
+            # but one a maintenance pass holds (`poke_due` does that one). Timers before keys, as
+            # `poke_due` takes them: the other order deadlocked a publish against the maintenance
+            # pass (the contract suite's cloud shape, issue 43 item 1)
+            await conn.execute(
+                """DELETE FROM wait_timers t USING (
+                       SELECT tenant_id, key, due_at FROM wait_timers
+                       WHERE tenant_id = %s AND key = ANY(%s::text[]) AND due_at <= now()
+                       FOR UPDATE SKIP LOCKED) d
+                   WHERE t.tenant_id = d.tenant_id AND t.key = d.key AND t.due_at = d.due_at""",
+                (tenant_id, sorted(set(keys))),
+            )
             await conn.execute(
                 """INSERT INTO wait_keys (tenant_id, key, version)
                    SELECT %s, k, 1 FROM unnest(%s::text[]) AS k
                    ON CONFLICT (tenant_id, key) DO UPDATE SET version = wait_keys.version + 1""",
-                (tenant_id, sorted(set(keys))),
-            )
-            # this poke does every due one of these keys recorded by a storing commit (`poke_soon`)
-            await conn.execute(
-                "DELETE FROM wait_timers WHERE tenant_id = %s AND key = ANY(%s::text[]) AND due_at <= now()",
                 (tenant_id, sorted(set(keys))),
             )
             return await self._wake(
