@@ -209,3 +209,20 @@ async def test_a_streaming_start_whose_answer_is_lost_is_sent_again_not_twice(se
         assert ids == list(range(1, len(ids) + 1)) and frames[-1].event == "done"
         page = await tl.runs.list(agent="echo")
         assert len([r for r in page.runs if (r.metadata or {}).get("marker") == "sse-lost"]) == 1
+
+
+async def test_a_run_forked_in_replay_mode_gets_the_recorded_answers(server: ServerProcess) -> None:
+    async with AsyncTreadle(server.url) as tl:
+        started = await tl.runs.start("slow", "what time is it?")
+        await tl.runs.wait(started.run_id)
+        original = [e.model_dump() for e in (await tl.runs.events(started.run_id)).events]
+        fork = await tl.runs.fork(started.run_id, 1, mode="replay", idempotency_key="fork-" + started.run_id)
+        assert isinstance(fork, models.ForkResult) and fork.mode == "replay" and fork.forked_from == started.run_id
+        again = await tl.runs.fork(started.run_id, 1, mode="replay", idempotency_key="fork-" + started.run_id)
+        assert again.run_id == fork.run_id  # the same key: the same fork
+        assert (await tl.runs.wait(fork.run_id)).status == "completed"
+        forked = [e.model_dump() for e in (await tl.runs.events(fork.run_id)).events]
+        results = [e for e in forked if e["type"] == "tool_result"]
+        recorded = [e for e in original if e["type"] == "tool_result"]
+        assert [e["text"] for e in results] == [e["text"] for e in recorded]  # the clock as the original read it
+        assert [e["replayed"]["seq"] for e in results] == [e["seq"] for e in recorded]

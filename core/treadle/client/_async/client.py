@@ -282,6 +282,20 @@ class AsyncRuns(AsyncResource):
         body = body_of(wire.CancelRequest(**clean({"reason": reason, "scope": "turn"})))
         return await self.client.model(Call("POST", f"/v1/runs/{run_id}/cancel", json=body), m.TurnCancelled)
 
+    async def fork(self, run_id: str, at_seq: int, *, prompt: str | None = None, agent: str | None = None,
+                   def_id: str | None = None, mode: Literal["live", "replay"] = "live",
+                   idempotency_key: str | None = None) -> m.ForkResult:
+        """A new run whose history is this one's up to event `at_seq` (tool exchanges kept whole),
+        its first turn `prompt` or the last user turn asked again, of `agent` / AgentDef `def_id`;
+        `mode="replay"` answers its tool calls from this run's recorded results until it diverges
+        (docs/conversations.md). A retry with the same key (one is made when none is given)
+        returns the same fork."""
+        body = body_of(wire.ForkRequest(**clean({"at_seq": at_seq, "prompt": prompt, "agent": agent,
+                                                 "def_id": def_id, "mode": mode})))
+        key = idempotency_key or uuid.uuid4().hex
+        return await self.client.model(Call("POST", f"/v1/runs/{run_id}/fork", json=body,
+                                            headers={"Idempotency-Key": key}), m.ForkResult)
+
     async def input(self, run_id: str, text: str) -> m.InputAccepted:
         """Steer a run, or answer an interactive run waiting for input (its next user turn)."""
         body = body_of(wire.InputRequest(text=text))
