@@ -252,7 +252,8 @@ def test_a_session_shows_its_runs_in_order_and_is_renamed_pinned_archived(
     assert (session["title"], session["pinned"], session["archived"]) == ("<i>Trip</i>", True, True)
 
 
-@pytest.mark.parametrize("tab", ["runs", "inbox", "library", "schedules", "webhooks", "channels", "sessions"])
+@pytest.mark.parametrize("tab", ["runs", "inbox", "library", "schedules", "webhooks", "channels", "sessions",
+                                 "documents"])
 def test_a_phone_viewport_has_no_horizontal_scroll(
     page: Browser, served: ServerProcess, api: httpx.Client, tab: str
 ) -> None:

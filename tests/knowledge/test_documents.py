@@ -238,3 +238,42 @@ async def test_refusals_by_name_and_stores_apart(doc: Any) -> None:
         await doc.refused("get_document", "no_such_path", tree, path="/docs/mine")
         assert (await doc("query_chunks", tree))["chunks"] == []
     assert (await doc("get_chunk", id=chunk["id"]))["revision"] == 1
+
+
+async def test_diff_tags_backlinks_query_documents_and_what_stays_refused(doc: Any) -> None:
+    """loomcycle's diff, tags, backlinks and query_documents (issue 41 item 3); search without an
+    embedder and the ops treadle does not build are refused by name, saying what to use."""
+    made = await doc("create_document", title="Board", path="/teams/board", tags=["team/a", "team/a"], type="board")
+    assert made["tags"] == ["team/a"]
+    other = await doc("create_document", title="Notes")
+    a = await doc("create_chunk", document_id=made["document_id"], title="a", body="one\ntwo\nthree\n",
+                  tags=["area", "area/sub"])
+    b = await doc("create_chunk", document_id=made["document_id"], title="b", tags=["other"])
+    await doc("update_chunk", id=a["id"], revision=1, body="one\n2\nthree\n", tags=["area/sub"])
+    diff = await doc("diff", id=a["id"], from_revision=1, to_revision=2)
+    assert diff["diff"].splitlines() == ["--- rev 1", "+++ rev 2", "@@ -1,3 +1,3 @@", " one", "-two", "+2", " three"]
+    await doc.refused("diff", "no_such_revision", id=a["id"], from_revision=1, to_revision=9)
+    assert (await doc("get_chunk", id=a["id"]))["tags"] == ["area/sub"]  # tags on update replace the set
+    assert (await doc("add_tags", id=b["id"], tags=["area", " x "]))["tags"] == ["area", "other", "x"]
+    assert (await doc("remove_tags", id=b["id"], tags=["x"]))["tags"] == ["area", "other"]
+    assert (await doc("add_tags", document_id=other["document_id"], tags=["n"]))["tags"] == ["n"]
+    await doc.refused("add_tags", "invalid_input", id=b["id"], tags=[])
+    await doc.refused("add_tags", "no_such_chunk", id="nope", tags=["t"])
+    listed = (await doc("list_tags"))["tags"]
+    assert listed == [{"tag": "area", "count": 1}, {"tag": "area/sub", "count": 1}, {"tag": "n", "count": 1},
+                      {"tag": "other", "count": 1}, {"tag": "team/a", "count": 1}]
+    by_prefix = await doc("query_chunks", tag_prefix="area")
+    assert sorted(c["id"] for c in by_prefix["chunks"]) == sorted([a["id"], b["id"]])
+    assert [c["id"] for c in (await doc("query_chunks", tag="area/sub"))["chunks"]] == [a["id"]]
+    await doc("link_chunks", from_id=b["id"], to_id=a["id"], kind="blocks")
+    [link] = (await doc("backlinks", id=a["id"]))["backlinks"]
+    assert link == {"from_id": b["id"], "kind": "blocks", "from_title": "b", "from_document_id": made["document_id"],
+                    "auto": False}
+    docs = (await doc("query_documents"))["documents"]
+    assert [d["title"] for d in docs] == ["Board", "Notes"] and docs[0]["chunks"] == 3 and docs[0]["type"] == "board"
+    assert [d["title"] for d in (await doc("query_documents", tag="n"))["documents"]] == ["Notes"]
+    assert [d["title"] for d in (await doc("query_documents", under_path="/teams"))["documents"]] == ["Board"]
+    await doc.refused("search", "embedder_not_configured", query="anything")
+    message = await doc.refused("sync", "op_not_supported", id=made["document_id"])
+    assert "export_md on one, import_md on the other" in message
+    assert "Memory op=add" in await doc.refused("list_facts", "op_not_supported")

@@ -53,6 +53,7 @@ OP_FIELDS: dict[str, tuple[str, ...]] = {
     "list_tags": ("id", "document_id"),
     "backlinks": ("id",),
     "search": ("query", "limit", "document_id"),
+    "query_documents": ("type", "status", "tag", "under_path", "limit"),
 }
 #: loomcycle's Document fields for what treadle does not implement (facts, assets, canvas, sync, …)
 UNSUPPORTED_FIELDS = (
@@ -210,7 +211,8 @@ class DocumentTool:
         "(document_id/type/status/parent_id/under_path), define_type/list_types (fields: a JSON Schema for the "
         "type's chunk fields), history/get_version/diff (a chunk's body revisions), export_md, import_md, "
         "add_tags/remove_tags/list_tags (tags also on create/update; query_chunks tag/tag_prefix), backlinks, "
-        "search (chunk bodies by meaning). Scope is user (default), agent or tenant."
+        "search (chunk bodies by meaning), query_documents (type/status/tag/under_path). Scope is user "
+        "(default), agent or tenant."
     )
     input_schema = INPUT_SCHEMA
 

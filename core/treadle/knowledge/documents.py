@@ -68,6 +68,7 @@ OPS = (
     "list_tags",
     "backlinks",
     "search",
+    "query_documents",
 )
 _FACTS = ("loomcycle's fact and entity layer is not built on treadle: remember facts with Memory op=add "
           "(infer: true) or op=set with provenance, and find them with Memory op=recall or op=search "
@@ -75,7 +76,6 @@ _FACTS = ("loomcycle's fact and entity layer is not built on treadle: remember f
 #: loomcycle's ops treadle does not implement: refused by name, each saying what to use instead
 UNSUPPORTED_OPS: dict[str, str] = {
     "documents_summary": "list a document's chunks with query_chunks (document_id) or export_md",
-    "query_documents": "find documents by name with the Path tool (ls /documents) or query_chunks under_path",
     "propose_entity": _FACTS,
     "judge_fact": _FACTS,
     "upsert_chunk": "create_chunk, or update_chunk with the revision you read",
@@ -434,13 +434,7 @@ class Documents:
         limit = limit if 0 < limit <= 1000 else 100
         doc_ids: list[str] | None = None
         if args.get("under_path") is not None:
-            canonical = normalize(args["under_path"])
-            prefix = children_prefix(canonical)
-            found = await self.paths.dirents.under(t, prefix)
-            if canonical != "/":
-                named = await self.paths.dirents.get(t, *split(canonical))
-                found += [named] if named is not None else []
-            doc_ids = [str(d.resource_ref.get("document_id")) for d in found if d.kind == "document"]
+            doc_ids = await self._under(t, args["under_path"])
         rows = await self.store.query(t, filters, doc_ids, limit, tag=_str(args, "tag", op),
                                       tag_prefix=_str(args, "tag_prefix", op))
         return {"chunks": [chunk_view(r) for r in rows]}
@@ -605,6 +599,24 @@ class Documents:
                                            document_id=_str(args, "document_id", "list_tags"))
         return {"tags": [{"tag": r["tag"], "count": int(r["count"])} for r in rows]}
 
+    async def query_documents(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
+        """loomcycle's query_documents: the scope's documents by type / status / tag / under_path."""
+        op = "query_documents"
+        limit = _int(args, "limit", op) or 100
+        doc_ids = None
+        if args.get("under_path") is not None:
+            doc_ids = await self._under(t, args["under_path"])
+        rows = await self.store.query_documents(
+            t, type_=_str(args, "type", op), status=_str(args, "status", op), tag=_str(args, "tag", op),
+            document_ids=doc_ids, limit=limit if 0 < limit <= 1000 else 100)
+        docs = []
+        for r in rows:
+            doc = {"document_id": r["id"], "title": r["title"], "root_chunk_id": r["root_chunk_id"],
+                   "chunks": int(r["chunks"]), "created_at": r["created_at"].isoformat(),
+                   "updated_at": r["updated_at"].isoformat()}
+            docs.append(doc | {k: r[k] for k in ("type", "status") if r[k]})
+        return {"documents": docs}
+
     async def backlinks(self, t: Tree, args: dict[str, Any], actor: str | None) -> dict[str, Any]:
         """What links here: every edge into the chunk, with its source's title, type, status."""
         chunk_id = str(_str(args, "id", "backlinks", required=True))
@@ -651,6 +663,15 @@ class Documents:
             await self.store.set_embedding(t, chunk_id, *got)
 
     # -- helpers --------------------------------------------------------------------------------
+
+    async def _under(self, t: Tree, raw: Any) -> list[str]:
+        """The ids of the documents named at or under a path of the tree."""
+        canonical = normalize(raw)
+        found = await self.paths.dirents.under(t, children_prefix(canonical))
+        if canonical != "/":
+            named = await self.paths.dirents.get(t, *split(canonical))
+            found += [named] if named is not None else []
+        return [str(d.resource_ref.get("document_id")) for d in found if d.kind == "document"]
 
     async def _name(self, t: Tree, doc_id: str, raw_path: Any) -> str:
         return await self.paths.name(t, raw_path, "document", {"document_id": doc_id})

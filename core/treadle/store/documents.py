@@ -362,13 +362,27 @@ class DocumentStore:
             " WHERE e.tenant_id = %s AND e.scope = %s AND e.scope_id = %s AND e.to_id = %s"
             " ORDER BY e.kind, e.created_at, e.from_id", (*t.key, chunk_id))
 
-    async def list_documents(self, t: Tree, limit: int) -> list[DictRow]:
-        """The scope's documents, newest first, with their chunk counts (the web page's list)."""
+    async def query_documents(self, t: Tree, *, type_: str | None, status: str | None, tag: str | None,
+                              document_ids: list[str] | None, limit: int) -> list[DictRow]:
+        """The scope's documents (loomcycle's query_documents: by title), with their chunk counts."""
+        where, params = "", list[Any]([*t.key])
+        for col, value in (("type", type_), ("status", status)):
+            if value is not None:
+                where += f" AND d.{col} = %s"
+                params.append(value)
+        if tag is not None:
+            where += (" AND d.id IN (SELECT document_id FROM document_tags g WHERE g.tenant_id = d.tenant_id"
+                      " AND g.scope = d.scope AND g.scope_id = d.scope_id AND g.tag = %s)")
+            params.append(tag)
+        if document_ids is not None:
+            where += " AND d.id = ANY(%s)"
+            params.append(document_ids)
         return await self._all(
             f"SELECT d.id, d.title, d.type, d.status, d.root_chunk_id, d.created_at, d.updated_at,"
             f" (SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id AND c.scope = d.scope"
             f"  AND c.scope_id = d.scope_id AND c.document_id = d.id) AS chunks"
-            f" FROM documents d WHERE {_T} ORDER BY d.updated_at DESC, d.id LIMIT %s", (*t.key, limit))
+            f" FROM documents d WHERE d.tenant_id = %s AND d.scope = %s AND d.scope_id = %s{where}"
+            f" ORDER BY d.title, d.id LIMIT %s", (*params, limit))
 
     # -- body embeddings (chunk_embeddings: only where pgvector is) --------------------------------
 

@@ -28,6 +28,7 @@ _STEPS: list[tuple[str, str]] = [
     ("runs", "DELETE FROM runs WHERE tenant_id = %(t)s AND (user_id = %(s)s OR root_run_id IN"
              " (SELECT id FROM runs WHERE tenant_id = %(t)s AND user_id = %(s)s))"),
     ("sessions", "DELETE FROM sessions WHERE tenant_id = %(t)s AND user_id = %(s)s"),
+    ("memory_access", "DELETE FROM memory_access WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
     ("memory", "DELETE FROM memory WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
     ("memory_scope_bytes", "DELETE FROM memory_scope_bytes WHERE tenant_id = %(t)s AND scope = 'user'"
                            " AND scope_id = %(s)s"),
@@ -47,7 +48,8 @@ _STEPS: list[tuple[str, str]] = [
     ("dirents", "DELETE FROM dirents WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
     # its user-scoped documents: edges and revisions first (they cascade from chunks; counted here)
     *((table, f"DELETE FROM {table} WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s")
-      for table in ("chunk_edges", "chunk_revisions", "chunks", "documents", "chunk_types")),
+      for table in ("chunk_edges", "chunk_revisions", "chunk_tags", "document_tags", "chunks", "documents",
+                    "chunk_types")),
     ("token_limits", "DELETE FROM token_limits WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
     ("auth_tokens", "DELETE FROM auth_tokens WHERE tenant_id = %(t)s AND subject = %(s)s"),
     # the OperatorTokenDefs minted for it: every version of each such token's name

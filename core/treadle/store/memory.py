@@ -288,7 +288,7 @@ class MemoryStore:
     async def search(
         self, tenant: str, scope: str, scope_id: str, *, vector: builtins.list[float], model: str, k: int,
         min_score: float | None = None, recency_weight: float = 0.0, half_life_hours: float = 168.0,
-        prefix: str = "", exact_scan_limit: int = 20_000, provenance: str | None = None,
+        prefix: str = "", exact_scan_limit: int = 2_000, provenance: str | None = None,
         with_vectors: bool = False,
     ) -> builtins.list[dict[str, Any]]:
         """The scope's live embedded keys (embedded by `model`), best first: `similarity` is the

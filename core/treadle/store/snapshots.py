@@ -44,6 +44,8 @@ TABLES: tuple[Table, ...] = (
     Table("defs", "defs", order="def_id"),
     Table("def_active", "def_active"),
     Table("memory", "memory", order="scope, scope_id, key"),
+    # how often search returned each entry (issue 41: the frequency signal of Memory search's rank)
+    Table("memory_access", "memory_access", order="scope, scope_id, key"),
     Table("channels", "channels", order="name"),
     Table("channel_messages", "channel_messages", order="id", serial="id"),
     Table("channel_cursors", "channel_cursors"),
@@ -59,6 +61,8 @@ TABLES: tuple[Table, ...] = (
     Table("chunk_edges", "chunk_edges", order="scope, scope_id, from_id, to_id, kind"),
     Table("chunk_types", "chunk_types", order="scope, scope_id, document_id, name"),
     Table("chunk_revisions", "chunk_revisions", order="scope, scope_id, chunk_id, revision"),
+    Table("chunk_tags", "chunk_tags", order="scope, scope_id, chunk_id, tag"),
+    Table("document_tags", "document_tags", order="scope, scope_id, document_id, tag"),
     Table("sessions", "sessions", order="created_at, id"),
     Table("runs", "runs", rows="runs", order="created_at, id"),
     Table("events", "events", rows="runs", order="run_id, seq"),

@@ -346,4 +346,72 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   $("sess-pin").addEventListener("click", () => change({ pinned: !sessPicked?.pinned }));
   $("sess-archive").addEventListener("click", () => change({ archived: !sessPicked?.archived }));
   tabHooks.sessions = () => { loadSessions(); if (sessPicked) showSession(sessPicked.id); };
+
+  // -- documents ----------------------------------------------------------------------------------------------
+  // a scope's documents (query_documents), one document's chunk tree (query_chunks: type, status, revision)
+  // and one chunk (get_chunk: fields, body; history: its body revisions), over POST /v1/_document
+
+  let docPicked = null;
+  function docCall(body) {
+    const q = $("doc-scope-id").value.trim() ? `?${new URLSearchParams({ scope_id: $("doc-scope-id").value.trim() })}` : "";
+    return post(`/v1/_document${q}`, { scope: $("doc-scope").value, ...body });
+  }
+
+  async function loadDocuments() {
+    try {
+      const body = await docCall({ op: "query_documents" });
+      $("doc-list").replaceChildren(...body.documents.map((d) => item({ "data-document": d.document_id }, () => showDocument(d),
+        el("span", { class: "agent", text: d.title }),
+        el("span", { class: "meta", text: [d.type, d.status, `${d.chunks} chunks`].filter(Boolean).join(" · ") }))));
+      $("doc-notice").textContent = body.documents.length ? "" : "no documents";
+      if (docPicked) markSelected("doc-list", "data-document", docPicked.document_id);
+    } catch (err) {
+      $("doc-notice").textContent = err.message;
+    }
+  }
+
+  function chunkLine(c) {
+    const tags = [c.type && `type ${c.type}`, c.status && `status ${c.status}`, `rev ${c.revision}`].filter(Boolean);
+    return [el("span", { class: "agent", text: c.title || "(untitled)" }), el("span", { class: "meta", text: tags.join(" · ") })];
+  }
+
+  function drawTree(chunks, parentId, depth) {
+    const here = chunks.filter((c) => (c.parent_id || null) === parentId).sort((a, b) => a.position - b.position);
+    return here.flatMap((c) => [
+      item({ "data-chunk": c.id, class: `depth-${Math.min(depth, 6)}` }, () => showChunk(c.id), ...chunkLine(c)),
+      ...drawTree(chunks, c.id, depth + 1),
+    ]);
+  }
+
+  async function showDocument(d) {
+    docPicked = d;
+    markSelected("doc-list", "data-document", d.document_id);
+    $("doc-detail").hidden = false;
+    $("chunk-detail").hidden = true;
+    $("doc-title").textContent = d.title;
+    $("doc-meta").textContent = [d.document_id, d.type && `type ${d.type}`, d.status && `status ${d.status}`,
+      `${d.chunks} chunks`, `updated ${clock(d.updated_at)}`].filter(Boolean).join(" · ");
+    const body = await guard("doc-error", () => docCall({ op: "query_chunks", document_id: d.document_id, limit: 1000 }));
+    if (body) $("doc-tree").replaceChildren(...drawTree(body.chunks, null, 0));
+  }
+
+  async function showChunk(id) {
+    markSelected("doc-tree", "data-chunk", id);
+    const c = await guard("doc-error", () => docCall({ op: "get_chunk", id }));
+    if (!c) return;
+    const revs = await guard("doc-error", () => docCall({ op: "history", id }));
+    $("chunk-detail").hidden = false;
+    $("chunk-title").textContent = c.title || "(untitled)";
+    $("chunk-meta").textContent = [c.id, c.type && `type ${c.type}`, c.status && `status ${c.status}`, `revision ${c.revision}`,
+      c.tags && c.tags.length ? `tags ${c.tags.join(", ")}` : ""].filter(Boolean).join(" · ");
+    $("chunk-fields").textContent = c.fields ? stableJson(c.fields) : "";
+    $("chunk-fields").hidden = !c.fields;
+    $("chunk-body").textContent = c.body || "";
+    $("chunk-revisions").replaceChildren(...((revs && revs.revisions) || []).map((r) => el("li", {},
+      el("span", { class: "agent", text: `revision ${r.revision}` }),
+      el("span", { class: "meta", text: [r.actor, r.created_at && clock(r.created_at / 1e6)].filter(Boolean).join(" · ") }))));
+  }
+
+  $("doc-browse").addEventListener("submit", (e) => { e.preventDefault(); loadDocuments(); });
+  tabHooks.documents = () => { loadDocuments(); if (docPicked) showDocument(docPicked); };
 });
