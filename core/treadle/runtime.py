@@ -739,9 +739,20 @@ class Runtime:
         plan = plan_fork(await self.runs.events(tenant_id, run_id, limit=100_000), at_seq, prompt)
         await self.refuse_if_paused()
         target = agent or run.agent
+        # what the caller gave the original run comes along: its application tools (their calls
+        # park for the application's answer, or replay from the record), its narrowing of tools
+        # and hosts, its sampling, tier and compaction (a run timeout counts afresh)
+        src = await self.steps.read(tenant_id, run_id)
+        was = src.run_options if src is not None else RunOptions()
+        options = RunOptions(tools=was.tools, sampling=was.sampling, user_tier=was.user_tier,
+                             run_timeout_seconds=was.run_timeout_seconds, compaction=was.compaction,
+                             deadline_unix=time.time() + was.run_timeout_seconds if was.run_timeout_seconds else None,
+                             replay={"run_id": run_id, "after_seq": plan.cut} if replay else None)
         fork = NewRun(tenant_id=tenant_id, agent=target, segments=plan.segments, user_id=run.user_id, def_id=def_id,
-                      run_options=RunOptions(replay={"run_id": run_id, "after_seq": plan.cut}) if replay else None,
-                      idempotency_key=idempotency_key)
+                      run_options=options if options.to_json() else None, idempotency_key=idempotency_key,
+                      client_tools=src.client_tools if src is not None else None,
+                      client_tool_timeout_s=src.client_tool_timeout_s if src is not None else None,
+                      allowed_hosts=src.allowed_hosts if src is not None else None)
         if is_team_agent(target):  # the version the fork runs (UnknownAgent: 400)
             await self.teams.pin(fork)
         else:

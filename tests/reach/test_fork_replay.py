@@ -167,3 +167,39 @@ async def test_a_replay_fork_past_the_record_runs_for_real_and_never_grants_a_to
             [diverged] = [e for e in evs if e["type"] == EventType.REPLAY_DIVERGED]
             assert diverged["reason"] == "not_held"
             assert served == ["a", "b", "c", "d"]
+
+
+async def test_an_application_tool_is_answered_from_the_record_and_a_live_fork_asks_again(open_rt: Open) -> None:
+    """A run's application tool (declared by its caller) comes along to its forks: a replay fork
+    answers its call from the record — the application is not asked, the run never parks — and a
+    live fork parks on it for the application's answer as the original did."""
+    clerk = {"model": "script", "tools": [], "mock": {"script": [
+        {"tool": "lookup_order", "input": {"order_id": "A-17"}}, {"text": "found it"}]}}
+    tool = {"name": "lookup_order", "description": "the shop's order lookup", "input_schema": {"type": "object"}}
+    rt, disp = await open_rt({"clerk": clerk})
+    original = await start(rt, "clerk", "where is my order?", client_tools=[tool])
+    await disp.drain()
+    async with api(rt) as c:
+        [pending] = [e for e in (await c.get(f"/v1/runs/{original}/events")).json()["events"]
+                     if e["type"] == "tool_pending"]
+        r = await c.post(f"/v1/runs/{original}/tool_results",
+                         json={"tool_use_id": pending["tool_use"]["id"], "content": "shipped"})
+        assert r.status_code == 200, r.text
+        await disp.drain()
+        assert (await c.get(f"/v1/runs/{original}")).json()["status"] == "completed"
+
+        r = await c.post(f"/v1/runs/{original}/fork", json={"at_seq": 1, "mode": "replay"})
+        replayed = r.json()["run_id"]
+        await disp.drain()
+        assert (await c.get(f"/v1/runs/{replayed}")).json()["status"] == "completed"  # never parked
+        evs = (await c.get(f"/v1/runs/{replayed}/events")).json()["events"]
+        assert not [e for e in evs if e["type"] in ("tool_pending", "tool_parked")]  # the application not asked
+        [result] = [e for e in evs if e["type"] == "tool_result"]
+        assert result["text"] == "shipped" and result["replayed"]["run_id"] == original
+
+        r = await c.post(f"/v1/runs/{original}/fork", json={"at_seq": 1})
+        live = r.json()["run_id"]
+        await disp.drain()
+        assert (await c.get(f"/v1/runs/{live}")).json()["status"] == "waiting"
+        evs = (await c.get(f"/v1/runs/{live}/events")).json()["events"]
+        assert [e["tool_use"]["name"] for e in evs if e["type"] == "tool_pending"] == ["lookup_order"]
