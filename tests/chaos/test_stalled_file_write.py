@@ -9,8 +9,8 @@ volume still holds the Edit (builtins/files/common.py: the fence is the committe
 conditional write). Without the fence A's rename lands START over the Edit, and the test fails.
 
 The S3 adapter: `treadle serve` (the sidecar shape) writes volumes to a host directory only; S3
-volumes are the cloud shape's (treadle_cloud/container.py), which has no long-lived worker to
-SIGSTOP. The same interleaving on S3 (moto) is tests/workspace/test_stale_writes.py, in process.
+volumes are the cloud shape's (treadle_cloud/container.py). The same interleaving with a real
+worker process on S3 (moto) is tests/cloud/test_cloud_stalled_write.py.
 """
 
 from __future__ import annotations
