@@ -5,7 +5,10 @@ its body validates against the documented schema (schemathesis' validator)."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -312,3 +315,86 @@ def test_every_operation_answers_as_documented_on_real_data(api: Checked, monkey
     openai_routes_and_the_gateway(api)
     documented = {(m, p) for p, item in api.spec["paths"].items() for m in item}
     assert documented - api.seen - EXEMPT == set()  # a new route joins the scenario
+
+
+def sse_events(body: bytes) -> list[tuple[str, dict[str, Any] | str]]:
+    """(event, data) of each frame, as the SSE format reads them (comment lines skipped)."""
+    out: list[tuple[str, dict[str, Any] | str]] = []
+    for block in body.decode().split("\n\n"):
+        fields: dict[str, list[str]] = {}
+        for line in block.splitlines():
+            if line and not line.startswith(":"):
+                name, _, value = line.partition(": ")
+                fields.setdefault(name, []).append(value)
+        if "data" in fields:
+            data = "\n".join(fields["data"])
+            out.append((fields.get("event", ["message"])[0], data if data == "[DONE]" else json.loads(data)))
+    return out
+
+
+def sse_response(status: int, body: bytes, request: httpx.Request) -> httpx.Response:
+    """An SSE answer as read so far, whole (what schemathesis' validator takes)."""
+    resp = httpx.Response(status, headers={"content-type": "text/event-stream"}, content=body, request=request)
+    resp.elapsed = datetime.timedelta(0)
+    return resp
+
+
+def stream(api: Checked, method: str, template: str, *, path: dict[str, str] | None = None,
+           until: str | None = None, **kwargs: Any) -> list[tuple[str, dict[str, Any] | str]]:
+    """Call an SSE route and check every frame against the `itemSchema` its spec documents
+    (schemathesis' validator: each frame's fields, and its JSON `data` against `contentSchema`).
+    `until`: an endless stream is read until a frame of that event, then judged as far as read."""
+    url = template.format(**(path or {}))
+    with api.http.stream(method, url, headers={"accept": "text/event-stream"}, **kwargs) as resp:
+        body = b""
+        for chunk in resp.iter_bytes():
+            body += chunk
+            if until is not None and f"event: {until}\n".encode() in body and body.endswith(b"\n\n"):
+                break
+    assert resp.headers["content-type"].startswith("text/event-stream"), (url, resp.status_code, body[:500])
+    api.schema[template][method.lower()].validate_response(sse_response(resp.status_code, body, resp.request))
+    api.seen.add((method.lower(), template))
+    return sse_events(body)
+
+
+def test_every_stream_sends_the_frames_its_spec_describes(api: Checked) -> None:
+    """The SSE answers (runs, sessions, a user's run states, chat completions, Responses, the LLM
+    gateway) match the frames their spec documents; a doctored frame does not."""
+    user = "u" + secrets.token_hex(4)
+    events = stream(api, "POST", "/v1/runs", json={"agent": "counter", "prompt": "count", "user_id": user})
+    kinds = [e for e, _ in events]
+    assert kinds[:2] == ["session", "agent"] and {"tool_call", "tool_result", "done"} <= set(kinds), kinds
+    agent = events[1][1]
+    assert isinstance(agent, dict)
+    run_id, session_id = str(agent["run_id"]), str(agent["session_id"])
+    replay = stream(api, "GET", "/v1/runs/{run_id}/stream", path={"run_id": run_id})
+    assert replay[0][0] == "agent" and replay[-1][0] == "done"
+    again = stream(api, "POST", "/v1/sessions/{session_id}/messages", path={"session_id": session_id},
+                   json={"prompt": "again"})
+    assert again[-1][0] == "done"
+
+    with httpx.Client(base_url=str(api.http.base_url), headers=api.http.headers, timeout=30) as other:
+        def start_one() -> None:
+            time.sleep(0.5)  # after the stream opened: only later transitions are sent
+            other.post("/v1/runs", json={"agent": "helper", "prompt": "hi", "user_id": user})
+
+        starter = threading.Thread(target=start_one)
+        starter.start()
+        states = stream(api, "GET", "/v1/users/{user_id}/agents/stream", path={"user_id": user}, until="run_state")
+        starter.join()
+    assert [e for e, _ in states][:2] == ["stream_open", "run_state"], states
+
+    chunks = stream(api, "POST", "/v1/chat/completions", json={
+        "model": "helper", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    assert chunks[-1] == ("message", "[DONE]")
+    deltas = stream(api, "POST", "/v1/responses", json={"model": "helper", "input": "hi", "stream": True})
+    assert deltas[0][0] == "response.created" and deltas[-1][0] == "response.completed"
+    gateway = stream(api, "POST", "/v1/_llm/chat", json={"provider": "mock", "model": "echo", "stream": True,
+                                                         "messages": [{"role": "user", "content": "hi"}]})
+    assert gateway[0][0] == "provider_chosen" and gateway[-1][0] == "done"
+
+    # the check can fail: a stored event's frame without its `seq`, a frame of an unknown event
+    op = api.schema["/v1/runs/{run_id}/stream"]["get"]
+    for bad in (b'id: 3\nevent: text\ndata: {"type":"text","text":"hi"}\n\n', b"event: nonsense\ndata: {}\n\n"):
+        with pytest.raises(AssertionError):
+            op.validate_response(sse_response(200, bad, httpx.Request("GET", f"{api.http.base_url}/v1/runs/r/stream")))

@@ -21,7 +21,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from treadle.api.sse import sse_frame
+from treadle.api.sse import json_data, sse_frame, sse_item, when_event
 from treadle.store.db import Pool
 from treadle.store.runstates import RunState, db_now, user_run_states
 
@@ -29,6 +29,21 @@ MAX_LIFETIME_S = 30 * 60  # loomcycle's streamMaxLifetime
 #: a row's updated_at is its transaction's start: a change that commits late can carry a time
 #: before the last poll, so each poll looks this far back (the known statuses drop the repeats)
 OVERLAP = timedelta(seconds=5)
+_NULLABLE_STR = {"type": ["string", "null"]}
+#: the spec of a frame (api/sse.py sse_content)
+USER_STREAM_ITEM = sse_item(
+    ["stream_open", "run_state"], json_data({"type": "object"}),
+    when_event(["stream_open"], {"properties": {"data": json_data({
+        "type": "object", "required": ["user_id", "keepalive_interval"],
+        "properties": {"user_id": {"type": "string"}, "filter_status": {"type": ["array", "null"]},
+                       "filter_agent": _NULLABLE_STR, "keepalive_interval": {"type": "number"}}})}}),
+    when_event(["run_state"], {"properties": {"data": json_data({
+        "type": "object", "required": ["run_id", "agent_id", "agent", "status", "ts"],
+        "properties": {"run_id": {"type": "string"}, "agent_id": _NULLABLE_STR, "agent": {"type": "string"},
+                       "user_id": _NULLABLE_STR, "parent_agent_id": {"type": "string"},
+                       "status": {"type": "string"}, "stop_reason": {"type": "string"},
+                       "error": {"type": "string"}, "ts": {"type": "string"}}})}}),
+)
 
 
 def parse_filter(status: str | None) -> list[str]:

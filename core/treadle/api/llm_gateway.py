@@ -30,7 +30,7 @@ from treadle.api.deps import Rt, Who
 from treadle.api.errors import BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.modelcall import Chosen, ModelCall, TextDelta, call_logged, gateway_route, log_call, stream_once
-from treadle.api.sse import SSE_HEADERS
+from treadle.api.sse import SSE_HEADERS, json_data, sse_content, sse_item, when_event
 from treadle.domain.content import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from treadle.domain.ids import is_identifier
 from treadle.domain.runs import NewEvent
@@ -145,6 +145,17 @@ def content_json(resp: ModelResponse) -> list[dict[str, Any]]:
     return out
 
 
+#: the spec of a streamed frame (api/sse.py sse_content)
+GATEWAY_STREAM_ITEM = sse_item(
+    ["provider_chosen", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "done",
+     "error"], json_data({"type": "object"}),
+    when_event(["content_block_start", "content_block_delta", "content_block_stop"], {"properties": {
+        "data": json_data({"type": "object", "required": ["index"], "properties": {"index": {"type": "integer"}}})}}),
+    when_event(["done"], {"properties": {"data": json_data({"type": "object", "required": ["id", "stop_reason"]})}}),
+    when_event(["error"], {"properties": {"data": json_data({"type": "object", "required": ["code", "message"]})}}),
+)
+
+
 def _frame(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
@@ -154,8 +165,8 @@ def _new_id() -> str:
 
 
 @router.post("/_llm/chat", response_model=GatewayResponse, response_model_exclude_unset=True, responses={
-    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-          "description": "with `stream: true`: provider_chosen, content_block_*, message_delta, done (or error)"},
+    200: sse_content(GATEWAY_STREAM_ITEM,
+                     "with `stream: true`: provider_chosen, content_block_*, message_delta, done (or error)"),
     **errors(*BODY, 404, 502)})
 async def llm_chat(body: GatewayRequest, rt: Rt, who: Who) -> dict[str, Any] | StreamingResponse:
     """One model call without the agent loop (loomcycle's gateway shape; module docstring)."""

@@ -25,12 +25,12 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from treadle.api.agentstream import parse_filter, user_agent_states
+from treadle.api.agentstream import USER_STREAM_ITEM, parse_filter, user_agent_states
 from treadle.api.auth import principal_view
 from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
-from treadle.api.sse import SSE_HEADERS
+from treadle.api.sse import SSE_HEADERS, sse_content
 from treadle.domain.events import EventType
 from treadle.domain.runs import RunOptions
 from treadle.errors import BadRequest, Conflict, NotFound, TreadleError
@@ -199,8 +199,7 @@ async def user_agents(
 
 
 @router.get("/users/{user_id}/agents/stream", response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-                             "description": "`stream_open`, then a `run_state` frame per transition"},
+            responses={200: sse_content(USER_STREAM_ITEM, "`stream_open`, then a `run_state` frame per transition"),
                        **errors(*AUTHED)})
 async def user_agents_stream(
     user_id: str, rt: Rt, who: Who,

@@ -54,6 +54,7 @@ def openapi_of(app: FastAPI) -> dict[str, Any]:
         for name, schema in EXTRA_SCHEMAS.items():
             schemas.setdefault(name, schema)
         _path_404s(spec)
+        _sse_items(spec)
         app.openapi_schema = spec
     return app.openapi_schema
 
@@ -70,6 +71,18 @@ def _path_404s(spec: dict[str, Any]) -> None:
             if "404" not in responses and "4XX" not in responses:
                 responses["404"] = {"description": "no route matches: a path parameter a path cannot carry",
                                     "content": {"application/json": {"schema": body}}}
+
+
+def _sse_items(spec: dict[str, Any]) -> None:
+    """An SSE answer documented by its frames (`itemSchema`, api/sse.py) keeps no `schema` FastAPI
+    adds for a route's response class (`{type: string}`): read with `itemSchema`, `schema` would
+    describe the frames as a whole, and they are not one string."""
+    for item in spec.get("paths", {}).values():
+        for op in item.values():
+            for response in op.get("responses", {}).values():
+                media = response.get("content", {}).get("text/event-stream")
+                if media is not None and "itemSchema" in media:
+                    media.pop("schema", None)
 
 
 def assets_dir() -> Path:

@@ -19,7 +19,7 @@ from treadle.api.loomcycle import (
     run_batch,
     run_options,
 )
-from treadle.api.sse import SSE_HEADERS, sse_frame, stream_run_events
+from treadle.api.sse import RUN_STREAM_ITEM, SSE_HEADERS, sse_content, sse_frame, stream_run_events
 from treadle.api.steering import cancel_turn, decode_cursor, encode_cursor, waits_of
 from treadle.domain.runs import RunStatus
 from treadle.errors import BadRequest, NotFound, RunNotFound, ValidationFailed
@@ -52,8 +52,7 @@ class EventStream(StreamingResponse):
 
 
 #: the SSE stream a run route may answer with instead of JSON
-SSE_DOC: dict[str, Any] = {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-                           "description": "with `Accept: text/event-stream`: the run's events as SSE frames"}
+SSE_DOC = sse_content(RUN_STREAM_ITEM, "with `Accept: text/event-stream`: the run's events as SSE frames")
 
 
 

@@ -43,6 +43,64 @@ def sse_frame(event: str, data: dict[str, Any], event_id: int | None = None) -> 
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n".encode()
 
 
+def sse_content(item: dict[str, Any], description: str) -> dict[str, Any]:
+    """The spec of an SSE answer, as FastAPI writes its own: `itemSchema` describes each frame
+    (`event`, `id`, `data`, `retry`, parsed as the SSE format reads them; OpenAPI 3.2's keyword,
+    which schemathesis checks every frame against), and `data` is JSON (`contentMediaType`) of
+    the shape `contentSchema` gives. Comment lines (keepalives) are not frames."""
+    return {"content": {"text/event-stream": {"itemSchema": item}}, "description": description}
+
+
+def json_data(schema: dict[str, Any]) -> dict[str, Any]:
+    """A frame's `data` field: a JSON text of `schema`."""
+    return {"type": "string", "contentMediaType": "application/json", "contentSchema": schema}
+
+
+def sse_item(events: list[str] | None, data: dict[str, Any], *variants: dict[str, Any]) -> dict[str, Any]:
+    """One frame: `event` one of `events` (None: no `event:` line, read as `message`), `data` as
+    `data` says, and per `variants` (`if` the event is one of some, `then` its own `data`)."""
+    item: dict[str, Any] = {"type": "object", "required": ["data", "event"], "properties": {
+        "event": {"type": "string", "enum": events if events is not None else ["message"]},
+        "data": data,
+        "id": {"type": "string"},
+        "retry": {"type": "integer", "minimum": 0},
+    }}
+    if variants:
+        item["allOf"] = list(variants)
+    return item
+
+
+def when_event(events: list[str], then: dict[str, Any]) -> dict[str, Any]:
+    """A variant of `sse_item`: frames whose event is one of `events` also match `then`."""
+    return {"if": {"properties": {"event": {"enum": events}}}, "then": then}
+
+
+OBJECT: dict[str, Any] = {"type": "object"}
+#: the run streams' frames (GET /v1/runs/{id}/stream, POST /v1/runs and session messages with
+#: `Accept: text/event-stream`): a stored event (`id: <seq>`, its data the event as GET …/events
+#: shows it; a steering input's is `steer`), loomcycle's first `session`/`agent` frames and the
+#: live `text_delta`/`thinking_delta` (no `id:` line of their own)
+_LIVE = [EventType.TEXT_DELTA.value, EventType.THINKING_DELTA.value, EventType.SESSION.value, EventType.AGENT.value]
+_STORED = [t.value for t in EventType if t.value not in _LIVE]
+RUN_STREAM_ITEM = sse_item(
+    [t.value for t in EventType], json_data(OBJECT),
+    when_event(_STORED, {"required": ["id"], "properties": {
+        "id": {"type": "string", "pattern": "^[1-9][0-9]*$"},
+        "data": json_data({"$ref": "#/components/schemas/Event"})}}),
+    when_event([EventType.TEXT_DELTA.value, EventType.THINKING_DELTA.value], {"properties": {"data": json_data({
+        "type": "object", "required": ["text", "iteration"],
+        "properties": {"text": {"type": "string"}, "iteration": {"type": "integer"},
+                       "attempt": {"type": "integer"}, "provider": {"type": "string"}}})}}),
+    when_event([EventType.SESSION.value], {"properties": {"data": json_data({
+        "type": "object", "required": ["type", "session_id"],
+        "properties": {"type": {"const": "session"}, "text": {"type": ["string", "null"]},
+                       "session_id": {"type": ["string", "null"]}}})}}),
+    when_event([EventType.AGENT.value], {"properties": {"data": json_data({
+        "type": "object", "required": ["agent_id", "run_id"],
+        "properties": {"agent_id": {"type": "string"}, "run_id": {"type": "string"},
+                       "session_id": {"type": ["string", "null"]}}})}}),
+)
+
 TERMINAL_EVENTS = frozenset({"done", "error"})
 _COMPACTION_KEYS = ("summary", "before_tokens", "after_tokens", "keep_n", "keep_first", "trigger")
 _INTERRUPTION_KEYS = ("interrupt_id", "kind", "question", "options", "context", "priority", "expires_at")

@@ -47,7 +47,7 @@ from treadle.api.openai_compat.wire import (
     usage_json,
 )
 from treadle.api.openapi import body_doc
-from treadle.api.sse import SSE_HEADERS
+from treadle.api.sse import SSE_HEADERS, json_data, sse_content, sse_item
 from treadle.domain.content import Block, Message, TextBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent
 from treadle.engine.model_routes import ModelRoute
@@ -60,6 +60,13 @@ from treadle.wire import ChatCompletion
 #: OpenAI's parameters treadle has no use for are accepted at their default values only
 OPEN_PARAMS = "OpenAI's other parameters (n, top_p, …) are accepted at their default values and refused otherwise."
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
+
+#: the spec of a streamed frame (api/sse.py sse_content): a chunk, OpenAI's error object, or [DONE]
+CHUNK_ITEM = sse_item(None, {"anyOf": [{"const": "[DONE]"}, json_data({"type": "object", "anyOf": [
+    {"required": ["id", "object", "created", "model", "choices"],
+     "properties": {"object": {"const": "chat.completion.chunk"}, "choices": {"type": "array"}}},
+    {"required": ["error"], "properties": {"error": {"type": "object", "required": ["message", "type"]}}},
+]})]})
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +104,8 @@ async def _body(request: Request) -> Any:
 
 
 @router.post("/chat/completions", response_model=ChatCompletion, response_model_exclude_unset=True, responses={
-    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-          "description": "a `chat.completion`; with `stream: true`, `chat.completion.chunk` SSE frames"},
+    200: sse_content(CHUNK_ITEM, "a `chat.completion`; with `stream: true`, `chat.completion.chunk` SSE frames"
+                     " (OpenAI's: no `event:` line, the last frame's data `[DONE]`)"),
     **OPENAI_ERRORS}, openapi_extra=body_doc(ChatRequest, open_fields=OPEN_PARAMS))
 async def chat_completions(request: Request, rt: Rt, who: Who) -> Response:
     """OpenAI's Chat Completions (module docstring: what `model` names); errors in OpenAI's shape."""

@@ -48,7 +48,7 @@ from treadle.api.openai_compat.responses_wire import (
     usage_json,
 )
 from treadle.api.openai_compat.wire import ChatRequest, UnsupportedParameter, finish_reason, tool_call_json
-from treadle.api.sse import SSE_HEADERS
+from treadle.api.sse import SSE_HEADERS, json_data, sse_content
 from treadle.domain.content import TextBlock, ToolUseBlock
 from treadle.domain.runs import NewEvent
 from treadle.errors import BadRequest, NotFound, TreadleError
@@ -61,6 +61,12 @@ router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
 #: how many previous responses a `previous_response_id` chain may hold
 MAX_CHAIN = 100
 TERMINAL = ("completed", "incomplete", "failed", "cancelled")
+#: the spec of a streamed frame (api/sse.py sse_content): `event` is its data's `type`
+EVENT_ITEM: dict[str, Any] = {"type": "object", "required": ["event", "data"], "properties": {
+    "event": {"type": "string", "pattern": "^(response\\.[a-z_.]+|error)$"},
+    "data": json_data({"type": "object", "required": ["type", "sequence_number"],
+                       "properties": {"type": {"type": "string"}, "sequence_number": {"type": "integer"}}}),
+    "id": {"type": "string"}}}
 
 
 async def _body(request: Request) -> Any:
@@ -75,8 +81,8 @@ def _sse(frames: AsyncIterator[bytes], headers: dict[str, str] | None = None) ->
 
 
 @router.post("/responses", responses={
-    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-          "description": "a `response`; with `stream: true`, its events (`response.created` … `response.completed`)"},
+    200: sse_content(EVENT_ITEM, "a `response`; with `stream: true`, its events (`response.created` …"
+                     " `response.completed`)"),
     **OPENAI_ERRORS})
 async def create_response(request: Request, rt: Rt, who: Who) -> Response:
     """OpenAI's Responses API (module docstring); errors in OpenAI's shape."""
@@ -263,9 +269,8 @@ async def _history(rt: Runtime, who: Principal, store: ResponseStore,
 
 
 @router.get("/responses/{response_id}", responses={
-    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-          "description": "the `response`; with `stream=true` (a background response), its events after "
-                         "`starting_after`, then the rest as they come"},
+    200: sse_content(EVENT_ITEM, "the `response`; with `stream=true` (a background response), its events after "
+                     "`starting_after`, then the rest as they come"),
     **OPENAI_ERRORS})
 async def get_response(response_id: str, rt: Rt, who: Who, stream: bool = False,
                        starting_after: Annotated[int | None, Query(ge=-1)] = None,
