@@ -5,7 +5,8 @@ scopes and the token's keyed hash and suffix — never the token, which `create`
 once. Authentication reads `auth_tokens` (kept in step through `on_activate` / `on_retire`):
 `retire` ends a token at once; `rotate` mints the next version and lets the previous token live on
 for `grace_seconds` (default 24 h). `fork`, `promote` and `verify` are not offered: reviving an
-old version would revive its token.
+old version would revive its token. A create without `scopes` gets the least, `[runs:read]`
+(loomcycle's default is `substrate:admin`): an administrator's token is asked for by name.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from treadle.defs.gates import Gate
 from treadle.defs.lifecycle import DefLifecycle
 from treadle.domain.defs import DefRecord, content_sha256
 from treadle.domain.ids import is_identifier
-from treadle.domain.scopes import ADMIN, parse_scopes
+from treadle.domain.scopes import RUNS_READ, parse_scopes
 from treadle.errors import DefRefused, ValidationFailed
 from treadle.security import tokens
 from treadle.store.defs import DefStore
@@ -28,6 +29,9 @@ DEFAULT_GRACE_SECONDS = 24 * 3600
 MAX_GRACE_SECONDS = 30 * 24 * 3600
 _SECRET_FIELDS = ("token_hash",)
 WARNING = "store this token now: treadle keeps only its hash and cannot show it again"
+
+#: what a token created without `scopes` may do: read runs, nothing else
+LEAST_SCOPE = RUNS_READ
 
 
 class OperatorTokens(DefLifecycle):
@@ -52,10 +56,9 @@ class OperatorTokens(DefLifecycle):
         if not isinstance(subject, str) or not is_identifier(subject) or len(subject) > 64:
             raise DefRefused(f"{self.label}: subject must match [A-Za-z0-9_-]{{1,64}}")
         try:
-            if "scopes" not in body:  # never a default: an admin token is asked for by name
-                raise DefRefused(f"{self.label}: scopes is required — name what the token may do "
-                                 f"(e.g. [runs:create, runs:read], or [{ADMIN}] for an administrator)")
-            scopes = parse_scopes(body["scopes"], what=f"{self.label}: scopes")
+            # without `scopes` the least (loomcycle's default is admin: treadle never widens by default,
+            # an admin token is asked for by name)
+            scopes = parse_scopes(body.get("scopes", [LEAST_SCOPE]), what=f"{self.label}: scopes")
         except ValidationFailed as exc:
             raise DefRefused(exc.message) from None
         token_hash, suffix = body.get("token_hash"), body.get("token_suffix")
