@@ -299,6 +299,14 @@ def openai_routes_and_the_gateway(api: Checked) -> None:
         {"role": "user", "content": "hi"}]})
 
 
+def introspection(api: Checked) -> None:
+    api.call("GET", "/v1/_resolver", 200)
+    api.call("POST", "/v1/_resolve/probe", 200)
+    api.call("GET", "/v1/_providers/{provider_id}/models", 200, path={"provider_id": "mock"})
+    api.call("GET", "/v1/_providers/{provider_id}/models", 404, path={"provider_id": "nope"})
+    api.call("GET", "/v1/config", 200)
+
+
 #: not called here: the run stream and a user's run-state stream (SSE, tests/e2e, tests/loomcycle),
 #: the ops of kinds that need outside parts (VolumeDef: a volume root; MCPServerDef: an MCP server)
 #: or that would turn the test's token off
@@ -313,6 +321,7 @@ def test_every_operation_answers_as_documented_on_real_data(api: Checked, monkey
     channels_memory_hooks(api, monkeypatch)
     defs_triggers_and_admin(api, monkeypatch)
     openai_routes_and_the_gateway(api)
+    introspection(api)
     documented = {(m, p) for p, item in api.spec["paths"].items() for m in item}
     assert documented - api.seen - EXEMPT == set()  # a new route joins the scenario
 
