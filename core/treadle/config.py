@@ -157,12 +157,27 @@ class PrincipalSpec(BaseModel):
 
 
 class ModelRef(BaseModel):
-    """A concrete model on a provider (a `models:` alias, or a tier candidate)."""
+    """A concrete model on a provider (a `models:` alias, or a tier candidate). loomcycle's
+    `model_pattern` (a glob) instead of `model` is kept as the model `pattern:<glob>`, resolved
+    when called to the newest model the provider lists (providers/modelpattern.py)."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     provider: str = Field(min_length=1)
     model: str = Field(min_length=1)
     options: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_pattern(cls, v: Any) -> Any:
+        if isinstance(v, dict) and "model_pattern" in v:
+            v = dict(v)
+            pattern = v.pop("model_pattern")
+            if "model" in v:
+                raise ValueError("model and model_pattern: name one (model_pattern resolves to a listed model)")
+            if not isinstance(pattern, str) or not pattern.strip():
+                raise ValueError("model_pattern must be a non-empty glob, e.g. 'qwen3*'")
+            v["model"] = "pattern:" + pattern
+        return v
 
 
 class TierConfig(BaseModel):

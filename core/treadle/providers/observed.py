@@ -3,11 +3,13 @@ attempt, fallback, duration, tokens, outcome. Never the prompt or the completion
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from treadle.errors import ProviderError, RetryableProviderError
 from treadle.providers.availability import note_call
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Provider
+from treadle.providers.modelpattern import RESOLVER, is_pattern
 from treadle.telemetry import tracing
 from treadle.telemetry.metrics import metrics
 
@@ -15,6 +17,8 @@ from treadle.telemetry.metrics import metrics
 async def observed_call(
     provider: Provider, provider_id: str, req: ModelRequest, on_delta: DeltaSink | None, *, fallback: bool
 ) -> ModelResponse:
+    if is_pattern(req.model):  # loomcycle's model_pattern: the newest listed match (providers/modelpattern.py)
+        req = dataclasses.replace(req, model=await RESOLVER.resolve(provider, provider_id, req.model))
     started = time.perf_counter()
     outcome = "error"
     usage = None

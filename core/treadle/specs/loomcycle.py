@@ -97,6 +97,11 @@ def _storage(out: dict[str, Any], storage: Any, problems: list[tuple[str, str]])
         out["memory"] = memory
 
 
+#: mapping sections whose YAML null (`channels:` with nothing under it) means an empty one
+NULLABLE_SECTIONS = ("agents", "channels", "models", "tiers", "providers", "user_tiers", "mcp_servers", "volumes",
+                     "scheduled_runs", "webhooks", "skills", "teams")
+
+
 def is_empty(key: str, value: Any) -> bool:
     """Nothing said: None, {}, []; `hooks` whose permit_host_widen owners are empty is
     loomcycle's default (no hook may widen hosts), which is treadle's behaviour."""
@@ -135,7 +140,8 @@ def referenced_providers(data: dict[str, Any]) -> set[str]:
 
 def adapt(data: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """(treadle.yaml mapping, problems): loomcycle's keys translated or refused (module doc)."""
-    out = dict(data)
+    # a section left empty (`channels:` with only comments under it) is YAML's null: nothing declared
+    out = {k: v for k, v in data.items() if not (v is None and k in NULLABLE_SECTIONS)}
     problems: list[tuple[str, str]] = []
     for key, where in UNSUPPORTED_TOP.items():
         if key in out:
@@ -173,6 +179,12 @@ def adapt(data: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         if agents:
             out["agents"] = agents
     declared = out.get("providers") or {}
+    if isinstance(declared, dict) and isinstance(declared.get("code-js"), dict) and set(declared["code-js"]) <= {
+            "driver"} and declared["code-js"].get("driver") == "code-js":
+        # loomcycle's providers.default.yaml declares its synthetic code-js provider: treadle's is
+        # built in under the same id (switched on by code_agents.enabled, as loomcycle's by its env)
+        declared = {k: v for k, v in declared.items() if k != "code-js"}
+        out["providers"] = declared
     if isinstance(declared, dict):
         missing = {p: dict(BUILTIN_PROVIDERS[p]) for p in referenced_providers(out)
                    if p in BUILTIN_PROVIDERS and p not in declared}
