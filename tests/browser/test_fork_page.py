@@ -35,6 +35,7 @@ def test_fork_from_an_event_in_replay_mode_opens_the_fork(page: Browser, served:
 
     fork = page.wait("the fork's page", opened)
     page.wait_text("#events", "■ done")
+    assert f"↺ (replayed from seq {result['seq']}) Memory" in page.text("#events")
     assert page.css("#fork").get_attribute("hidden") is not None
     run = ok(api.get(f"/v1/runs/{fork}"))
     assert run["status"] == "completed" and run["agent"] == "big"

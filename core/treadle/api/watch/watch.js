@@ -60,8 +60,14 @@ function describe(type, d) {
     case "text": return { cls: "text", text: String(d.text ?? "") };
     case "thinking": return { cls: "other", text: `(thinking) ${short(d.text ?? "")}` };
     case "tool_call": return { cls: "tool_call", text: `→ ${tu.name} ${short(tu.input ?? {})}` };
-    case "tool_result":
-      return { cls: d.is_error ? "tool_result error" : "tool_result", text: `${d.is_error ? "✗" : "←"} ${tu.name} ${short(d.text ?? "")}` };
+    case "tool_result": {
+      const mark = d.replayed ? `↺ (replayed from seq ${d.replayed.seq}) ` : "";
+      return { cls: d.is_error ? "tool_result error" : "tool_result", text: `${d.is_error ? "✗" : "←"} ${mark}${tu.name} ${short(d.text ?? "")}` };
+    }
+    case "replay_diverged": {
+      const want = d.want ? `${d.want.name} ${short(d.want.input ?? {})}` : "nothing (past the record)";
+      return { cls: "other", text: `⑂ diverged at call #${d.index} (${d.reason}): ${d.got?.name} ${short(d.got?.input ?? {})}, the original made ${want}; from here tools run` };
+    }
     case "tool_parked": return { cls: "other", text: `‖ ${tu.name} waits (${d.wait?.kind ?? "park"}), holding no worker` };
     case "retry": {
       const r = d.retry || {};
