@@ -34,6 +34,6 @@ def test_every_shape_of_the_step_commit_fits_psycopgs_conversion_cache(
     """Past these limits psycopg re-parses the statement on every execute (the folded commit was
     4,420 characters before it was compacted). The widest: every column in its SET list."""
     sql = _commit_sql(fenced, fold, final=final, parked=parked, enqueue=enqueue, chain=chain,
-                      sets_stop=True, sets_error=True)
+                      sets_stop=True, sets_error=True, pokes_parent=True)
     assert len(sql.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH
     assert len(set(re.findall(r"%\((\w+)\)s", sql))) <= _queries.MAX_CACHED_STATEMENT_PARAMS

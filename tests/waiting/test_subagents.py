@@ -222,6 +222,37 @@ async def test_a_lost_wake_up_is_found_by_the_sweeper(
     assert json.loads(tool_results(await events(rt, parent))[0]["text"])[0]["output"] == "a"
 
 
+async def test_a_lost_wake_up_of_a_wait_any_is_done_by_the_sweeper(
+    open_runtime: Any, migrated_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`wait: any`: the first child to complete is enough, though its sibling still waits. Its
+    final commit recorded the poke of the parent's key, so a crash between that commit and the
+    poke leaves it to the sweeper, which wakes the parent: the sibling is cancelled then, not
+    whenever it ends (the sweeper's other repair needs every child ended)."""
+    call = {"tool": "Agent", "input": {"op": "parallel_spawn", "wait": "any",
+                                       "spawns": [{"name": "echo", "prompt": "a"}, {"name": "asker", "prompt": "b"}]}}
+    agents = {"parent": scripted([call, {"text": "one was enough"}], ["Agent"]), "echo": ECHO, "asker": asker()}
+    rt, disp = await open_runtime(agents, url=migrated_db_url)
+
+    async def crash_before_poke(*_a: Any) -> None:
+        return None
+
+    monkeypatch.setattr(rt.engine.steering, "wake_parent", crash_before_poke)
+    parent = await start(rt, "parent")
+    await disp.drain()
+    kids = {k["agent"]: k for k in await children(rt, parent)}
+    assert kids["echo"]["status"] == "completed" and kids["asker"]["status"] == "waiting"
+    assert await status(rt, parent) == "waiting"
+    monkeypatch.undo()
+
+    assert await rt.wake_due() >= 1
+    await disp.drain()
+    assert await status(rt, parent) == "completed"
+    assert await status(rt, kids["asker"]["id"]) == "cancelled"
+    got = json.loads(tool_results(await events(rt, parent))[0]["text"])
+    assert got[0]["ok"] and got[0]["output"] == "a" and got[1]["error"].startswith("cancelled"), got
+
+
 async def test_spawn_with_def_id_runs_that_agentdef_version(open_runtime: Any) -> None:
     """def_id pins a child to one AgentDef version — also one never promoted; a retired version
     or another agent's def_id is a tool error and starts nothing."""

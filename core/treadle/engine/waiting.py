@@ -11,7 +11,10 @@
   run's unfinished sub-agents and pending interruptions (`abandon_turn`), records
   `turn_cancelled` and parks again for input (or goes on at once when input was queued after it).
 - A run with `parent_wait_key` (a sub-agent) pokes that key when it reaches a terminal status;
-  if the poke is lost, `RunWaker.wake_due` finds the parked parent (store/subruns.py).
+  its final commit records that poke (a durable poke, store/waits.py), so a poke lost to a crash
+  is done by `RunWaker.wake_due` — also when the parent waits for only some of its children
+  (parallel_spawn `wait: any`); a parent whose children all ended is found there too
+  (store/subruns.py `settled_parent_waits`: runs ended by a cancel rather than a step).
 
 Nothing here commits a step: the engine applies the plans (engine/step.py `Engine._apply`).
 """
@@ -107,8 +110,8 @@ class Steering:
             await self.sender.always(leased.run_id, step_no)
 
     async def wake_parent(self, leased: LeasedRun) -> None:
-        """A sub-agent run ended: poke its parent's wait key. Best effort — a lost poke is found by
-        the sweeper (`SubRunStore.settled_parent_waits`)."""
+        """A sub-agent run ended: poke its parent's wait key. Best effort — a lost poke is done by
+        the sweeper (the final commit recorded it: `WaitStore.poke_due`)."""
         key = leased.parent_wait_key
         if not key:
             return

@@ -629,7 +629,7 @@ class StepStore:
                           final=outcome.final, parked=parked, enqueue=enqueue_here, keeps_status=keeps_status,
                           chain=chain, yields=outcome.status in ("running", "completed", "waiting"),
                           sets_stop=outcome.stop_reason is not None, sets_error=outcome.error is not None,
-                          usage=bool(usage_rows))
+                          usage=bool(usage_rows), pokes_parent=outcome.final and bool(leased.parent_wait_key))
         params = {
             "n": len(events),
             "requeue": self.requeue_after_s,
@@ -649,6 +649,7 @@ class StepStore:
             "chain_owner": outcome.chain_owner if chain else None,
             "waits": Jsonb([w.to_json() for w in outcome.waits or []]),
             "lease": self.lease_s,
+            "parent_key": leased.parent_wait_key,
             # the run goes back to the queue with the transcript this process holds: mark its job
             "yielder": (self.mark if enqueue_here and not outcome.final and not stale
                         and self.held.has_room(len(leased.events) + len(events)) else None),
@@ -777,13 +778,15 @@ class StepStore:
 @lru_cache(maxsize=256)
 def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, enqueue: bool,
                 keeps_status: bool = False, chain: bool = False, yields: bool = True,
-                sets_stop: bool = False, sets_error: bool = False, usage: bool = False) -> str:
+                sets_stop: bool = False, sets_error: bool = False, usage: bool = False,
+                pokes_parent: bool = False) -> str:
     """The commit statement's text for each shape (fenced: it ends a pipelined step transaction;
     `fold`: the folded write it carries; `final`: the run ends; `parked`: it waits; `enqueue`: it
     enqueues its next step; `keeps_status`: the run's status stays as it is; `chain`: the lease
     goes to the chain's next step; `yields`: it yields to a pending cancel; `sets_stop`,
     `sets_error`: it records a stop reason, an error; `usage`: its events hold model calls to roll up,
-    store/usage.py `ROLLUP_CTE`), made once and compacted
+    store/usage.py `ROLLUP_CTE`; `pokes_parent`: a sub-agent ends — it records the poke of its
+    parent's wait key, store/waits.py's durable poke), made once and compacted
     (store/sqltext.py): psycopg re-parses a statement longer than 4,096 characters on every
     execute. A shape holds only the writes it makes: every table a statement names is locked,
     and every index of a table it writes opened, on each execution, even when a condition on a
@@ -823,6 +826,12 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
              " AND EXISTS (SELECT 1 FROM g))"
              ", forget AS (DELETE FROM volume_effects WHERE run_id = %(run_id)s AND EXISTS (SELECT 1 FROM g))"
              if final else "")
+    # a sub-agent's end is a fact its parent may wait for: the poke of the parent's wait key is
+    # recorded with it (the engine pokes after this commit and that deletes the record; a crash in
+    # between leaves it to `WaitStore.poke_due`). Without it a parallel_spawn `wait: any` whose
+    # threshold this child met, its siblings still running, would stay parked until they end
+    ended += (", pw AS (INSERT INTO wait_timers (tenant_id, key, due_at) SELECT g.tenant_id, %(parent_key)s, now()"
+              " FROM g ON CONFLICT DO NOTHING)" if final and pokes_parent else "")
     rooted = (", EXISTS (SELECT 1 FROM volume_instances WHERE root_run_id = %(run_id)s) AS rooted_volumes"
               if final else "")
     rollup = ROLLUP_CTE if usage else ""
