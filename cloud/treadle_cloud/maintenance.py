@@ -3,7 +3,8 @@
 It re-enqueues every step whose lease expired (its worker died or timed out) or whose re-queue
 deadline passed (its message was lost, or it waits longer than SQS can delay a message), and wakes
 the parked runs whose wait deadline passed (timers); WebSocket watchers behind their run are
-caught up and quiet connections kept alive (treadle_cloud/wswatch.py). The lease sweep is a
+caught up and quiet connections kept alive (treadle_cloud/wswatch.py); retention deletes one
+batch per class past its tenant's days (archived to the S3 volume first with `retention.archive`). The lease sweep is a
 singleton per database (advisory lock) and a woken run is enqueued once, so overlapping
 invocations are harmless.
 """
@@ -43,6 +44,8 @@ class MaintenanceFunction:
                 break
         hooks = self.container.run(rt.triggers.hooks.run_once())  # on_complete hooks of finished triggered runs
         purged = self.container.run(rt.volumes.purge_ended())  # ephemeral volumes a crash left behind
+        # retention (config `retention:`): one batch per class, archived to S3 first when asked
+        retained = self.container.run(rt.enforce_retention(force=True))
         if rt.triggers.schedules.scheduler is not None:  # only where the stack grants scheduler:* (the API today)
             self.container.run(rt.triggers.schedules.reconcile())
         ws: dict[str, int] = {}
@@ -54,4 +57,5 @@ class MaintenanceFunction:
                 self.ws = WsPusher(rt.pool, Connections(cloud.ws_endpoint))
             ws = {k: v for k, v in self.container.run(self.ws.catch_up()).items() if v}
         return {"requeued": total, **({"hooks": hooks} if hooks else {}), **({"ws": ws} if ws else {}),
-                **({"volume_files_purged": purged} if purged else {})}
+                **({"volume_files_purged": purged} if purged else {}),
+                **({"retention_deleted": retained} if retained else {})}

@@ -25,7 +25,7 @@ from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from treadle.telemetry import tracing
 from treadle.telemetry.logs import RunContextFilter, log_format
-from treadle.telemetry.metrics import Metrics, use_metrics
+from treadle.telemetry.metrics import Metrics, metrics, use_metrics
 
 log = logging.getLogger("treadle.cloud.metrics")
 
@@ -58,6 +58,7 @@ class EmfSink:
 class _Installed:
     emf: EmfSink | None = None
     provider: Any = None
+    meters: Any = None
     log_handler: logging.Handler | None = None
     done = False
 
@@ -75,6 +76,9 @@ def install() -> None:
         use_metrics(emf_only)
         _Installed.emf = sink
     _Installed.provider = _tracer_provider()
+    _Installed.meters = _meter_provider()
+    if _Installed.meters is not None:  # the usage and cost counters (telemetry/metrics.py), flushed per invocation
+        metrics().use_meter_provider(_Installed.meters)
     if log_format() == "json":
         _json_logs(os.environ.get("POWERTOOLS_SERVICE_NAME") or "treadle")
 
@@ -115,6 +119,25 @@ def _tracer_provider() -> Any:
     return provider
 
 
+def _meter_provider() -> Any:
+    """An SDK MeterProvider exporting over OTLP/HTTP when OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT is
+    set and OTEL_METRICS_EXPORTER is not `none`, else None; exported at each invocation's flush."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if os.environ.get("OTEL_METRICS_EXPORTER", "otlp").strip().lower() == "none":
+        return None
+    if not (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")):
+        return None
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    name = os.environ.get("OTEL_SERVICE_NAME") or os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or "treadle"
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=3_600_000)
+    return MeterProvider(resource=Resource.create({"service.name": name}), metric_readers=[reader])
+
+
 def flush() -> None:
     """After an invocation: the buffered EMF documents out, the buffered spans exported."""
     if _Installed.emf is not None:
@@ -124,6 +147,11 @@ def flush() -> None:
             _Installed.provider.force_flush(5000)
         except Exception as exc:  # never fail the invocation for telemetry
             log.warning("span flush failed: %s", exc)
+    if _Installed.meters is not None:
+        try:
+            _Installed.meters.force_flush(5000)
+        except Exception as exc:  # never fail the invocation for telemetry
+            log.warning("metrics flush failed: %s", exc)
 
 
 def uninstall() -> None:
@@ -131,6 +159,9 @@ def uninstall() -> None:
     if _Installed.provider is not None:
         tracing.use_tracer_provider(None)
         _Installed.provider.shutdown()
+    if _Installed.meters is not None:
+        metrics().use_meter_provider(None)
+        _Installed.meters.shutdown()
     if _Installed.emf is not None:
         use_metrics(None)
     if _Installed.log_handler is not None:
@@ -138,6 +169,7 @@ def uninstall() -> None:
         logger.removeHandler(_Installed.log_handler)
         logger.propagate = True
     _Installed.emf, _Installed.provider, _Installed.log_handler, _Installed.done = None, None, None, False
+    _Installed.meters = None
 
 
 def observed_invocation(call: Callable[..., R]) -> Callable[..., R]:

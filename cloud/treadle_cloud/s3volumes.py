@@ -63,6 +63,9 @@ class S3VolumeStorage:
     async def purge(self, location: str) -> int:
         return await asyncio.to_thread(self._purge, location)
 
+    async def delete(self, location: str, path: str) -> bool:
+        return await asyncio.to_thread(self._delete, location, path)
+
     def exec_dir(self, location: str) -> Path:
         raise VolumeError("S3 volumes have no local directory (Bash is unavailable in the cloud shape)")
 
@@ -136,6 +139,12 @@ class S3VolumeStorage:
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return Listing(out, False)
+
+    def _delete(self, location: str, path: str) -> bool:
+        if self._stat(location, path) is None:
+            return False
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(location, path))
+        return True
 
     def _purge(self, location: str) -> int:
         base = self._key(location)

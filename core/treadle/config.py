@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from functools import cache, cached_property
 from pathlib import Path
@@ -126,10 +127,35 @@ class ProviderConfig(BaseModel):
     driver: DriverName
     base_url: BaseUrl | None = None  # None: the driver's default endpoint
     api_key_env: EnvVarName | None = None  # None: the driver's default variable (e.g. ANTHROPIC_API_KEY)
+    #: a tenant credential by name, `${credential.NAME}` (or `$cred:NAME`): a run whose agent, user
+    #: or tenant holds that CredentialDef calls with it; otherwise the operator's key (api_key_env)
+    api_key: str | None = None
     max_concurrent: int = Field(default=16, ge=1, le=10_000)
     timeouts: ProviderTimeouts = Field(default_factory=ProviderTimeouts)
     retries: int | None = Field(default=None, ge=0, le=10)  # None: TREADLE_PROVIDER_RETRIES
     options: dict[str, Any] = {}  # driver knobs (thinking budget, temperature, ...)
+
+    @field_validator("api_key")
+    @classmethod
+    def _a_reference(cls, v: str | None) -> str | None:
+        if v is not None and credential_name(v) is None:
+            raise ValueError("api_key takes a tenant credential by name, ${credential.NAME} (or $cred:NAME) — a key "
+                             "itself never goes in treadle.yaml (use api_key_env for the operator's key)")
+        return v
+
+    @property
+    def credential(self) -> str | None:
+        """The CredentialDef name `api_key` references, if any."""
+        return credential_name(self.api_key) if self.api_key else None
+
+
+_CREDENTIAL_REF = re.compile(r"^(?:\$\{credential\.([A-Za-z0-9_-]{1,64})\}|\$cred:([A-Za-z0-9_-]{1,64}))$")
+
+
+def credential_name(value: str) -> str | None:
+    """NAME when `value` is exactly `${credential.NAME}` or `$cred:NAME`, else None."""
+    m = _CREDENTIAL_REF.match(value.strip())
+    return (m.group(1) or m.group(2)) if m else None
 
 
 class PrincipalSpec(BaseModel):
@@ -419,6 +445,16 @@ class TenantRetention(BaseModel):
     responses: int | None = Field(default=None, ge=1, le=36_500)
 
 
+class RetentionArchive(BaseModel):
+    """`retention.archive`: before a batch is deleted, its rows are written as JSON Lines into this
+    treadle.yaml volume (persistent; in the cloud shape its files are S3 objects), in each row's
+    tenant's instance of it, under `retention/<class>/u/<user>/<UTC day>/<batch>.jsonl` (rows of no
+    user under `retention/<class>/_/…`) — so a subject's erasure deletes its archived rows too."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    volume: str = Field(min_length=1, max_length=128)
+
+
 class RetentionConfig(BaseModel):
     """How long data is kept, per class: finished runs (`days`: with their transcripts, questions,
     inputs and the stored OpenAI responses that are their turns), channel messages
@@ -434,6 +470,8 @@ class RetentionConfig(BaseModel):
     memory_days: int | None = Field(default=None, ge=1, le=36_500)
     responses_days: int | None = Field(default=None, ge=1, le=36_500)
     tenants: dict[str, int | TenantRetention | None] = {}
+    #: archive each batch to a volume before deleting it (None: delete only)
+    archive: RetentionArchive | None = None
 
     @field_validator("tenants")
     @classmethod
@@ -506,12 +544,17 @@ class HttpConfig(BaseModel):
 
 class SearchConfig(BaseModel):
     """`search:` — the WebSearch tool's provider. `searxng`: a SearXNG instance's JSON API
-    (`GET {base_url}/search?q=…&format=json`; the instance must list `json` in `search.formats`)."""
+    (`GET {base_url}/search?q=…&format=json`; the instance must list `json` in `search.formats`),
+    with `headers` (tenant credentials by name) on every request."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     driver: Literal["searxng"]
     base_url: BaseUrl
     timeout_seconds: float = Field(default=15.0, gt=0, le=120)
+    #: sent with every search request (e.g. the auth proxy in front of an instance); a value may
+    #: reference a tenant credential, `Bearer ${credential.NAME}` (or `$cred:NAME`), resolved for
+    #: the calling run — a header whose credential the run's tenant lacks is left out
+    headers: dict[str, str] = Field(default={}, max_length=32)
 
 
 #: the sections a lazy load (`parse_config(..., lazy=True)`: the cloud functions) leaves unvalidated
@@ -798,6 +841,14 @@ def _volume_errors(config: TreadleConfig) -> list[tuple[str, str]]:
     defaults = [n for n, v in config.volumes.items() if v.default]
     if len(defaults) > 1:
         errs.append(("volumes", f"at most one volume may be default: true (got {', '.join(defaults)})"))
+    archive = config.retention.archive
+    if archive is not None:
+        volume = config.volumes.get(archive.volume)
+        if volume is None:
+            errs.append(("retention.archive.volume", f"unknown volume {archive.volume!r}" + _listing(config.volumes)))
+        elif volume.ephemeral:
+            errs.append(("retention.archive.volume", f"volume {archive.volume!r} is ephemeral: the archive needs a "
+                                                     "persistent one"))
     for agent_name, agent in config.agents.items():
         names = [b.name for b in agent.volumes]
         for i, b in enumerate(agent.volumes):

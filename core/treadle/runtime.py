@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,7 +24,7 @@ from treadle.engine.hub import RunEventHub
 from treadle.engine.sending import StepSender
 from treadle.engine.waiting import Steering
 from treadle.engine.waking import RunWaker
-from treadle.errors import Backpressure, Conflict, QueueFull, RunNotFound, TokenLimitExceeded
+from treadle.errors import Backpressure, ConfigError, Conflict, QueueFull, RunNotFound, TokenLimitExceeded
 from treadle.governance.budgets import Verdict
 from treadle.governance.limits import LimitStore
 from treadle.hooks.calls import HttpToolHooks
@@ -309,7 +309,23 @@ class Runtime:
             on_run_end=self.volumes.run_ended,
             budgets=self._budget,
             pause=self.pause,
+            provider_keys=self._provider_keys if self._provider_credentials else None,
         )
+
+    @cached_property
+    def _provider_credentials(self) -> dict[str, str]:
+        """provider id → the CredentialDef its `api_key` references (`${credential.NAME}`)."""
+        return {pid: cfg.credential for pid, cfg in self.config.providers.items() if cfg.credential}
+
+    async def _provider_keys(self, leased: LeasedRun) -> dict[str, str]:
+        """The run's values of its providers' credentials: the agent's, else its user's, else its
+        tenant's CredentialDef (governance/credentials.py); a provider without one is left out."""
+        from treadle.governance.credentials import TenantCredentials
+
+        refs = self._provider_credentials
+        got = await TenantCredentials(self.pool).resolve(leased.tenant_id, leased.user_id, leased.agent,
+                                                         set(refs.values()))
+        return {pid: got[name] for pid, name in refs.items() if name in got}
 
     async def _purge_ended(self) -> int:
         """The sweeper's pass over ended runs: their ephemeral volumes, and their SQL memory `run`
@@ -410,7 +426,9 @@ class Runtime:
                  volume_storage=volume_storage)
         for family in (rt.substrate.agents, rt.substrate.skills):
             await family.rehash_legacy()  # rows hashed before loomcycle's hash (migration 0018)
-        await rt.usage.set_prices(config.pricing.rows() if config.pricing else [])  # usage is priced by it
+        prices = config.pricing.rows() if config.pricing else []
+        await rt.usage.set_prices(prices)  # usage is priced by it
+        rt.steps.prices = {(p, m): (i, o, cw, cr, cur) for p, m, i, o, cw, cr, cur in prices}  # the usage metrics'
         if isinstance(rt.cancels, NotifyCancels):
             await rt.cancels.start()  # listening before the first step is leased
         return rt
@@ -599,11 +617,14 @@ class Runtime:
         from treadle.store.retention import RetentionStore
 
         store = RetentionStore(self.pool)
+        archive = self._archive_batch if rules.archive is not None else None
         deleted = 0
         for cls in RETENTION_CLASSES:
             overrides = rules.overrides(cls)
 
             async def purge(days: int, tenant: str | None, exclude: list[str], cls: str = cls) -> int:
+                if archive is not None:  # written to the archive volume first, in the batch's transaction
+                    return await store.purge_archived(cls, days, archive, tenant_id=tenant, exclude=exclude)
                 if cls == "runs":
                     return await self.runs.purge_finished(days, tenant_id=tenant, exclude=exclude)
                 return await store.purge(cls, days, tenant_id=tenant, exclude=exclude)
@@ -615,6 +636,31 @@ class Runtime:
                 if days is not None:
                     deleted += await purge(days, tenant, [])
         return deleted
+
+    async def _archive_batch(self, cls: str, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """Retention's archive (config `retention.archive`): a batch's rows as JSON Lines in the
+        archive volume of each row's tenant, one file per user (`retention/<class>/u/<user>/<UTC
+        day>/<content hash>.jsonl`; rows of no user under `retention/<class>/_/…`). A file's name is
+        its content's hash: a batch archived again after a crash rewrites the same file."""
+        import hashlib
+        import json as _json
+
+        from treadle.volumes.paths import persistent_location, tenant_segment
+
+        volume = self.config.retention.archive.volume if self.config.retention.archive else ""
+        storage = self.volumes.storage
+        if storage is None:
+            raise ConfigError("retention.archive needs volume storage (none is wired in this runtime)")
+        day = datetime.now(UTC).date().isoformat()
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for tenant, who, doc in rows:
+            groups.setdefault((tenant, who), []).append(doc)
+        for (tenant, who), docs in groups.items():
+            body = "".join(_json.dumps(d, default=str, separators=(",", ":"), sort_keys=True) + "\n"
+                           for d in docs).encode()
+            owner = f"u/{tenant_segment(who)}" if who else "_"
+            path = f"retention/{cls}/{owner}/{day}/{hashlib.sha256(body).hexdigest()[:24]}.jsonl"
+            await storage.write(persistent_location(tenant, volume), path, body)
 
     async def compact_run(self, tenant_id: str, run_id: str, reason: str | None = None) -> dict[str, Any]:
         """loomcycle's manual compaction (POST /v1/runs/{id}/compact, MCP compact_run): summarize

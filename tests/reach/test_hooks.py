@@ -167,3 +167,50 @@ async def test_a_call_whose_result_a_post_hook_reads_is_not_folded(rig: Any) -> 
     found, value = await rt.memory.get("default", "agent", "setter", "n")
     assert result["text"] == "redacted" and folded == [] and found
     assert [json.loads(p["result"]["content"]) for p in posted] == [{"key": "n", "value": value}]
+
+
+async def test_a_hook_signs_with_and_sends_the_tenants_credentials(
+    rig: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`secret_credential` and `${credential.NAME}` in `headers` (issue 42 item 3): the calling run's
+    tenant's CredentialDefs sign the call and authenticate it; the registered hook shows names only,
+    no value is stored, and a hook whose signing credential is missing fails (closed: denied)."""
+    import base64
+    import logging
+    import os
+
+    from tests.support.e2e import dump_all
+    from treadle.governance import credentials as creds
+    from treadle.governance.credentials import TenantCredentials
+
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv(creds.KEY_ENV, base64.b64encode(os.urandom(32)).decode())
+    creds.process_sealer.cache_clear()
+    signing, token = "sign-" + secrets.token_hex(16), "tok-" + secrets.token_hex(16)
+    rt, disp, client = rig
+    try:
+        async with Loopback({"/pre": lambda s: Answer.json({"decision": "allow"})}) as srv:
+            hook = await register(client, srv, "/pre", secret_credential="hook_signing",
+                                  headers={"Authorization": "Bearer ${credential.hook_token}", "X-Team": "ops"})
+            assert (hook["secret_credential"], hook["headers"]["Authorization"]) == (
+                "hook_signing", "Bearer ${credential.hook_token}")
+            # the signing credential is not there yet: the (fail-closed) hook denies the call
+            result, value = await run_setter(rt, disp)
+            assert result["is_error"] and "hook_signing" in result["text"] and value is None and srv.seen == []
+            store = TenantCredentials(rt.pool)
+            await store.create("default", "tenant", "", "hook_signing", signing, updated_by="test")
+            await store.create("default", "tenant", "", "hook_token", token, updated_by="test")
+            result, value = await run_setter(rt, disp)
+            assert not result["is_error"] and value == "v"
+        seen = srv.seen[-1]
+        stamp, mac = (part.split("=", 1)[1] for part in seen.headers["x-treadle-signature"].split(","))
+        assert mac == hmac.new(signing.encode(), f"{stamp}.".encode() + seen.body, hashlib.sha256).hexdigest()
+        assert (seen.headers["authorization"], seen.headers["x-team"]) == (f"Bearer {token}", "ops")
+        dump = await dump_all(rt.database_url)
+        assert signing not in dump and token not in dump
+        assert not [r for r in caplog.records if signing in r.getMessage() or token in r.getMessage()]
+        both = await client.post("/v1/hooks", json={"owner": "ops", "name": "x", "phase": "pre", "secret_env": "A_B",
+                                                    "secret_credential": "c", "callback_url": "http://hooks.test/"})
+        assert both.status_code == 422
+    finally:
+        creds.process_sealer.cache_clear()

@@ -256,3 +256,46 @@ async def test_websearch_errors(open_rt: Open) -> None:
             with pytest.raises(ToolError, match=why) as err:
                 await tool2.invoke(rt2.tool_context(TENANT, "r_none", "b"), {"query": "x"})
             assert err.value.code == "websearch_failed"
+
+
+async def test_websearch_sends_the_tenants_credential_named_in_search_headers(
+    open_rt: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`search.headers` naming `${credential.NAME}` (issue 42 item 3): the calling run's tenant's
+    value goes in the header, never into the transcript; a tenant without it sends no such header."""
+    import base64
+    import os
+
+    from tests.support.e2e import dump_all
+    from treadle.governance import credentials as creds
+    from treadle.governance.credentials import TenantCredentials
+
+    monkeypatch.setenv(creds.KEY_ENV, base64.b64encode(os.urandom(32)).decode())
+    creds.process_sealer.cache_clear()
+    value = "searx-" + secrets.token_hex(16)
+
+    def echo_auth(s: Seen) -> Answer:  # an instance that echoes the header it got into a result
+        answer = searxng(s)
+        doc = json.loads(answer.body)
+        for r in doc["results"]:
+            r["content"] = f"auth was {s.headers.get('authorization')}"
+        return Answer.json(doc)
+
+    try:
+        async with Loopback({"/search": echo_auth}) as srv:
+            search = {"driver": "searxng", "base_url": srv.url("/", host="search.test"),
+                      "headers": {"Authorization": "Bearer ${credential.searx}", "X-Plain": "yes"}}
+            rt = await open_rt({"finder": script("WebSearch", {"query": "q", "max_results": 1})}, search=search)
+            await TenantCredentials(rt.pool).create(TENANT, "tenant", "", "searx", value, updated_by="test")
+            [result] = await run(rt, "finder")
+            assert [s.headers.get("authorization") for s in srv.seen] == [f"Bearer {value}"]
+            assert srv.seen[0].headers.get("x-plain") == "yes"
+            assert "auth was Bearer [redacted" in result["text"] and value not in result["text"]
+            # another tenant, without the credential: the header is left out, never sent literally
+            await rt.start_run(NewRun(tenant_id=TENANT + "x", agent="finder", segments=user_text("go")))
+            assert isinstance(rt.dispatcher, InlineDispatcher)
+            await rt.dispatcher.drain()
+            assert "authorization" not in srv.seen[-1].headers and srv.seen[-1].headers.get("x-plain") == "yes"
+            assert value not in await dump_all(rt.database_url)
+    finally:
+        creds.process_sealer.cache_clear()

@@ -1,7 +1,9 @@
 """POST /v1/_erasure: erase one subject (a user id) of the caller's tenant everywhere treadle keeps
 it (store/erasure.py), with a receipt — loomcycle's route and body (`subject`, `dry_run` default
 true, `confirm` = the subject for a real erasure). The subject's live runs are cancelled first; its
-SQL-memory schemas are dropped after the commit. A tenant's caller (scope `substrate:tenant`) erases
+volume files (those its runs wrote, its runs' ephemeral volumes, its rows in the retention archive:
+host directory or S3 objects) are deleted before the rows go and listed in the receipt's `files`;
+its SQL-memory schemas are dropped after the commit. A tenant's caller (scope `substrate:tenant`) erases
 in its own tenant; the operator may name one (`?tenant=`)."""
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ async def erase_subject(body: ErasureRequest, rt: Rt, who: Who, tenant: str | No
             await rt.cancel_run(tenant_id, run.id, "subject erased")
         if live:
             notes.append(f"{len(live)} live run(s) cancelled first")
-    receipt = await SubjectErasure(rt.pool).erase(tenant_id, body.subject, dry_run=body.dry_run)
+    erasure = SubjectErasure(rt.pool)
+    files = await _volume_files(rt, erasure, tenant_id, body.subject, delete=not body.dry_run)
+    receipt = await erasure.erase(tenant_id, body.subject, dry_run=body.dry_run)
+    if files:
+        receipt["deleted"]["volume_files"] = len(files)
+    receipt["files"] = files
     if rt.sql_memory is not None:
         scopes = [k for k in await rt.sql_memory.scopes(tenant_id) if k.scope == "user" and k.scope_id == body.subject]
         if scopes:
@@ -49,3 +56,35 @@ async def erase_subject(body: ErasureRequest, rt: Rt, who: Who, tenant: str | No
         log.info("erased subject of tenant %s: %s", tenant_id, receipt["deleted"])
     notes.append("usage kept for the tenant's totals, its user folded into the user-less rows")
     return {"tenant": tenant_id, "subject": body.subject, "dry_run": body.dry_run, **receipt, "notes": notes}
+
+
+async def _volume_files(rt: Any, erasure: SubjectErasure, tenant_id: str, subject: str, *, delete: bool) -> list[str]:
+    """The subject's volume files as `<location>/<path>`, deleted unless `delete` is False (a dry
+    run): the files its runs wrote (migration 0063), every file of its runs' ephemeral volumes, and
+    its part of the retention archive (`retention/<class>/u/<subject>/…`)."""
+    from treadle.volumes.paths import persistent_location, tenant_segment
+
+    storage = rt.volumes.storage
+    if storage is None:
+        return []
+    written, ephemeral = await erasure.subject_files(tenant_id, subject)
+    found: list[tuple[str, str]] = list(written)
+    for location in ephemeral:
+        found += [(location, e.path) for e in (await storage.walk(location, "", 100_000)).entries]
+    archive = rt.config.retention.archive
+    if archive is not None:
+        location = persistent_location(tenant_id, archive.volume)
+        for entry in (await storage.walk(location, "retention", 1_000_000)).entries:
+            parts = entry.path.split("/")
+            if len(parts) > 3 and parts[2] == "u" and parts[3] == tenant_segment(subject):
+                found.append((location, entry.path))
+    out: list[str] = []
+    for location, path in sorted(set(found)):
+        there = await storage.delete(location, path) if delete else await storage.stat(location, path) is not None
+        if not there:
+            continue  # gone already (overwritten elsewhere, purged): not listed
+        out.append(f"{location}/{path}")
+    if delete:
+        for location in ephemeral:
+            await storage.purge(location)  # the now empty directories (host)
+    return out

@@ -21,9 +21,10 @@ router = APIRouter(prefix="/v1", tags=["hooks"], route_class=LazyAPIRoute)
              responses=errors(*BODY, 409))
 async def create_hook(body: HookRequest, rt: Rt, who: Who) -> dict[str, Any]:
     """Register a hook; 409 `hook_exists` for the same owner/name/phase, 422 `hook_secret_missing`
-    when its signing secret variable is not set in treadle's environment."""
+    when its signing secret variable is not set in treadle's environment (a `secret_credential`,
+    the tenant's CredentialDef by name, is resolved at each call instead)."""
     secret_env = body.secret_env or DEFAULT_SECRET_ENV
-    if not os.environ.get(secret_env):
+    if body.secret_credential is None and not os.environ.get(secret_env):
         raise ValidationFailed(f"the hook's signing secret variable {secret_env} is not set",
                                code="hook_secret_missing")
     record = await rt.hooks.store.create(who.tenant_id, body.model_dump())

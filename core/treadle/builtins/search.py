@@ -9,6 +9,7 @@ A provider answers `search(query, max_results)` with ranked hits. Its endpoint i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,8 +26,9 @@ class SearchHit:
 class SearchProvider(Protocol):
     name: str
 
-    async def search(self, query: str, max_results: int) -> list[SearchHit]:
-        """Up to `max_results` hits, best first; ToolError (code websearch_failed) when the
+    async def search(self, query: str, max_results: int, headers: Mapping[str, str] | None = None) -> list[SearchHit]:
+        """Up to `max_results` hits, best first, `headers` sent with each request (the operator's
+        `search.headers`, credentials resolved); ToolError (code websearch_failed) when the
         provider fails."""
         ...
 

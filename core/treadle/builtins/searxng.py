@@ -11,6 +11,7 @@ otherwise it answers 403, reported as such.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -31,13 +32,14 @@ class SearxngSearch:
         self.limits = HttpLimits(max_response_bytes=MAX_ANSWER_BYTES, timeout_s=timeout_s, max_redirects=2)
         self.network = network
 
-    async def search(self, query: str, max_results: int) -> list[SearchHit]:
+    async def search(self, query: str, max_results: int, headers: Mapping[str, str] | None = None) -> list[SearchHit]:
         guard = self.network.operator_guard()
         hits: dict[str, SearchHit] = {}
         for page in range(1, MAX_PAGES + 1):
             url = f"{self.base_url}/search?" + urlencode({"q": query, "format": "json", "pageno": page})
             try:
-                fetched = await fetch(guard, "GET", url, headers={"Accept": "application/json"}, limits=self.limits)
+                fetched = await fetch(guard, "GET", url, headers={**(headers or {}), "Accept": "application/json"},
+                                      limits=self.limits)
             except ToolError as exc:
                 raise SearchFailed(f"the search provider (searxng) is unreachable: {exc.message}") from None
             if fetched.status == 403:

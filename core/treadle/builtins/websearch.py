@@ -1,7 +1,7 @@
 """Built-in `WebSearch` (external): search the web through the operator's search provider (yaml
-`search:`, builtins/search.py). Arguments `query` and `max_results` (1..100, default 10); the
-result is JSON `{"query", "results": [{"title", "url", "snippet"}]}`. Without `search:` every
-call fails with `websearch_not_configured`.
+`search:`, builtins/search.py; its `headers` may name tenant credentials). Arguments `query` and
+`max_results` (1..100, default 10); the result is JSON `{"query", "results": [{"title", "url",
+"snippet"}]}`. Without `search:` every call fails with `websearch_not_configured`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,18 @@ def build_search_provider(cfg: SearchConfig, network: NetworkSetup) -> SearchPro
 
         return SearxngSearch(cfg.base_url, cfg.timeout_seconds, network)
     raise ToolError(f"WebSearch: unknown search driver {cfg.driver!r}", code="websearch_not_configured")
+
+
+async def search_headers(ctx: ToolContext, cfg: SearchConfig) -> dict[str, str]:
+    """`search.headers` for this call: each `${credential.NAME}` the run's agent, user or tenant
+    holds (governance/credentials.py: the value joins the redaction set), a header naming one it
+    lacks left out."""
+    from treadle.governance.credentials import TenantCredentials, refs, substitute_headers
+
+    names = refs(cfg.headers.values())
+    resolved = await TenantCredentials(ctx.services.runs.pool).resolve_for_run(ctx.tenant_id, ctx.run_id, names) \
+        if names else {}
+    return substitute_headers(cfg.headers, resolved)
 
 
 class WebSearchTool:
@@ -67,7 +79,7 @@ class WebSearchTool:
             )
         provider = build_search_provider(cfg, self.network)
         try:
-            hits = await provider.search(query.strip(), n)
+            hits = await provider.search(query.strip(), n, await search_headers(ctx, cfg))
         except ToolError as exc:
             raise ToolError(f"WebSearch: {exc.message}", code=exc.code) from None
         return ToolResult.json({"query": query.strip(),

@@ -333,8 +333,10 @@ def _register() -> None:
     for command in console.COMMANDS:
         cli.add_command(command)
     from treadle.cli.chat import chat_command
+    from treadle.cli.usage import usage_command
 
     cli.add_command(chat_command)
+    cli.add_command(usage_command)
 
 
 _register()

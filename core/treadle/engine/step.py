@@ -21,7 +21,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -47,9 +47,9 @@ from treadle.engine.sending import StepSender
 from treadle.engine.slots import slot_loan
 from treadle.engine.toolcalls import Outcome, ToolRaised, ToolRunner, TurnCalls
 from treadle.engine.waiting import Steering
-from treadle.errors import AgentGone, CancelPending, LeaseLost, ProviderError
+from treadle.errors import AgentGone, CancelPending, LeaseLost, ProviderError, TreadleError
 from treadle.governance.budgets import Breach, Verdict
-from treadle.providers.base import DeltaSink, ModelResponse
+from treadle.providers.base import RUN_PROVIDER_KEYS, DeltaSink, ModelResponse
 from treadle.security.redact import SECRETS
 from treadle.store.cancels import CancelState, cancel_state
 from treadle.store.folding import FoldFailed
@@ -89,6 +89,8 @@ ClientTools = Callable[[LeasedRun], list[Tool]]
 McpTools = Callable[[LeasedRun, ResolvedAgent], Awaitable[list[Tool]]]
 #: the run's budgets now (governance/limits.py `LimitStore.verdict`); None: no limit binds it
 BudgetCheck = Callable[[LeasedRun], Awaitable[Verdict | None]]
+#: provider id → the run's tenant credential value for that provider (runtime.py)
+ProviderKeys = Callable[[LeasedRun], Awaitable[Mapping[str, str]]]
 
 
 class Engine:
@@ -110,7 +112,12 @@ class Engine:
         on_run_end: Callable[[str], Awaitable[object]] | None = None,
         budgets: BudgetCheck | None = None,
         pause: PauseStore | None = None,
+        provider_keys: ProviderKeys | None = None,
     ) -> None:
+        #: the run's tenant credentials for the providers that reference one (`api_key:
+        #: ${credential.NAME}`), resolved once per step and handed to the drivers in a context
+        #: variable (providers/base.py RUN_PROVIDER_KEYS): in no request, event, log or span
+        self.provider_keys = provider_keys
         #: consulted at each step's top (the iteration boundary): a spent hard budget ends the run
         self.budgets = budgets
         #: the runtime's pause state (store/pause.py): re-read before a run parks for a pause
@@ -210,7 +217,10 @@ class Engine:
         renewer = asyncio.get_running_loop().call_later(
             self.steps.lease_s / 3, self._start_renewal, leased, lease.owner
         )
+        keys = None
         try:
+            if self.provider_keys is not None:
+                keys = RUN_PROVIDER_KEYS.set(await self._provider_keys(leased))
             return await self._step(lease)
         except LeaseLost as exc:
             log.warning("%s", exc)
@@ -225,8 +235,20 @@ class Engine:
             log.exception("step %s/%s crashed", leased.run_id, leased.step_no)
             return await self._step_crashed(lease, exc)
         finally:
+            if keys is not None:
+                RUN_PROVIDER_KEYS.reset(keys)
             renewer.cancel()
             self.hub.notify(leased.run_id)
+
+    async def _provider_keys(self, leased: LeasedRun) -> Mapping[str, str]:
+        """The run's provider credentials; none when they cannot be read (the driver then says the
+        credential is missing, or uses the operator's key)."""
+        assert self.provider_keys is not None
+        try:
+            return await self.provider_keys(leased)
+        except TreadleError as exc:
+            log.warning("run %s: provider credentials unavailable: %s", leased.run_id, exc.message)
+            return {}
 
     async def _interruptible(self, lease: Lease, work: Awaitable[T]) -> T:
         """Await `work` (a model call, external tool calls) unless the run or its turn is cancelled

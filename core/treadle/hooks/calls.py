@@ -7,8 +7,11 @@
 - `post` hooks see the same plus `result: {content, is_error}` and may answer `{"result": {...}}`
   to rewrite it (`{}` keeps it).
 - Each request is signed: `X-Treadle-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
-  "<t>.<body>")>` with the secret from the hook's `secret_env` (else `TREADLE_HOOKS_SECRET`), so
-  the receiver can check it came from treadle and is fresh.
+  "<t>.<body>")>` with the secret from the hook's `secret_env` (else `TREADLE_HOOKS_SECRET`), or
+  the value of the tenant credential `secret_credential` names, so the receiver can check it came
+  from treadle and is fresh. The hook's `headers` go with it, each `${credential.NAME}` in them
+  resolved for the calling run (governance/credentials.py: the run's agent's, user's or tenant's
+  CredentialDef; a header whose credential does not resolve is left out, never sent literally).
 - A hook that fails (refused address, timeout, non-2xx, bad JSON, missing secret) is skipped when
   its `fail_mode` is `open`; with `closed` the call is denied (pre) or its result becomes an error
   (post).
@@ -104,14 +107,33 @@ class HttpToolHooks:
                 result = ToolResult(new["content"], is_error=bool(new.get("is_error", False)), events=result.events)
         return result
 
+    async def _credentials(self, hook: HookRecord, ctx: ToolContext) -> tuple[str, dict[str, str]]:
+        """The signing secret (the hook's credential's value, else its variable's) and its headers."""
+        from treadle.governance.credentials import TenantCredentials, refs, substitute_headers
+
+        names = refs(hook.headers.values()) | ({hook.secret_credential} if hook.secret_credential else set())
+        resolved: dict[str, str] = {}
+        if names:
+            try:
+                resolved = await TenantCredentials(self.store.pool).resolve_for_run(ctx.tenant_id, ctx.run_id, names)
+            except TreadleError as exc:
+                raise HookFailed(exc.message) from None
+        if hook.secret_credential:
+            secret = resolved.get(hook.secret_credential)
+            if not secret:
+                raise HookFailed(f"its signing credential {hook.secret_credential!r} is not set for this run")
+        else:
+            secret = os.environ.get(hook.secret_env or DEFAULT_SECRET_ENV)
+            if not secret:
+                raise HookFailed(f"its signing secret ({hook.secret_env or DEFAULT_SECRET_ENV}) is not set")
+        return secret, substitute_headers(hook.headers, resolved)
+
     async def _call(self, hook: HookRecord, ctx: ToolContext, tool: str, extra: dict[str, Any]) -> dict[str, Any]:
-        secret = os.environ.get(hook.secret_env or DEFAULT_SECRET_ENV)
-        if not secret:
-            raise HookFailed(f"its signing secret ({hook.secret_env or DEFAULT_SECRET_ENV}) is not set")
+        secret, extra_headers = await self._credentials(hook, ctx)
         body = json.dumps({"phase": hook.phase, "hook_id": hook.id, "tenant_id": ctx.tenant_id, "run_id": ctx.run_id,
                            "agent": ctx.agent, "tool": tool, "tool_use_id": ctx.tool_use_id, **extra},
                           separators=(",", ":"), sort_keys=True).encode()
-        headers = {"Content-Type": "application/json", "X-Treadle-Hook-Id": hook.id,
+        headers = {**extra_headers, "Content-Type": "application/json", "X-Treadle-Hook-Id": hook.id,
                    "X-Treadle-Signature": signature(secret, int(time.time()), body)}
         limits = HttpLimits(max_response_bytes=MAX_HOOK_RESPONSE_BYTES, timeout_s=hook.timeout_ms / 1000,
                             max_redirects=0)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,6 +31,12 @@ class Usage:
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "cache_read_input_tokens": self.cache_read_input_tokens,
         }
+
+
+#: the provider keys of the step being run — provider id → a tenant credential's value (a
+#: provider's `api_key: ${credential.NAME}`), set by the engine for the step (engine/step.py) and
+#: read by the HTTP drivers at the call: a value lives in no request, event or span
+RUN_PROVIDER_KEYS: ContextVar[Mapping[str, str] | None] = ContextVar("treadle_run_provider_keys", default=None)
 
 
 @dataclass(slots=True)

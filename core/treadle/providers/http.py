@@ -31,7 +31,7 @@ from treadle.errors import (
     RetryableProviderError,
     UnknownModel,
 )
-from treadle.providers.base import DeltaSink, ModelResponse, Usage
+from treadle.providers.base import RUN_PROVIDER_KEYS, DeltaSink, ModelResponse, Usage
 from treadle.security.network import is_loopback_host
 
 log = logging.getLogger("treadle.providers")
@@ -56,6 +56,9 @@ class Endpoint:
     total_s: float = 900.0
     retries: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: a tenant credential by name (`api_key: ${credential.NAME}`): the run's value wins over the
+    #: operator's key (providers/base.py RUN_PROVIDER_KEYS)
+    credential: str | None = None
 
 
 @dataclass(slots=True)
@@ -161,24 +164,35 @@ class HttpDriver:
 
     # -- credentials ---------------------------------------------------------------------------
 
+    def run_key(self) -> str | None:
+        """The run's tenant credential for this provider (its `api_key` reference), if resolved."""
+        if self.endpoint.credential is None:
+            return None
+        keys = RUN_PROVIDER_KEYS.get()
+        return keys.get(self.name) if keys else None
+
     def api_key(self) -> str | None:
+        run_key = self.run_key()
+        if run_key:
+            return run_key
         env = self.endpoint.api_key_env
         return (os.environ.get(env) or None) if env else None
 
     def require_key(self, model: str) -> str | None:
         key = self.api_key()
-        if key is None and self.endpoint.key_required:
-            raise ProviderAuthError(
-                f"{self.name}: environment variable {self.endpoint.api_key_env} is not set",
-                code="missing_api_key",
-                details=self.details(model),
-            )
+        if key is None and (self.endpoint.key_required or self.endpoint.credential):
+            where = f"environment variable {self.endpoint.api_key_env} is not set"
+            if self.endpoint.credential:
+                where = (f"the run's tenant holds no credential {self.endpoint.credential!r}"
+                         + (f" and {where}" if self.endpoint.api_key_env else ""))
+            raise ProviderAuthError(f"{self.name}: {where}", code="missing_api_key", details=self.details(model))
         return key
 
     def redact(self, text: str) -> str:
         key = self.api_key()
         if key and len(key) >= 4:
-            text = text.replace(key, f"[redacted:{self.endpoint.api_key_env}]")
+            label = f"credential.{self.endpoint.credential}" if key == self.run_key() else self.endpoint.api_key_env
+            text = text.replace(key, f"[redacted:{label}]")
         return KEY_PATTERNS.sub("[redacted]", text)
 
     def details(self, model: str, **more: Any) -> dict[str, Any]:

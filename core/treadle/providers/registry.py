@@ -70,6 +70,7 @@ def endpoint_for(provider_id: str, cfg: ProviderConfig) -> Endpoint:
         total_s=t.total,
         retries=cfg.retries,
         options=dict(cfg.options),
+        credential=cfg.credential,
     )
 
 

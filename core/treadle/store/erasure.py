@@ -8,7 +8,9 @@ trigger, migration 0024); its stored OpenAI responses (its own, and the turns of
 sessions; its user-scoped memory (embeddings cascade), the scope's byte count and SQL-memory
 audit; its Path tree (dirents) and documents; its user-scoped channel messages and cursors; the wait keys and
 timers named after its user-scoped channels; its CredentialDefs and budgets; the tokens minted
-for it (their OperatorTokenDefs too) and its WebSocket watchers. Usage is kept but anonymized:
+for it (their OperatorTokenDefs too) and its WebSocket watchers, and which volume files its runs
+wrote and its runs' ephemeral volumes (their files: `subject_files`, deleted by the route before
+this transaction). Usage is kept but anonymized:
 its rows fold into the tenant's user-less rows (`user_id` ''), so the tenant's totals do not
 change. The route drops its SQL-memory schemas (their own database) after the commit."""
 
@@ -25,6 +27,9 @@ _STEPS: list[tuple[str, str]] = [
     ("openai_responses", "DELETE FROM openai_responses WHERE tenant_id = %(t)s AND (user_id = %(s)s OR run_id IN"
                          " (SELECT id FROM runs WHERE tenant_id = %(t)s AND (user_id = %(s)s OR root_run_id IN"
                          " (SELECT id FROM runs WHERE tenant_id = %(t)s AND user_id = %(s)s))))"),
+    # its runs' ephemeral volume instances (their files are deleted by the route, first)
+    ("volume_instances", "DELETE FROM volume_instances WHERE tenant_id = %(t)s AND root_run_id IN"
+                         " (SELECT id FROM runs WHERE tenant_id = %(t)s AND user_id = %(s)s)"),
     ("runs", "DELETE FROM runs WHERE tenant_id = %(t)s AND (user_id = %(s)s OR root_run_id IN"
              " (SELECT id FROM runs WHERE tenant_id = %(t)s AND user_id = %(s)s))"),
     ("sessions", "DELETE FROM sessions WHERE tenant_id = %(t)s AND user_id = %(s)s"),
@@ -59,6 +64,8 @@ _STEPS: list[tuple[str, str]] = [
     ("defs", "DELETE FROM defs WHERE tenant_id = %(t)s AND kind = 'operator_token' AND name IN (SELECT name"
              " FROM defs WHERE tenant_id = %(t)s AND kind = 'operator_token' AND body ->> 'subject' = %(s)s)"),
     ("ws_connections", "DELETE FROM ws_connections WHERE tenant_id = %(t)s AND subject = %(s)s"),
+    # which volume files its runs wrote (migration 0063; the files themselves: the route, first)
+    ("volume_files", "DELETE FROM volume_files WHERE tenant_id = %(t)s AND user_id = %(s)s"),
 ]
 
 #: the subject's usage folded into the tenant's user-less rows (same day, agent, def, model …)
@@ -85,6 +92,18 @@ class _DryRun(Exception):
 class SubjectErasure:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+
+    async def subject_files(self, tenant_id: str, subject: str) -> tuple[list[tuple[str, str]], list[str]]:
+        """((location, path) of the volume files the subject's runs wrote, locations of its runs'
+        ephemeral volumes)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute("SELECT location, path FROM volume_files WHERE tenant_id = %s AND user_id = %s"
+                                     " ORDER BY location, path", (tenant_id, subject))
+            files = [(r["location"], r["path"]) for r in await cur.fetchall()]
+            cur = await conn.execute("SELECT location FROM volume_instances WHERE tenant_id = %s AND root_run_id IN"
+                                     " (SELECT id FROM runs WHERE tenant_id = %s AND user_id = %s) ORDER BY location",
+                                     (tenant_id, tenant_id, subject))
+            return files, [r["location"] for r in await cur.fetchall()]
 
     async def erase(self, tenant_id: str, subject: str, *, dry_run: bool) -> dict[str, Any]:
         """{"deleted": {table: rows}, "anonymized": {"usage_daily": rows}} — committed, or rolled

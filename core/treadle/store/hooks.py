@@ -13,7 +13,7 @@ from treadle.errors import Conflict
 from treadle.store.db import Pool
 
 _COLUMNS = ("id, tenant_id, owner, name, phase, agents, tools, callback_url, fail_mode, timeout_ms, secret_env,"
-            " created_at")
+            " secret_credential, headers, created_at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,10 @@ class HookRecord:
     fail_mode: str  # open | closed
     timeout_ms: int
     secret_env: str | None
+    #: a CredentialDef name whose value signs the call (instead of secret_env)
+    secret_credential: str | None
+    #: sent with every call; values may reference `${credential.NAME}`
+    headers: dict[str, str]
     created_at: datetime
 
     def matches(self, agent: str, tool: str) -> bool:
@@ -42,6 +46,7 @@ class HookRecord:
         return {"id": self.id, "owner": self.owner, "name": self.name, "phase": self.phase, "agents": self.agents,
                 "tools": self.tools, "callback_url": self.callback_url, "fail_mode": self.fail_mode,
                 "timeout_ms": self.timeout_ms, "secret_env": self.secret_env,
+                "secret_credential": self.secret_credential, "headers": self.headers,
                 "created_at": self.created_at.isoformat()}
 
 
@@ -58,14 +63,15 @@ class HookStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 f"""INSERT INTO tool_hooks (id, tenant_id, owner, name, phase, agents, tools, callback_url, fail_mode,
-                                           timeout_ms, secret_env)
+                                           timeout_ms, secret_env, secret_credential, headers)
                     VALUES (%(id)s, %(t)s, %(owner)s, %(name)s, %(phase)s, %(agents)s, %(tools)s, %(url)s,
-                            %(fail)s, %(timeout)s, %(secret)s)
+                            %(fail)s, %(timeout)s, %(secret)s, %(secret_credential)s, %(headers)s)
                     ON CONFLICT (tenant_id, owner, name, phase) DO NOTHING RETURNING {_COLUMNS}""",
                 {"id": hook_id, "t": tenant_id, "owner": fields["owner"], "name": fields["name"],
                  "phase": fields["phase"], "agents": Jsonb(fields["agents"]), "tools": Jsonb(fields["tools"]),
                  "url": fields["callback_url"], "fail": fields["fail_mode"], "timeout": fields["timeout_ms"],
-                 "secret": fields.get("secret_env")},
+                 "secret": fields.get("secret_env"), "secret_credential": fields.get("secret_credential"),
+                 "headers": Jsonb(fields.get("headers") or {})},
             )
             row = await cur.fetchone()
         if row is None:

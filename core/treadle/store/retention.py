@@ -3,13 +3,60 @@ days since published, and memory rows not written for their tenant's days — ea
 bounded batch per call (`FOR UPDATE SKIP LOCKED`: a row a live step or a reader holds is left for
 the next batch, never waited on). A memory row's embedding goes with it (ON DELETE CASCADE) and
 its scope's byte count with its trigger (migration 0041). Stored OpenAI responses past their days
-since created (an agent's response also goes with its run: migration 0071)."""
+since created (an agent's response also goes with its run: migration 0071).
+
+Archiving (`purge_archived`, config `retention.archive`): in one transaction per batch, the expired
+rows are locked (`FOR UPDATE SKIP LOCKED`), read whole (a run tree with its events), handed to the
+archiver (which writes them to a volume) and only then deleted — a crash before the commit leaves
+them for the next batch, which archives them again under the same file names."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from treadle.store.db import Pool
+
+#: (class, [(tenant, user or "", row as JSON)]) → written somewhere durable, or raises (nothing deleted)
+Archiver = Callable[[str, list[tuple[str, str, dict[str, Any]]]], Awaitable[None]]
+
+_FILTER = "(%(tenant)s::text IS NULL OR tenant_id = %(tenant)s) AND NOT (tenant_id = ANY(%(exclude)s))"
+
+#: the archive's reads: (select the batch with its rows, locked; delete what was selected)
+_ARCHIVED: dict[str, tuple[str, str]] = {
+    "channel_messages": (
+        "SELECT m.id, m.tenant_id, CASE WHEN c.scope = 'user' THEN m.scope_id ELSE '' END AS who, to_jsonb(m) AS doc"
+        " FROM channel_messages m LEFT JOIN channels c ON c.tenant_id = m.tenant_id AND c.name = m.channel"
+        " WHERE m.published_at < now() - make_interval(days => %(days)s)"
+        " AND (%(tenant)s::text IS NULL OR m.tenant_id = %(tenant)s) AND NOT (m.tenant_id = ANY(%(exclude)s))"
+        " ORDER BY m.published_at LIMIT %(limit)s FOR UPDATE OF m SKIP LOCKED",
+        "DELETE FROM channel_messages WHERE id = ANY(%(keys)s)"),
+    "memory": (
+        "SELECT ctid::text AS id, tenant_id,"
+        " CASE WHEN scope = 'user' THEN scope_id ELSE '' END AS who, to_jsonb(m) - 'embedding' AS doc FROM memory m"
+        " WHERE updated_at < now() - make_interval(days => %(days)s) AND " + _FILTER +
+        " ORDER BY updated_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
+        "DELETE FROM memory WHERE ctid = ANY(%(keys)s::tid[])"),  # locked since the select: the same rows
+    "responses": (
+        "SELECT ctid::text AS id, tenant_id, coalesce(user_id, '') AS who, to_jsonb(r) AS doc"
+        " FROM openai_responses r WHERE created_at < now() - make_interval(days => %(days)s) AND " + _FILTER +
+        " ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
+        "DELETE FROM openai_responses WHERE ctid = ANY(%(keys)s::tid[])"),
+}
+
+_RUN_ROOTS = """
+SELECT id FROM runs WHERE parent_run_id IS NULL AND status IN ('completed','failed','cancelled')
+   AND completed_at < now() - make_interval(days => %(days)s) AND """ + _FILTER + """
+ ORDER BY completed_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""
+_RUN_TREES = """
+SELECT r.id, r.tenant_id, coalesce(r.user_id, '') AS who, to_jsonb(r) AS run,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('seq', e.seq, 'type', e.type, 'payload', e.payload,
+                                                     'created_at', e.created_at) ORDER BY e.seq)
+                   FROM events e WHERE e.run_id = r.id), '[]') AS events
+  FROM runs r WHERE r.root_run_id = ANY(%(roots)s) AND r.status IN ('completed','failed','cancelled')
+ ORDER BY r.root_run_id, r.created_at, r.id"""
+_RUN_DELETE = """
+DELETE FROM runs WHERE root_run_id = ANY(%(roots)s) AND status IN ('completed','failed','cancelled')"""
 
 _CHANNEL = """
 WITH doomed AS (
@@ -61,6 +108,33 @@ class RetentionStore:
         params: dict[str, Any] = {"days": days, "tenant": tenant_id, "exclude": exclude or [], "limit": limit}
         async with self.pool.connection() as conn:
             cur = await conn.execute(query, params)
+            return cur.rowcount
+
+    async def purge_archived(self, cls: str, days: int, archive: Archiver, *, tenant_id: str | None = None,
+                             exclude: list[str] | None = None, limit: int = 200) -> int:
+        """One batch of class `cls` (runs, channel_messages, memory, responses) older than `days`,
+        archived (`archive`) and then deleted in the same transaction: how many rows (runs: run
+        trees' runs) went."""
+        params: dict[str, Any] = {"days": days, "tenant": tenant_id, "exclude": exclude or [], "limit": limit}
+        async with self.pool.connection() as conn, conn.transaction():
+            if cls == "runs":
+                cur = await conn.execute(_RUN_ROOTS, params)
+                roots = [r["id"] for r in await cur.fetchall()]
+                if not roots:
+                    return 0
+                cur = await conn.execute(_RUN_TREES, {"roots": roots})
+                rows = [(r["tenant_id"], r["who"], {"run": r["run"], "events": r["events"]})
+                        for r in await cur.fetchall()]
+                await archive(cls, rows)
+                cur = await conn.execute(_RUN_DELETE, {"roots": roots})
+                return cur.rowcount
+            select, delete = _ARCHIVED[cls]
+            cur = await conn.execute(select, params)
+            found = await cur.fetchall()
+            if not found:
+                return 0
+            await archive(cls, [(r["tenant_id"], r["who"], r["doc"]) for r in found])
+            cur = await conn.execute(delete, {"keys": [r["id"] for r in found]})
             return cur.rowcount
 
     async def purgeable(self, tenant_id: str, policy: dict[str, int | None]) -> dict[str, int]:

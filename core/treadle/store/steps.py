@@ -39,6 +39,7 @@ from treadle.store.runs import JOBS_CHANNEL
 from treadle.store.sqltext import compact
 from treadle.store.stalled import StalledSession, end_stalled_sessions
 from treadle.store.usage import ROLLUP_CTE, rollup_params, rollup_rows
+from treadle.telemetry.metrics import metrics
 
 _LEASED_COLUMNS = (
     "runs.id, runs.tenant_id, runs.user_id, runs.agent, runs.status, runs.step_no, runs.last_seq,"
@@ -217,6 +218,9 @@ class StepStore:
         user_max_running: int = 0,
     ) -> None:
         self.pool = pool
+        #: the operator's prices, (provider, model) → (input, output, cache write, cache read per
+        #: million, currency): the usage metrics' cost (the runtime sets them with usage_prices)
+        self.prices: dict[tuple[str, str], tuple[float, float, float, float, str]] = {}
         self.mid_step_commit = "on" if sync_mid_step else "off"
         self.jobs_in_db = jobs_in_db
         self.lease_s = lease_s
@@ -558,7 +562,23 @@ class StepStore:
             seqs = [r["seq"] for r in await cur.fetchall()]
         if not seqs:
             raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could append")
+        if usage_rows:
+            self._measure_usage(leased, usage_rows)
         return seqs
+
+    def _measure_usage(self, leased: LeasedRun, rows: list[dict[str, Any]]) -> None:
+        """The usage metrics of a committed statement's model calls (telemetry/metrics.py), priced
+        as ROLLUP_CTE prices them."""
+        m = metrics()
+        for row in rows:
+            price = self.prices.get((row["provider"], row["model"]))
+            cost = 0.0
+            if price is not None:
+                cost = (row["i"] * price[0] + row["o"] * price[1] + row["cw"] * price[2] + row["cr"] * price[3]) / 1e6
+            m.usage({"tenant": leased.tenant_id, "user": leased.user_id or "", "agent": leased.agent,
+                     "def": leased.def_id or "", "provider": row["provider"], "model": row["model"]},
+                    row["calls"], {"input": row["i"], "output": row["o"], "cache_creation": row["cw"],
+                                   "cache_read": row["cr"]}, cost, price[4] if price is not None else "")
 
     async def commit(
         self, leased: LeasedRun, owner: str, events: list[NewEvent], outcome: StepOutcome, *,
@@ -675,6 +695,8 @@ class StepStore:
             raise LeaseLost(f"run {leased.run_id}: lease lost before step {leased.step_no} could commit")
         if folded is not None:
             fill_result(events, folded, row["fold_text"])
+        if usage_rows:
+            self._measure_usage(leased, usage_rows)
         return Committed(
             step_no=int(row["step_no"]), base=int(row["base"]), input_seq=int(row["input_seq"] or 0),
             cancel_requested=bool(row["cancel_requested"]), cancel_reason=row["cancel_reason"],

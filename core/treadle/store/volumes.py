@@ -105,18 +105,25 @@ class VolumeStore:
         return Effect(**row) if row is not None else None
 
     async def record_effect(
-        self, tenant_id: str, run_id: str, tool_use_id: str, location: str, path: str, effect: Effect
+        self, tenant_id: str, run_id: str, tool_use_id: str, location: str, path: str, effect: Effect,
+        user_id: str | None = None,
     ) -> None:
+        """The call's effect, before its write; with the run's `user_id`, the file's author too
+        (`volume_files`: a subject's erasure deletes the files its runs wrote) — one statement."""
         async with self.pool.connection() as conn:
             await conn.execute(
-                """INSERT INTO volume_effects (run_id, tool_use_id, location, path, tenant_id, before_sha256,
+                """WITH author AS (
+                       INSERT INTO volume_files (tenant_id, user_id, location, path)
+                       SELECT %(t)s, %(u)s, %(loc)s, %(path)s WHERE coalesce(%(u)s, '') <> ''
+                       ON CONFLICT (tenant_id, user_id, location, path) DO UPDATE SET written_at = now())
+                   INSERT INTO volume_effects (run_id, tool_use_id, location, path, tenant_id, before_sha256,
                                                after_sha256, result)
-                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+                   VALUES (%(run)s, %(call)s, %(loc)s, %(path)s, %(t)s, %(before)s, %(after)s, %(result)s)
                    ON CONFLICT (run_id, tool_use_id, location, path) DO UPDATE
                    SET before_sha256 = EXCLUDED.before_sha256, after_sha256 = EXCLUDED.after_sha256,
                        result = EXCLUDED.result""",
-                (run_id, tool_use_id, location, path, tenant_id, effect.before_sha256, effect.after_sha256,
-                 effect.result),
+                {"t": tenant_id, "u": user_id, "loc": location, "path": path, "run": run_id, "call": tool_use_id,
+                 "before": effect.before_sha256, "after": effect.after_sha256, "result": effect.result},
             )
 
     async def answered(self, run_id: str, tool_use_id: str) -> bool:

@@ -4,6 +4,14 @@ database's gauges) and into any extra sinks a shape adds (the cloud's EMF).
 
 Labels are names and outcomes only — a tool name the agent does not hold is counted as
 `(not permitted)`, never as what the model wrote.
+
+Usage and cost (issue 42 item 1) go to OpenTelemetry metrics when a shape installs a meter
+provider (`use_meter_provider`): `treadle.usage.tokens` (by `kind`: input, output,
+cache_creation, cache_read), `treadle.usage.calls` and `treadle.usage.cost` (with `currency`),
+with the dimensions of `GET /v1/_usage` as attributes — tenant, user, agent, def (the AgentDef id),
+provider, model. They are recorded once a step's commit carrying the `usage` events succeeded
+(store/steps.py), so they count what `usage_daily` counts. Not in Prometheus: a user id per label
+set would grow a scrape without bound; an OTLP backend aggregates them.
 """
 
 from __future__ import annotations
@@ -45,6 +53,37 @@ class Metrics:
         if child is None:
             child = self._children[key] = metric.labels(*values)
         return child
+
+    def use_meter_provider(self, provider: Any | None) -> None:
+        """Record usage into OpenTelemetry instruments of `provider` (an SDK MeterProvider);
+        None: stop."""
+        self._usage_instruments = None
+        if provider is None:
+            return
+        meter = provider.get_meter("treadle")
+        self._usage_instruments = (
+            meter.create_counter("treadle.usage.tokens", unit="{token}",
+                                 description="Model tokens, by tenant, user, agent, def, provider, model and kind"),
+            meter.create_counter("treadle.usage.calls", unit="{call}",
+                                 description="Model calls recorded, by tenant, user, agent, def, provider and model"),
+            meter.create_counter("treadle.usage.cost", unit="1",
+                                 description="Priced cost (the pricing: table), by the usage dimensions and currency"),
+        )
+
+    _usage_instruments: tuple[Any, Any, Any] | None = None
+
+    def usage(self, dims: dict[str, str], calls: int, tokens: dict[str, int], cost: float, currency: str) -> None:
+        """A committed step's model calls of one (provider, model): `dims` are tenant, user,
+        agent, def, provider, model; `tokens` by kind; `cost` in `currency` ("" when unpriced)."""
+        if self._usage_instruments is None:
+            return
+        counter_tokens, counter_calls, counter_cost = self._usage_instruments
+        counter_calls.add(calls, dims)
+        for kind, n in tokens.items():
+            if n:
+                counter_tokens.add(n, {**dims, "kind": kind})
+        if currency:
+            counter_cost.add(cost, {**dims, "currency": currency})
 
     @property
     def registry(self) -> CollectorRegistry | None:

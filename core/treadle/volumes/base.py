@@ -89,6 +89,10 @@ class VolumeStorage(Protocol):
         """Delete the whole volume; returns how many files went."""
         ...
 
+    async def delete(self, location: str, path: str) -> bool:
+        """Delete one file; False when there was none (retention's archive, a subject's erasure)."""
+        ...
+
     def exec_dir(self, location: str) -> Path:
         """A local directory holding the volume, for Bash's working directory (created if need
         be). VolumeError where `supports_exec` is False."""

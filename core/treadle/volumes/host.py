@@ -61,6 +61,9 @@ class HostDirStorage:
     async def purge(self, location: str) -> int:
         return await asyncio.to_thread(self._purge, location)
 
+    async def delete(self, location: str, path: str) -> bool:
+        return await asyncio.to_thread(self._delete, location, path)
+
     def exec_dir(self, location: str) -> Path:
         return self._volume_root(location, create=True)
 
@@ -166,6 +169,25 @@ class HostDirStorage:
                     return Listing(sorted(out, key=lambda e: e.path), True)
                 out.append(Entry(full.relative_to(vol).as_posix(), st.st_size, st.st_mtime))
         return Listing(sorted(out, key=lambda e: e.path), False)
+
+    def _delete(self, location: str, path: str) -> bool:
+        vol = self._volume_root(location, create=False)
+        if not vol.is_dir():
+            return False
+        real = self._inside(vol, path)
+        if not real.is_file():
+            return False
+        dir_fd = os.open(real.parent, os.O_RDONLY)
+        try:
+            _lock(dir_fd, path)  # not under a writer's rename
+            try:
+                os.unlink(real)
+            except FileNotFoundError:
+                return False
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return True
 
     def _purge(self, location: str) -> int:
         vol = self.root / location

@@ -112,4 +112,8 @@ class ErasureReceipt(Response):
     deleted: dict[str, int]
     #: rows kept with the subject taken out (usage folded into the tenant's user-less rows)
     anonymized: dict[str, int]
+    #: the volume files removed (to be removed, on a dry run), as `<location>/<path>` (host
+    #: directory or S3 key under the volumes root): what its runs wrote, its runs' ephemeral
+    #: volumes, its rows in the retention archive
+    files: list[str] = []
     notes: list[str]

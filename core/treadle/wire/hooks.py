@@ -6,7 +6,7 @@ import re
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from treadle.domain.ids import IDENTIFIER_PATTERN, is_identifier
 from treadle.specs.fieldtypes import EnvVarName
@@ -31,6 +31,12 @@ class HookRequest(Request):
     timeout_ms: int = Field(default=5000, ge=1, le=30_000)
     #: the variable holding the signing secret (default TREADLE_HOOKS_SECRET); it must be set
     secret_env: EnvVarName | None = None
+    #: or a tenant credential (CredentialDef) by name whose value signs the call, resolved per call
+    #: for the calling run (its agent's, else its user's, else the tenant's); instead of secret_env
+    secret_credential: str | None = Field(default=None, json_schema_extra={"pattern": "^[A-Za-z0-9_-]{1,64}$"})
+    #: sent with every call; a value may reference a tenant credential, `Bearer ${credential.NAME}`
+    #: (a header whose credential does not resolve is left out)
+    headers: dict[str, str] = Field(default={}, max_length=16)
 
     @field_validator("owner", "name")
     @classmethod
@@ -55,6 +61,19 @@ class HookRequest(Request):
             raise ValueError(f"not tool names or 'prefix*' patterns: {bad}")
         return v
 
+    @field_validator("secret_credential")
+    @classmethod
+    def _credential(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", v):
+            raise ValueError("must be a credential name, [A-Za-z0-9_-]{1,64}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> HookRequest:
+        if self.secret_env and self.secret_credential:
+            raise ValueError("give secret_env or secret_credential, not both")
+        return self
+
     @field_validator("callback_url")
     @classmethod
     def _url(cls, v: str) -> str:
@@ -75,6 +94,8 @@ class Hook(Response):
     fail_mode: str
     timeout_ms: int
     secret_env: str | None = None
+    secret_credential: str | None = None
+    headers: dict[str, str] = {}
     created_at: str
 
 

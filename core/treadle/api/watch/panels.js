@@ -1,7 +1,7 @@
 // treadle's web page, the operator's tabs: the library (agent, skill and team defs: create, fork,
 // promote, retire, a diff between two versions), schedules (state, pause/resume/run-now, recent
 // fires), webhooks (recent deliveries), channels (peek, publish) and sessions (a conversation's runs in
-// order; rename, pin, archive). All over the same API a
+// order; rename, pin, archive) and usage (a bar per day, totals grouped). All over the same API a
 // client uses, with the token and tenant of watch.js (window.treadleUI). Text only, never HTML.
 "use strict";
 
@@ -414,4 +414,106 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
 
   $("doc-browse").addEventListener("submit", (e) => { e.preventDefault(); loadDocuments(); });
   tabHooks.documents = () => { loadDocuments(); if (docPicked) showDocument(docPicked); };
+
+  // -- usage: a chart per day and grouped totals (GET /v1/_usage) ---------------------------------------
+
+  const SVG = "http://www.w3.org/2000/svg";
+  const svg = (tag, attrs, text) => {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+  const num = (n) => Number(n || 0).toLocaleString("en-US");
+  const money = (n) => String(Number(Number(n || 0).toFixed(6)));
+  const tokensOf = (r) => Number(r.input_tokens) + Number(r.output_tokens) + Number(r.cache_creation_tokens) + Number(r.cache_read_tokens);
+
+  function usageQuery(groupBy) {
+    const q = new URLSearchParams({ group_by: groupBy });
+    for (const [field, id] of [["from", "usage-from"], ["to", "usage-to"], ["user", "usage-user"], ["agent", "usage-agent"]]) {
+      const v = $(id).value.trim();
+      if (v) q.set(field, v);
+    }
+    return `/v1/_usage?${q}`;
+  }
+
+  /** Costs per currency, as text ("1.5 USD + 0.2 EUR"); rows are never summed across currencies. */
+  function costs(rows) {
+    const by = new Map();
+    for (const r of rows) if (r.currency) by.set(r.currency, (by.get(r.currency) || 0) + Number(r.cost || 0));
+    return [...by].map(([c, v]) => `${money(v)} ${c}`).join(" + ") || "0";
+  }
+
+  /** One stacked bar per day (input, output, cache tokens); its <title> says the figures and cost. */
+  function drawChart(rows) {
+    const days = new Map();
+    for (const r of rows) {
+      const d = days.get(r.day) || [];
+      d.push(r);
+      days.set(r.day, d);
+    }
+    const order = [...days.keys()].sort();
+    if (!order.length) { $("usage-chart").replaceChildren(); $("usage-legend").textContent = ""; return; }
+    const W = 640, H = 200, left = 48, bottom = 34, top = 8;
+    const step = (W - left) / order.length, bw = Math.max(2, Math.min(40, step * 0.7));
+    const max = Math.max(1, ...order.map((d) => days.get(d).reduce((a, r) => a + tokensOf(r), 0)));
+    const scale = (H - bottom - top) / max;
+    const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `tokens per day, ${order.length} days` });
+    root.append(svg("line", { class: "grid", x1: left, x2: W, y1: H - bottom, y2: H - bottom }),
+      svg("text", { class: "axis", x: left - 4, y: top + 8, "text-anchor": "end" }, num(max)),
+      svg("text", { class: "axis", x: left - 4, y: H - bottom, "text-anchor": "end" }, "0"));
+    order.forEach((day, i) => {
+      const rs = days.get(day);
+      const sum = (k) => rs.reduce((a, r) => a + Number(r[k] || 0), 0);
+      const parts = [["bar-in", sum("input_tokens")], ["bar-out", sum("output_tokens")],
+        ["bar-cache", sum("cache_creation_tokens") + sum("cache_read_tokens")]];
+      const total = parts.reduce((a, [, v]) => a + v, 0);
+      const g = svg("g", { class: "day", "data-day": day, "data-tokens": total, "data-calls": sum("call_count"), "data-cost": costs(rs) });
+      g.append(svg("title", {}, `${day}: ${num(total)} tokens (input ${num(parts[0][1])}, output ${num(parts[1][1])}, cache ${num(parts[2][1])}), ` +
+        `${num(sum("call_count"))} calls, cost ${costs(rs)}`));
+      let y = H - bottom;
+      const x = left + i * step + (step - bw) / 2;
+      for (const [cls, v] of parts) {
+        const h = v * scale;
+        if (h > 0) { y -= h; g.append(svg("rect", { class: cls, x, y, width: bw, height: h })); }
+      }
+      if (order.length <= 16 || i % Math.ceil(order.length / 16) === 0) {
+        g.append(svg("text", { class: "axis", x: x + bw / 2, y: H - bottom + 14, "text-anchor": "middle" }, day.slice(5)));
+      }
+      root.append(g);
+    });
+    $("usage-chart").replaceChildren(root);
+    $("usage-legend").textContent = `■ input · ■ output · ■ cache — ${order[0]} … ${order[order.length - 1]}: ` +
+      `${num(rows.reduce((a, r) => a + tokensOf(r), 0))} tokens, cost ${costs(rows)}`;
+  }
+
+  const DIM_FIELD = { tenant: "tenant_id", user: "user_id", agent: "agent", def: "def_id", provider: "provider", model: "model" };
+
+  function drawTable(dim, rows) {
+    const head = [dim, "input", "output", "cache write", "cache read", "calls", "unpriced", "cost", "currency"];
+    $("usage-table").replaceChildren(el("thead", {}, el("tr", {}, ...head.map((h) => el("th", { text: h })))),
+      el("tbody", {}, ...rows.map((r) => el("tr", { "data-key": r[DIM_FIELD[dim]] || "" },
+        el("td", { text: r[DIM_FIELD[dim]] || "-" }), el("td", { text: num(r.input_tokens) }), el("td", { text: num(r.output_tokens) }),
+        el("td", { text: num(r.cache_creation_tokens) }), el("td", { text: num(r.cache_read_tokens) }), el("td", { text: num(r.call_count) }),
+        el("td", { text: num(r.unpriced_calls) }), el("td", { text: money(r.cost) }), el("td", { text: r.currency || "-" })))));
+  }
+
+  async function loadUsage() {
+    const dim = $("usage-group").value;
+    const got = await guard("usage-error", () => Promise.all([json(usageQuery("day")), json(usageQuery(dim))]));
+    if (!got) return;
+    const [daily, grouped] = got;
+    drawChart(daily.rows);
+    drawTable(dim, grouped.rows);
+    $("usage-notice").textContent = daily.rows.length ? "" : "no usage recorded for these filters";
+  }
+
+  if (!$("usage-from").value) {  // the last 30 UTC days
+    const today = new Date();
+    $("usage-to").value = today.toISOString().slice(0, 10);
+    $("usage-from").value = new Date(today.getTime() - 29 * 86400e3).toISOString().slice(0, 10);
+  }
+  $("usage-form").addEventListener("submit", (e) => { e.preventDefault(); loadUsage(); });
+  $("usage-group").addEventListener("change", loadUsage);
+  tabHooks.usage = loadUsage;
 });

@@ -139,7 +139,7 @@ async def _journaled_write(
     after = sha256(new)
     assert after is not None
     await journal.record_effect(ctx.tenant_id, ctx.run_id, ctx.tool_use_id, vol.location, path,
-                                Effect(now, after, result))
+                                Effect(now, after, result), user_id=ctx.principal.user_id)
     if new != current or now != after:
         if await journal.answered(ctx.run_id, ctx.tool_use_id):
             raise FileChanged(f"{tool}: another attempt of this call has committed its result; this stale "
