@@ -645,7 +645,7 @@ class Runtime:
         import hashlib
         import json as _json
 
-        from treadle.volumes.paths import persistent_location, tenant_segment
+        from treadle.volumes.paths import tenant_segment
 
         volume = self.config.retention.archive.volume if self.config.retention.archive else ""
         storage = self.volumes.storage
@@ -660,7 +660,7 @@ class Runtime:
                            for d in docs).encode()
             owner = f"u/{tenant_segment(who)}" if who else "_"
             path = f"retention/{cls}/{owner}/{day}/{hashlib.sha256(body).hexdigest()[:24]}.jsonl"
-            await storage.write(persistent_location(tenant, volume), path, body)
+            await storage.write(self.volumes.tenant_location(tenant, volume), path, body)
 
     async def compact_run(self, tenant_id: str, run_id: str, reason: str | None = None) -> dict[str, Any]:
         """loomcycle's manual compaction (POST /v1/runs/{id}/compact, MCP compact_run): summarize

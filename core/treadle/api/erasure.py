@@ -62,7 +62,7 @@ async def _volume_files(rt: Any, erasure: SubjectErasure, tenant_id: str, subjec
     """The subject's volume files as `<location>/<path>`, deleted unless `delete` is False (a dry
     run): the files its runs wrote (migration 0063), every file of its runs' ephemeral volumes, and
     its part of the retention archive (`retention/<class>/u/<subject>/…`)."""
-    from treadle.volumes.paths import persistent_location, tenant_segment
+    from treadle.volumes.paths import tenant_segment
 
     storage = rt.volumes.storage
     if storage is None:
@@ -73,7 +73,7 @@ async def _volume_files(rt: Any, erasure: SubjectErasure, tenant_id: str, subjec
         found += [(location, e.path) for e in (await storage.walk(location, "", 100_000)).entries]
     archive = rt.config.retention.archive
     if archive is not None:
-        location = persistent_location(tenant_id, archive.volume)
+        location = rt.volumes.tenant_location(tenant_id, archive.volume)
         for entry in (await storage.walk(location, "retention", 1_000_000)).entries:
             parts = entry.path.split("/")
             if len(parts) > 3 and parts[2] == "u" and parts[3] == tenant_segment(subject):

@@ -30,7 +30,7 @@ from treadle.store.defs import DefStore
 from treadle.store.subruns import SubRunStore
 from treadle.store.volumes import Instance, VolumeStore
 from treadle.volumes.base import VolumeStorage
-from treadle.volumes.paths import ephemeral_location, persistent_location
+from treadle.volumes.paths import ephemeral_location, persistent_location, tenant_segment
 
 log = logging.getLogger("treadle.volumes")
 
@@ -194,6 +194,16 @@ class VolumeService:
             if root is not None:
                 location = f"{root}/{location}"
         return OpenVolume(chosen, location, self.storage)
+
+    def tenant_location(self, tenant_id: str, name: str) -> str:
+        """Where a treadle.yaml persistent volume keeps a tenant's files outside any run (retention's
+        archive, erasure): `t/<tenant>/v/<name>`, or — a volume that is an operator's directory
+        (`path`, shared by every tenant) — `<path>/t/<tenant>`."""
+        spec = self.config.volumes.get(name)
+        path = getattr(spec, "path", None)
+        if path:
+            return f"{path}/t/{tenant_segment(tenant_id)}"
+        return persistent_location(tenant_id, name)
 
     def _dynamic_root(self) -> str | None:
         """The `path` of the treadle.yaml volume marked `dynamic_root` (runtime VolumeDefs live there)."""
