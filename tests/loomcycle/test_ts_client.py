@@ -19,7 +19,7 @@ import pytest
 from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
-from treadle.config import Settings, parse_config
+from treadle.config import Settings, load_config, parse_config
 
 HERE = Path(__file__).parent / "ts_client"
 SCRIPT = {"model": "script", "mock": {"script": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}}
@@ -71,3 +71,28 @@ async def test_pause_and_snapshots_with_loomcycles_client(migrated_db_url: str) 
         await _drive("drive_snapshots.mjs", url, built, 6)
     finally:
         await server.stop()
+
+
+async def test_the_clients_run_channel_memory_and_def_methods(migrated_db_url: str) -> None:
+    """drive.mjs (31 checks: runs, streams, interactive sessions, interrupts, hooks, defs, channels,
+    memory incl. search, sessions, transcript, compaction) and drive_parity.mjs (7: turn cancel,
+    agent cancel count, user run-state stream, channel update/purge/broadcast, the user-scoped
+    family) against a treadle with ts_client/treadle.yaml (hooks need TREADLE_HOOKS_SECRET), on a
+    database of its own (another server's workers would take these runs)."""
+    built = _client_dir()
+    config = load_config(HERE / "treadle.yaml")
+    settings = Settings(database_url=migrated_db_url, home=TEST_HOME, config=HERE / "treadle.yaml", workers=2,
+                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
+    before = os.environ.get("TREADLE_HOOKS_SECRET")
+    os.environ["TREADLE_HOOKS_SECRET"] = "hooksecret0123456789"
+    server = BackgroundServer(settings, config)
+    url = await server.start()
+    try:
+        await _drive("drive.mjs", url, built, 31)
+        await _drive("drive_parity.mjs", url, built, 7)
+    finally:
+        await server.stop()
+        if before is None:
+            os.environ.pop("TREADLE_HOOKS_SECRET", None)
+        else:
+            os.environ["TREADLE_HOOKS_SECRET"] = before

@@ -1,5 +1,5 @@
 // Drives a served treadle with loomcycle's own TypeScript client (adapters/ts, built from source).
-import { LoomcycleClient } from "../ts/dist/index.js";
+const { LoomcycleClient } = await import((process.env.LOOMCYCLE_TS || "../ts") + "/dist/index.js");
 import { assert, check, collect, newUser, report, seg, sleep } from "./checks.mjs";
 
 const c = new LoomcycleClient({ baseUrl: process.env.BASE || "http://127.0.0.1:18787" });
@@ -65,10 +65,13 @@ await check("runStreaming with sampling/tools/parentContext", async () => {
   assert(evs[1].parent_context && evs[1].parent_context.root_agent_run_id === "r_x", JSON.stringify(evs[1]));
   assert(evs.at(-1).type === "done", evs.map((e) => e.type).join(","));
 });
-await check("runStreaming refuses sessionId clearly", async () => {
-  try { await collect(c.runStreaming({ agent: "echo", segments: seg("x"), sessionId: "s_x" })); }
-  catch (e) { assert(/session_id/.test(String(e.message)), e.message); return "PARTIAL: refused (treadle has no multi-run sessions): " + e.message.slice(0, 80); }
-  throw new Error("not refused");
+await check("runStreaming with sessionId continues the session", async () => {
+  const a = await c.getAgent(agentId);
+  const evs = await collect(c.runStreaming({ agent: "echo", segments: seg("again"), sessionId: a.session_id }));
+  assert(evs.find((e) => e.type === "session").text === a.session_id, JSON.stringify(evs[0]));
+  assert(evs.at(-1).type === "done", evs.at(-1).type);
+  let err; try { await collect(c.runStreaming({ agent: "echo", segments: seg("x"), sessionId: "s_x" })); } catch (e) { err = e; }
+  assert(err && /session_not_found/.test(String(err.message)), String(err));
 });
 await check("listRunInterrupts + resolveInterrupt", async () => {
   const evs = c.runStreaming({ agent: "asker", segments: seg("go"), userId: user });
@@ -113,7 +116,11 @@ await check("setMemoryEntry/getMemoryEntry/listMemoryEntries/deleteMemoryEntry",
   await c.deleteMemoryEntry("user", user, "k1");
 });
 await check("memorySearch", async () => { const r = await c.memorySearch({ query: "x", scope: "user", scopeId: user, topK: 3 }); assert(Array.isArray(r.entries), JSON.stringify(r)); });
-await check("continueSession", async () => { await collect(c.continueSession({ sessionId: "s_x", segments: seg("x") })); });
+await check("continueSession", async () => {
+  const a = await c.getAgent(agentId);
+  const evs = await collect(c.continueSession({ sessionId: a.session_id, segments: seg("and more") }));
+  assert(evs.find((e) => e.type === "session").text === a.session_id && evs.at(-1).type === "done", evs.map((e) => e.type).join(","));
+});
 await check("getTranscript", async () => {
   const a = await c.getAgent(agentId); const t = await c.getTranscript(a.session_id);
   assert(t.session.id === a.session_id && t.events.at(-1).type === "done", JSON.stringify(t).slice(0, 200));

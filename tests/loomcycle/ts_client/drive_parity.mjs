@@ -1,7 +1,7 @@
 // Issue 39's run and channel items, driven with loomcycle's own TypeScript client (adapters/ts, built
 // from source) against a served treadle whose yaml has agents echo, asker (an Interruption) and
 // channels news (global) and inbox (user scope); see README.md.
-import { LoomcycleClient } from "../ts/dist/index.js";
+const { LoomcycleClient } = await import((process.env.LOOMCYCLE_TS || "../ts") + "/dist/index.js");
 import { assert, check, newUser, report, seg, sleep } from "./checks.mjs";
 
 const c = new LoomcycleClient({ baseUrl: process.env.BASE || "http://127.0.0.1:18807" });
