@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.lambda_sim import WORKER_BATCH_SIZE
 
@@ -565,6 +566,23 @@ def test_a_yaml_config_json_cannot_hold_stays_yaml(tmp_path: Path) -> None:
     assert staged_config_name(staged) == "treadle.yaml" and not (staged / "treadle.json").exists()
     staged = stage_app_code(CONFIG, tmp_path / "app")
     assert staged_config_name(staged) == "treadle.json"
+
+
+def test_layered_configs_ship_merged(tmp_path: Path) -> None:
+    """`config=base.yaml:bundle.yaml` (loomcycle's layers): validated as one, shipped as one file
+    that the functions load to the same configuration."""
+    sys.path.insert(0, str(ROOT / "infra"))
+    from treadle.config import load_config, parse_config
+    from treadle_infra.assets import validate_config
+
+    base, bundle = tmp_path / "base.yaml", tmp_path / "bundle.yaml"
+    base.write_text("tiers:\n  middle: [{provider: mock, model: echo}]\n")
+    bundle.write_text("agents:\n  team/assistant: {tier: middle, skills: [team/*]}\n")
+    layered = Path(f"{base}:{bundle}")
+    shipped = validate_config(layered)
+    assert shipped.startswith("# merged from ")
+    assert parse_config(yaml.safe_load(shipped)).model_dump() == load_config(layered).model_dump()
+    assert validate_config(base) == base.read_text()  # one file ships as it is
 
 
 def test_staged_code_can_ship_hash_checked_bytecode(tmp_path: Path) -> None:
