@@ -354,7 +354,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   let docPicked = null;
   function docCall(body) {
     const q = $("doc-scope-id").value.trim() ? `?${new URLSearchParams({ scope_id: $("doc-scope-id").value.trim() })}` : "";
-    return post(`/v1/_document${q}`, { scope: $("doc-scope").value, ...body });
+    return post("/v1/_document" + q, { scope: $("doc-scope").value, ...body });
   }
 
   async function loadDocuments() {
