@@ -65,4 +65,4 @@ def test_add_search_and_recall_through_the_worker_and_the_api_function(
     assert answer["entries"][0]["value"] == "My team ships on Thursdays." and answer["entries"][0]["kind"] == "fact"
     assert answer["rank_note"].startswith("source_weight is reserved") and answer["dedup_dropped"] == 0
     status, refused, _ = call(api, "POST", "/v1/_memory/search", {**body, "sources": ["documents", "facts"]})
-    assert status == 422 and refused["code"] == "invalid_sources", refused
+    assert status == 400 and refused["code"] == "invalid_sources", refused

@@ -20,6 +20,7 @@ from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
 from treadle.config import Settings, load_config, parse_config
+from treadle.store.sqlmem import SqlMemory
 
 HERE = Path(__file__).parent / "ts_client"
 SCRIPT = {"model": "script", "mock": {"script": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}}
@@ -96,3 +97,31 @@ async def test_the_clients_run_channel_memory_and_def_methods(migrated_db_url: s
             os.environ.pop("TREADLE_HOOKS_SECRET", None)
         else:
             os.environ["TREADLE_HOOKS_SECRET"] = before
+
+
+#: an agent granted SQL memory by loomcycle's `sql_scopes`: it creates a table, fills it, reads it,
+#: and tries a scope it was not granted
+SQLER = {"model": "script", "tools": ["Memory"], "sql_scopes": ["agent", "run"], "mock": {"script": [
+    {"tool": "Memory", "input": {"op": "sql_exec", "scope": "run", "statement": "CREATE TABLE t (k text, n int)"}},
+    {"tool": "Memory", "input": {"op": "sql_exec", "scope": "run",
+                                 "statement": "INSERT INTO t VALUES ($1, 1), ($2, 2)", "args": ["a", "b"]}},
+    {"tool": "Memory", "input": {"op": "sql_query", "scope": "run", "statement": "SELECT k, n FROM t ORDER BY k"}},
+    {"tool": "Memory", "input": {"op": "sql_query", "scope": "tenant", "statement": "SELECT 1"}},
+    {"text": "counted"}]}}
+
+
+async def test_documents_path_memory_search_and_sql_memory_with_loomcycles_client(migrated_db_url: str) -> None:
+    """Issue 41 (ts_client/drive_knowledge.mjs): path() per op, document() with each op of the
+    client's DocumentToolInput (the ones treadle refuses by name count as partial), memorySearch()
+    with rank/dedup/sources, and SQL memory in a run of an agent configured with sql_scopes."""
+    built = _client_dir()
+    config = parse_config({"agents": {"sqler": SQLER}, "memory": {"embedder": {"driver": "local"}, "sql": {}}})
+    settings = Settings(database_url=migrated_db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
+                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
+    server = BackgroundServer(settings, config)
+    url = await server.start()
+    try:
+        await _drive("drive_knowledge.mjs", url, built, 37)
+    finally:
+        await server.stop()
+        await SqlMemory(migrated_db_url).drop_all()  # its scopes' roles are per cluster

@@ -22,7 +22,7 @@ from treadle.api.deps import Rt, Who
 from treadle.api.errors import AUTHED, BODY, errors
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.domain.ids import is_identifier
-from treadle.errors import NotFound, ValidationFailed
+from treadle.errors import BadRequest, NotFound, ValidationFailed
 from treadle.runtime import Runtime
 from treadle.wire import (
     MemoryDeleted,
@@ -116,16 +116,21 @@ async def delete_key(scope: Scope, scope_id: str, key: str, rt: Rt, who: Who) ->
 
 
 @router.post("/search", response_model=MemorySearchResult, response_model_exclude_unset=True,
-             responses=errors(*BODY, 501, 502))
+             responses=errors(*BODY, 400, 501, 502))
 async def search(body: MemorySearch, rt: Rt, who: Who) -> dict[str, Any]:
     if body.top_k is not None and body.k is not None and body.top_k != body.k:
         raise ValidationFailed("top_k and k name the same limit; give one")
     scope_id = body.scope_id or (TENANT_SCOPE_ID if body.scope == "tenant" else "")
     sid = _scope_id(body.scope, scope_id)
-    out = await rt.substrate.memory.search(
-        who.tenant_id, body.scope, sid, body.query, k=body.top_k or body.k, min_score=body.min_score,
-        recency_weight=body.recency_weight, half_life_hours=body.recency_half_life_hours, prefix=body.prefix,
-        include_values=body.include_values, rank=body.rank, dedup=body.dedup, sources=body.sources,
-    )
+    try:
+        out = await rt.substrate.memory.search(
+            who.tenant_id, body.scope, sid, body.query, k=body.top_k or body.k, min_score=body.min_score,
+            recency_weight=body.recency_weight, half_life_hours=body.recency_half_life_hours, prefix=body.prefix,
+            include_values=body.include_values, rank=body.rank, dedup=body.dedup, sources=body.sources,
+        )
+    except ValidationFailed as exc:
+        if exc.code == "invalid_sources":  # loomcycle's 400 (its clients raise InvalidArgumentError)
+            raise BadRequest(exc.message, code=exc.code) from None
+        raise
     # loomcycle's names (additive): `entries` (= results); the query's embedding size and `truncated` are in out
     return {**out, "scope_id": scope_id, "entries": out.get("results") or []}
