@@ -25,6 +25,10 @@ AGENTS = {
                   {"text": "Thanks for answering."},
               ]}},
     "chat": {"provider": "mock", "model": "echo"},
+    # parked on a sub-agent run that asks a human (tests/console: what a parent waits on, recursively)
+    "boss": {"provider": "mock", "model": "script", "tools": ["Agent"],
+             "mock": {"script": [{"tool": "Agent", "input": {"op": "spawn", "name": "asker", "prompt": "ask them"}},
+                                 {"text": "The child was answered."}]}},
 }
 
 

@@ -82,7 +82,7 @@ def test_steps_on_two_lambdas_are_one_trace(
     assert sum(r.get("continued", 0) for r in results) == 3 and sum(r.get("finished", 0) for r in results) == 1
     assert all(r.get("continued", 0) + r.get("finished", 0) == 2 for r in results)  # two steps each
     finished = spans.get_finished_spans()
-    (run_span,) = [s for s in finished if s.name == "run calc"]
+    (run_span,) = [s for s in finished if s.name == "invoke_agent calc"]
     trace_id = run_span.context.trace_id
     # every step message carried the run's trace in its attributes
     assert len(carried) == 4
@@ -92,8 +92,8 @@ def test_steps_on_two_lambdas_are_one_trace(
     trace_spans = by_trace(finished)[trace_id]
     assert tree(trace_spans) == sorted([
         ("POST /v1/runs", None),
-        ("run calc", "POST /v1/runs"),
-        *[("step calc", "run calc")] * 4,
+        ("invoke_agent calc", "POST /v1/runs"),
+        *[("step calc", "invoke_agent calc")] * 4,
         *[("chat tool-caller", "step calc")] * 4,
         *[("execute_tool Memory", "step calc")] * 3,
     ])

@@ -4,11 +4,13 @@ the spinner, NO_COLOR and Ctrl-C (SIGINT, as the terminal sends it)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pexpect
@@ -189,6 +191,8 @@ def test_errors_are_one_line(server: ServerProcess) -> None:
     assert missing.stderr.strip() == "error: run_not_found: run 'r_nope' not found"
     down = treadle(f"http://127.0.0.1:{free_port()}", "runs")
     assert down.returncode == 1 and len(down.stderr.strip().splitlines()) == 2 and "cannot reach" in down.stderr
+    # only `treadle run` can run in this process: the others never tell you to drop --url
+    assert "drop --url" not in down.stderr and "point --url (or $TREADLE_URL) at a running one" in down.stderr
     bad = treadle(server.url, "answer", "r_x", "yes", "--decline")
     assert bad.returncode == 1 and "give one of" in bad.stderr
 
@@ -236,3 +240,75 @@ async def test_chat_is_a_conversation_that_continues(server: ServerProcess) -> N
     assert texts == ["hello there", "and then?", "one more"]
     wrong = treadle(server.url, "chat", "echo", "--session", sid.group(1))
     assert wrong.returncode == 1 and "belongs to agent chat" in wrong.stdout
+
+
+async def parked_boss(url: str) -> tuple[str, str]:
+    """A `boss` run parked on its sub-agent, the sub-agent parked on its question: (boss, child)."""
+    async with AsyncTreadle(url) as tl:
+        boss = (await tl.runs.start("boss", "delegate")).run_id
+        for _ in range(400):
+            kids = (await tl.runs.list(parent_run_id=boss)).runs
+            if kids and (await tl.runs.interrupts(kids[0].run_id, status="pending")).interrupts:
+                return boss, kids[0].run_id
+            await asyncio.sleep(0.05)
+    raise AssertionError("the sub-agent never asked")
+
+
+async def test_describe_says_what_a_parent_waits_on_down_its_children(server: ServerProcess) -> None:
+    boss, child = await parked_boss(server.url)
+    out = treadle(server.url, "describe", boss, NO_COLOR="1")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert boss in text and "waiting" in text and "waits on" in text
+    assert f"{child} (asker): an answer to: Which colour?  [red / blue]" in text, text
+    assert f'→ treadle answer {child} "your answer"' in text, text
+    assert "sub-agent runs" in text and re.search(rf"└ {child} asker waiting", text), text
+    as_json = json.loads(treadle(server.url, "describe", boss, "--json").stdout)
+    answer = f'treadle answer {child} "your answer"'
+    assert [(b["run_id"], b["command"]) for b in as_json["waits_on"]] == [(child, answer)]
+    assert [(t["depth"], t["run_id"]) for t in as_json["tree"]] == [(0, boss), (1, child)]
+    async with AsyncTreadle(server.url) as tl:  # answered: the boss finishes, nothing waits any more
+        [q] = (await tl.runs.interrupts(child, status="pending")).interrupts
+        await tl.runs.answer(child, q.interrupt_id, "red")
+        await tl.runs.wait(boss)
+    done = treadle(server.url, "describe", boss, NO_COLOR="1").stdout
+    assert "completed" in done and "waits on" not in done and re.search(rf"└ {child} asker completed", done)
+    assert treadle(server.url, "describe", "r_nope").returncode == 1
+
+
+async def test_runs_filters_by_parent_and_creation_time(server: ServerProcess) -> None:
+    boss, child = await parked_boss(server.url)
+    kids = treadle(server.url, "runs", "--parent", boss).stdout
+    assert child in kids and boss not in kids
+    async with AsyncTreadle(server.url) as tl:
+        old = (await tl.runs.start("echo", "long ago")).run_id
+        await tl.runs.wait(old)
+    import psycopg  # the row's timestamp moved, as if it ran two days ago
+
+    with psycopg.connect(server.database_url, autocommit=True) as conn:
+        conn.execute("UPDATE runs SET created_at = created_at - interval '2 days' WHERE id = %s", (old,))
+    recent = treadle(server.url, "runs", "--since", "1d", "--limit", "500").stdout
+    assert boss in recent and old not in recent
+    older = treadle(server.url, "runs", "--until", "1d", "--limit", "500").stdout
+    assert old in older and boss not in older
+    window = (datetime.now(UTC) - timedelta(days=3)).strftime("%Y-%m-%dT%H:%M")
+    assert old in treadle(server.url, "runs", "--since", window, "--until", "36h").stdout
+    bad = treadle(server.url, "runs", "--since", "yesterday")
+    assert bad.returncode == 2 and "an age like 30m" in bad.stderr
+
+
+async def test_the_live_view_names_a_childs_question_and_leaves_parked_time_out(server: ServerProcess) -> None:
+    child_proc = spawn(server.url, "run", "--url", server.url, "boss", "delegate", NO_COLOR="1")
+    child_proc.expect(r"sub-agent (r_\w+) \(asker\) waits on an answer to: Which colour\?")
+    kid = child_proc.match.group(1)
+    child_proc.expect(f'→ treadle answer {kid} "your answer"')
+    await asyncio.sleep(1.5)  # parked this long: not iteration time
+    async with AsyncTreadle(server.url) as tl:
+        [q] = (await tl.runs.interrupts(kid, status="pending")).interrupts
+        await tl.runs.answer(kid, q.interrupt_id, "blue")
+    found = child_proc.expect([r"iteration (\d+) took (\d+\.\d)s \(\+(\d+\.\d)s parked\)", pexpect.EOF])
+    assert found == 0, child_proc.before
+    iteration, took, parked = (float(g) for g in child_proc.match.groups())
+    assert iteration == 2 and parked >= 1.5 and took < 1.5, (iteration, took, parked)
+    child_proc.expect("■ done: end_turn")
+    ended(child_proc, 0)

@@ -57,7 +57,12 @@ def test_run_against_a_server_that_is_down_is_two_lines(
     assert main(["run", "--url", f"http://127.0.0.1:{port}", "demo", "hi"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot reach http://127.0.0.1:{port}") and "Traceback" not in err
-    assert len(err.strip().splitlines()) == 2
+    assert len(err.strip().splitlines()) == 2 and "drop --url to run in this process" in err
+    # the server named by the environment instead: the hint says what to unset (not a --url never given)
+    monkeypatch.setenv("TREADLE_URL", f"http://127.0.0.1:{port}")
+    assert main(["run", "demo", "hi"]) == 1
+    err = capsys.readouterr().err
+    assert "unset TREADLE_URL to run in this process" in err and "--url" not in err
 
 
 def test_serve_on_a_taken_port_fails_before_it_announces(

@@ -61,7 +61,7 @@ async def test_spans_are_exported_over_otlp_http(db_url: str, monkeypatch: pytes
                         names.setdefault(sp.trace_id.hex(), []).append(sp.name)
     assert services == {"treadle-under-test"}
     # the caller's traceparent is honoured: its trace holds the request, the run and its steps
-    assert sorted(names[CALLER_TRACE]) == sorted(["POST /v1/runs", "run tools", "step tools", "step tools",
+    assert sorted(names[CALLER_TRACE]) == sorted(["POST /v1/runs", "invoke_agent tools", "step tools", "step tools",
                                                   "chat tool-caller", "chat tool-caller", "execute_tool Memory"])
 
 

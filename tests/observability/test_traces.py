@@ -77,8 +77,8 @@ async def test_a_run_across_two_workers_is_one_trace_without_content(
     assert len(traces) == 1, [tree(t) for t in traces.values()]
     (trace_spans,) = traces.values()
     assert tree(trace_spans) == sorted([
-        ("run a", None),
-        *[("step a", "run a")] * 3,
+        ("invoke_agent a", None),
+        *[("step a", "invoke_agent a")] * 3,
         *[("chat echo", "step a")] * 3,
         *[("execute_tool Memory", "step a")] * 2,
     ])
@@ -129,9 +129,9 @@ async def test_a_sub_agent_run_is_its_own_trace_linked_to_the_parent(
     }
     run_id = await completed_run(db_url, agents, parent_model, "parent")
     finished = spans.get_finished_spans()
-    runs = {s.name: s for s in finished if s.name.startswith("run ")}
-    assert set(runs) == {"run parent", "run child"}
-    parent, child = runs["run parent"], runs["run child"]
+    runs = {s.name: s for s in finished if s.name.startswith("invoke_agent ")}
+    assert set(runs) == {"invoke_agent parent", "invoke_agent child"}
+    parent, child = runs["invoke_agent parent"], runs["invoke_agent child"]
     assert child.parent is None and child.context.trace_id != parent.context.trace_id
     assert attrs(child)["treadle.run.parent_id"] == run_id
     (link,) = child.links

@@ -43,7 +43,8 @@ async def test_webhook_deliveries(migrated_db_url: str, spans: InMemorySpanExpor
     assert set(hooks) == {"accepted", "duplicate", "InvalidSignature"}
     trace = by_trace(finished)[hooks["accepted"].context.trace_id]
     assert tree(trace) == sorted([("POST /v1/_webhooks/{name}", None), ("webhook gh", "POST /v1/_webhooks/{name}"),
-                                  ("run echo", "webhook gh"), ("step echo", "run echo"), ("chat echo", "step echo")])
+                                  ("invoke_agent echo", "webhook gh"), ("step echo", "invoke_agent echo"),
+                                  ("chat echo", "step echo")])
     assert leaked(finished, ["SECRET-TITLE-77", SECRET]) == []
     get = fresh_metrics.registry.get_sample_value  # type: ignore[union-attr]
     assert get("treadle_webhook_deliveries_total", {"outcome": "accepted"}) == 1
@@ -67,8 +68,8 @@ async def test_a_schedule_fire_starts_the_runs_trace(migrated_db_url: str, spans
     (fire,) = [s for s in finished if s.name == "schedule fire m"]
     assert attrs(fire)["treadle.schedule.id"] == st.schedule_id and attrs(fire)["treadle.outcome"] == "started"
     trace = by_trace(finished)[fire.context.trace_id]
-    assert tree(trace) == sorted([("schedule fire m", None), ("run echo", "schedule fire m"),
-                                  ("step echo", "run echo"), ("chat echo", "step echo")])
+    assert tree(trace) == sorted([("schedule fire m", None), ("invoke_agent echo", "schedule fire m"),
+                                  ("step echo", "invoke_agent echo"), ("chat echo", "step echo")])
     assert leaked(finished, ["SECRET-PROMPT-tick"]) == []
     assert fresh_metrics.registry.get_sample_value(  # type: ignore[union-attr]
         "treadle_schedule_fires_total", {"outcome": "started"}) == 1

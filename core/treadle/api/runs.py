@@ -3,6 +3,7 @@ extra run fields, the /v1/agents routes and batch runs); treadle's own fields ar
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -154,6 +155,10 @@ async def create_runs(body: BatchRequest, rt: Rt, who: Who) -> dict[str, Any]:
     return await run_batch(rt, who, body, start)
 
 
+def _utc(t: datetime | None) -> datetime | None:
+    return t.replace(tzinfo=UTC) if t is not None and t.tzinfo is None else t
+
+
 @router.get("/runs", response_model=RunList, response_model_exclude_unset=True, responses=errors(*AUTHED))
 async def list_runs(
     rt: Rt,
@@ -163,12 +168,17 @@ async def list_runs(
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     user_id: Annotated[str | None, Query(max_length=128)] = None,
     agent: Annotated[str | None, Query(max_length=128)] = None,
+    parent_run_id: Annotated[str | None, Query(max_length=128)] = None,
+    created_after: Annotated[datetime | None, Query()] = None,
+    created_before: Annotated[datetime | None, Query()] = None,
 ) -> dict[str, Any]:
     """The tenant's runs, newest first, `limit` per page; pass `next_cursor` back as `cursor` for the
-    next page; `user_id` / `agent` narrow the list. Parked runs (`status=waiting`) carry `waits`:
-    [{kind, key, deadline, tool_use_id}]."""
+    next page; `user_id` / `agent` / `parent_run_id` (a run's sub-agent runs) narrow the list, and
+    `created_after` (inclusive) / `created_before` (exclusive) to a window (RFC 3339; without a
+    zone: UTC). Parked runs (`status=waiting`) carry `waits`: [{kind, key, deadline, tool_use_id}]."""
     runs = await rt.runs.list_runs(who.tenant_id, status.value if status else None, limit, decode_cursor(cursor),
-                                   user_id=user_id, agent=agent)
+                                   user_id=user_id, agent=agent, parent_run_id=parent_run_id,
+                                   created_after=_utc(created_after), created_before=_utc(created_before))
     out = [run_view(r) for r in runs]
     waits = await waits_of(rt, who.tenant_id, [r.id for r in runs if r.status == RunStatus.WAITING.value])
     for item in out:
@@ -184,7 +194,12 @@ async def get_run(run_id: str, rt: Rt, who: Who) -> dict[str, Any]:
     run = await rt.runs.get(who.tenant_id, run_id)
     if run is None:
         raise RunNotFound(f"run {run_id!r} not found")
-    return run_view(run)
+    out = run_view(run)
+    if run.status == RunStatus.WAITING.value:  # what it waits on, as in a list (issue 43 item 9)
+        waits = await waits_of(rt, who.tenant_id, [run.id])
+        if run.id in waits:
+            out["waits"] = waits[run.id]
+    return out
 
 
 @router.get("/runs/{run_id}/events", name="get_events", response_model=RunEvents, response_model_exclude_unset=True,

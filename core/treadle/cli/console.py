@@ -1,7 +1,9 @@
 """The console's run commands, against a running treadle (`--url`, else $TREADLE_URL, else the
 address `treadle serve` listens on; the bearer from $TREADLE_TOKEN or $TREADLE_AUTH_TOKEN):
 
-    treadle runs [--status S] [--agent A] [--user U] [--limit N] [--json]
+    treadle runs [--status S] [--agent A] [--user U] [--parent RUN] [--since T] [--until T] [--limit N] [--json]
+    treadle describe RUN [--json]                   one screen: the run, what it waits on (and the
+                                                    command that unblocks it), its sub-agent tree
     treadle attach RUN [--from-seq N] [--json]      replay, then the live tail (Ctrl-C: detach)
     treadle cancel RUN [--turn] [--reason TEXT]
     treadle answer RUN                              the pending questions, with their options
@@ -17,7 +19,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
@@ -26,7 +28,7 @@ from treadle.cli.ui import console, escape, fail, guarded
 
 if TYPE_CHECKING:
     from treadle.client import AsyncTreadle
-    from treadle.client.models import Interrupt, RunStatus
+    from treadle.client.models import Interrupt, Run, RunStatus
 
 F = TypeVar("F", bound=Callable[..., Any])
 Body = Callable[["AsyncTreadle"], Awaitable[int]]
@@ -72,17 +74,41 @@ def _age(iso: str | None) -> str:
 STATUS_STYLE = {"completed": "green", "failed": "red", "cancelled": "dim", "waiting": "yellow", "running": "cyan"}
 
 
-@click.command("runs", help="list runs, newest first (filter by status, agent, user)")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def when(text: str | None) -> datetime | None:
+    """`--since`/`--until`: an age (`90s`, `30m`, `2h`, `7d`, `1w`: that long ago) or an RFC 3339
+    time (without a zone: UTC)."""
+    if text is None:
+        return None
+    t = text.strip()
+    if t[:-1].replace(".", "", 1).isdigit() and t[-1:] in UNITS:
+        return datetime.now(UTC) - timedelta(seconds=float(t[:-1]) * UNITS[t[-1]])
+    try:
+        at = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: an age like 30m, 2h, 7d, or a time like 2026-11-29T08:00") from None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+@click.command("runs", help="list runs, newest first (filter by status, agent, user, parent, creation time)")
 @click.option("--status", type=click.Choice(["queued", "running", "waiting", "completed", "failed", "cancelled"]))
 @click.option("--agent")
 @click.option("--user", "user_id")
+@click.option("--parent", "parent_run_id", help="only this run's sub-agent runs")
+@click.option("--since", help="created at or after: an age (30m, 2h, 7d) or a time (RFC 3339, UTC by default)")
+@click.option("--until", help="created before: an age or a time, as --since")
 @click.option("--limit", type=click.IntRange(1, 500), default=20, show_default=True)
 @click.option("--json", "json_", is_flag=True, help="one JSON object per run")
 @url_option
-def runs_command(status: str | None, agent: str | None, user_id: str | None, limit: int, json_: bool,
-                 url: str | None) -> int:
+def runs_command(status: str | None, agent: str | None, user_id: str | None, parent_run_id: str | None,
+                 since: str | None, until: str | None, limit: int, json_: bool, url: str | None) -> int:
+    after, before = when(since), when(until)
+
     async def body(client: AsyncTreadle) -> int:
         page = await client.runs.list(status=cast("RunStatus | None", status), agent=agent, user_id=user_id,
+                                      parent_run_id=parent_run_id, created_after=after, created_before=before,
                                       limit=limit)
         if json_:
             for run in page.runs:
@@ -92,7 +118,8 @@ def runs_command(status: str | None, agent: str | None, user_id: str | None, lim
 
         out = console()
         if not page.runs:
-            out.print("no runs" + (" match" if status or agent or user_id else " yet"))
+            out.print("no runs" + (" match" if status or agent or user_id or parent_run_id or after or before
+                                    else " yet"))
             return 0
         table = Table(box=None, pad_edge=False, header_style="bold")
         for col in ("RUN", "AGENT", "STATUS", "ITER", "TOKENS", "CREATED", "WAITS ON"):
@@ -273,4 +300,67 @@ def events_command(run_id: str, from_seq: int, json_: bool, follow: bool, url: s
     return _run(body, url)
 
 
-COMMANDS = [runs_command, attach_command, cancel_command, answer_command, input_command, events_command]
+def _duration(run: Run) -> str:
+    start = datetime.fromisoformat(run.created_at)
+    end = datetime.fromisoformat(run.completed_at) if run.completed_at else datetime.now(UTC)
+    seconds = (end - start).total_seconds()
+    return f"{seconds:.1f}s" if seconds < 60 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+@click.command("describe", short_help="one screen: a run, what it waits on, its sub-agent tree",
+               help="a run on one screen: its state, what it waits on with the command that unblocks it "
+                    "(down its sub-agent runs: a child's question to a human, say), and its sub-agent tree")
+@click.argument("run_id")
+@click.option("--json", "json_", is_flag=True, help="the run, its blockers and its tree as one JSON object")
+@url_option
+def describe_command(run_id: str, json_: bool, url: str | None) -> int:
+    from treadle.cli.waits import MAX_DEPTH, blockers
+
+    async def tree(client: AsyncTreadle, run: Run, depth: int) -> list[tuple[int, Run]]:
+        rows = [(depth, run)]
+        if depth < MAX_DEPTH:
+            for child in reversed((await client.runs.list(parent_run_id=run.run_id, limit=100)).runs):
+                rows += await tree(client, child, depth + 1)
+        return rows
+
+    async def body(client: AsyncTreadle) -> int:
+        run = await client.runs.get(run_id)
+        blocked = await blockers(client, run)
+        rows = await tree(client, run, 0)
+        if json_:
+            print(json.dumps({"run": run.model_dump(mode="json"),
+                              "waits_on": [{"run_id": b.run_id, "agent": b.agent, "depth": b.depth, "what": b.what,
+                                            "command": b.command} for b in blocked],
+                              "tree": [{"depth": d, "run_id": r.run_id, "agent": r.agent, "status": r.status}
+                                       for d, r in rows]}))
+            return 0
+        out = console()
+        tokens = f"{run.usage.input_tokens} in / {run.usage.output_tokens} out" if run.usage else "-"
+        out.print(f"[bold]{run.run_id}[/] · agent {escape(run.agent)} · "
+                  f"[{STATUS_STYLE.get(run.status, '')}]{run.status}[/]"
+                  + (f" ({escape(run.stop_reason)})" if run.stop_reason else ""))
+        out.print(f"  user {escape(run.user_id or '-')} · {run.iterations} iterations · {tokens} tokens · "
+                  f"created {_age(run.created_at)} · {'took' if run.completed_at else 'for'} {_duration(run)}")
+        if run.parent_run_id:
+            out.print(f"  sub-agent run of {run.parent_run_id} (depth {run.depth})")
+        if run.error:
+            out.print(f"  [red]error: {escape(run.error)}[/]")
+        if blocked:
+            out.print("[bold yellow]waits on[/]")
+            for b in blocked:
+                who = "" if b.run_id == run.run_id else f"{b.run_id} ({escape(b.agent)}): "
+                out.print(f"  {'  ' * b.depth}• {who}{escape(b.what)}")
+                if b.command:
+                    out.print(f"  {'  ' * b.depth}  [yellow]→ {escape(b.command)}[/]")
+        if len(rows) > 1:
+            out.print("[bold]sub-agent runs[/]")
+            for d, r in rows[1:]:
+                out.print(f"  {'  ' * (d - 1)}└ {r.run_id} {escape(r.agent)} "
+                          f"[{STATUS_STYLE.get(r.status, '')}]{r.status}[/] · {r.iterations} it · {_duration(r)}")
+        return 0
+
+    return _run(body, url)
+
+
+COMMANDS = [runs_command, describe_command, attach_command, cancel_command, answer_command, input_command,
+            events_command]

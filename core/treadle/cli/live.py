@@ -1,6 +1,8 @@
 """The live view of a run (`treadle run`, `treadle attach`): streamed text, each tool call and
-result, a spinner with the elapsed time of the current iteration, the time each iteration took,
-pending questions with the command that answers them; and Ctrl-C: once detaches (the run goes on;
+result, a spinner with the elapsed time of the current iteration, the time each iteration took
+(time parked is not iteration time: it is shown apart), pending questions with the command that
+answers them, and while the run is parked what it waits on with the command that unblocks it —
+down its sub-agent runs (a child's question to a human, say; cli/waits.py); and Ctrl-C: once detaches (the run goes on;
 the attach command is printed), twice within GRACE_S cancels the run. When the CLI serves
 in-process, the first Ctrl-C stops that server cleanly instead (the run stays in the database
 and goes on at the next `treadle serve`)."""
@@ -14,16 +16,20 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.status import Status
 from rich.text import Text
 
 from treadle.cli.ui import animated, console, escape
-from treadle.client import AsyncTreadle, SseEvent
+from treadle.cli.waits import Blocker, blockers
+from treadle.client import ApiError, AsyncTreadle, SseEvent
 from treadle.domain.events import EventType
 from treadle.domain.tasks import cancel_and_wait
 
 GRACE_S = 2.0
+#: how often a parked run's blockers are read again (a child may ask later than its parent parks)
+BLOCKERS_EVERY_S = 1.0
 OK_STOPS = ("end_turn", "max_iterations")
 
 
@@ -56,6 +62,9 @@ class LiveView:
         self.started = self.iter_since = self.wait_since = time.monotonic()
         self.iteration = 1
         self.waiting = ""
+        #: the current park's start (None: not parked), and the time parked in this iteration
+        self.parked_since: float | None = None
+        self.parked_s = 0.0
         self.streaming = False
         self._streamed: set[object] = set()
         self._status: Status | None = None
@@ -124,26 +133,38 @@ class LiveView:
                 self._p(f"✗ {tu.get('name')} {text}", "red")
             else:
                 self._p(f"← {tu.get('name')} {text}", "green")
-            self.waiting = ""
+            self.unpark()
         elif etype == EventType.RETRY:
             r = data.get("retry") or {}
             self._p(f"↻ retry {r.get('attempt')} in {r.get('wait_ms')} ms ({r.get('reason')})", "yellow")
         elif etype == EventType.USAGE:
             u = data.get("usage") or {}
             now = time.monotonic()
-            self._p(f"  · iteration {data.get('iteration')} took {_dur(now - self.iter_since)} · "
-                    f"{u.get('input_tokens')} in / {u.get('output_tokens')} out tokens "
+            parked = f" (+{_dur(self.parked_s)} parked)" if self.parked_s >= 0.05 else ""
+            took = max(0.0, now - self.iter_since - self.parked_s)  # a park dated by its event's own time
+            self._p(f"  · iteration {data.get('iteration')} took {_dur(took)}"
+                    f"{parked} · {u.get('input_tokens')} in / {u.get('output_tokens')} out tokens "
                     f"({u.get('provider')}/{u.get('model')})", "dim")
             self.iteration = int(data.get("iteration") or self.iteration) + 1
-            self.iter_since = now
+            self.iter_since, self.parked_s = now, 0.0
+        elif etype == EventType.TOOL_PARKED:
+            wait = data.get("wait") or {}
+            self.park(_since(data))
+            kind = wait.get("kind")
+            if kind == "agent":
+                extra = wait.get("extra") or {}
+                self.waiting = f"waiting on {extra.get('count', 'its')} sub-agent run(s)"
+            elif kind != "interruption":  # a question says so itself
+                self.waiting = f"parked: {kind}"
         elif etype == EventType.INTERRUPTION_PENDING:
             self.question(data)
         elif etype == EventType.AWAITING_INPUT:
             self.waiting = "waiting for input"
             self.wait_since = _since(data)
+            self.park(self.wait_since)
             self._p(f"… the run waits for your input: treadle input {self.run_id} \"your message\"", "yellow")
         elif etype in (EventType.USER_INPUT, EventType.STEER):
-            self.waiting = ""
+            self.unpark()
             if data.get("source") in ("input", "steer"):
                 text = data.get("user_input", {}).get("text") if etype == EventType.STEER else _segments_text(data)
                 self._p(f"» {text}", "magenta")
@@ -156,11 +177,37 @@ class LiveView:
         elif etype == EventType.ERROR:
             self._p(f"■ error {data.get('code')}: {data.get('error')}", "bold red")
 
+    def park(self, since: float) -> None:
+        if self.parked_since is None:
+            self.parked_since = self.wait_since = since
+
+    def unpark(self) -> None:
+        self.waiting = ""
+        if self.parked_since is not None:
+            self.parked_s += max(0.0, time.monotonic() - self.parked_since)
+            self.parked_since = None
+
+    @property
+    def parked(self) -> bool:
+        return self.parked_since is not None
+
+    def blockers(self, found: list[Blocker]) -> None:
+        """What the parked run waits on (cli/waits.py), each with the command that unblocks it."""
+        self.stop()
+        self._end_stream()
+        for b in found:
+            who = "" if b.run_id == self.run_id else f"sub-agent {b.run_id} ({b.agent}) waits on "
+            self._p(f"… {'  ' * b.depth}{who}{b.what}", "yellow")
+            if b.command:
+                self._p(f"  {'  ' * b.depth}→ {b.command}", "yellow")
+        self.spin()
+
     def question(self, data: dict[str, Any]) -> None:
         """A pending question, its options, and how to answer it."""
         iid = data.get("interrupt_id")
         self.waiting = "waiting for an answer"
         self.wait_since = _since(data)
+        self.park(self.wait_since)
         self._p(f"? {data.get('question')}", "bold yellow")
         options = data.get("options") or []
         for n, opt in enumerate(options, 1):
@@ -211,16 +258,40 @@ async def follow(
     view = LiveView(run_id)
     last: list[SseEvent] = []
 
+    async def watch_blockers() -> None:
+        """While the run is parked on something other than its own question: what it (and its
+        sub-agent runs) wait on, each new blocker printed once."""
+        shown: set[tuple[str, str]] = set()
+        while True:
+            if view.parked:
+                try:
+                    now_blocking = await blockers(client, await client.runs.get(run_id))
+                except (ApiError, httpx.TransportError):  # the stream says what is wrong, if anything
+                    now_blocking = []
+                found = [b for b in now_blocking if (b.run_id, b.what) not in shown
+                         and not (b.run_id == run_id and b.what.startswith("an answer to"))]  # on the screen already
+                shown.update((b.run_id, b.what) for b in found)
+                if found:
+                    view.blockers(found)
+            else:
+                shown.clear()
+            await asyncio.sleep(BLOCKERS_EVERY_S)
+
     async def consume() -> int:
         if not as_json:  # JSON lines are for programs: no spinner between them
             view.spin()
-        async for ev in client.runs.stream(run_id, from_seq):
-            if as_json:
-                print(json.dumps({"event": ev.event, "id": ev.id, **ev.data}), flush=True)
-            else:
-                view.event(ev)
-            if ev.id is not None:
-                last[:] = [ev]
+        watcher = None if as_json else asyncio.create_task(watch_blockers())
+        try:
+            async for ev in client.runs.stream(run_id, from_seq):
+                if as_json:
+                    print(json.dumps({"event": ev.event, "id": ev.id, **ev.data}), flush=True)
+                else:
+                    view.event(ev)
+                if ev.id is not None:
+                    last[:] = [ev]
+        finally:
+            if watcher is not None:
+                await cancel_and_wait(watcher)
         view.stop()
         return exit_status(last[0] if last else None)
 

@@ -115,7 +115,14 @@ async def _run(args: Args) -> int:
 def cmd_run(args: Args) -> int:
     from treadle.cli.ui import guarded
 
-    return guarded(lambda: _run(args), args.url)
+    # what made it talk to a server rather than run in this process (issue 43 item 9: it always said --url)
+    if args.url:
+        hint = "start one with `treadle serve`, or drop --url to run in this process"
+    elif os.environ.get("TREADLE_URL"):
+        hint = "start one with `treadle serve`, or unset TREADLE_URL to run in this process"
+    else:  # the server found at the listen address went away meanwhile
+        hint = "the server at TREADLE_LISTEN stopped: run again (with none there, this process runs one)"
+    return guarded(lambda: _run(args), args.url, hint)
 
 
 # -- doctor ----------------------------------------------------------------------------------------

@@ -46,7 +46,12 @@ def escape(text: str) -> str:
     return rich_escape(text)
 
 
-def guarded(body: Callable[[], Coroutine[Any, Any, int]], url: str | None) -> int:
+#: what a console command that talks to a server says when none answers (only `treadle run` can
+#: run in this process instead: it passes its own hint)
+SERVER_HINT = "start one with `treadle serve`, or point --url (or $TREADLE_URL) at a running one"
+
+
+def guarded(body: Callable[[], Coroutine[Any, Any, int]], url: str | None, hint: str = SERVER_HINT) -> int:
     """Run a console command; the API's error and a server that is down become one or two lines."""
     import httpx
 
@@ -58,5 +63,4 @@ def guarded(body: Callable[[], Coroutine[Any, Any, int]], url: str | None) -> in
         return fail(f"{exc.code}: {exc.message}")
     except httpx.TransportError as exc:  # a server that is down or went away: one line, not a traceback
         where = url or os.environ.get("TREADLE_URL") or "the treadle server"
-        return fail(f"cannot reach {where}: {exc.__class__.__name__}: {exc or 'connection failed'}",
-                    "start one with `treadle serve`, or drop --url to run in this process")
+        return fail(f"cannot reach {where}: {exc.__class__.__name__}: {exc or 'connection failed'}", hint)

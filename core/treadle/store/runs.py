@@ -390,19 +390,27 @@ class RunStore:
 
     async def list_runs(
         self, tenant_id: str, status: str | None, limit: int, before: tuple[datetime, str] | None = None,
-        *, user_id: str | None = None, agent: str | None = None,
+        *, user_id: str | None = None, agent: str | None = None, parent_run_id: str | None = None,
+        created_after: datetime | None = None, created_before: datetime | None = None,
     ) -> list[RunRecord]:
         """Newest first; `before` = (created_at, id) of the last run of the previous page;
-        optionally only one user's runs, or one agent's."""
+        optionally only one user's runs, or one agent's, or one run's children, created in a window."""
         # only the filters asked for are in the statement: a prepared statement's generic plan
         # cannot use an index behind `(param IS NULL OR column = param)` (runs_tenant_agent_ix,
         # runs_tenant_user_ix)
         where: list[str] = ["tenant_id = %s"]
         params: list[object] = [tenant_id]
-        for column, value in (("status", status), ("user_id", user_id), ("agent", agent)):
+        for column, value in (("status", status), ("user_id", user_id), ("agent", agent),
+                              ("parent_run_id", parent_run_id)):
             if value is not None:
                 where.append(f"{column} = %s")
                 params.append(value)
+        if created_after is not None:
+            where.append("created_at >= %s")
+            params.append(created_after)
+        if created_before is not None:
+            where.append("created_at < %s")
+            params.append(created_before)
         if before is not None:
             where.append("(created_at, id) < (%s, %s)")
             params.extend(before)

@@ -123,17 +123,20 @@ def span(
 def run_created(
     *, run_id: str, tenant_id: str, agent: str, parent_run_id: str | None, depth: int
 ) -> dict[str, str]:
-    """Record the `run {agent}` span of a run being created; returns its context to store on the
-    run row ({} when tracing is off). The span is the root every step of the run hangs under. A
-    sub-agent's run is a new trace, linked to the span that started it (the parent's Agent call)."""
+    """Record the `invoke_agent {agent}` span of a run being created (the GenAI conventions' agent
+    span: `gen_ai.operation.name=invoke_agent`, `gen_ai.agent.name`, `gen_ai.agent.id` = the run
+    id); returns its context to store on the run row ({} when tracing is off). The span is the
+    root every step of the run hangs under. A sub-agent's run is a new trace, linked to the span
+    that started it (the parent's Agent call)."""
     caller = trace.get_current_span().get_span_context()
     child = parent_run_id is not None
     links = [Link(caller)] if child and caller.is_valid else None
     attrs: dict[str, AttrValue | None] = {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent, "gen_ai.agent.id": run_id,
         "treadle.run.id": run_id, "treadle.tenant": tenant_id, "treadle.agent": agent,
         "treadle.run.parent_id": parent_run_id, "treadle.run.depth": depth,
     }
-    with span(f"run {agent}", attrs, parent=otel_context.Context() if child else None, links=links):
+    with span(f"invoke_agent {agent}", attrs, parent=otel_context.Context() if child else None, links=links):
         return current_carrier()
 
 

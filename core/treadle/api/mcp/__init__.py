@@ -38,7 +38,13 @@ TRANSPORT_CODES = {**_STATUS_CODES, 406: "not_acceptable", 421: "misdirected_req
 class McpEndpoint:
     """The ASGI endpoint of /v1/_mcp (a Starlette route endpoint: it gets the raw request)."""
 
+    def __init__(self, path: str) -> None:
+        self.path = path
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # a plain Starlette route puts no `route` in the scope: the request's span and access log
+        # read its template there (api/tracing.py), so name it (issue 43 item 9: spans were "POST")
+        scope["route"] = self
         if scope.get("method") != "POST":
             # stateless: no server-initiated stream to GET, no session to DELETE
             raise StarletteHTTPException(405, "the MCP endpoint is stateless: POST JSON-RPC messages",
@@ -100,9 +106,10 @@ class TreadleErrorShape:
 
 
 router = APIRouter(tags=["mcp"], route_class=LazyAPIRoute)
-router.routes.append(Route(PATH, McpEndpoint(), methods=["GET", "POST", "DELETE"], include_in_schema=False))
+METHODS = ["GET", "POST", "DELETE"]
+router.routes.append(Route(PATH, McpEndpoint(PATH), methods=METHODS, include_in_schema=False))
 #: the same endpoint at `/mcp`: the MCP Inspector rewrites an HTTP URL whose path does not end in /mcp
-router.routes.append(Route(SHORT_PATH, McpEndpoint(), methods=["GET", "POST", "DELETE"], include_in_schema=False))
+router.routes.append(Route(SHORT_PATH, McpEndpoint(SHORT_PATH), methods=METHODS, include_in_schema=False))
 #: MCPServerDef ops over HTTP (as /v1/_agentdef): POST /v1/_mcpserverdef, GET /v1/_mcpserverdef/names
 add_def_routes(router, "/v1/_mcpserverdef", lambda rt: rt.mcp_defs)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import httpx
@@ -250,17 +251,28 @@ class AsyncRuns(AsyncResource):
         cursor: str | None = None,
         user_id: str | None = None,
         agent: str | None = None,
+        parent_run_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> m.RunList:
-        """One page, newest first; pass `next_cursor` back as `cursor` for the next."""
-        params = clean({"status": status, "limit": limit, "cursor": cursor, "user_id": user_id, "agent": agent})
+        """One page, newest first; pass `next_cursor` back as `cursor` for the next. `parent_run_id`:
+        that run's sub-agent runs; `created_after` (inclusive) / `created_before`: a window."""
+        params = clean({"status": status, "limit": limit, "cursor": cursor, "user_id": user_id, "agent": agent,
+                        "parent_run_id": parent_run_id,
+                        "created_after": created_after.isoformat() if created_after else None,
+                        "created_before": created_before.isoformat() if created_before else None})
         return await self.client.model(Call("GET", "/v1/runs", params=params), m.RunList)
 
     async def iterate(self, *, status: m.RunStatus | None = None, user_id: str | None = None,
-                      agent: str | None = None, page_size: int = 100) -> AsyncIterator[m.Run]:
+                      agent: str | None = None, parent_run_id: str | None = None,
+                      created_after: datetime | None = None, created_before: datetime | None = None,
+                      page_size: int = 100) -> AsyncIterator[m.Run]:
         """Every matching run, newest first, page by page."""
         cursor: str | None = None
         while True:
-            page = await self.list(status=status, limit=page_size, cursor=cursor, user_id=user_id, agent=agent)
+            page = await self.list(status=status, limit=page_size, cursor=cursor, user_id=user_id, agent=agent,
+                                   parent_run_id=parent_run_id, created_after=created_after,
+                                   created_before=created_before)
             for run in page.runs:
                 yield run
             if not page.next_cursor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import httpx
@@ -251,17 +252,28 @@ class Runs(Resource):
         cursor: str | None = None,
         user_id: str | None = None,
         agent: str | None = None,
+        parent_run_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> m.RunList:
-        """One page, newest first; pass `next_cursor` back as `cursor` for the next."""
-        params = clean({"status": status, "limit": limit, "cursor": cursor, "user_id": user_id, "agent": agent})
+        """One page, newest first; pass `next_cursor` back as `cursor` for the next. `parent_run_id`:
+        that run's sub-agent runs; `created_after` (inclusive) / `created_before`: a window."""
+        params = clean({"status": status, "limit": limit, "cursor": cursor, "user_id": user_id, "agent": agent,
+                        "parent_run_id": parent_run_id,
+                        "created_after": created_after.isoformat() if created_after else None,
+                        "created_before": created_before.isoformat() if created_before else None})
         return self.client.model(Call("GET", "/v1/runs", params=params), m.RunList)
 
     def iterate(self, *, status: m.RunStatus | None = None, user_id: str | None = None,
-                      agent: str | None = None, page_size: int = 100) -> Iterator[m.Run]:
+                      agent: str | None = None, parent_run_id: str | None = None,
+                      created_after: datetime | None = None, created_before: datetime | None = None,
+                      page_size: int = 100) -> Iterator[m.Run]:
         """Every matching run, newest first, page by page."""
         cursor: str | None = None
         while True:
-            page = self.list(status=status, limit=page_size, cursor=cursor, user_id=user_id, agent=agent)
+            page = self.list(status=status, limit=page_size, cursor=cursor, user_id=user_id, agent=agent,
+                                   parent_run_id=parent_run_id, created_after=created_after,
+                                   created_before=created_before)
             for run in page.runs:
                 yield run
             if not page.next_cursor:
