@@ -91,6 +91,7 @@ async def test_no_form_of_any_secret_is_in_the_dump_the_log_or_the_spans(make_db
                "TREADLE_CREDENTIALS_KEY": base64.b64encode(os.urandom(32)).decode(),
                "TREADLE_HTTP_ALLOWED_HOSTS": "127.0.0.1", "TREADLE_HTTP_PRIVATE_HOST_ALLOWLIST": "127.0.0.1",
                "OTEL_EXPORTER_OTLP_ENDPOINT": lo.url("").rstrip("/"), "OTEL_SERVICE_NAME": "adversarial",
+               "OTEL_BSP_SCHEDULE_DELAY": "200",
                "TREADLE_LOG_LEVEL": "debug"}
         srv = await start_server(url, agents, name="adversarial",
                                  extra_config={"channels": {"feed": {"scope": "global", "semantic": "broadcast"}}},
@@ -106,7 +107,9 @@ async def test_no_form_of_any_secret_is_in_the_dump_the_log_or_the_spans(make_db
                     user_credentials={"vault": RUN_CRED})]
         assert frames[-1].event == "done" and frames[-1].data["stop_reason"] == "end_turn", frames[-1]
         assert len([s for s in lo.seen if s.path == "/echo"]) == 1
-        srv.stop()  # flushes the spans and metrics still buffered
+        # its shutdown flushes the spans and metrics still buffered: the collector (this event loop)
+        # must keep answering meanwhile
+        await asyncio.to_thread(srv.stop)
         exported = [s.body for s in lo.seen if s.path in ("/v1/traces", "/v1/metrics")]
     assert any(s.path == "/v1/traces" for s in lo.seen)
     dump = pg_dump(url)
