@@ -19,6 +19,8 @@ Context (`cdk deploy -c key=value`; every knob of docs/deploy-aws.md is one of t
                         ws_concurrency (10)
   worker_timeout_s      the worker's timeout (default 900, Lambda's maximum)
   db_pool_size          database connections per function environment (default 2)
+  worker_memory_mb      the worker's memory (default 512; peak ~80 MB, docs/deploy-aws.md "Memory and cost")
+  api_memory_mb         the api function's memory (default 512)
   stream                "false" leaves out the stream function and its URL
   live_deltas           "false": the stream function streams committed events only (no text deltas
                         relayed through Postgres NOTIFY; no listener connection per stream environment)
@@ -90,6 +92,8 @@ def props_from_context(ctx: Any) -> TreadleRuntimeProps:
         worker_timeout=cdk.Duration.seconds(number(ctx("worker_timeout_s"), base.worker_timeout.to_seconds(),
                                                    "worker_timeout_s")),
         db_pool_size=int(number(ctx("db_pool_size"), base.db_pool_size, "db_pool_size")),
+        worker_memory_mb=int(number(ctx("worker_memory_mb"), base.worker_memory_mb, "worker_memory_mb")),
+        api_memory_mb=int(number(ctx("api_memory_mb"), base.api_memory_mb, "api_memory_mb")),
         stream=flag(ctx("stream"), base.stream),
         websocket=flag(ctx("websocket"), base.websocket),
         live_deltas=flag(ctx("live_deltas"), base.live_deltas),

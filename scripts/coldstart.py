@@ -13,6 +13,15 @@
    pool) and creates the SQS client (boto3 is imported then), the second shows the warm path.
    api: POST /v1/runs; worker: one step of a mock tool-calling agent (model, tool, commit, send).
 3. The dependency layer's size, unzipped and zipped (build it with layers/build.py).
+4. With `--ric` (needs `pip install awslambdaric`): every function under AWS's own runtime
+   interface client, `python -m awslambdaric functions.<name>.handler.handler`, against a local
+   Runtime API stand-in (scripts/runtime_api.py), moto and a real Postgres. Per function:
+   INIT (process start → the runtime's first `GET /invocation/next`), the first and the second
+   invocation, peak memory (VmHWM); and SnapStart-style (`AWS_LAMBDA_INITIALIZATION_TYPE=snap-start`:
+   INIT and the before-snapshot hooks done ahead, up to `GET /restore/next`), the memory at the
+   snapshot (VmRSS there) and the first invocation after the restore (restore answered → the
+   first answer, after-restore hooks included). Not measured: the time AWS takes to restore a
+   snapshot into a microVM (its page-ins) — CRIU cannot snapshot on this kernel.
 """
 
 from __future__ import annotations
@@ -218,6 +227,162 @@ def invocations(repeat: int) -> None:
         server.stop()
 
 
+RIC_FUNCTIONS = ("api", "worker", "webhook", "mcp", "scheduler", "maintenance")
+#: the webhook's signing secret in the benchmark's own configuration
+WEBHOOK_KEY = "coldstart-webhook-key"
+
+
+def _rss_mb(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM (peak) of a process, MB."""
+    out: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) / 1024
+    return out
+
+
+def _ric_event(which: str, sqs: object, queue: str, arn: str) -> object:
+    import hashlib
+    import hmac
+    import time
+    import uuid
+
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
+    from lambda_sim import http_event, sqs_event
+
+    auth = {"authorization": "Bearer coldstart"}
+    if which == "api":
+        return http_event("POST", "/v1/runs", headers=auth, body={"agent": "calc", "prompt": "hi"})
+    if which == "worker":  # a step-0 message an api invocation sent
+        got = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=1, WaitTimeSeconds=5)  # type: ignore[attr-defined]
+        return sqs_event(got["Messages"], arn)
+    if which == "webhook":
+        body = json.dumps({"issue": {"title": "cold"}}).encode()
+        sig = "sha256=" + hmac.new(WEBHOOK_KEY.encode(), body, hashlib.sha256).hexdigest()
+        return http_event("POST", "/v1/_webhooks/gh", body=body, route_key="ANY /v1/_webhooks/{proxy+}", headers={
+            "content-type": "application/json", "x-hub-signature-256": sig, "x-github-delivery": str(uuid.uuid4())})
+    if which == "mcp":
+        return http_event("POST", "/v1/_mcp", route_key="ANY /v1/_mcp",
+                          headers={**auth, "accept": "application/json, text/event-stream"},
+                          body={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    if which == "scheduler":
+        return {"schedule_id": "sch_coldstart", "scheduled_time": time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime())}
+    return {"source": "aws.scheduler", "detail-type": "Scheduled Event"}  # maintenance
+
+
+def _ric_once(which: str, env: dict[str, str], snap: bool, sqs: object, queue: str, arn: str) -> dict[str, float]:
+    """One fresh environment of `which` under awslambdaric: its figures, ms and MB."""
+    import time
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from runtime_api import RuntimeApi
+
+    api = RuntimeApi(f"treadle-{which}")
+    run_env = {**env, "AWS_LAMBDA_RUNTIME_API": api.address, "AWS_LAMBDA_FUNCTION_NAME": f"treadle-{which}",
+               "AWS_LAMBDA_FUNCTION_VERSION": "1", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024",
+               "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/treadle-{which}", "AWS_LAMBDA_LOG_STREAM_NAME": "coldstart",
+               "PYTHONPATH": str(ROOT)}
+    if snap:
+        run_env["AWS_LAMBDA_INITIALIZATION_TYPE"] = "snap-start"
+    else:
+        run_env.pop("AWS_LAMBDA_INITIALIZATION_TYPE", None)
+    out: dict[str, float] = {}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "awslambdaric", f"functions.{which}.handler.handler"],
+                            env=run_env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        if snap:
+            out["init_ms"] = (api.wait_for("restore_next") - t0) * 1000
+            out["snapshot_mb"] = _rss_mb(proc.pid)["VmRSS"]
+            restored = api.restore()
+            _, done, _ = api.invoke(_ric_event(which, sqs, queue, arn))
+            out["restored_first_ms"] = (done - restored) * 1000
+        else:
+            out["init_ms"] = (api.wait_for("next") - t0) * 1000
+            for key in ("first_ms", "second_ms"):
+                sent, done, _ = api.invoke(_ric_event(which, sqs, queue, arn))
+                out[key] = (done - sent) * 1000
+            out["peak_mb"] = _rss_mb(proc.pid)["VmHWM"]
+    except BaseException:
+        proc.kill()
+        sys.stderr.write(proc.communicate()[1].decode(errors="replace")[-3000:])
+        raise
+    finally:
+        proc.kill()
+        proc.wait()
+        api.close()
+    return out
+
+
+def ric(repeat: int) -> None:
+    try:
+        import awslambdaric  # noqa: F401
+    except ImportError:
+        sys.exit("--ric needs AWS's runtime interface client: .venv/bin/pip install awslambdaric")
+    import boto3
+    import psycopg
+    from moto.server import ThreadedMotoServer
+    from psycopg.conninfo import make_conninfo
+
+    from treadle.store.db import resolve_database_url
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    aws = {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
+    os.environ.update(aws)
+    admin = resolve_database_url(os.environ.get("DATABASE_URL"), ROOT / ".treadle" / "coldstart")
+    dbname = f"treadle_coldric_{os.getpid()}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    config = ROOT / ".treadle" / "coldstart" / "treadle-ric.json"
+    config.write_text(json.dumps({
+        "agents": {"calc": {"provider": "mock", "model": "tool-caller", "tools": ["Memory"],
+                            "mock": {"tool_calls": 1}}},
+        "webhooks": {"gh": {"agent": "calc", "auth": {"header": "X-Hub-Signature-256",
+                                                      "signing_secret_env": "COLDSTART_GH_KEY"}}},
+    }))
+    try:
+        sqs = boto3.client("sqs")
+        queue = sqs.create_queue(QueueName="coldstart-ric")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        env = {**os.environ, **aws, "DATABASE_URL": make_conninfo(admin, dbname=dbname), "TREADLE_QUEUE_URL": queue,
+               "TREADLE_CONFIG": str(config), "TREADLE_AUTH_TOKEN": "coldstart", "COLDSTART_GH_KEY": WEBHOOK_KEY,
+               "PYDANTIC_DISABLE_PLUGINS": "__all__", "TREADLE_HOME": str(ROOT / ".treadle" / "coldstart")}
+        results: dict[str, list[dict[str, float]]] = {f: [] for f in RIC_FUNCTIONS}
+        for i in range(repeat + 1):  # the first pass migrates the database and writes bytecode
+            for snap in (False, True):
+                while msgs := sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages"):
+                    for m in msgs:
+                        sqs.delete_message(QueueUrl=queue, ReceiptHandle=m["ReceiptHandle"])
+                for which in RIC_FUNCTIONS:  # the worker takes the step-0 messages the api just sent
+                    figures = _ric_once(which, env, snap, sqs, queue, arn)
+                    if i > 0:
+                        results[which].append(figures)
+        rows = []
+        for which, runs in results.items():
+            def med(key: str, runs: list[dict[str, float]] = runs) -> float:
+                return statistics.median(r[key] for r in runs if key in r)
+            rows.append([which, f"{med('init_ms'):.0f}", f"{med('first_ms'):.0f}", f"{med('second_ms'):.0f}",
+                         f"{med('peak_mb'):.0f}", f"{med('snapshot_mb'):.0f}", f"{med('restored_first_ms'):.0f}"])
+        table(f"Under awslambdaric with a local Runtime API (median of {repeat}; INIT is on-demand's)",
+              ["function", "INIT ms", "1st invocation ms", "2nd invocation ms", "peak MB",
+               "MB at snapshot", "1st invocation after restore ms"], rows)
+        print("  INIT: process start to the first GET /invocation/next (interpreter, awslambdaric, the handler's"
+              " imports); after restore: restore answered to the first answer (after-restore hooks, the runtime"
+              " opened, the call); peak: VmHWM after two invocations")
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        server.stop()
+
+
 def layer_size() -> None:
     if not (LAYER / "python").is_dir():
         print("\nLayer: not built (run .venv/bin/python layers/build.py)")
@@ -235,9 +400,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--layer-python", help="an interpreter of the Lambda runtime's version (e.g. python3.12)")
     ap.add_argument("--skip-invocations", action="store_true")
+    ap.add_argument("--ric", action="store_true", help="only the awslambdaric table (section 4)")
     args = ap.parse_args()
     (ROOT / ".treadle" / "coldstart").mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores; {sys.platform}; Python {sys.version.split()[0]}")
+    if args.ric:
+        ric(args.repeat)
+        return 0
     imports(args.repeat, args.layer_python)
     if not args.skip_invocations:
         invocations(args.repeat)

@@ -122,12 +122,16 @@ class TreadleRuntimeProps:
     #: Lambda's maximum: a step's model call may take minutes, and a call that still cannot
     #: finish is handed back at the deadline (treadle_cloud/deadline.py). Billing is per use.
     worker_timeout: Duration = field(default_factory=lambda: Duration.minutes(15))
-    worker_memory_mb: int = 1024
+    #: sized from the measured peak (~80 MB resident after a step under AWS's runtime interface
+    #: client, scripts/coldstart.py --ric; docs/deploy-aws.md "Memory and cost"): 512 MB holds six
+    #: times that; a step mostly waits on its model, and the wait is billed per GB-second
+    worker_memory_mb: int = 512
     #: one record per invocation: records of a batch run one after another, so a batch of 5
     #: made the 5th run wait for four others' model calls; parallelism comes from concurrency
     worker_batch_size: int = 1
     worker_max_concurrency: int = 20
-    api_memory_mb: int = 1024
+    #: the api function's peak is ~90 MB (as the worker's, measured): 512 MB
+    api_memory_mb: int = 512
     #: database connections per execution environment (TREADLE_DB_POOL_SIZE)
     db_pool_size: int = 2
     #: reserve concurrency per function (needs an account concurrency quota with room: a new

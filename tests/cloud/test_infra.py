@@ -498,6 +498,18 @@ def test_reserved_concurrency_fits_the_connection_budget(synth: dict[str, Any]) 
     assert len(stated) == 3 and set(stated) == {sum(reserved.values())}, stated
 
 
+def test_memory_as_the_doc_states_it(synth: dict[str, Any]) -> None:
+    """docs/deploy-aws.md "Memory and cost" states each function's memory and its measured peak:
+    the stack gives what the table says, above the peak (issue 43 item 8)."""
+    t = synth["json"]
+    doc = DEPLOY_DOC.read_text().split("### Memory and cost", 1)[1].split("\n\n**Per million", 1)[0]
+    rows = re.findall(r"^\| (\w+) \| (\d+) \| (\d+) \|$", doc, re.M)
+    assert {name for name, _, _ in rows} == {"worker", "api", "webhook", "mcp", "scheduler", "maintenance"}
+    for name, memory, peak in rows:
+        assert t["Resources"][function_id(t, name)]["Properties"]["MemorySize"] == int(memory), name
+        assert 3 * int(peak) <= int(memory), (name, peak, memory)
+
+
 def test_proxy_pinning_and_the_database_parameters(synth: dict[str, Any]) -> None:
     """With the proxy the pools pin nothing (no server-side prepares, no startup options) and the
     idle-in-transaction limit is the server's; without it (the default) there is no proxy at all."""
