@@ -13,13 +13,14 @@ import asyncio
 import os
 import shutil
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
-from treadle.config import Settings, load_config, parse_config
+from treadle.config import Settings, TreadleConfig, load_config, parse_config
 from treadle.store.sqlmem import SqlMemory
 
 HERE = Path(__file__).parent / "ts_client"
@@ -60,18 +61,25 @@ async def test_continue_session_and_compact_run_with_loomcycles_client(base: str
     await _drive("drive_sessions.mjs", base, _client_dir(), 7)
 
 
-async def test_pause_and_snapshots_with_loomcycles_client(migrated_db_url: str) -> None:
-    """On a database of its own: the pause is runtime-wide (ts_client/drive_snapshots.mjs)."""
-    built = _client_dir()
-    config = parse_config({"agents": {"slow": {"model": "echo", "mock": {"latency_ms": 400}}}})
-    settings = Settings(database_url=migrated_db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
+@asynccontextmanager
+async def served_alone(db_url: str, config: TreadleConfig, path: Path = Path("unused.yaml")) -> AsyncIterator[str]:
+    """A treadle on a database of its own (another server's workers would take its runs)."""
+    settings = Settings(database_url=db_url, home=TEST_HOME, config=path, workers=2,
                         auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
     server = BackgroundServer(settings, config)
     url = await server.start()
     try:
-        await _drive("drive_snapshots.mjs", url, built, 6)
+        yield url
     finally:
         await server.stop()
+
+
+async def test_pause_and_snapshots_with_loomcycles_client(migrated_db_url: str) -> None:
+    """On a database of its own: the pause is runtime-wide (ts_client/drive_snapshots.mjs)."""
+    built = _client_dir()
+    config = parse_config({"agents": {"slow": {"model": "echo", "mock": {"latency_ms": 400}}}})
+    async with served_alone(migrated_db_url, config) as url:
+        await _drive("drive_snapshots.mjs", url, built, 6)
 
 
 async def test_the_clients_run_channel_memory_and_def_methods(migrated_db_url: str) -> None:
@@ -81,18 +89,13 @@ async def test_the_clients_run_channel_memory_and_def_methods(migrated_db_url: s
     family) against a treadle with ts_client/treadle.yaml (hooks need TREADLE_HOOKS_SECRET), on a
     database of its own (another server's workers would take these runs)."""
     built = _client_dir()
-    config = load_config(HERE / "treadle.yaml")
-    settings = Settings(database_url=migrated_db_url, home=TEST_HOME, config=HERE / "treadle.yaml", workers=2,
-                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
     before = os.environ.get("TREADLE_HOOKS_SECRET")
     os.environ["TREADLE_HOOKS_SECRET"] = "hooksecret0123456789"
-    server = BackgroundServer(settings, config)
-    url = await server.start()
     try:
-        await _drive("drive.mjs", url, built, 31)
-        await _drive("drive_parity.mjs", url, built, 7)
+        async with served_alone(migrated_db_url, load_config(HERE / "treadle.yaml"), HERE / "treadle.yaml") as url:
+            await _drive("drive.mjs", url, built, 31)
+            await _drive("drive_parity.mjs", url, built, 7)
     finally:
-        await server.stop()
         if before is None:
             os.environ.pop("TREADLE_HOOKS_SECRET", None)
         else:
@@ -116,12 +119,8 @@ async def test_documents_path_memory_search_and_sql_memory_with_loomcycles_clien
     with rank/dedup/sources, and SQL memory in a run of an agent configured with sql_scopes."""
     built = _client_dir()
     config = parse_config({"agents": {"sqler": SQLER}, "memory": {"embedder": {"driver": "local"}, "sql": {}}})
-    settings = Settings(database_url=migrated_db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
-                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
-    server = BackgroundServer(settings, config)
-    url = await server.start()
     try:
-        await _drive("drive_knowledge.mjs", url, built, 37)
+        async with served_alone(migrated_db_url, config) as url:
+            await _drive("drive_knowledge.mjs", url, built, 37)
     finally:
-        await server.stop()
         await SqlMemory(migrated_db_url).drop_all()  # its scopes' roles are per cluster
