@@ -5,7 +5,10 @@ with their code and leave the worker healthy."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -14,6 +17,7 @@ import pytest
 
 from tests.support.tally import Crash, Tally
 from treadle.dispatch.inline import InlineDispatcher
+from treadle.providers.codejs import CodeJsProvider
 from treadle.runtime import Runtime
 from treadle.store.runs import NewRun
 from treadle.testing import expire_lease, open_test_runtime, sweep, user_text
@@ -139,6 +143,10 @@ async def test_code_changed_mid_run_is_a_replay_divergence(harness: Any) -> None
     err = await error_of(rt2, run_id)
     assert err["code"] == "code_agent_replay_divergence", err
     assert '{"i":1}' in err["error"] and '{"i":9}' in err["error"]
+    good_id = await start(rt2, "deploy", "again")  # the worker goes on: v2 from its start is fine
+    await disp2.drain()
+    good = await rt2.runs.get(TENANT, good_id)
+    assert good is not None and good.status == "completed", good
 
 
 @pytest.mark.parametrize(("code", "want"), [
@@ -219,4 +227,58 @@ async def test_the_model_span_carries_the_code_hash(harness: Any) -> None:
         await start(rt, "hashed", "x")
         await disp.drain()
     chats = [attrs(s) for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
-    assert [a.get("provider.code_hash") for a in chats] == [hashlib.sha256(code.encode()).hexdigest()]
+    digest = hashlib.sha256(code.encode()).hexdigest()
+    assert [a.get("provider.code_hash") for a in chats] == [digest]
+    assert [(a.get("loomcycle.provider.code_hash"), a.get("loomcycle.provider.kind")) for a in chats] == [
+        (digest, "synthetic-code")]  # loomcycle's attribute names as well
+
+
+async def test_a_cancel_while_the_code_computes_ends_the_run_code_agent_cancelled(
+        harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run is cancelled while its second replay spins (QuickJS cannot be interrupted from
+    outside): the engine drops the replay's answer at once and the run ends `cancelled` with
+    `code_agent_cancelled` (loomcycle's code), long before the step's own limit; the spinning
+    replay ends on that limit and the worker goes on with other runs."""
+    replaying = threading.Event()
+    real = CodeJsProvider.replay
+
+    def spy(self: CodeJsProvider, src: str, tools: list[str], run_input: dict[str, Any], recorded: list[Any],
+            **kw: Any) -> Any:
+        if recorded:  # the replay past the first call: it spins
+            replaying.set()
+        return real(self, src, tools, run_input, recorded, **kw)
+
+    monkeypatch.setattr(CodeJsProvider, "replay", spy)
+    spin = "function run(input) { Tally({i: 0}); var x = 0; while (true) { x++; } }"
+    tool = Tally()
+    rt, disp = await harness({"spin": code_agent(spin), "good": code_agent(COUNTER)}, tool,
+                             step_timeout_seconds=8)
+    run_id = await start(rt, "spin", "go")
+    draining = asyncio.create_task(disp.drain())
+    assert await asyncio.to_thread(replaying.wait, 30)
+    t0 = time.monotonic()
+    await rt.cancel_run(TENANT, run_id, "operator stop")
+    await asyncio.wait_for(draining, 30)
+    took = time.monotonic() - t0
+    run = await rt.runs.get(TENANT, run_id)
+    assert run is not None and run.status == "cancelled", run
+    assert run.error is not None and run.error["code"] == "code_agent_cancelled", run.error
+    assert run.error["error"] == "code_agent_cancelled: operator stop"
+    assert took < 4, took  # not the step's 8 s limit
+    assert tool.invocations == 1
+    events = await rt.runs.events(TENANT, run_id)
+    assert [e.type for e in events][-1] == "done" and "error" not in [e.type for e in events]
+    good_id = await start(rt, "good", "2")
+    await disp.drain()
+    good = await rt.runs.get(TENANT, good_id)
+    assert good is not None and good.status == "completed"
+
+
+async def test_a_cancel_between_steps_is_a_plain_cancel(harness: Any) -> None:
+    """A cancel heard at a step's top (no replay running) is an ordinary cancel: no error code."""
+    rt, disp = await harness({"counter": code_agent(COUNTER)}, Tally())
+    run_id = await start(rt, "counter", "3")
+    await rt.cancel_run(TENANT, run_id, "before it ran")
+    await disp.drain()
+    run = await rt.runs.get(TENANT, run_id)
+    assert run is not None and run.status == "cancelled" and run.error is None, run

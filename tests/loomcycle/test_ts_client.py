@@ -124,3 +124,22 @@ async def test_documents_path_memory_search_and_sql_memory_with_loomcycles_clien
             await _drive("drive_knowledge.mjs", url, built, 37)
     finally:
         await SqlMemory(migrated_db_url).drop_all()  # its scopes' roles are per cluster
+
+
+async def test_ensure_code_agent_with_loomcycles_client(migrated_db_url: str) -> None:
+    """Issue 35: `ensureCodeAgent` registers an inline code-js agent (idempotent by content), its
+    runs stream, new code is a new version, and an LLM agent spawns it (ts_client/drive_code_agents.mjs)."""
+    pytest.importorskip("quickjs")
+    built = _client_dir()
+    spawn = {"tool": "Agent", "input": {"name": "ts-greeter", "prompt": "boss"}}
+    config = parse_config({"code_agents": {"enabled": True}, "agents": {"boss": {
+        "model": "script", "tools": ["Agent"], "agent_def_scopes": ["any"],
+        "mock": {"script": [spawn, {"text": "boss done"}]}}}})
+    settings = Settings(database_url=migrated_db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
+                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
+    server = BackgroundServer(settings, config)
+    url = await server.start()
+    try:
+        await _drive("drive_code_agents.mjs", url, built, 5)
+    finally:
+        await server.stop()

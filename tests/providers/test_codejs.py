@@ -153,3 +153,44 @@ async def test_a_spinning_step_ends_on_its_limit_and_the_event_loop_keeps_runnin
         task.cancel()
     assert exc.value.code == "code_agent_timeout"
     assert ticks >= 10  # the loop was not held while the code spun
+
+
+async def test_programs_are_cached_by_content_hash_and_an_edited_file_is_picked_up(tmp_path: Any) -> None:
+    import hashlib
+    import os
+
+    (tmp_path / "agent-a").mkdir()
+    index = tmp_path / "agent-a" / "index.js"
+    index.write_text("function run(i) { return 'one'; }")
+    p = provider(root=str(tmp_path))
+    req = request("", [], [Message("user", [TextBlock("x")])])
+    req.options["code_agent"]["code_body"] = None
+    for _ in range(3):
+        resp = await p.call(req)
+        assert [b.text for b in resp.content if isinstance(b, TextBlock)] == ["one"]
+    assert (p.programs.misses, p.programs.hits) == (1, 2)  # read and hashed once
+    index.write_text("function run(i) { return 'two!'; }")
+    os.utime(index, ns=(1, 1))  # a different (mtime, size): read again at the next step
+    resp = await p.call(req)
+    assert [b.text for b in resp.content if isinstance(b, TextBlock)] == ["two!"]
+    assert p.programs.misses == 2
+    src, digest = p.source("agent-a", None)
+    assert digest == hashlib.sha256(src.encode()).hexdigest()
+    # inline bodies: by (agent, body); the same code under two agents is one program
+    code = "function run(i) { return 'inline'; }"
+    assert p.source("a", code)[1] == p.source("b", code)[1] == p.source("a", code)[1]
+    assert len([h for h in p.programs.by_hash if p.programs.by_hash[h] == code]) == 1
+
+
+def test_the_program_cache_is_bounded() -> None:
+    from treadle.providers import codejs
+
+    cache = codejs.ProgramCache()
+    for i in range(codejs.PROGRAM_CACHE_ENTRIES + 10):
+        cache.put(f"function run() {{ return {i}; }}")
+    assert len(cache.by_hash) == codejs.PROGRAM_CACHE_ENTRIES
+    assert cache.get(codejs.code_hash("function run() { return 0; }")) is None  # the oldest went first
+    big = "x" * (codejs.PROGRAM_CACHE_BYTES // 2 + 1)
+    cache.put(big + "1")
+    cache.put(big + "2")
+    assert cache.size <= codejs.PROGRAM_CACHE_BYTES and cache.get(codejs.code_hash(big + "2")) == big + "2"

@@ -119,6 +119,12 @@ class DefLifecycle(ABC):
             await self.defs.rehash(r.def_id, self.named_content_hash(r.name, r.body))
         return len(rows)
 
+    def create_refreshes(self, active: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+        """Whether `create` of a name whose active version has another body makes a new version
+        of it (a child of the active one, promoted as create promotes) instead of a conflict. By
+        default not: `fork` changes a def."""
+        return False
+
     def gate_subject(self, name: str, body: Mapping[str, Any] | None) -> str | None:
         """What a caller's scopes are checked against: by default the def's name. `body` is None
         when there is no def (verify of a name with nothing deployed)."""
@@ -187,6 +193,11 @@ class DefLifecycle(ABC):
         if active is not None:
             if active.body == body and description in (None, active.description):
                 return {**await self.view(tenant, active), "deduplicated": True}
+            if self.create_refreshes(active.body, body):
+                record = await self.store(tenant, name, body, parent_def_id=active.def_id,
+                                          description=active.description if description is None else description,
+                                          promote=promote, run_id=run_id)
+                return await self.view(tenant, record)
             raise Conflict(f"{self.label} {name!r} exists (version {active.version}) with another body or "
                            "description; fork it to change it")
         record = await self.store(tenant, name, body, parent_def_id=None, description=description or "",

@@ -31,6 +31,9 @@ class StepInterrupted(Exception):
     def __init__(self, state: CancelState) -> None:
         super().__init__("cancelled" if state.cancel_requested else "turn cancelled")
         self.state = state
+        #: the provider whose call was aborted, when it names the cancel (a code agent's replay:
+        #: `code_agent_cancelled`, engine/step.py)
+        self.code: str | None = None
 
 
 async def interruptible(

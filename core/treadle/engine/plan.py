@@ -189,11 +189,15 @@ def finished(events: list[NewEvent], totals: dict[str, int], reason: StopReason,
     return StepPlan([*events, done], StepOutcome("completed", reason.value, iterations_delta=delta, usage=usage))
 
 
-def cancelled(transcript: Transcript, reason: str | None) -> StepPlan:
+def cancelled(transcript: Transcript, reason: str | None, code: str | None = None) -> StepPlan:
+    """The run ends cancelled; `code` names what the cancel aborted (a code agent's replay:
+    `code_agent_cancelled`, kept in the run's error as loomcycle's error text is — the stream ends
+    with the one `done`, not an `error` as well)."""
     why = reason or "cancelled by api"
     events = [tool_result_event(tu, f"cancelled: {why}", True) for tu in transcript.pending]
     events.append(Done(StopReason.CANCELLED.value, transcript.usage, reason=why).event())
-    return StepPlan(events, StepOutcome("cancelled", StopReason.CANCELLED.value))
+    error = Error(code, f"{code}: {why}").to_payload() if code else None
+    return StepPlan(events, StepOutcome("cancelled", StopReason.CANCELLED.value, error=error))
 
 
 def failed(transcript: Transcript, events: list[NewEvent], code: str, message: str,

@@ -50,6 +50,7 @@ from treadle.engine.waiting import Steering
 from treadle.errors import AgentGone, CancelPending, LeaseLost, ProviderError, TreadleError
 from treadle.governance.budgets import Breach, Verdict
 from treadle.providers.base import RUN_PROVIDER_KEYS, DeltaSink, ModelResponse
+from treadle.providers.codejs import CODE_AGENT_CANCELLED
 from treadle.security.redact import SECRETS
 from treadle.store.cancels import CancelState, cancel_state
 from treadle.store.folding import FoldFailed
@@ -288,11 +289,13 @@ class Engine:
             if isinstance(steered, StepPlan):
                 return await self._apply(lease, steered)
             return await self._step(lease)  # the queue held input only: go on with it
+        code: str | None = None
         if isinstance(exc, StepInterrupted):
             leased.cancel_requested, leased.cancel_reason = True, exc.state.cancel_reason
+            code = exc.code
         elif isinstance(exc, CancelPending):
             leased.cancel_requested, leased.cancel_reason = True, exc.reason or None
-        return await self._apply(lease, plan.cancelled(self._transcript(lease), leased.cancel_reason))
+        return await self._apply(lease, plan.cancelled(self._transcript(lease), leased.cancel_reason, code))
 
     # -- the step ----------------------------------------------------------------------------------
 
@@ -501,6 +504,10 @@ class Engine:
         except ProviderError as exc:
             return await self._apply(lease, plan.failed(
                 transcript, retry_events, exc.code, exc.message, exc.details))
+        except StepInterrupted as exc:
+            if agent.config.provider == CODE_JS:  # cancelled while its JavaScript replayed (loomcycle's code)
+                exc.code = CODE_AGENT_CANCELLED
+            raise
 
         turn = retry_events + _assistant_events(response, iteration)
         tool_uses = [b for b in response.content if isinstance(b, ToolUseBlock)]

@@ -25,6 +25,7 @@ import functools
 import hashlib
 import json
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ FIXED_SEED = 0x9E3779B9
 DEFAULT_RUN_TIMEOUT_S = 120.0
 DEFAULT_STEP_TIMEOUT_S = 10.0
 DEFAULT_MEMORY_MB = 64
+#: the run's error code when a cancel lands while its JavaScript replays (engine/step.py)
+CODE_AGENT_CANCELLED = "code_agent_cancelled"
 
 # The sandbox prelude: determinism hooks (loomcycle's sandbox.go, same LCG and clock), the tool
 # binding helper and the final-text mapping. The record ([name, input, text, is_error] per call) is
@@ -230,35 +233,87 @@ class Outcome:
     calls_replayed: int
 
 
+#: programs kept (by content hash) and the bytes they may hold in all
+PROGRAM_CACHE_ENTRIES = 256
+PROGRAM_CACHE_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class ProgramCache:
+    """The agents' JavaScript by content hash (the hash is the AgentDef's `code_hash` and the span's
+    `provider.code_hash`). quickjs-ng's Python binding has no bytecode API (no JS_WriteObject /
+    JS_ReadObject, and a context cannot be cloned), so what is cached is everything before the
+    compile: the source read and hashed once — an inline body by its text, a file by its
+    (mtime, size), so an edited index.js is picked up at the next step without a restart (loomcycle
+    keys files by agent name until a restart). Each step still parses the source in its fresh
+    context: docs/benchmarks.md measures that cost by code size."""
+
+    by_hash: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    inline: dict[tuple[str, str], str] = field(default_factory=dict)  # (agent, body) → hash
+    files: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # path → (mtime_ns, size, hash)
+    size: int = 0
+    hits: int = 0
+    misses: int = 0
+
+    def get(self, digest: str) -> str | None:
+        src = self.by_hash.get(digest)
+        if src is not None:
+            self.by_hash.move_to_end(digest)
+        return src
+
+    def put(self, src: str) -> str:
+        digest = code_hash(src)
+        if digest not in self.by_hash:
+            self.by_hash[digest] = src
+            self.size += len(src)
+            while len(self.by_hash) > PROGRAM_CACHE_ENTRIES or self.size > PROGRAM_CACHE_BYTES:
+                _, old = self.by_hash.popitem(last=False)
+                self.size -= len(old)
+            if len(self.inline) > 4 * PROGRAM_CACHE_ENTRIES:
+                self.inline.clear()
+        return digest
+
+
 @dataclass(slots=True)
 class CodeJsProvider:
     settings: CodeAgentSettings = field(default_factory=CodeAgentSettings)
     name: str = PROVIDER_ID
-    _sources: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # (agent, body) → (src, hash)
+    programs: ProgramCache = field(default_factory=ProgramCache)
 
     def source(self, agent: str, body: str | None) -> tuple[str, str]:
         """The agent's JavaScript and its content hash: the inline `code` wins, else
         `<root>/<agent>/index.js`. Raises code_agent_load."""
-        key = (agent, body or "")
-        hit = self._sources.get(key)
-        if hit is not None and body:
-            return hit
+        cache = self.programs
         if body:
-            src = body
-        else:
-            if not agent or ".." in agent.split("/") or agent.startswith("/"):
-                raise ProviderError(f"code_agent_load: bad agent name {agent!r}", code="code_agent_load")
-            path = Path(self.settings.root) / agent / "index.js"
-            try:
-                src = path.read_text()
-            except OSError as exc:
-                raise ProviderError(f"code_agent_load: {path}: {exc.strerror or exc}", code="code_agent_load") from exc
-        out = (src, code_hash(src))
-        if body:
-            if len(self._sources) > 256:
-                self._sources.clear()
-            self._sources[key] = out
-        return out
+            digest = cache.inline.get((agent, body))
+            src = cache.get(digest) if digest is not None else None
+            if src is None or digest is None:
+                cache.misses += 1
+                digest = cache.put(body)
+                cache.inline[(agent, body)] = digest
+                return body, digest
+            cache.hits += 1
+            return src, digest
+        if not agent or ".." in agent.split("/") or agent.startswith("/") or "\\" in agent:
+            raise ProviderError(f"code_agent_load: bad agent name {agent!r}", code="code_agent_load")
+        path = Path(self.settings.root) / agent / "index.js"
+        try:
+            st = path.stat()
+            known = cache.files.get(str(path))
+            if known is not None and known[:2] == (st.st_mtime_ns, st.st_size):
+                src = cache.get(known[2])
+                if src is not None:
+                    cache.hits += 1
+                    return src, known[2]
+            src = path.read_text()
+        except OSError as exc:
+            raise ProviderError(f"code_agent_load: {path}: {exc.strerror or exc}", code="code_agent_load") from exc
+        cache.misses += 1
+        digest = cache.put(src)
+        if len(cache.files) > 4 * PROGRAM_CACHE_ENTRIES:
+            cache.files.clear()
+        cache.files[str(path)] = (st.st_mtime_ns, st.st_size, digest)
+        return src, digest
 
     def check(self, agent: str, body: str | None) -> str:
         """Load and parse the agent's code at start (a broken code agent fails the load, not its
@@ -365,8 +420,12 @@ class CodeJsProvider:
         agent = req.run.agent if req.run else ""
         run_id = req.run.run_id if req.run else ""
         src, digest = self.source(agent, opts.get("code_body"))
-        # loomcycle's provider.code_hash: which code made this run (the model span's attribute)
-        trace.get_current_span().set_attribute("provider.code_hash", digest)
+        # loomcycle's provider.code_hash: which code made this run (the model span's attribute; the
+        # AgentDef's `code_hash` names the same digest per version)
+        span = trace.get_current_span()
+        span.set_attribute("provider.code_hash", digest)
+        span.set_attribute("loomcycle.provider.code_hash", digest)
+        span.set_attribute("loomcycle.provider.kind", "synthetic-code")
         started_ms: int | None = opts.get("started_ms")
         if self.settings.deterministic:
             seed, anchor = FIXED_SEED, FIXED_EPOCH_MS

@@ -12,15 +12,16 @@ bytes as loomcycle's agents.Sign), which `treadle hash agent NAME` prints.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from treadle.config import AgentConfig
+from treadle.config import CODE_JS, AgentConfig
 from treadle.defs.args import parse_spec
 from treadle.defs.lifecycle import DefLifecycle
 from treadle.domain import loomhash
 from treadle.domain.channelacl import acl_grants
-from treadle.domain.defs import content_sha256, normalize_text
+from treadle.domain.defs import DefRecord, content_sha256, normalize_text
 from treadle.engine.agents import AgentCatalogue
 from treadle.engine.model_routes import route_errors
 from treadle.errors import DefRefused
@@ -121,6 +122,21 @@ class AgentDefFamily(DefLifecycle):
 
     def treadle_hash(self, body: dict[str, Any]) -> str | None:
         return agent_content_sha256(body)
+
+    def create_refreshes(self, active: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+        """A code agent's create with new code is a new version (loomcycle's create, which the TS
+        client's `ensureCodeAgent` relies on to register-if-changed); other agents fork."""
+        return active.get("provider") == CODE_JS and body.get("provider") == CODE_JS
+
+    def record_view(self, record: DefRecord) -> dict[str, Any]:
+        """The base view; a code agent's also names its code's hash (`code_hash`, sha256 of the
+        JavaScript: the `provider.code_hash` of its runs' model spans), so the lineage says which
+        code each version ran."""
+        out = super().record_view(record)
+        code = record.body.get("code")
+        if record.body.get("provider") == CODE_JS and isinstance(code, str):
+            out["code_hash"] = hashlib.sha256(code.encode()).hexdigest()
+        return out
 
     def static_body(self, name: str) -> dict[str, Any] | None:
         cfg = self.catalogue.config.agents.get(name)
