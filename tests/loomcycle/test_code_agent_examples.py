@@ -6,9 +6,10 @@ no model is called by a code agent.
 loomcycle's files are not copied here: set TREADLE_LOOMCYCLE_SRC to a checkout of its repository
 (`git clone https://github.com/denn-gubsky/loomcycle`; without it the tests skip). At its commit
 4292f35 there are 10 such configs (three bundles, each also embedded under cmd/loomcycle, two
-examples and two runtime suites): 6 load and run; 4 stop on keys that are not code agents' —
-`concurrency`, `storage`, loomcycle's volume `path`, and the memory bundle's `internal`,
-`memory_consolidation` and `disable_context` (treadle lacks those features; each key's message
+examples and two runtime suites): 6 load unchanged and run (the runtime suites, doc-colorizer,
+dev-exec); 4 stop on keys that are not code agents' — `concurrency` and `storage` (exp9, exp10),
+exp10's `dynamic_root` volume path that must exist, and the memory bundle's `internal`,
+`memory_consolidation` and `disable_context` (features treadle lacks; each key's message
 says so) — `test_every_code_agent_config_loads_or_names_a_key_that_is_not_a_code_agents`."""
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ async def runtime_of(db_url: str, tmp_path: Path) -> AsyncIterator[Any]:
             root = _src()
             data = {**_with_code_agents(root, rel, yaml.safe_load((root / rel).read_text()), **limits),
                     **(extra or {})}
+            data = {k: v for k, v in data.items() if v is not None}  # `extra` drops a key with None
             agents = data.pop("agents")
             return await stack.enter_async_context(open_test_runtime(
                 agents, database_url=db_url, config=data, home=tmp_path, workers=1))
@@ -257,3 +259,36 @@ async def test_the_dev_exec_bundle_drives_a_sandbox_mcp_server(
     # the failing command: the tool error thrown into the code, caught there
     assert "ran: go build ./..." in text and "Error executing tool sandbox_exec" in text, text
     assert "# read hello.txt (8 bytes)\nhi there" in text and "needs an mcp__browser__* server" in text, text
+
+
+async def test_exp9_static_runs_to_its_first_sqlite_statement(
+        runtime_of: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/exp9-prime-sql-memory-static without `concurrency` and `storage` (treadle's message
+    for each: "remove it"), its switches as treadle spells them (loomcycle's run.sh sets
+    LOOMCYCLE_SQLMEM_ENABLED and LOOMCYCLE_BASH_ENABLED: `memory.sql`, `workspace.bash.enabled`), in
+    run.sh's directory layout (cwd = the `default` volume, path "."). The code agent runs primes.py
+    with Bash and creates its table, then stops where loomcycle's SQL Memory (SQLite) and treadle's
+    (PostgreSQL) differ: `INSERT OR IGNORE … datetime('now')` is SQLite's dialect — the code agent
+    is not what fails, and the error is thrown into the code and ends the run `code_agent_threw`."""
+    import shutil
+
+    src = _src() / "examples" / "exp9-prime-sql-memory-static"
+    here = tmp_path / "exp9"
+    (here / "work").mkdir(parents=True)
+    shutil.copy(src / "primes.py", here / "primes.py")
+    monkeypatch.chdir(here / "work")  # run.sh: cd "$HERE/work"
+    rt, disp = await runtime_of("examples/exp9-prime-sql-memory-static/loomcycle.yaml",
+                                {"concurrency": None, "storage": None, "memory": {"sql": {}},
+                                 "workspace": {"bash": {"enabled": True}}})
+    run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="exp9-static-coder", segments=user_text("go"),
+                                       user_id="exp9"))
+    await disp.drain()
+    done = await rt.runs.get(TENANT, run.id)
+    assert done is not None and done.status == "failed" and done.error is not None, done
+    assert done.error["code"] == "code_agent_threw" and "sql_error: syntax error" in done.error["error"], done.error
+    results = [e.payload for e in await rt.runs.events(TENANT, run.id) if e.type == "tool_result"]
+    calls = [e.payload["tool_use"]["input"] for e in await rt.runs.events(TENANT, run.id) if e.type == "tool_call"]
+    assert [r.get("is_error", False) for r in results] == [False, False, True], results
+    assert results[0]["text"].split() == [str(p) for p in (2, 3, 5, 7, 11)] + results[0]["text"].split()[5:]
+    assert len(results[0]["text"].split()) == 95  # the primes up to 500, from primes.py
+    assert calls[2]["statement"].startswith("INSERT OR IGNORE INTO primes")

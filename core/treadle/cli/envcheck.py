@@ -26,6 +26,8 @@ OTHER_NAMES = frozenset({
     "TREADLE_OPENAI_NPM",
     # tests/loomcycle: loomcycle's TypeScript client, built (the TS client test skips without it)
     "TREADLE_LOOMCYCLE_TS",
+    # tests/loomcycle: a checkout of loomcycle's repository (its code-js configs; skipped without it)
+    "TREADLE_LOOMCYCLE_SRC",
     # the cloud shape (CloudSettings)
     "TREADLE_QUEUE_URL", "TREADLE_DB_SECRET_ARN", "TREADLE_DB_HOST", "TREADLE_DB_NAME", "TREADLE_DB_PORT",
     "TREADLE_DB_SSLMODE", "TREADLE_DB_POOL_SIZE", "TREADLE_API_TOKEN_SECRET_ARN",
