@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from tests.cloud.test_cloud_path import all_terminal, call, events_of, queue_is_empty, run_rows, start_run
+from tests.e2e.test_code_agent_crash import CALLS, expected_text
+from tests.e2e.test_code_agent_crash import CODE as FIFTY
 from tests.support.lambda_sim import EventSourceMapping, LambdaEnv
 from treadle.providers.codejs import CodeJsProvider
 
@@ -42,8 +44,9 @@ function run(input) {
 def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("cloudcode") / "treadle.yaml"
     path.write_text(yaml.safe_dump({
-        "code_agents": {"enabled": True, "step_timeout_seconds": 8},
+        "code_agents": {"enabled": True, "step_timeout_seconds": 8, "deterministic": True},
         "agents": {"counter": {"provider": "code-js", "tools": ["Memory"], "code": CODE},
+                   "fifty": {"provider": "code-js", "tools": ["Memory"], "code": FIFTY},
                    "spin": {"provider": "code-js", "tools": ["Memory"], "code": SPIN}},
     }))
     return path
@@ -64,6 +67,29 @@ def test_a_code_agent_runs_step_by_step_through_sqs(
         assert [e["text"] for e in events if e["type"] == "text"] == ["counted 4"]
         status, _, _ = call(api, "GET", f"/v1/runs/{run_id}")
         assert status == 200
+    finally:
+        api.close()
+        worker.close()
+
+
+def test_the_kill_9_agent_of_fifty_calls_runs_in_the_cloud_worker(
+    cloud_env: dict[str, str], sqs: Any, queue: dict[str, str], cloud_db: str,
+) -> None:
+    """tests/e2e/test_code_agent_crash.py's code agent (50 Memory calls), one SQS-delivered step a
+    call, with the final text of the sidecar's runs (the deterministic seed and clock)."""
+    api, worker = LambdaEnv("api"), LambdaEnv("worker")
+    try:
+        run_id = start_run(api, "fifty", str(CALLS))
+        esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [worker])
+        esm.run_until(lambda: all_terminal(cloud_db, [run_id]), timeout_s=240)
+        assert run_rows(cloud_db, [run_id])[run_id]["status"] == "completed"
+        events = events_of(api, run_id)
+        assert [e["type"] for e in events].count("tool_result") == CALLS
+        assert [e["text"] for e in events if e["type"] == "text"] == [expected_text()]
+        with psycopg.connect(cloud_db) as conn:
+            n = conn.execute("SELECT value FROM memory WHERE scope = 'agent' AND scope_id = 'fifty' AND key = 'calls'"
+                             ).fetchone()
+        assert n is not None and int(n[0]) == CALLS // 2
     finally:
         api.close()
         worker.close()

@@ -6,10 +6,10 @@ no model is called by a code agent.
 loomcycle's files are not copied here: set TREADLE_LOOMCYCLE_SRC to a checkout of its repository
 (`git clone https://github.com/denn-gubsky/loomcycle`; without it the tests skip). At its commit
 4292f35 there are 10 such configs (three bundles, each also embedded under cmd/loomcycle, two
-examples and two runtime suites): 6 load unchanged and run (the runtime suites, doc-colorizer,
-dev-exec); 4 stop on keys that are not code agents' — `concurrency` and `storage` (exp9, exp10),
-exp10's `dynamic_root` volume path that must exist, and the memory bundle's `internal`,
-`memory_consolidation` and `disable_context` (features treadle lacks; each key's message
+examples and two runtime suites): 7 load unchanged and run (the runtime suites, doc-colorizer,
+dev-exec, exp9-static up to its first SQLite-only statement); 3 stop on what is not about code
+agents — exp10's `dynamic_root` volume path, which must exist on this machine, and the memory
+bundle's `internal`, `memory_consolidation` and `disable_context` (features treadle lacks; each key's message
 says so) — `test_every_code_agent_config_loads_or_names_a_key_that_is_not_a_code_agents`."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ CONFIGS = {
     "cmd/loomcycle/embedded/bundles/doc-colorizer.yaml": True,
     "cmd/loomcycle/embedded/bundles/memory.yaml": False,
     "examples/exp10-gbash-bench/loomcycle.yaml": False,
-    "examples/exp9-prime-sql-memory-static/loomcycle.yaml": False,
+    "examples/exp9-prime-sql-memory-static/loomcycle.yaml": True,
     "test/runtime/code-js-stress/loomcycle.yaml": True,
     "test/runtime/code-js/loomcycle.yaml": True,
 }
@@ -263,13 +263,13 @@ async def test_the_dev_exec_bundle_drives_a_sandbox_mcp_server(
 
 async def test_exp9_static_runs_to_its_first_sqlite_statement(
         runtime_of: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """examples/exp9-prime-sql-memory-static without `concurrency` and `storage` (treadle's message
-    for each: "remove it"), its switches as treadle spells them (loomcycle's run.sh sets
-    LOOMCYCLE_SQLMEM_ENABLED and LOOMCYCLE_BASH_ENABLED: `memory.sql`, `workspace.bash.enabled`), in
-    run.sh's directory layout (cwd = the `default` volume, path "."). The code agent runs primes.py
-    with Bash and creates its table, then stops where loomcycle's SQL Memory (SQLite) and treadle's
-    (PostgreSQL) differ: `INSERT OR IGNORE … datetime('now')` is SQLite's dialect — the code agent
-    is not what fails, and the error is thrown into the code and ends the run `code_agent_threw`."""
+    """examples/exp9-prime-sql-memory-static as it is (its `storage: {sqlmem_enabled: true}` turns on
+    treadle's SQL Memory), with LOOMCYCLE_BASH_ENABLED of its run.sh as treadle spells it
+    (`workspace.bash.enabled`), in run.sh's directory layout (cwd = the `default` volume, path ".").
+    The code agent runs primes.py with Bash and creates its table, then stops where loomcycle's SQL
+    Memory (SQLite) and treadle's (PostgreSQL) differ: `INSERT OR IGNORE … datetime('now')` is
+    SQLite's dialect — not the code agent — and the error, thrown into the code, ends the run
+    `code_agent_threw` as loomcycle's would on an error there."""
     import shutil
 
     src = _src() / "examples" / "exp9-prime-sql-memory-static"
@@ -278,8 +278,7 @@ async def test_exp9_static_runs_to_its_first_sqlite_statement(
     shutil.copy(src / "primes.py", here / "primes.py")
     monkeypatch.chdir(here / "work")  # run.sh: cd "$HERE/work"
     rt, disp = await runtime_of("examples/exp9-prime-sql-memory-static/loomcycle.yaml",
-                                {"concurrency": None, "storage": None, "memory": {"sql": {}},
-                                 "workspace": {"bash": {"enabled": True}}})
+                                {"workspace": {"bash": {"enabled": True}}})
     run, _ = await rt.start_run(NewRun(tenant_id=TENANT, agent="exp9-static-coder", segments=user_text("go"),
                                        user_id="exp9"))
     await disp.drain()
