@@ -135,11 +135,5 @@ async def test_ensure_code_agent_with_loomcycles_client(migrated_db_url: str) ->
     config = parse_config({"code_agents": {"enabled": True}, "agents": {"boss": {
         "model": "script", "tools": ["Agent"], "agent_def_scopes": ["any"],
         "mock": {"script": [spawn, {"text": "boss done"}]}}}})
-    settings = Settings(database_url=migrated_db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
-                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
-    server = BackgroundServer(settings, config)
-    url = await server.start()
-    try:
+    async with served_alone(migrated_db_url, config) as url:
         await _drive("drive_code_agents.mjs", url, built, 5)
-    finally:
-        await server.stop()
