@@ -86,13 +86,13 @@ async def test_the_clients_run_channel_memory_and_def_methods(migrated_db_url: s
     """drive.mjs (31 checks: runs, streams, interactive sessions, interrupts, hooks, defs, channels,
     memory incl. search, sessions, transcript, compaction) and drive_parity.mjs (7: turn cancel,
     agent cancel count, user run-state stream, channel update/purge/broadcast, the user-scoped
-    family) against a treadle with ts_client/treadle.yaml (hooks need TREADLE_HOOKS_SECRET), on a
+    family) against a treadle with ts_client/drive.yaml (hooks need TREADLE_HOOKS_SECRET), on a
     database of its own (another server's workers would take these runs)."""
     built = _client_dir()
     before = os.environ.get("TREADLE_HOOKS_SECRET")
     os.environ["TREADLE_HOOKS_SECRET"] = "hooksecret0123456789"
     try:
-        async with served_alone(migrated_db_url, load_config(HERE / "treadle.yaml"), HERE / "treadle.yaml") as url:
+        async with served_alone(migrated_db_url, load_config(HERE / "drive.yaml"), HERE / "drive.yaml") as url:
             await _drive("drive.mjs", url, built, 31)
             await _drive("drive_parity.mjs", url, built, 7)
     finally:
