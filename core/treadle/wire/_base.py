@@ -12,6 +12,7 @@ A request's number is a number: JSON `true`/`false` is refused where the field h
 
 from __future__ import annotations
 
+import types
 import typing
 from functools import cache
 from typing import Any
@@ -26,8 +27,31 @@ def _takes_bool(annotation: Any) -> bool:
         return True
     if annotation in (int, float, str) or isinstance(annotation, type):
         return False
+    if typing.get_origin(annotation) is typing.Annotated:  # constraints (Field(gt=0), …) are not types
+        return _takes_bool(typing.get_args(annotation)[0])
     args = typing.get_args(annotation)
     return not args or any(_takes_bool(a) for a in args if a is not type(None))
+
+
+def _bool_for_a_number(annotation: Any, value: Any) -> bool:
+    """Whether `value` holds a boolean where `annotation` wants none: the value itself, or an item
+    of a list or a value of a mapping whose item type admits no boolean (`[false]` for list[int])."""
+    if isinstance(value, bool):
+        return not _takes_bool(annotation)
+    if not isinstance(value, list | dict):
+        return False
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _bool_for_a_number(args[0], value)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [a for a in args if typing.get_origin(a) in ((list, tuple, set, frozenset) if isinstance(value, list)
+                                                              else (dict,))]
+        return bool(kinds) and all(_bool_for_a_number(a, value) for a in kinds)
+    if isinstance(value, list) and origin in (list, set, frozenset) and args:
+        return any(_bool_for_a_number(args[0], v) for v in value)
+    if isinstance(value, dict) and origin is dict and len(args) == 2:
+        return any(_bool_for_a_number(args[1], v) for v in value.values())
+    return False
 
 
 class Request(BaseModel):
@@ -38,10 +62,11 @@ class Request(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, bool) and info.field_name is not None:
+        if isinstance(value, bool | list | dict) and info.field_name is not None:
             field = cls.model_fields.get(info.field_name)
-            if field is not None and not _takes_bool(typing.cast(Any, field.annotation)):
-                raise ValueError("must not be a boolean")
+            if field is not None and _bool_for_a_number(typing.cast(Any, field.annotation), value):
+                raise ValueError("must not be a boolean (a number is a number)" if isinstance(value, bool)
+                                 else "must not hold a boolean where a number belongs")
         return value
 
 
