@@ -149,6 +149,22 @@ async def test_the_docs_need_a_token_unless_public(tenancy_rt: Any) -> None:
         assert (await c.get("/openapi.json")).status_code == 200
 
 
+async def test_a_browser_opening_the_docs_without_the_token_is_told_how(tenancy_rt: Any) -> None:
+    """Issue 43 item 9: a browser (it cannot send a bearer) got raw 401 JSON from /docs."""
+    rt, _ = tenancy_rt
+    browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+    async with api(rt, legacy="legacy-operator-token") as c:
+        for path in ("/docs", "/redoc"):
+            page = await c.get(path, headers=browser)
+            assert page.status_code == 401 and page.headers["content-type"].startswith("text/html")
+            assert "TREADLE_PUBLIC_DOCS=true" in page.text and "/openapi.json" in page.text
+            assert (await c.get(path)).json()["code"] == "unauthorized"  # an API client: JSON as before
+            ok = await c.get(path, headers={**browser, **bearer("legacy-operator-token")})
+            assert ok.status_code == 200 and "TREADLE_PUBLIC_DOCS" not in ok.text
+        wrong = await c.get("/docs", headers={**browser, **bearer("not-the-token")})
+        assert wrong.status_code == 401 and "TREADLE_PUBLIC_DOCS=true" in wrong.text
+
+
 def _calls(dependant: Any) -> set[Any]:
     out = set()
     for d in dependant.dependencies:

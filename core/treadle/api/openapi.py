@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
@@ -92,6 +92,25 @@ def assets_dir() -> Path:
     return Path(fastapi_offline.__file__).parent / "static"
 
 
+#: what a browser opening /docs or /redoc without the bearer gets
+DOCS_LOCKED = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>treadle API docs: a token is needed</title></head>
+<body style="font-family: sans-serif; max-width: 46em; margin: 3em auto; line-height: 1.5">
+<h1>The API docs need the server's token</h1>
+<p>This treadle runs with a bearer token (<code>TREADLE_AUTH_TOKEN</code>), and its API docs and
+spec are behind it. A browser cannot send a bearer to a page it opens, so:</p>
+<ul>
+<li>start the server with <code>TREADLE_PUBLIC_DOCS=true</code>: <code>/docs</code>, <code>/redoc</code>
+and <code>/openapi.json</code> open without a token (every API route still needs it;
+<b>Authorize</b> on the page takes the token for its calls); or</li>
+<li>fetch the spec with the token and read it in any OpenAPI viewer:<br>
+<code>curl -H "Authorization: Bearer $TREADLE_AUTH_TOKEN" http://HOST:PORT/openapi.json &gt; treadle.json</code></li>
+</ul>
+<p>The API reference is also in the repository: <code>docs/api.md</code>.</p>
+</body></html>
+"""
+
+
 def install_docs(app: FastAPI, *, behind_auth: bool) -> None:
     """/openapi.json, /docs and /redoc (behind the bearer unless TREADLE_PUBLIC_DOCS), their
     assets at ASSETS_PATH."""
@@ -101,6 +120,7 @@ def install_docs(app: FastAPI, *, behind_auth: bool) -> None:
     from fastapi.staticfiles import StaticFiles
 
     from treadle.api.deps import get_principal
+    from treadle.errors import Unauthorized
 
     app.openapi = lambda: openapi_of(app)  # type: ignore[method-assign]
     app.mount(ASSETS_PATH, StaticFiles(directory=assets_dir()), name="docs-assets")
@@ -110,15 +130,32 @@ def install_docs(app: FastAPI, *, behind_auth: bool) -> None:
     async def openapi() -> JSONResponse:
         return JSONResponse(app.openapi())
 
-    @app.get("/docs", include_in_schema=False, dependencies=auth)
-    async def docs() -> HTMLResponse:
+    async def locked(request: Request) -> HTMLResponse | None:
+        """A browser without the bearer (it cannot send one to a page it opens) gets a page that
+        says how to open the docs; an API client gets the usual 401 JSON (issue 43 item 9)."""
+        if not behind_auth:
+            return None
+        try:
+            await get_principal(request)
+        except Unauthorized:
+            if "text/html" not in request.headers.get("accept", ""):
+                raise
+            return HTMLResponse(DOCS_LOCKED, status_code=401)
+        return None
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        if (page := await locked(request)) is not None:
+            return page
         return get_swagger_ui_html(
             openapi_url="/openapi.json", title="treadle API", swagger_js_url=f"{ASSETS_PATH}/swagger-ui-bundle.js",
             swagger_css_url=f"{ASSETS_PATH}/swagger-ui.css", swagger_favicon_url=f"{ASSETS_PATH}/favicon.png",
             swagger_ui_parameters={"persistAuthorization": True})
 
-    @app.get("/redoc", include_in_schema=False, dependencies=auth)
-    async def redoc() -> HTMLResponse:
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        if (page := await locked(request)) is not None:
+            return page
         return get_redoc_html(openapi_url="/openapi.json", title="treadle API",
                               redoc_js_url=f"{ASSETS_PATH}/redoc.standalone.js",
                               redoc_favicon_url=f"{ASSETS_PATH}/favicon.png", with_google_fonts=False)
