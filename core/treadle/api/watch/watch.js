@@ -356,12 +356,23 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
 
   // -- the runs tree --------------------------------------------------------------------------------
 
+  /** pages of 200 runs shown (the "older runs" button adds one; a refresh reloads as many) */
+  let runPages = 1;
+
   async function loadRuns() {
     const query = new URLSearchParams({ limit: "200" });
     if ($("status").value) query.set("status", $("status").value);
     if ($("user").value.trim()) query.set("user_id", $("user").value.trim());
     try {
-      const body = await json(`/v1/runs?${query}`);
+      const body = { runs: [], next_cursor: null };
+      for (let page = 0; page < runPages; page++) {
+        const got = await json(`/v1/runs?${query}`);
+        body.runs.push(...got.runs);
+        body.next_cursor = got.next_cursor || null;
+        if (!body.next_cursor) break;
+        query.set("cursor", body.next_cursor);
+      }
+      $("runs-more").hidden = !body.next_cursor;
       runsById = new Map(body.runs.map((r) => [r.run_id, r]));
       const rows = buildTree(body.runs).map(({ run: r, depth, asking }) => {
         const badges = [el("span", { class: `status ${r.status}`, text: r.status })];
@@ -638,6 +649,9 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     usages = [];
     forkSeq = null;
     $("fork").hidden = true;
+    $("run-json").open = false;  // another run: its JSON is read when opened
+    $("run-json-text").textContent = "";
+    $("run-download").hidden = true;
     $("events").replaceChildren();
     $("questions").replaceChildren();
     $("detail-error").textContent = "";
@@ -697,6 +711,33 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
       location.hash = body.run_id;
     }
   });
+  $("runs-more").addEventListener("click", () => { runPages += 1; loadRuns(); });
+  $("status").addEventListener("change", () => { runPages = 1; });
+  $("user").addEventListener("change", () => { runPages = 1; });
+
+  /** the run as JSON (its state and every event, GET /v1/runs/{id} and …/events page by page):
+   *  shown on the page and offered as a download (`<run id>.json`) */
+  $("run-json").addEventListener("toggle", async () => {
+    if (!$("run-json").open || !selected) return;
+    const runId = selected;
+    const run = await json(`/v1/runs/${runId}`);
+    const events = [];
+    for (let from = 0; ;) {
+      const page = await json(`/v1/runs/${runId}/events?from_seq=${from}&limit=1000`);
+      events.push(...page.events);
+      if (!page.events.length || page.events.length < 1000) break;
+      from = page.events[page.events.length - 1].seq;
+    }
+    if (runId !== selected) return;
+    const text = JSON.stringify({ run, events }, null, 2);
+    $("run-json-text").textContent = text;
+    const link = $("run-download");
+    if (link.href.startsWith("blob:")) URL.revokeObjectURL(link.href);
+    link.href = URL.createObjectURL(new Blob([text], { type: "application/json" }));
+    link.download = `${runId}.json`;
+    link.hidden = false;
+  });
+
   $("cancel").addEventListener("click", () => {
     if (selected) {
       guard("detail-error", () => post(`/v1/runs/${selected}/cancel`, { scope: "run" }).then(() => showRun(selected)));
