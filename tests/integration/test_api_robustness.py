@@ -6,10 +6,12 @@ failing the step that writes it."""
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from typing import Any
 
 import httpx
+import pytest
 
 from treadle.api.app import api_routers, create_app
 from treadle.store.db import dumps_jsonb, without_nul
@@ -112,3 +114,38 @@ def test_dumps_jsonb_only_rewrites_real_nul_characters() -> None:
     assert json.loads(dumps_jsonb(literal)) == literal  # not a NUL: kept as written
     assert json.loads(dumps_jsonb({"k\u0000": ["x\u0000", 1, None]})) == {"k\ufffd": ["x\ufffd", 1, None]}
     assert without_nul(("a\u0000",)) == ["a\ufffd"]
+
+
+async def post_and_leave(app: Any, path: str) -> list[int]:
+    """POST half a body to `path` and disconnect (ASGI, as uvicorn tells the app); the statuses
+    the app started answering with."""
+    chunks: list[dict[str, Any]] = [{"type": "http.request", "body": b'{"op": "li', "more_body": True}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return chunks.pop(0) if chunks else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"treadle"), (b"content-type", b"application/json"), (b"content-length", b"100")],
+             "client": ("127.0.0.1", 1), "server": ("treadle", 80)}
+    await app(scope, receive, send)
+    return [m["status"] for m in sent if m["type"] == "http.response.start"]
+
+
+async def test_a_client_that_leaves_mid_body_is_no_server_error(
+    open_runtime: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client gone while its body is read (a fuzzer's timeout, a dropped connection) ends the
+    request quietly: 499 to no one, no `unhandled error` traceback, no 500 counted."""
+    rt, _ = await open_runtime(AGENTS)
+    app = create_app(auth_token=None, max_request_bytes=1 << 20, routers=api_routers())
+    app.state.runtime = rt
+    # a body the route reads (499), and one FastAPI reads (its 400 "error parsing the body"): to no one
+    for path, status in (("/v1/_agentdef", 499), ("/v1/runs", 400)):
+        with caplog.at_level(logging.INFO):
+            assert await post_and_leave(app, path) in ([status], []), path
+        assert "unhandled error" not in caplog.text, caplog.text

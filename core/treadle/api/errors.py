@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from treadle import wire
@@ -147,6 +148,13 @@ def install_error_handlers(app: FastAPI) -> None:
                        "number out of range)"),
             status_code=422,
         )
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(_req: Request, _exc: ClientDisconnect) -> Response:
+        # the client left while its body was being read: no one reads an answer, and nothing
+        # failed here (not a 500, no traceback); 499 is the status proxies log for it
+        log.info("client disconnected before its request body was read")
+        return Response(status_code=499)
 
     @app.exception_handler(Exception)
     async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:
