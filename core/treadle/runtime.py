@@ -310,7 +310,23 @@ class Runtime:
             budgets=self._budget,
             pause=self.pause,
             provider_keys=self._provider_keys if self._provider_credentials else None,
+            remember_secrets=self.remember_tenant_secrets if self._credentials_keyed else None,
         )
+
+    @cached_property
+    def _credentials_keyed(self) -> bool:
+        """Whether this process holds a CredentialDef key (else no credential can be stored or read)."""
+        from treadle.governance.credentials import process_sealer
+
+        return process_sealer().has_keys
+
+    async def remember_tenant_secrets(self, tenant_id: str) -> None:
+        """The tenant's CredentialDef values join this process's redaction set (cached per tenant):
+        before a step, and before an API request of the tenant writes anything."""
+        if self._credentials_keyed:
+            from treadle.governance.credentials import TenantCredentials
+
+            await TenantCredentials(self.pool).remember_tenant(tenant_id)
 
     @cached_property
     def _provider_credentials(self) -> dict[str, str]:

@@ -122,3 +122,33 @@ async def test_no_form_of_any_secret_is_in_the_dump_the_log_or_the_spans(make_db
     for marker in ("[redacted:OPENAI_API_KEY]", "[redacted:PLAIN_SETTING]", "[redacted:credential]"):
         assert marker in dump, marker
     assert "leak" in dump and "# Leaks" not in log  # the rows are there, redacted
+
+
+async def test_a_replica_that_never_saw_a_tenant_credential_still_redacts_it(
+    make_db: Any, start_server: Any
+) -> None:
+    """The credential is created through replica A; replica B — which never created nor resolved
+    it — takes the run whose prompt, Memory value and final text hold it: B redacts it too (its
+    request and its steps first load the tenant's CredentialDef values into its redaction set)."""
+    value = "only-on-a-" + secrets.token_hex(12)
+    url = make_db("tworeplicas", migrated=True)
+    agents = {"leaky": {"model": "script", "tools": ["Memory"], "mock": {"script": [
+        {"tool": "Memory", "input": {"op": "set", "scope": "agent", "key": "k", "value": forms(value)}},
+        {"text": f"final {value} {forms(value)['base64']}"}]}}}
+    env = {"TREADLE_CREDENTIALS_KEY": base64.b64encode(os.urandom(32)).decode()}
+    a = await start_server(url, agents, name="replica-a", TREADLE_WORKERS="0", **env)
+    b = await start_server(url, agents, name="replica-b", **env)
+    async with httpx.AsyncClient(base_url=a.url, timeout=10) as http:
+        made = await http.post("/v1/_credentialdef", json={"op": "create", "scope": "tenant", "name": "k",
+                                                           "value": value})
+        assert made.status_code == 200, made.text
+    async with TreadleClient(b.url, timeout=10) as client:
+        async with asyncio.timeout(60):
+            frames = [f async for f in client.run_streaming("leaky", f"remember {value}")]
+    assert frames[-1].event == "done", frames[-1]
+    await asyncio.to_thread(a.stop)
+    await asyncio.to_thread(b.stop)
+    dump = pg_dump(url)
+    logs = a.log_tail(10_000_000, all_starts=True) + b.log_tail(10_000_000, all_starts=True)
+    assert [k for k, f in forms(value).items() if f in dump or f in logs] == []
+    assert dump.count("[redacted:credential]") >= 3  # the prompt, the Memory value, the final text

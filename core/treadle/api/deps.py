@@ -37,6 +37,9 @@ async def get_principal(
     path = getattr(route, "path", request.url.path)
     principal = authorize(principal, request.method, path, request.headers.get(TENANT_HEADER))
     bind_request(principal, path)
+    remember = getattr(rt, "remember_tenant_secrets", None)
+    if remember is not None:  # what this request writes is redacted of its tenant's credentials, too
+        await remember(principal.tenant_id)
     return principal
 
 

@@ -114,7 +114,11 @@ class Engine:
         budgets: BudgetCheck | None = None,
         pause: PauseStore | None = None,
         provider_keys: ProviderKeys | None = None,
+        remember_secrets: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        #: called with a step's tenant before the step: its CredentialDef values join this process's
+        #: redaction set (governance/credentials.py `remember_tenant`; cached per tenant)
+        self.remember_secrets = remember_secrets
         #: the run's tenant credentials for the providers that reference one (`api_key:
         #: ${credential.NAME}`), resolved once per step and handed to the drivers in a context
         #: variable (providers/base.py RUN_PROVIDER_KEYS): in no request, event, log or span
@@ -220,6 +224,8 @@ class Engine:
         )
         keys = None
         try:
+            if self.remember_secrets is not None:
+                await self.remember_secrets(leased.tenant_id)
             if self.provider_keys is not None:
                 keys = RUN_PROVIDER_KEYS.set(await self._provider_keys(leased))
             return await self._step(lease)

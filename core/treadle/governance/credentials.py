@@ -13,7 +13,12 @@ created (a process-local random key would lose every credential at restart).
 Resolution (`resolve`): a run's reference `${credential.NAME}` (or loomcycle's `$cred:NAME`) takes
 the most specific row — agent > user > tenant (loomcycle's precedence). A resolved value joins the
 process's redaction set at once (security/redact.py), so an echo of it in a tool result, the
-model's text, an event, a log line or a span is stored as `[redacted:credential]`."""
+model's text, an event, a log line or a span is stored as `[redacted:credential]`.
+
+A process that never created nor resolved a credential still redacts it (`remember_tenant`): a
+step's worker and an API request of a tenant first add every value of that tenant's CredentialDefs
+to the redaction set — read at most once every `REMEMBER_S` per tenant and process (a value
+created through another replica is redacted here within that time, or at once once resolved)."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import binascii
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -38,6 +44,9 @@ NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 REF = re.compile(r"\$\{credential\.([A-Za-z0-9_-]{1,64})\}|\$cred:([A-Za-z0-9_-]{1,64})")
 SCOPES = ("tenant", "user", "agent")
 _VERSION = b"\x01"
+#: how long a process trusts that it holds a tenant's credential values for redaction
+REMEMBER_S = 30.0
+_remembered: dict[str, float] = {}
 
 
 class CredentialKeyMissing(TreadleError):
@@ -72,6 +81,11 @@ class TenantSealer:
                 self._keys[hashlib.sha256(key).digest()[:4]] = key
         if current is not None:
             self.current_id = hashlib.sha256(current).digest()[:4]
+
+    @property
+    def has_keys(self) -> bool:
+        """Whether any key is held (without one, nothing was sealed that this process could open)."""
+        return bool(self._keys)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> TenantSealer:
@@ -237,6 +251,24 @@ class TenantCredentials:
             out[r["name"]] = value
         return out
 
+
+    async def remember_tenant(self, tenant_id: str) -> None:
+        """Every value of the tenant's CredentialDefs joins this process's redaction set — at most
+        once every REMEMBER_S per tenant; nothing to do without a deployment key."""
+        now = time.monotonic()
+        if not self.sealer.has_keys or now - _remembered.get(tenant_id, float("-inf")) < REMEMBER_S:
+            return
+        _remembered[tenant_id] = now
+        async with self.pool.connection() as conn:
+            cur = await conn.execute("SELECT scope, scope_id, name, sealed, key_id FROM credential_defs"
+                                     " WHERE tenant_id = %s", (tenant_id,))
+            rows = await cur.fetchall()
+        for r in rows:
+            try:
+                SECRETS.add_dynamic(self.sealer.open(tenant_id, r["scope"], r["scope_id"], r["name"],
+                                                     bytes(r["sealed"]), bytes(r["key_id"])), "credential")
+            except CredentialUnreadable:
+                continue  # sealed under a key this process lacks: it cannot leak what it cannot open
 
     async def resolve_for_run(self, tenant_id: str, run_id: str | None, names: Iterable[str]) -> dict[str, str]:
         """`resolve` for the run's user and agent (None: no run — a hook, a def's discovery — the
