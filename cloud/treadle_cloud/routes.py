@@ -83,6 +83,7 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.pause", "router", ("/v1/_pause", "/v1/_resume", "/v1/_state")),
     ("treadle.api.knowledge", "router", ("/v1/_path", "/v1/_document")),
     ("treadle.api.snapshots", "router", ("/v1/_snapshots",)),
+    ("treadle.api.residents", "router", ("/v1/_resident",)),
 )
 
 

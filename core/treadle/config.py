@@ -368,6 +368,9 @@ class AgentConfig(BaseModel):
     sql_quota_bytes: int | None = Field(default=None, ge=8192)
     # sub-agents (tool Agent): how many children of one call run at once
     max_concurrent_children: int = Field(default=4, ge=1, le=32)
+    # resident sub-agents (Agent op=open): how many one run holds open, and their default idle TTL
+    max_resident_children: int = Field(default=8, ge=1, le=64)
+    resident_idle_ttl_seconds: int = Field(default=1800, ge=1, le=30 * 86_400)
     # HTTP / WebFetch: the hosts this agent may reach, within the operator's `http.allowed_hosts`
     # (None: the operator's list; []: none). It narrows, never widens (security/network.py).
     allowed_hosts: list[HostPatternStr] | None = Field(default=None, max_length=256)

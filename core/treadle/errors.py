@@ -14,6 +14,7 @@
     ├── NotFound                       (404 not_found)
     │   ├── RunNotFound                (404 run_not_found)
     │   ├── InterruptNotFound          (404 interrupt_not_found)
+    │   ├── ResidentNotFound           (404 resident_not_found)  no open resident sub-agent of that run id
     │   ├── UnknownSchedule            (404 unknown_schedule)
     │   └── UnknownWebhook             (404 unknown_webhook)
     ├── Conflict                       (409 conflict)
@@ -242,6 +243,10 @@ class QueueFull(TreadleError):
 
 class InterruptNotFound(NotFound):
     code = "interrupt_not_found"
+
+
+class ResidentNotFound(NotFound):
+    code = "resident_not_found"
 
 
 class InterruptSettled(Conflict):

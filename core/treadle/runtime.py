@@ -46,6 +46,7 @@ from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
 from treadle.store.migrate import migrate
 from treadle.store.pause import PauseStore
+from treadle.store.residents import ResidentStore
 from treadle.store.runs import NewRun, RunRecord, RunStore
 from treadle.store.sessions import SessionStore
 from treadle.store.sqlmem import SqlAudit, SqlMemory, SqlMemorySettings
@@ -251,7 +252,8 @@ class Runtime:
         self.sender = StepSender(self.dispatcher)
         self.hooks = HttpToolHooks(HookStore(pool), self.network)
         self.pause = PauseStore(pool, self.waits)  # the runtime's pause state (store/pause.py)
-        self.waker = RunWaker(self.waits, self.subruns, self.sender, self.hub, self.pause)
+        self.residents = ResidentStore(pool)
+        self.waker = RunWaker(self.waits, self.subruns, self.sender, self.hub, self.pause, self.residents)
         self.interrupts = InterruptStore(pool)
         self.substrate = Substrate(pool, self.catalogue, self.runs, self.memory, build_embedder(config.memory.embedder))
         storage = self.volume_storage
@@ -284,6 +286,7 @@ class Runtime:
             sql_memory=self.sql_memory, sql_audit=SqlAudit(pool) if self.sql_memory is not None else None,
             recapper=self, asker=self,
             dirents=DirentStore(pool),
+            residents=self.residents,
         )
         return Engine(
             steps=self.steps,

@@ -28,6 +28,10 @@ AGENTS: dict[str, Any] = {
     # spawns `asker` and waits for it: the parent of a child that waits on a question
     "boss": scripted([{"tool": "Agent", "input": {"op": "spawn", "name": "asker", "prompt": "ask them"}},
                       {"text": "the sub-agent is done"}], ["Agent"]),
+    # opens an `echo` resident sub-agent, then waits on a question of its own (holding the resident)
+    "keeper": scripted([{"tool": "Agent", "input": {"op": "open", "name": "echo", "prompt": "stay"}},
+                        {"tool": "Interruption", "input": {"op": "ask", "question": "keep it?"}},
+                        {"text": "kept"}], ["Agent", "Interruption"]),
     # a tool call whose input is longer than the page shows at first
     "big": scripted([{"tool": "Memory", "input": {"op": "set", "scope": "agent", "key": "long", "value": "x" * 900}},
                      {"text": "stored"}], ["Memory"]),

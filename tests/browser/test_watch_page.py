@@ -1,9 +1,9 @@
 """The web page in a real headless Chromium against a real `treadle serve`: the runs tree with a
 sub-agent's question shown on its parent, answering from the inbox, the agent picker and expandable
-tool output, the distinct "invalid token" message, the library (create, fork, promote, diff), a
-schedule paused and resumed, channels, a session (its runs in order; renamed, pinned, archived),
-and a 375 px phone viewport without horizontal scroll — with
-no console errors (a CSP violation is one). Skipped where no Chromium is installed."""
+tool output, a resident sub-agent's badge and close button, the distinct "invalid token" message,
+the library (create, fork, promote, diff), a schedule paused and resumed, channels, a session (its
+runs in order; renamed, pinned, archived), and a 375 px phone viewport without horizontal scroll —
+with no console errors (a CSP violation is one). Skipped where no Chromium is installed."""
 
 from __future__ import annotations
 
@@ -63,6 +63,26 @@ def test_the_tree_shows_a_childs_question_on_its_parent_and_the_inbox_answers_it
     [answered] = ok(api.get(f"/v1/runs/{child}/interrupts"))["interrupts"]
     assert (answered["status"], answered["answer"], answered["resolved_by"]) == ("resolved", "yes", "webui")
     page.wait_text("#inbox-notice", "no pending questions")
+
+
+def test_a_resident_sub_agent_is_badged_in_the_tree_and_closed_from_its_run_view(
+    page: Browser, served: ServerProcess, api: httpx.Client
+) -> None:
+    keeper = ok(api.post("/v1/runs", json={"agent": "keeper", "prompt": "go"}))["run_id"]
+
+    def resident() -> str | None:
+        rows = [r for r in ok(api.get("/v1/_resident"))["resident"] if r["parent_run_id"] == keeper]
+        return str(rows[0]["child_run_id"]) if rows and rows[0]["state"] == "awaiting_input" else None
+
+    child = wait_api("the resident to park for input", resident)
+    page.open(served.url, child, token=TOKEN)
+    page.wait("the resident under its parent", lambda: page.all(f'#runs li[data-run="{child}"] .pill.resident'))
+    assert "resident · awaiting input" in page.text(f'#runs li[data-run="{child}"]')
+    page.wait_text("#run-family", "resident sub-agent (awaiting input)")
+    page.click("#resident-close")
+    wait_api("the closed resident to end", lambda: ok(api.get(f"/v1/runs/{child}"))["status"] == "cancelled")
+    page.wait("the badge to go", lambda: not page.all(f'#runs li[data-run="{child}"] .pill.resident'))
+    ok(api.post(f"/v1/runs/{keeper}/cancel", json={"scope": "run"}))
 
 
 def test_start_from_the_agent_picker_with_live_counts_timestamps_and_expandable_output(

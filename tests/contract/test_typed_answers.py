@@ -270,6 +270,11 @@ def defs_triggers_and_admin(api: Checked, monkeypatch: pytest.MonkeyPatch) -> No
              json={"json": {"schema_version": 1}})
     api.call("DELETE", "/v1/_snapshots/{snapshot_id}", 204, path={"snapshot_id": snap})
     api.call("GET", "/v1/_snapshots/{snapshot_id}", 404, path={"snapshot_id": snap})
+    # resident sub-agents (tests/waiting/test_residents_http.py opens real ones)
+    api.call("GET", "/v1/_resident", 200, params={"include_closed": "true"})
+    api.call("GET", "/v1/_resident", 400, params={"tenant": "no such tenant"})
+    api.call("POST", "/v1/_resident/{run_id}/close", 404, path={"run_id": f"r_none{tag}"})
+    api.call("POST", "/v1/_resident/{run_id}/cancel", 404, path={"run_id": f"r_none{tag}"})
     other = "t" + tag
     api.call("POST", "/v1/_admin/tenants/{tenant_id}/cancel", 200, path={"tenant_id": other})
     api.call("GET", "/v1/_admin/tenants/{tenant_id}/export", 200, path={"tenant_id": other})

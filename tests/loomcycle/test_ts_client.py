@@ -47,10 +47,10 @@ async def base(db_url: str) -> AsyncIterator[str]:
         await server.stop()
 
 
-async def _drive(script: str, base: str, built: str, expected_ok: int) -> None:
+async def _drive(script: str, base: str, built: str, expected_ok: int, **env: str) -> None:
     proc = await asyncio.create_subprocess_exec(
         "node", str(HERE / script), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "BASE": base, "LOOMCYCLE_TS": built})
+        env={**os.environ, "BASE": base, "LOOMCYCLE_TS": built, **env})
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     lines = out.decode().splitlines()
     assert proc.returncode == 0, "\n".join(lines)
@@ -137,3 +137,37 @@ async def test_ensure_code_agent_with_loomcycles_client(migrated_db_url: str) ->
         "mock": {"script": [spawn, {"text": "boss done"}]}}}})
     async with served_alone(migrated_db_url, config) as url:
         await _drive("drive_code_agents.mjs", url, built, 5)
+
+ASK = {"tool": "Interruption", "input": {"op": "ask", "question": "proceed?", "options": ["yes", "no"]}}
+RESIDENT_AGENTS = {
+    "holder": {"model": "script", "tools": ["Agent", "Interruption"], "mock": {"script": [
+        {"tool": "Agent", "input": {"op": "open", "name": "echo", "prompt": "hello", "idle_ttl_seconds": 90}},
+        {"tool": "Agent", "input": {"op": "open", "name": "asker", "prompt": "q"}},
+        {"tool": "Interruption", "input": {"op": "ask", "question": "keep them?", "options": ["yes", "no"]}},
+        {"text": "bye"}]}},
+    "echo": {"model": "echo"},
+    "asker": {"model": "script", "tools": ["Interruption"], "mock": {"script": [
+        ASK, {"text": "asked"}, ASK, {"text": "asked again"}, ASK, {"text": "asked thrice"}]}},
+}
+
+
+async def test_resident_sub_agents_with_loomcycles_client_and_web_module(migrated_db_url: str) -> None:
+    """Issue 36 item 1 (ts_client/drive_residents.mjs): loomcycle's resident methods — in its web
+    console's api.ts (listResidentChildren, closeResidentChild, cancelResidentChildTurn; its client
+    has none) — and its client's getAgent (resident, resident_state), sendRunInput, listRunInterrupts
+    and resolveInterrupt. Also needs TREADLE_LOOMCYCLE_WEB: a folder whose dist/api.js is loomcycle's
+    web/src/api.ts compiled (`tsc --strict --target es2022 --module es2022 --lib es2022,dom --outDir
+    dist api.ts`)."""
+    built = _client_dir()
+    web = os.environ.get("TREADLE_LOOMCYCLE_WEB")
+    if not web or not (Path(web) / "dist" / "api.js").is_file():
+        pytest.skip("needs TREADLE_LOOMCYCLE_WEB (loomcycle's web/src/api.ts compiled: dist/api.js)")
+    config = parse_config({"agents": RESIDENT_AGENTS})
+    settings = Settings(database_url=migrated_db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2,
+                        auth_token=None, sweep_interval_seconds=30.0, provider_retries=0)
+    server = BackgroundServer(settings, config)
+    url = await server.start()
+    try:
+        await _drive("drive_residents.mjs", url, built, 5, LOOMCYCLE_WEB=web)
+    finally:
+        await server.stop()

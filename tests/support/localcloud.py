@@ -26,6 +26,13 @@ AGENTS: dict[str, Any] = {
                                        "path": "/docs/cloud"}},
         {"tool": "Path", "input": {"op": "ls", "path": "/docs"}},
         {"text": "filed"}]}},
+    # resident sub-agents (tests/cloud/test_cloud_residents.py): opens two, sends to one, then asks
+    "holder": {"model": "script", "tools": ["Agent", "Interruption"], "mock": {"script": [
+        {"tool": "Agent", "input": {"op": "open", "name": "echo", "prompt": "hello", "idle_ttl_seconds": 60}},
+        {"tool": "Agent", "input": {"op": "open", "name": "echo", "prompt": "ping", "idle_ttl_seconds": 600}},
+        {"tool": "Agent", "input": {"op": "send", "child_run_id": "$result.child_run_id", "prompt": "pong"}},
+        {"tool": "Interruption", "input": {"op": "ask", "question": "keep them?"}},
+        {"text": "bye"}]}},
     "long": {"model": "tool-caller", "tools": ["Memory"], "max_iterations": 14,
              "mock": {"tool_calls": 40, "context_window": 300},
              "compaction": {"enabled": True, "autocompact_at_pct": 50, "keep_last_n": 2}},

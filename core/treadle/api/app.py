@@ -60,6 +60,7 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
         introspection,
         knowledge,
         pause,
+        residents,
         retention,
         snapshots,
         teams,
@@ -69,7 +70,7 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
     return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers(), mcp.router,
             teams.router, a2a.router, usage.router, introspection.router, budgets.router,
             credentialdefs.router, retention.router, erasure.router, pause.router, knowledge.router,
-            snapshots.router]
+            snapshots.router, residents.router]
 
 
 def mount(app: FastAPI, routers: Sequence[APIRouter]) -> None:

@@ -156,6 +156,10 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/_snapshots/{snapshot_id}"): sc.ADMIN,
     ("GET", "/v1/_snapshots/{snapshot_id}/export"): sc.ADMIN,
     ("POST", "/v1/_snapshots/{snapshot_id}/restore"): sc.ADMIN,
+    # resident sub-agents (issue 36, loomcycle's RFC BK P3): a tenant's own, the operator's of every tenant
+    ("GET", "/v1/_resident"): sc.TENANT,
+    ("POST", "/v1/_resident/{run_id}/close"): sc.TENANT,
+    ("POST", "/v1/_resident/{run_id}/cancel"): sc.TENANT,
     # introspection (loomcycle's): the model aliases, the routing cascades, the runnable agents
     ("GET", "/v1/_models"): sc.TENANT,
     ("GET", "/v1/_routing"): sc.TENANT,

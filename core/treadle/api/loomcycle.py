@@ -118,7 +118,13 @@ async def agent_state(rt: Runtime, run: RunRecord) -> dict[str, Any]:
         parent = await rt.runs.get(run.tenant_id, run.parent_run_id)
         parent_agent_id = (parent.agent_id or parent.id) if parent else None
     err = run.error or {}
+    resident: dict[str, Any] = {}
+    if run.parent_run_id and run.interactive:  # loomcycle's RFC BK P3: a live resident sub-agent
+        row = await rt.residents.get(run.tenant_id, run.id)
+        if row is not None and not row.closed and not row.ended:
+            resident = {"resident": True, "resident_state": row.state}
     return {
+        **resident,
         **run.to_api(),
         "agent_id": run.agent_id or run.id,
         "session_id": run.session,

@@ -28,17 +28,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from treadle.builtins import resident
+from treadle.builtins.spawning import MAX_AGENT_DEPTH
+from treadle.builtins.spawning import check_pins as _check_pins
+from treadle.builtins.spawning import child_compaction as _child_compaction
 from treadle.config import CompactionConfig
-from treadle.domain.runs import RunOptions
 from treadle.errors import ToolError
-from treadle.store.defs import DefStore
 from treadle.store.runs import NewRun
 from treadle.store.subruns import Child, child_idempotency_key, spawn_wait_key
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
-OPS = ("spawn", "parallel_spawn")
+OPS = ("spawn", "parallel_spawn", *resident.RESIDENT_OPS)
 MAX_PARALLEL_SPAWNS = 32
-MAX_AGENT_DEPTH = 3
 MAX_PROMPT_CHARS = 256_000
 _AT_LEAST = re.compile(r"^at_least:([1-9][0-9]{0,3})$")
 
@@ -58,7 +59,12 @@ class AgentTool:
         "Run sub-agents as child runs and wait for their results. op: spawn (name, prompt, def_id?) → the "
         "child's result {index, agent, ok, output?, error?}; parallel_spawn (spawns: [{name, prompt, def_id?}], "
         "≤32) → the "
-        "results in the same order. Waiting holds no resources; a child's failure is reported in its entry."
+        "results in the same order. Waiting holds no resources; a child's failure is reported in its entry. "
+        "Resident (stateful) children: open (name, prompt, def_id?, idle_ttl_seconds?) starts one that stays "
+        "alive between messages → {child_run_id, state, output}; send (child_run_id, prompt, timeout_ms?) gives "
+        "it the next turn and returns that turn's output; poll (child_run_id, timeout_ms?) checks it without "
+        "input; cancel (child_run_id) stops its current turn (it stays alive); close (child_run_id) ends it. "
+        "state: awaiting_input | running | completed | failed | cancelled | closed. Close what you open."
     )
     input_schema: dict[str, Any] = {
         "type": "object",
@@ -72,6 +78,7 @@ class AgentTool:
             },
             "wait": {"type": "string", "description": "parallel_spawn: all (default) | any | at_least:<N> — once "
                      "that many children completed, the rest are cancelled"},
+            **resident.RESIDENT_PROPS,
         },
     }
 
@@ -80,6 +87,8 @@ class AgentTool:
         op = args.get("op", "spawn")
         if op not in OPS:
             raise ToolError(f"Agent: op must be one of {', '.join(OPS)}")
+        if op in resident.RESIDENT_OPS:
+            return await resident.invoke(ctx, op, args)
         spawns = _spawns(args, op)
         need = _need(args, op, len(spawns))
         known = {name for name in {s["name"] for s in spawns}
@@ -136,27 +145,6 @@ class AgentTool:
         for e in entries:
             result.events.append(("spawn_child_result", {"spawn_child": {"tool_use_id": ctx.tool_use_id, **e}}))
         return result
-
-
-async def _check_pins(defs: DefStore, tenant_id: str, spawns: list[dict[str, Any]]) -> None:
-    """Each `def_id` names a version of its spawn's agent that is not retired (ToolError)."""
-    for s in spawns:
-        if def_id := s.get("def_id"):
-            record = await defs.get(tenant_id, "agent", def_id=def_id)
-            if record is None or record.name != s["name"]:
-                raise ToolError(f"Agent: AgentDef {def_id!r} of agent {s['name']!r} not found")
-            if record.status != "active":
-                raise ToolError(f"Agent: AgentDef {def_id!r} of agent {s['name']!r} is retired")
-
-
-async def _child_compaction(ctx: ToolContext, spawn: dict[str, Any]) -> RunOptions | None:
-    """loomcycle's spawn inheritance: the parent's effective compaction (its agent's < its run's)
-    over the child's own def's, then the spawn's `compaction` over that (engine/compaction.py)."""
-    inherited = ctx.agent_config.compaction.model_dump(exclude_none=True) if ctx.agent_config.compaction else {}
-    parent = await ctx.services.runs.get(ctx.tenant_id, ctx.run_id)
-    run_level = (parent.run_options or {}).get("compaction") if parent is not None else None
-    merged = {**inherited, **(run_level or {}), **(spawn.get("compaction") or {})}
-    return RunOptions(compaction=merged) if merged else None
 
 
 async def _start_child(

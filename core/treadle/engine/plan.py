@@ -72,6 +72,8 @@ class StepPlan:
     #: a plan that goes on may run its next step under the same lease chain (the engine decides);
     #: False: always hand it to the dispatcher
     chainable: bool = True
+    #: wait keys to poke once the commit is in (a resident sub-agent's turn ended: its parent's key)
+    wake: list[str] = field(default_factory=list)
 
 
 class Next(Enum):
@@ -229,17 +231,38 @@ class InputFacts:
 
 
 def park_for_input(run_id: str, events: list[NewEvent], consumed: int, iterations: int, inputs: InputFacts, *,
-                   delta: int = 0, usage: dict[str, int] | None = None) -> StepPlan:
+                   delta: int = 0, usage: dict[str, int] | None = None, wake: str | None = None) -> StepPlan:
     """End an interactive run's turn: record `awaiting_input` and park on the run's input key —
     unless input is already queued (newer than what the transcript consumed): then go on at once.
-    `consumed`: the highest steering id the transcript (with `events`) has consumed."""
+    `consumed`: the highest steering id the transcript (with `events`) has consumed. `wake`: the
+    key a resident sub-agent's parent waits on for this turn's end (poked after the commit)."""
     consumed = max(consumed, *(input_id_of(e.type, e.payload) for e in events), 0)
     events = [*events, AwaitingInput(iterations + delta).event()]
+    woken = [wake] if wake else []
     if inputs.latest > consumed:
         return StepPlan(events, StepOutcome("running", iterations_delta=delta, usage=usage, enqueue_next=True),
-                        chainable=False)
+                        chainable=False, wake=woken)
     wait = WaitSpec("", AWAITING_INPUT_KIND, input_key(run_id), inputs.version, None)
-    return StepPlan(events, StepOutcome("waiting", iterations_delta=delta, usage=usage, waits=[wait]))
+    return StepPlan(events, StepOutcome("waiting", iterations_delta=delta, usage=usage, waits=[wait]), wake=woken)
+
+
+def resident_wake(interactive: bool, parent_wait_key: str | None) -> str | None:
+    """The key a turn's end pokes: a resident sub-agent's (an interactive child run's) parent key."""
+    return parent_wait_key if interactive and parent_wait_key else None
+
+
+def opened_residents(*event_lists: list[Any]) -> bool:
+    """Whether the transcript holds an `Agent op=open` call (the run may hold resident sub-agents,
+    which its end closes). Items are (seq, type, payload) tuples or NewEvents."""
+    for events in event_lists:
+        for e in events:
+            etype, payload = (e.type, e.payload) if isinstance(e, NewEvent) else (e[1], e[2])
+            if etype == EventType.TOOL_CALL and isinstance(payload, dict):
+                use = payload.get("tool_use")
+                if isinstance(use, dict) and use.get("name") == "Agent" and (
+                        use.get("input") or {}).get("op") == "open":
+                    return True
+    return False
 
 
 def end_of_turn(turn: list[NewEvent], totals: dict[str, int], usage: dict[str, int], *,

@@ -374,7 +374,8 @@ class Engine:
         elif decision is Next.REST:  # an interactive run woken with no input: park again
             inputs = await self.steering.input_facts(leased)
             return await self._apply(lease, plan.park_for_input(
-                leased.run_id, [], transcript.consumed_input_id, leased.iterations, inputs))
+                leased.run_id, [], transcript.consumed_input_id, leased.iterations, inputs,
+                wake=plan.resident_wake(leased.interactive, leased.parent_wait_key)))
         if isinstance(decision, StepPlan):
             if facts.over_budget is not None and decision.outcome.stop_reason == StopReason.BUDGET_EXCEEDED:
                 metrics().budget_crossed(facts.over_budget.limit.scope, "hard")
@@ -521,7 +522,8 @@ class Engine:
         if not tool_uses and leased.interactive:  # end of turn: park for the next input
             inputs = await self.steering.input_facts(leased)
             return await self._apply(lease, plan.park_for_input(
-                leased.run_id, turn, transcript.consumed_input_id, leased.iterations, inputs, delta=1, usage=usage))
+                leased.run_id, turn, transcript.consumed_input_id, leased.iterations, inputs, delta=1, usage=usage,
+                wake=plan.resident_wake(leased.interactive, leased.parent_wait_key)))
         if not tool_uses:  # complete, unless input was queued while the model answered
             latest = await self.steering.latest_input(leased)
             return await self._apply(lease, plan.end_of_turn(
@@ -550,7 +552,8 @@ class Engine:
             behind = max(0, transcript.iterations - leased.iterations)  # a crashed step's turn, not yet counted
             inputs = await self.steering.input_facts(leased, version)
             parked = plan.park_for_input(leased.run_id, steered.events, transcript.consumed_input_id,
-                                         leased.iterations, inputs, delta=behind)
+                                         leased.iterations, inputs, delta=behind,
+                                         wake=plan.resident_wake(leased.interactive, leased.parent_wait_key))
             parked.after.append(consumed)
             return parked
         await self._append(lease, steered.events)
@@ -627,7 +630,7 @@ class Engine:
         """The one place a step commits, and the one place it sends its next step: commit the
         plan's events and outcome under the lease fence, then — as the commit left the run — keep
         the lease for the next step (chain), send it, or stop (parked, finished); then run the
-        plan's after-commit effects."""
+        plan's after-commit effects (its wake-ups; a run's end closes its resident sub-agents)."""
         leased, outcome = lease.run, step_plan.outcome
         if outcome.enqueue_next and step_plan.chainable and not outcome.final:
             outcome.chain_owner = self._next_chain_owner(lease)
@@ -645,6 +648,10 @@ class Engine:
         else:
             await self.sender.next_step(leased.run_id, committed.step_no)
             result = StepResult.CONTINUED
+        if step_plan.wake:  # a resident sub-agent's turn ended: wake its parent's call
+            await self.steering.wake(leased, step_plan.wake)
+        if outcome.final and plan.opened_residents(leased.events, step_plan.events):
+            await self.steering.close_residents(leased)  # a run's end closes its resident sub-agents
         for effect in step_plan.after:
             await effect()
         return result

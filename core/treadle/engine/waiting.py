@@ -94,7 +94,8 @@ class Steering:
         Both are idempotent; the engine runs this before the cancel's commit, so a step re-run
         after a crash repeats it harmlessly (after the commit, a crash would lose it for good)."""
         for run_id, step_no in await self.subruns.request_cancel_tree(
-            leased.tenant_id, leased.run_id, "", include_root=False, child_reason="parent turn cancelled"
+            leased.tenant_id, leased.run_id, "", include_root=False, child_reason="parent turn cancelled",
+            keep_residents=True,  # a resident outlives its parent's turns (builtins/resident.py)
         ):
             await self.sender.always(run_id, step_no)  # a parked child has no job: it needs a message to finish
         settled = await self.interrupts.cancel(leased.tenant_id, leased.run_id, None, by="turn_cancel")
@@ -108,6 +109,22 @@ class Steering:
         step_no = await self.subruns.parked_cancel(leased.run_id)
         if step_no is not None:
             await self.sender.always(leased.run_id, step_no)
+
+    async def close_residents(self, leased: LeasedRun) -> None:
+        """The run ended: close its resident sub-agents (idempotent; if this is lost to a crash the
+        sweeper closes them, store/residents.py `due`)."""
+        try:
+            await self.waker.close_residents(leased.tenant_id, leased.run_id, "parent run ended")
+        except Exception as exc:
+            log.warning("closing the residents of %s failed (the sweeper will): %s", leased.run_id, exc)
+
+    async def wake(self, leased: LeasedRun, keys: list[str]) -> None:
+        """Poke `keys` after a commit (a resident sub-agent's turn ended: its parent's key). Best
+        effort — a lost poke is found by the sweeper (store/residents.py `settled_waits`)."""
+        try:
+            await self.waker.poke(leased.tenant_id, keys)
+        except Exception as exc:
+            log.warning("waking %s after %s's commit failed (the sweeper will): %s", keys, leased.run_id, exc)
 
     async def wake_parent(self, leased: LeasedRun) -> None:
         """A sub-agent run ended: poke its parent's wait key. Best effort — a lost poke is done by

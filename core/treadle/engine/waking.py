@@ -10,15 +10,17 @@ from __future__ import annotations
 from treadle.engine.hub import RunEventHub
 from treadle.engine.sending import StepSender
 from treadle.store.pause import PauseStore
+from treadle.store.residents import ResidentStore
 from treadle.store.subruns import SubRunStore
 from treadle.store.waits import WaitStore
 
 
 class RunWaker:
     def __init__(self, waits: WaitStore, subruns: SubRunStore, sender: StepSender, hub: RunEventHub,
-                 pause: PauseStore | None = None) -> None:
+                 pause: PauseStore | None = None, residents: ResidentStore | None = None) -> None:
         self.waits = waits
         self.pause = pause
+        self.residents = residents
         self.subruns = subruns
         self.sender = sender
         self.hub = hub
@@ -45,7 +47,36 @@ class RunWaker:
         for run_id, step_no in await self.subruns.parked_cancels():
             await self.sender.always(run_id, step_no)
             n += 1
+        if self.residents is not None:
+            n += await self._residents_due(self.residents)
         return n
+
+    async def _residents_due(self, residents: ResidentStore) -> int:
+        """Close the resident sub-agents idle past their TTL or whose parent ended (a crash after
+        the parent's final commit); wake parents parked on a resident whose turn ended when that
+        wake-up was lost (store/residents.py)."""
+        n = 0
+        for tenant_id, run_id, why, live in await residents.due():
+            if live:
+                await self.cancel_tree(tenant_id, run_id, f"resident closed: {why}")
+                n += 1
+        for tenant_id, key in await residents.settled_waits():
+            n += await self.poke(tenant_id, [key])
+        return n
+
+    async def close_residents(self, tenant_id: str, parent_run_id: str, reason: str) -> int:
+        """Close every open resident sub-agent of a run (its end): each is cancelled."""
+        if self.residents is None:
+            return 0
+        live = await self.residents.close_children(tenant_id, parent_run_id, reason)
+        for run_id in live:
+            await self.cancel_tree(tenant_id, run_id, reason)
+        return len(live)
+
+    async def cancel_tree(self, tenant_id: str, run_id: str, reason: str) -> None:
+        """Flag a run and its unfinished descendants for cancellation; each gets a step message."""
+        for flagged_id, step_no in await self.subruns.request_cancel_tree(tenant_id, run_id, reason):
+            await self.sender.always(flagged_id, step_no)  # a parked run has no job: it needs a message
 
     async def resume_runtime(self) -> tuple[bool, int]:
         """paused → running, and every run the pause parked woken (store/pause.py). (False, 0) when

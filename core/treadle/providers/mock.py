@@ -89,6 +89,30 @@ def _mock_verdicts(prompt: str) -> str:
     return json.dumps({"verdicts": verdicts})
 
 
+def _from_results(tool_input: dict[str, Any], messages: list[Message]) -> dict[str, Any]:
+    """A script turn's input with each string value `$result.KEY` replaced by KEY of the newest
+    tool result (a JSON object) that has it — e.g. `{"child_run_id": "$result.child_run_id"}`
+    sends to the resident sub-agent an earlier `Agent op=open` answered with."""
+    if not any(isinstance(v, str) and v.startswith("$result.") for v in tool_input.values()):
+        return tool_input
+    results: list[dict[str, Any]] = []
+    for m in messages:
+        for b in m.content:
+            if isinstance(b, ToolResultBlock):
+                try:
+                    value = json.loads(b.content)
+                except ValueError:
+                    continue
+                if isinstance(value, dict):
+                    results.append(value)
+    out = dict(tool_input)
+    for k, v in tool_input.items():
+        if isinstance(v, str) and v.startswith("$result."):
+            key = v[len("$result."):]
+            out[k] = next((r[key] for r in reversed(results) if key in r), v)
+    return out
+
+
 class MockProvider:
     name = "mock"
 
@@ -155,7 +179,8 @@ class MockProvider:
                 raise ProviderError("mock: model 'script' has no mock.script", code="mock_script_missing")
             turn = script[min(assistant_turns, len(script) - 1)]
             if turn.tool is not None:
-                content = [ToolUseBlock(tool_use_id(run_id, iteration, 0), turn.tool, dict(turn.input))]
+                content = [ToolUseBlock(tool_use_id(run_id, iteration, 0), turn.tool,
+                                        _from_results(dict(turn.input), req.messages))]
             else:
                 content = [TextBlock(turn.text or "")]
         else:

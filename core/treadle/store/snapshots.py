@@ -72,6 +72,8 @@ TABLES: tuple[Table, ...] = (
     Table("interrupts", "interrupts", rows="runs", order="run_id, id"),
     Table("run_inputs", "run_inputs", rows="runs", order="id", serial="id"),
     Table("client_tool_results", "client_tool_results", rows="runs", order="run_id, tool_use_id"),
+    # resident sub-agents (issue 36 item 1): a child opened by Agent op=open, its TTL and close state
+    Table("resident_children", "resident_children", rows="runs", order="run_id"),
     Table("credentials", "credential_defs", rows="names", order="scope, scope_id, name", omit=("sealed", "key_id")),
 )
 SECTIONS = {t.section: t for t in TABLES}

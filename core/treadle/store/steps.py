@@ -609,10 +609,15 @@ class StepStore:
         waits = outcome.waits or []
         async with self.pool.step_connection() as conn, conn.transaction():
             # lock the run first: a cancel either committed before (seen here: do not park) or
-            # waits for this commit and then enqueues the new step_no itself
-            cur = await conn.execute("SELECT cancel_requested FROM runs WHERE id = %s FOR UPDATE", (leased.run_id,))
+            # waits for this commit and then enqueues the new step_no itself. So does a turn cancel
+            # queued after this step was leased (its poke found the run running, not parked here):
+            # the run goes on, and its next step takes the cancel (engine/plan.py `steer`)
+            cur = await conn.execute(
+                "SELECT cancel_requested OR EXISTS (SELECT 1 FROM run_inputs i WHERE i.run_id = runs.id"
+                " AND i.kind = 'turn_cancel' AND i.id > %s) AS cancelled FROM runs WHERE id = %s FOR UPDATE",
+                (_inputs_seen(leased, events), leased.run_id))
             run = await cur.fetchone()
-            cancelled = bool(run and run["cancel_requested"])
+            cancelled = bool(run and run["cancelled"])
             cur = await conn.execute(
                 "SELECT key, version FROM wait_keys WHERE tenant_id = %s AND key = ANY(%s) FOR SHARE",
                 (leased.tenant_id, [w.key for w in waits]),
@@ -795,6 +800,13 @@ class StepStore:
             if rows and self.jobs_in_db:
                 await conn.execute(f"SELECT pg_notify('{JOBS_CHANNEL}', '')")
         return [(r["id"], r["step_no"]) for r in rows]
+
+
+def _inputs_seen(leased: LeasedRun, events: list[NewEvent]) -> int:
+    """The newest steering input this step knew of: queued when it was leased, or taken into the
+    transcript (by this commit's events or earlier ones)."""
+    ids = [p.get("input_id") for _s, _t, p in leased.events] + [e.payload.get("input_id") for e in events]
+    return max([leased.input_seq, *(i for i in ids if isinstance(i, int))])
 
 
 @lru_cache(maxsize=256)

@@ -98,17 +98,19 @@ class SubRunStore:
 
     async def request_cancel_tree(
         self, tenant_id: str, run_id: str, reason: str, *, include_root: bool = True,
-        child_reason: str = "parent run cancelled",
+        child_reason: str = "parent run cancelled", keep_residents: bool = False,
     ) -> list[tuple[str, int]]:
         """Flag the run (unless `include_root` is false) and every unfinished descendant for
         cancellation, in one statement. Returns (run_id, step_no) of the flagged runs: each needs
-        a step message so its next step finishes it (a parked run is leased just for that)."""
+        a step message so its next step finishes it (a parked run is leased just for that).
+        `keep_residents`: the run's resident sub-agents (interactive children) and their subtrees
+        are left alone (a turn cancel)."""
         sql = """
         WITH RECURSIVE tree AS (
             SELECT id, 0 AS lvl FROM runs WHERE id = %(id)s AND tenant_id = %(tenant)s
             UNION ALL
             SELECT c.id, tree.lvl + 1 FROM runs c JOIN tree ON c.parent_run_id = tree.id
-            WHERE c.tenant_id = %(tenant)s AND tree.lvl < 16
+            WHERE c.tenant_id = %(tenant)s AND tree.lvl < 16 AND NOT (%(keep)s AND c.interactive)
         )
         UPDATE runs SET cancel_requested = true,
                cancel_reason = CASE WHEN runs.id = %(id)s THEN %(reason)s
@@ -122,7 +124,7 @@ class SubRunStore:
         """
         async with self.pool.connection() as conn:
             cur = await conn.execute(sql, {"id": run_id, "tenant": tenant_id, "reason": reason, "root": include_root,
-                                     "child_reason": child_reason})
+                                     "child_reason": child_reason, "keep": keep_residents})
             rows = await cur.fetchall()
         return [(r["id"], int(r["step_no"])) for r in rows]
 
@@ -156,15 +158,21 @@ class SubRunStore:
             row = await cur.fetchone()
         return None if row is None else int(row["step_no"])
 
-    async def parked_cancels(self, limit: int = 500) -> list[tuple[str, int]]:
+    async def parked_cancels(self, limit: int = 500, grace_s: float = 30.0) -> list[tuple[str, int]]:
         """(run_id, step_no) of parked runs whose cancel was requested but never acted on (the
         cancel's step message was stale — the run was mid-step — and the process died before
-        re-sending it). Each needs a step message; a duplicate is dropped by the lease."""
+        re-sending it). Each needs a step message; a duplicate is dropped by the lease. A cancel
+        requested (or re-sent) less than `grace_s` ago is left to the message it was sent with:
+        the row's `updated_at` doubles as the re-send deadline, so a sweep that loops while it
+        finds work (the cloud's maintenance function) sends each one once, not on every pass."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT id, step_no FROM runs WHERE status = 'waiting' AND cancel_requested"
-                " AND (lease_owner IS NULL OR lease_until < now()) LIMIT %s",
-                (limit,),
+                "UPDATE runs SET updated_at = now() WHERE id IN ("
+                " SELECT id FROM runs WHERE status = 'waiting' AND cancel_requested"
+                " AND (lease_owner IS NULL OR lease_until < now())"
+                " AND updated_at < now() - make_interval(secs => %s) LIMIT %s)"
+                " AND status = 'waiting' RETURNING id, step_no",
+                (grace_s, limit),
             )
             rows = await cur.fetchall()
         return [(r["id"], int(r["step_no"])) for r in rows]

@@ -27,6 +27,7 @@ from treadle.store.dirents import DirentStore
 from treadle.store.folding import FoldedWrite
 from treadle.store.interrupts import InterruptStore
 from treadle.store.memory import MemoryStore
+from treadle.store.residents import ResidentStore
 from treadle.store.runs import RunStore
 from treadle.store.sqlmem import SqlAudit, SqlMemory
 from treadle.store.subruns import SubRunStore
@@ -77,6 +78,8 @@ class ToolServices:
     dirents: DirentStore | None = None
     #: one model call without tools on the run's agent's route (Memory add with infer)
     asker: ModelAsker | None = None
+    #: resident sub-agents' rows (Agent op=open, builtins/resident.py): None where none are wired
+    residents: ResidentStore | None = None
 
 
 @dataclass(slots=True)

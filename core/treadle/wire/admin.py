@@ -305,3 +305,43 @@ class SnapshotRestored(Response):
     #: treadle's: restored schedules given their external scheduler's schedule at once (the cloud's
     #: EventBridge Scheduler; absent where schedules fire in-process)
     schedules_synced: int | None = None
+
+
+# -- resident sub-agents (loomcycle's /v1/_resident; builtins/resident.py) ---------------------------
+
+
+class ResidentInfo(Response):
+    """loomcycle's residentInfo: one resident sub-agent (Agent op=open) — `state` running |
+    awaiting_input | completed | failed | cancelled | closed; treadle adds the parent's run id,
+    when it was opened and (closed ones) when and why it closed."""
+
+    child_run_id: str
+    agent_id: str
+    agent: str | None = None
+    parent_agent_id: str | None = None
+    parent_run_id: str | None = None
+    tenant_id: str | None = None
+    state: str
+    idle_ttl_seconds: int
+    last_used_at: str
+    created_at: str | None = None
+    closed_at: str | None = None
+    close_reason: str | None = None
+
+
+class ResidentList(Response):
+    """GET /v1/_resident: the caller's open resident sub-agents (an operator: every tenant's)."""
+
+    resident: list[ResidentInfo]
+
+
+class ResidentClosed(Response):
+    run_id: str
+    closed: bool
+
+
+class ResidentCancelled(Response):
+    """POST /v1/_resident/{run_id}/cancel: `stopped` false when the child was not mid-turn."""
+
+    run_id: str
+    stopped: bool

@@ -479,6 +479,9 @@ class AgentState(Run):
     started_at: str
     live: bool
     last_heartbeat_at: str
+    #: loomcycle's: a live resident sub-agent (Agent op=open) and its state (running | awaiting_input)
+    resident: bool | None = None
+    resident_state: str | None = None
 
 
 class AgentList(Response):

@@ -203,6 +203,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   let forkSeq = null; // the seq the fork form is set to ("fork from here" on an event)
   let usages = []; // the selected run's usage events (the header's live counts)
   let runsById = new Map();
+  let residents = new Map(); // run id → its resident sub-agent row (GET /v1/_resident)
   const tabHooks = {}; // tab name → function that (re)loads it (panels.js adds its own)
 
   /** An element with text children only: strings become text nodes, never HTML. */
@@ -374,8 +375,14 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
       }
       $("runs-more").hidden = !body.next_cursor;
       runsById = new Map(body.runs.map((r) => [r.run_id, r]));
+      residents = await loadResidents();
       const rows = buildTree(body.runs).map(({ run: r, depth, asking }) => {
         const badges = [el("span", { class: `status ${r.status}`, text: r.status })];
+        const resident = residents.get(r.run_id);
+        if (resident) {
+          badges.push(el("span", { class: "pill resident", text: `resident · ${resident.state.replace("_", " ")}`,
+            title: `a resident sub-agent (Agent op=open): idle TTL ${resident.idle_ttl_seconds} s, last sent to ${resident.last_used_at}` }));
+        }
         if (asks(r)) badges.push(el("span", { class: "pill ask", text: "? asks", title: "waits on a question" }));
         if (asking) badges.push(el("span", { class: "pill ask", text: `? ${asking} in sub-agent${asking === 1 ? "" : "s"}`, title: "a sub-agent waits on a question" }));
         const li = el("li", {
@@ -412,6 +419,27 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
         $("fork-prompt").focus();
       },
     });
+  }
+
+  async function residentAction(runId, op) {
+    try {
+      const id = encodeURIComponent(runId);
+      await json(op === "close" ? `/v1/_resident/${id}/close` : `/v1/_resident/${id}/cancel`, { method: "POST" });
+      await loadRuns();
+      if (selected === runId) await showRun(runId);
+    } catch (err) {
+      notice(String(err.message || err));
+    }
+  }
+
+  /** The open resident sub-agents (GET /v1/_resident) by run id; none when the token may not list them. */
+  async function loadResidents() {
+    try {
+      const body = await json("/v1/_resident");
+      return new Map(body.resident.map((r) => [r.child_run_id, r]));
+    } catch (err) {
+      return new Map();
+    }
   }
 
   function eventItem(type, data, seq = null) {
@@ -476,6 +504,14 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
     if (kids.length) {
       family.push(`sub-agents (${kids.length}): `);
       kids.forEach((k, i) => family.push(i ? ", " : "", runLink(k.run_id, `${k.agent} ${k.status}`)));
+    }
+    const resident = residents.get(run.run_id);
+    if (resident) {  // loomcycle's resident controls: stop its turn (it stays alive), or close it
+      family.push(` · resident sub-agent (${resident.state.replace("_", " ")}) `,
+        el("button", { type: "button", class: "small", id: "resident-cancel", text: "stop turn",
+          onclick: () => residentAction(run.run_id, "cancel") }), " ",
+        el("button", { type: "button", class: "small", id: "resident-close", text: "close",
+          onclick: () => residentAction(run.run_id, "close") }));
     }
     $("run-family").replaceChildren(...family);
     await showTeam(run);

@@ -86,6 +86,7 @@ class AsyncTreadle:
         self.webhooks = AsyncWebhooks(self)
         self.hooks = AsyncHooks(self)
         self.admin = AsyncAdmin(self)
+        self.residents = AsyncResidents(self)
 
     async def __aenter__(self) -> AsyncTreadle:
         return self
@@ -580,6 +581,24 @@ class AsyncHooks(AsyncResource):
 
     async def delete(self, hook_id: str) -> None:
         await self.client.json(Call("DELETE", f"/v1/hooks/{hook_id}"))
+
+
+class AsyncResidents(AsyncResource):
+    """/v1/_resident: the resident sub-agents runs opened (`Agent op=open`) — list, close, stop a turn."""
+
+    async def list(self, *, parent_run_id: str | None = None, include_closed: bool | None = None,
+                   tenant: str | None = None) -> m.ResidentList:
+        """The open ones, newest first (`include_closed`: the closed and ended ones too)."""
+        params = clean({"parent_run_id": parent_run_id, "include_closed": include_closed, "tenant": tenant})
+        return await self.client.model(Call("GET", "/v1/_resident", params=params), m.ResidentList)
+
+    async def close(self, run_id: str) -> m.ResidentClosed:
+        """End a resident sub-agent: its run is cancelled (`closed by operator`)."""
+        return await self.client.model(Call("POST", f"/v1/_resident/{run_id}/close"), m.ResidentClosed)
+
+    async def cancel(self, run_id: str) -> m.ResidentCancelled:
+        """Stop its current turn (it parks for input again); `stopped` false when it was not mid-turn."""
+        return await self.client.model(Call("POST", f"/v1/_resident/{run_id}/cancel"), m.ResidentCancelled)
 
 
 class AsyncAdmin(AsyncResource):

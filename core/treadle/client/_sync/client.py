@@ -87,6 +87,7 @@ class Treadle:
         self.webhooks = Webhooks(self)
         self.hooks = Hooks(self)
         self.admin = Admin(self)
+        self.residents = Residents(self)
 
     def __enter__(self) -> Treadle:
         return self
@@ -581,6 +582,24 @@ class Hooks(Resource):
 
     def delete(self, hook_id: str) -> None:
         self.client.json(Call("DELETE", f"/v1/hooks/{hook_id}"))
+
+
+class Residents(Resource):
+    """/v1/_resident: the resident sub-agents runs opened (`Agent op=open`) — list, close, stop a turn."""
+
+    def list(self, *, parent_run_id: str | None = None, include_closed: bool | None = None,
+                   tenant: str | None = None) -> m.ResidentList:
+        """The open ones, newest first (`include_closed`: the closed and ended ones too)."""
+        params = clean({"parent_run_id": parent_run_id, "include_closed": include_closed, "tenant": tenant})
+        return self.client.model(Call("GET", "/v1/_resident", params=params), m.ResidentList)
+
+    def close(self, run_id: str) -> m.ResidentClosed:
+        """End a resident sub-agent: its run is cancelled (`closed by operator`)."""
+        return self.client.model(Call("POST", f"/v1/_resident/{run_id}/close"), m.ResidentClosed)
+
+    def cancel(self, run_id: str) -> m.ResidentCancelled:
+        """Stop its current turn (it parks for input again); `stopped` false when it was not mid-turn."""
+        return self.client.model(Call("POST", f"/v1/_resident/{run_id}/cancel"), m.ResidentCancelled)
 
 
 class Admin(Resource):
