@@ -302,15 +302,23 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
 
   // -- header: who, counts, agents ------------------------------------------------------------------
 
-  async function whoami() {
-    try {
-      const who = await json("/v1/_whoami");
-      $("who").textContent = `tenant ${who.tenant_id}`;
-      $("tenant-box").hidden = !(who.open_mode || (who.scopes || []).includes("substrate:admin"));
-      $("auth").hidden = true;
-    } catch (err) {
-      if (err.status !== 401) notice(err.message);
-    }
+  let mayListResidents = Promise.resolve(false); // whether GET /v1/_resident answers this token (scope tenant)
+
+  function whoami() {
+    mayListResidents = (async () => {
+      try {
+        const who = await json("/v1/_whoami");
+        $("who").textContent = `tenant ${who.tenant_id}`;
+        const scopes = who.scopes || [];
+        $("tenant-box").hidden = !(who.open_mode || scopes.includes("substrate:admin"));
+        $("auth").hidden = true;
+        return who.open_mode || scopes.includes("substrate:admin") || scopes.includes("substrate:tenant");
+      } catch (err) {
+        if (err.status !== 401) notice(err.message);
+        return false;
+      }
+    })();
+    return mayListResidents;
   }
 
   /** The names new runs can use: the defs' names (scope `tenant`), else the agents among the
@@ -434,6 +442,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
 
   /** The open resident sub-agents (GET /v1/_resident) by run id; none when the token may not list them. */
   async function loadResidents() {
+    if (!(await mayListResidents)) return new Map();
     try {
       const body = await json("/v1/_resident");
       return new Map(body.resident.map((r) => [r.child_run_id, r]));
