@@ -343,3 +343,16 @@ async def test_a_snapshot_carries_a_parked_resident_and_it_goes_on_in_the_other_
     last = json.loads(tool_results(await events(dst, parent))[-1]["text"])
     assert last == {"child_run_id": kid["id"], "state": "awaiting_input", "output": "b"}
     assert await status(dst, kid["id"]) == "cancelled"  # the parent's end closed it
+
+
+async def test_open_honours_a_compaction_override_and_refuses_a_bad_one(open_runtime: Any) -> None:
+    turns = [agent("open", name="echo", prompt="a", compaction={"keep_last_n": 3}),
+             agent("open", name="echo", prompt="b", compaction={"target_percentage": 99}), {"text": "end"}]
+    rt, disp = await open_runtime({"p": scripted(turns, ["Agent"]), "echo": ECHO})
+    parent = await start(rt, "p")
+    await disp.drain()
+    first, second = results(await events(rt, parent))
+    assert first["state"] == "awaiting_input"
+    assert second["error"].startswith("invalid_field: Agent.open: compaction")
+    run = await rt.runs.get("default", first["child_run_id"])
+    assert (run.run_options or {}).get("compaction") == {"keep_last_n": 3}

@@ -6,9 +6,10 @@ envelope `{child_run_id, state, output}` — `state`: `awaiting_input` (parked, 
 `running` (mid-turn), `completed` / `failed` / `cancelled` (the child ended), `closed`.
 
 - `open` (`name`, `prompt`, `def_id`?, `idle_ttl_seconds`? — 0: the calling agent's
-  `resident_idle_ttl_seconds`) starts the child under spawn's rules (a configured agent or that
-  AgentDef version, depth ≤ 3, the caller's hosts, volumes and parent_context, at most
-  `max_resident_children` open per run) and parks the caller until its first turn ends.
+  `resident_idle_ttl_seconds` —, `compaction`? as spawn's) starts the child under spawn's rules
+  (a configured agent or that AgentDef version, depth ≤ 3, the caller's hosts, volumes and
+  parent_context, at most `max_resident_children` open per run) and parks the caller until its
+  first turn ends.
 - `send` (`child_run_id`, `prompt`, `timeout_ms`?) queues the next user turn on the child (its
   steering queue, store/inputs.py) and parks the caller until that turn ends; `timeout_ms` bounds the
   wait (its end answers `running` with the output so far) and `timeout_ms: 0` answers at once.
@@ -34,7 +35,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from treadle.builtins.spawning import MAX_AGENT_DEPTH, check_pins, child_compaction
+from treadle.config import CompactionConfig
 from treadle.domain.events import EventType
 from treadle.engine.plan import input_key
 from treadle.errors import ToolError
@@ -247,6 +251,11 @@ async def _start(ctx: ToolContext, store: ResidentStore, args: dict[str, Any], k
         raise _fail("max_depth", f"Agent.open: sub-agents may nest at most {MAX_AGENT_DEPTH} deep (this run is "
                     f"at depth {depth})")
     spawn: dict[str, Any] = {"name": name, "prompt": prompt, **({"def_id": def_id} if def_id else {})}
+    if args.get("compaction") is not None:  # spawn's: the child's compaction over what it inherits
+        try:
+            spawn["compaction"] = CompactionConfig.model_validate(args["compaction"]).model_dump(exclude_none=True)
+        except ValidationError as exc:
+            raise _fail("invalid_field", f"Agent.open: compaction: {exc.errors()[0]['msg']}") from None
     run, _created = await services.starter.start_run(NewRun(
         tenant_id=ctx.tenant_id,
         agent=name,
