@@ -498,6 +498,18 @@ def test_reserved_concurrency_fits_the_connection_budget(synth: dict[str, Any]) 
     assert len(stated) == 3 and set(stated) == {sum(reserved.values())}, stated
 
 
+def test_the_layer_size_the_doc_states() -> None:
+    """docs/deploy-aws.md's layer figure is the built layer's (issue 43 item 8: it said ~28 MB
+    while the layer held ~77); checked where the layer is built (layers/build.py)."""
+    layer = ROOT / "layers" / "build" / "layer"
+    if not (layer / "python").is_dir():
+        pytest.skip("the layer is not built here (.venv/bin/python layers/build.py)")
+    source = sum(p.stat().st_size for p in layer.rglob("*") if p.is_file() and p.suffix != ".pyc")
+    stated = re.search(r"from manylinux wheels \(~(\d+) MB, ~(\d+) MB zipped", DEPLOY_DOC.read_text())
+    assert stated is not None
+    assert abs(source / 2**20 - int(stated[1])) <= 0.15 * int(stated[1])
+
+
 def test_memory_as_the_doc_states_it(synth: dict[str, Any]) -> None:
     """docs/deploy-aws.md "Memory and cost" states each function's memory and its measured peak:
     the stack gives what the table says, above the peak (issue 43 item 8)."""

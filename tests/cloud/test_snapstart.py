@@ -124,3 +124,19 @@ def test_the_api_functions_snapshot_holds_every_route_built_and_an_on_demand_ini
     assert snap["engine"] is True  # build_deferred: the engine's modules too
     assert cold["built"] == 0 and cold["routes"] > 0
     assert cold["engine"] is False  # Runtime.engine: built on first use
+
+
+MCP_INIT = """\
+import json, sys
+import functions.mcp.handler  # INIT
+print(json.dumps({m: m in sys.modules for m in ("treadle.api.mcp.server", "mcp.server.streamable_http_manager")}))
+"""
+
+
+def test_the_mcp_functions_snapshot_holds_the_mcp_server_and_an_on_demand_init_does_not(tmp_path: Path) -> None:
+    """Its first request after a restore imported the MCP SDK (3.6 s of 4.5 s under awslambdaric on
+    a loaded machine; issue 43 item 2)."""
+    assert run_init(tmp_path, "snap-start", MCP_INIT) == {
+        "treadle.api.mcp.server": True, "mcp.server.streamable_http_manager": True}
+    assert run_init(tmp_path, "on-demand", MCP_INIT) == {
+        "treadle.api.mcp.server": False, "mcp.server.streamable_http_manager": False}

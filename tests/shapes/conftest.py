@@ -80,3 +80,7 @@ def shape(request: pytest.FixtureRequest, server_url: str, module_env: pytest.Mo
     finally:
         made.close()
         drop_database(server_url, db)
+        if request.param == "cloud":  # a client on moto must not outlive the module's variables
+            from treadle_cloud.env import aws_client
+
+            aws_client.cache_clear()
