@@ -356,3 +356,31 @@ async def test_open_honours_a_compaction_override_and_refuses_a_bad_one(open_run
     assert second["error"].startswith("invalid_field: Agent.open: compaction")
     run = await rt.runs.get("default", first["child_run_id"])
     assert (run.run_options or {}).get("compaction") == {"keep_last_n": 3}
+
+
+async def test_a_turn_cancel_stored_just_after_a_step_parked_on_a_tool_wakes_it(open_runtime: Any) -> None:
+    """The other side of the race above: the cancel's poke read the run's keys while it still ran
+    (none) and its row is stored just after the step parked on its tool — the engine's look right
+    after a park (engine/waiting.py `cancel_if_requested`) wakes it, and the cancel is taken."""
+    from treadle.store.inputs import InputStore
+
+    rt, disp = await open_runtime({"asker": ASKS_EVERY_TURN})
+    run_id = await start(rt, "asker", interactive=True)
+    original = rt.steps._commit_parking
+    raced: list[int] = []
+
+    async def racing(*args: Any, **kw: Any) -> Any:
+        committed = await original(*args, **kw)
+        if not raced:  # stored after the park committed; its own poke (the input key) wakes nothing
+            queued = await InputStore(rt.pool).add("default", run_id, "turn_cancel", "stop")
+            raced.append(int(queued.input_id or 0))
+            await rt.poke("default", [f"input:{run_id}"])
+        return committed
+
+    rt.steps._commit_parking = racing
+    await disp.drain()
+    assert raced and raced[0] > 0
+    evs = await events(rt, run_id)
+    assert "turn_cancelled" in types(evs) and types(evs)[-1] == "awaiting_input"
+    pending = await query(rt.database_url, "SELECT status FROM interrupts WHERE run_id = %s", (run_id,))
+    assert [p["status"] for p in pending] == ["cancelled"]

@@ -78,7 +78,9 @@ async def cancel_turn(rt: Runtime, tenant_id: str, run_id: str, reason: str | No
         raise NotMidTurn(f"run {run_id} is waiting for input; there is no turn to cancel")
     queued = await store.add(tenant_id, run_id, "turn_cancel", reason or "cancelled by operator")
     _check(run_id, queued.status, queued.input_id, queued.queue_full)
-    # wake it wherever it is parked (a spurious wake of another run on a shared key is harmless)
+    # wake it wherever it is parked (a spurious wake of another run on a shared key is harmless) —
+    # read again now that the cancel is stored: a step that parked since finds it (engine/waiting.py)
+    keys = [*keys, *await store.wait_keys(run_id)]
     await rt.poke(tenant_id, sorted({*keys, input_key(run_id)}))
     return {"run_id": run_id, "scope": "turn", "stopped": True, "parked": True, "status": queued.status}
 

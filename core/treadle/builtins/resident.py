@@ -42,6 +42,7 @@ from treadle.config import CompactionConfig
 from treadle.domain.events import EventType
 from treadle.engine.plan import input_key
 from treadle.errors import ToolError
+from treadle.store.db import after_commit
 from treadle.store.inputs import InputStore
 from treadle.store.residents import Resident, ResidentStore
 from treadle.store.runs import NewRun
@@ -335,8 +336,12 @@ async def _cancel(ctx: ToolContext, store: ResidentStore, child_id: str) -> Tool
         queued = await inputs.add(ctx.tenant_id, child_id, "turn_cancel", "cancelled by parent (resident sub-agent)")
         if queued.input_id is None:
             raise _fail("resident_closed", f"resident sub-agent {child_id!r} cannot be cancelled now ({queued.status})")
-        keys = await inputs.wait_keys(child_id)  # wake it wherever it is parked
-        await ctx.services.waker.poke(ctx.tenant_id, sorted({*keys, input_key(child_id)}))
+        waker, tenant = ctx.services.waker, ctx.tenant_id
+
+        async def wake_child() -> None:  # wherever it is parked once the cancel is stored (committed)
+            await waker.poke(tenant, sorted({*await inputs.wait_keys(child_id), input_key(child_id)}))
+
+        await after_commit(wake_child)
         extra = {"op": "cancel", "input_id": view.current_input, "cancel_id": queued.input_id}
         return _park(resident, version, extra, CANCEL_REPARK_S)
     view, state = await _answer(ctx, store, resident, start=int(extra.get("input_id") or 0),

@@ -104,11 +104,15 @@ class Steering:
 
     async def cancel_if_requested(self, leased: LeasedRun) -> None:
         """The run just parked: if a cancel landed while the step ran, its step message was stale
-        and dropped, so send one now (a parked run is leased only to be cancelled). A crash before
+        and dropped, so send one now (a parked run is leased only to be cancelled); if a turn
+        cancel did, poke the keys it parked on (its own poke found none). A crash before
         this is covered by `RunWaker.wake_due` (SubRunStore.parked_cancels)."""
-        step_no = await self.subruns.parked_cancel(leased.run_id)
+        step_no, turn_cancel = await self.subruns.parked_cancel(leased.run_id, leased.input_seq)
         if step_no is not None:
             await self.sender.always(leased.run_id, step_no)
+        elif turn_cancel:  # a turn cancel that missed the park: wake the run where it is parked
+            keys = await self.inputs.wait_keys(leased.run_id)
+            await self.waker.poke(leased.tenant_id, sorted({*keys, input_key(leased.run_id)}))
 
     async def close_residents(self, leased: LeasedRun) -> None:
         """The run ended: close its resident sub-agents (idempotent; if this is lost to a crash the

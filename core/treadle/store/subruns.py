@@ -148,15 +148,22 @@ class SubRunStore:
             rows = await cur.fetchall()
         return [(r["tenant_id"], r["key"]) for r in rows]
 
-    async def parked_cancel(self, run_id: str) -> int | None:
-        """The step_no of `run_id` if it is parked with a cancel requested, else None: the engine's
-        check right after a park (the cancel's step message was stale and dropped mid-step)."""
+    async def parked_cancel(self, run_id: str, seen_input: int = 0) -> tuple[int | None, bool]:
+        """The engine's check right after a park: (the step_no of `run_id` if it is parked with a
+        cancel requested — the cancel's step message was stale and dropped mid-step —, else None;
+        whether it is parked with a turn cancel not yet taken, queued after `seen_input` (the input
+        the step was leased with) — while the step ran: its poke found the run running, not parked
+        where it is now)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT step_no FROM runs WHERE id = %s AND status = 'waiting' AND cancel_requested", (run_id,)
+                "SELECT step_no, cancel_requested, EXISTS (SELECT 1 FROM run_inputs i WHERE i.run_id = runs.id"
+                " AND i.kind = 'turn_cancel' AND i.id > %s AND i.consumed_at IS NULL) AS turn_cancel"
+                " FROM runs WHERE id = %s AND status = 'waiting'", (seen_input, run_id)
             )
             row = await cur.fetchone()
-        return None if row is None else int(row["step_no"])
+        if row is None:
+            return None, False
+        return (int(row["step_no"]) if row["cancel_requested"] else None), bool(row["turn_cancel"])
 
     async def parked_cancels(self, limit: int = 500, grace_s: float = 30.0) -> list[tuple[str, int]]:
         """(run_id, step_no) of parked runs whose cancel was requested but never acted on (the
