@@ -78,3 +78,39 @@ async def test_list_close_and_cancel_over_http(served: tuple[Any, Any, AsyncTrea
     with pytest.raises(ApiError) as err:
         await client.residents.cancel(parent)  # a run that is not a resident
     assert err.value.code == "resident_not_found"
+
+
+async def test_a_tenant_sees_and_acts_on_its_own_residents_only(open_runtime: Any, migrated_db_url: str) -> None:
+    from tests.support.tenancy import api, bearer, mint
+
+    holds: list[dict[str, Any]] = [
+        {"tool": "Agent", "input": {"op": "open", "name": "echo", "prompt": "mine"}}, ASK, {"text": "bye"}]
+    rt, disp = await open_runtime({"p": scripted(holds, ["Agent", "Interruption"]), "echo": ECHO},
+                                  url=migrated_db_url)
+    parents = {t: await start(rt, "p", tenant=t) for t in ("acme", "bolt")}
+    await disp.drain()
+    async with api(rt) as c:
+        operator = bearer(await mint(c, {}, "operator"))
+        acme = bearer(await mint(c, operator, "acme", tenant="acme", scopes=["substrate:tenant"]))
+        bolt = bearer(await mint(c, operator, "bolt", tenant="bolt", scopes=["substrate:tenant"]))
+        reader = bearer(await mint(c, operator, "reader", tenant="acme", scopes=["runs:read"]))
+        [mine] = (await c.get("/v1/_resident", headers=acme)).json()["resident"]
+        [theirs] = (await c.get("/v1/_resident", headers=bolt)).json()["resident"]
+        assert (mine["tenant_id"], mine["parent_run_id"]) == ("acme", parents["acme"])
+        assert (theirs["tenant_id"], theirs["parent_run_id"]) == ("bolt", parents["bolt"])
+        for action in ("close", "cancel"):  # another tenant's resident is not found, as an unknown one
+            r = await c.post(f"/v1/_resident/{theirs['child_run_id']}/{action}", headers=acme)
+            assert r.status_code == 404 and r.json()["code"] == "resident_not_found", r.text
+        r = await c.get("/v1/_resident", params={"tenant": "bolt"}, headers=acme)
+        assert r.status_code == 403 and r.json()["code"] == "insufficient_scope"
+        r = await c.get("/v1/_resident", headers=reader)  # runs:read may not list them
+        assert r.status_code == 403
+        everyone = (await c.get("/v1/_resident", headers=operator)).json()["resident"]
+        assert {x["tenant_id"] for x in everyone} == {"acme", "bolt"}
+        focused = (await c.get("/v1/_resident", params={"tenant": "bolt"}, headers=operator)).json()["resident"]
+        assert [x["child_run_id"] for x in focused] == [theirs["child_run_id"]]
+        r = await c.post(f"/v1/_resident/{mine['child_run_id']}/close", headers=acme)
+        assert r.status_code == 200 and r.json() == {"run_id": mine["child_run_id"], "closed": True}
+    await disp.drain()
+    assert await status(rt, mine["child_run_id"], tenant="acme") == "cancelled"
+    assert await status(rt, theirs["child_run_id"], tenant="bolt") == "waiting"
