@@ -34,9 +34,10 @@ from treadle.runtime import Runtime  # noqa: E402
 from treadle.store.runs import NewRun  # noqa: E402
 
 
-def config(iterations: int) -> dict[str, Any]:
+def config(iterations: int, archive: bool = False) -> dict[str, Any]:
     per_run = {"op": "incr", "scope": "user", "key": "calls"}
-    return {"retention": {"days": 30}, "agents": {"bench": {
+    retention: dict[str, Any] = {"days": 30, **({"archive": {"volume": "vault"}} if archive else {})}
+    return {"retention": retention, **({"volumes": {"vault": {}}} if archive else {}), "agents": {"bench": {
         "model": "script", "tools": ["Memory"], "max_iterations": iterations,
         "mock": {"script": [{"tool": "Memory", "input": per_run}] * iterations + [{"text": "done"}]}}}}
 
@@ -106,10 +107,12 @@ async def main() -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--archive", action="store_true",
+                    help="retention.archive: each batch written as JSON Lines to a host volume before it is deleted")
     args = ap.parse_args()
     with scratch_database("bench_retention") as url:
         settings = Settings(database_url=url, home=ROOT / ".treadle" / "bench", workers=args.workers, chain_steps=1)
-        rt = await Runtime.open(settings, parse_config(config(args.iterations)))
+        rt = await Runtime.open(settings, parse_config(config(args.iterations, args.archive)))
         try:
             await one_pass(rt, argparse.Namespace(**{**vars(args), "runs": 50}), "warmup", False)
             rows: list[tuple[str, dict[str, Any]]] = []
@@ -120,7 +123,8 @@ async def main() -> int:
                     rows.append((mode, await one_pass(rt, args, f"load{r}{mode}", mode == "on")))
         finally:
             await rt.close()
-    print(f"\nretention under load: {args.runs} runs x {args.iterations} iterations, {args.workers} workers;"
+    print(f"\nretention{' (archived first)' if args.archive else ''} under load: {args.runs} runs x"
+          f" {args.iterations} iterations, {args.workers} workers;"
           f" {args.events:,} expired events seeded before each 'on' pass\n")
     print("| pass | steps | step p50 | step p99 | load s | events deleted during the load | batches |")
     print("|---|---|---|---|---|---|---|")

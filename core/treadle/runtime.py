@@ -6,6 +6,7 @@ in tests) and whatever serves the API.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -113,6 +114,10 @@ def build_deferred() -> list[str]:
                 cls.model_rebuild()
                 built.append(f"{cls.__module__}.{cls.__qualname__}")
     return built
+
+
+#: after a retention batch, a pause this many times its duration (Runtime.enforce_retention)
+RETENTION_YIELD = 3.0
 
 
 def _client_tools(leased: LeasedRun) -> list[Tool]:
@@ -625,7 +630,10 @@ class Runtime:
     async def enforce_retention(self, *, force: bool = False) -> int:
         """Delete one bounded batch per class — finished runs (with their transcripts), channel
         messages, memory — past their tenant's retention (config `retention:`); at most once a
-        minute unless `force` (the sweeper calls it every tick; cloud: the maintenance function)."""
+        minute unless `force` (the sweeper calls it every tick; cloud: the maintenance function).
+        Retention yields to live work: after a batch that deleted something it pauses
+        RETENTION_YIELD times as long as the batch took, so it holds at most a quarter of the
+        database's time while it has work (docs/tenancy.md, scripts/bench_retention.py)."""
         rules = self.config.retention
         if not rules.active:
             return 0
@@ -642,11 +650,16 @@ class Runtime:
             overrides = rules.overrides(cls)
 
             async def purge(days: int, tenant: str | None, exclude: list[str], cls: str = cls) -> int:
+                started = time.monotonic()
                 if archive is not None:  # written to the archive volume first, in the batch's transaction
-                    return await store.purge_archived(cls, days, archive, tenant_id=tenant, exclude=exclude)
-                if cls == "runs":
-                    return await self.runs.purge_finished(days, tenant_id=tenant, exclude=exclude)
-                return await store.purge(cls, days, tenant_id=tenant, exclude=exclude)
+                    n = await store.purge_archived(cls, days, archive, tenant_id=tenant, exclude=exclude)
+                elif cls == "runs":
+                    n = await self.runs.purge_finished(days, tenant_id=tenant, exclude=exclude)
+                else:
+                    n = await store.purge(cls, days, tenant_id=tenant, exclude=exclude)
+                if n:  # yield to live work: retention takes at most 1 / (1 + RETENTION_YIELD) of the time
+                    await asyncio.sleep((time.monotonic() - started) * RETENTION_YIELD)
+                return n
 
             default = rules.default(cls)
             if default is not None:
@@ -656,13 +669,13 @@ class Runtime:
                     deleted += await purge(days, tenant, [])
         return deleted
 
-    async def _archive_batch(self, cls: str, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
-        """Retention's archive (config `retention.archive`): a batch's rows as JSON Lines in the
-        archive volume of each row's tenant, one file per user (`retention/<class>/u/<user>/<UTC
-        day>/<content hash>.jsonl`; rows of no user under `retention/<class>/_/…`). A file's name is
-        its content's hash: a batch archived again after a crash rewrites the same file."""
+    async def _archive_batch(self, cls: str, rows: list[tuple[str, str, str]]) -> None:
+        """Retention's archive (config `retention.archive`): a batch's rows (Postgres's JSON text
+        of each) as JSON Lines in the archive volume of each row's tenant, one file per user
+        (`retention/<class>/u/<user>/<UTC day>/<content hash>.jsonl`; rows of no user under
+        `retention/<class>/_/…`). A file's name is its content's hash: a batch archived again
+        after a crash rewrites the same file."""
         import hashlib
-        import json as _json
 
         from treadle.volumes.paths import tenant_segment
 
@@ -671,12 +684,11 @@ class Runtime:
         if storage is None:
             raise ConfigError("retention.archive needs volume storage (none is wired in this runtime)")
         day = datetime.now(UTC).date().isoformat()
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        groups: dict[tuple[str, str], list[str]] = {}
         for tenant, who, doc in rows:
             groups.setdefault((tenant, who), []).append(doc)
         for (tenant, who), docs in groups.items():
-            body = "".join(_json.dumps(d, default=str, separators=(",", ":"), sort_keys=True) + "\n"
-                           for d in docs).encode()
+            body = ("\n".join(docs) + "\n").encode()
             owner = f"u/{tenant_segment(who)}" if who else "_"
             path = f"retention/{cls}/{owner}/{day}/{hashlib.sha256(body).hexdigest()[:24]}.jsonl"
             await storage.write(self.volumes.tenant_location(tenant, volume), path, body)
