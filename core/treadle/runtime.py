@@ -658,7 +658,8 @@ class Runtime:
                 else:
                     n = await store.purge(cls, days, tenant_id=tenant, exclude=exclude)
                 if n:  # yield to live work: retention takes at most 1 / (1 + RETENTION_YIELD) of the time
-                    await asyncio.sleep((time.monotonic() - started) * RETENTION_YIELD)
+                    # (at most a second a batch: the sidecar's sweeper holds its lock's transaction meanwhile)
+                    await asyncio.sleep(min((time.monotonic() - started) * RETENTION_YIELD, 1.0))
                 return n
 
             default = rules.default(cls)
