@@ -1,7 +1,10 @@
 # treadle sidecar image: `treadle serve` (API + in-process workers + sweeper) as a non-root user.
 # Postgres: $DATABASE_URL (see docker-compose.example.yaml), else an embedded Postgres 16 + pgvector
 # whose data lives in the /data volume.
-FROM python:3.12-slim
+# BASE: another Python 3.11+ image with pip (scripts/image_smoke.sh builds one from Debian's
+# packages, where Docker Hub cannot be reached)
+ARG BASE=python:3.12-slim
+FROM ${BASE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
