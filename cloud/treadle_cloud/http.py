@@ -53,9 +53,12 @@ def error_response(status: int, code: str, message: str) -> dict[str, Any]:
 
 
 class HttpFunction:
-    def __init__(self, routers: Sequence[APIRouter | LazyRouter], container: Container | None = None) -> None:
+    def __init__(self, routers: Sequence[APIRouter | LazyRouter], container: Container | None = None, *,
+                 snapshot_imports: Sequence[str] = ()) -> None:
+        """`snapshot_imports`: modules a first request imports besides the routers' (into a SnapStart snapshot)."""
         self.lazy = [r if isinstance(r, LazyRouter) else LazyRouter("", (), _routers=[r]) for r in routers]
-        self.container = container or Container(snapshot_imports=modules(r for r in self.lazy if not r.loaded))
+        self.container = container or Container(
+            snapshot_imports=(*modules(r for r in self.lazy if not r.loaded), *snapshot_imports))
         if self.container.snapshot:
             build_all()  # every router was imported for the snapshot: its routes go in built
         else:

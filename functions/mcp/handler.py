@@ -5,10 +5,7 @@ scripts/coldstart.py --ric)."""
 
 from functions import initialised
 from treadle.api import mcp
-from treadle_cloud.container import Container
 from treadle_cloud.http import HttpFunction
 
-#: what a first request imports (treadle.api.mcp's endpoint imports it at the request)
-SNAPSHOT_IMPORTS = ("treadle.api.mcp.server",)
-
-handler = initialised(HttpFunction([mcp.router], Container(snapshot_imports=SNAPSHOT_IMPORTS)))
+# (snapshot_imports: what a first request imports; treadle.api.mcp's endpoint imports it at the request)
+handler = initialised(HttpFunction([mcp.router], snapshot_imports=("treadle.api.mcp.server",)))

@@ -63,14 +63,18 @@ async def test_a_batch_killed_between_its_archive_and_its_commit_is_archived_onc
         return bool(archived(vault))
 
     await until(written, timeout=60, interval=0.05, what="the batch's archive written")
-    sleeping = await query(url, "SELECT count(*) AS n FROM pg_stat_activity WHERE query LIKE '%%DELETE FROM runs%%'"
-                                " AND state = 'active'")
-    assert sleeping[0]["n"] >= 1  # the batch's DELETE is in the slow trigger: not committed
+    async def sleeping() -> bool:  # the batch's DELETE is in the slow trigger: not committed
+        rows = await query(url, "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database()"
+                                " AND query LIKE '%%DELETE FROM runs%%' AND state = 'active'"
+                                " AND pid <> pg_backend_pid()")  # (this database: other tests share the cluster)
+        return int(rows[0]["n"]) >= 1
+
+    await until(sleeping, timeout=60, interval=0.05, what="the batch's DELETE in the slow trigger")
     srv.kill9()
     first = archived(vault)
     assert sorted(r for r, _ in first) == sorted(f"x-{g}" for g in range(N_RUNS))  # the whole batch, once
-    await query(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE"
-                     " '%%DELETE FROM runs%%' AND pid <> pg_backend_pid()")
+    await query(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+                     " AND query LIKE '%%DELETE FROM runs%%' AND pid <> pg_backend_pid()")
     left = await query(url, "SELECT count(*) AS n FROM runs WHERE id LIKE 'x-%%'")
     assert left[0]["n"] == N_RUNS  # the batch's transaction died with the process: nothing deleted
     await execute(url, "DROP TRIGGER slow_run_delete ON runs")
