@@ -250,10 +250,6 @@ class HttpDriver:
             raise ProviderError(self.redact(f"{self.name}: {type(exc).__name__}: {exc}"),
                                 code="provider_list_failed") from None
 
-    async def list_models(self, timeout_s: float = 10.0) -> list[str]:
-        """The model ids the vendor serves now (its `GET …/models`), in its own spelling."""
-        raise NotImplementedError
-
     def listed(self, doc: Any, items: str, field: str, prefix: str = "") -> list[str]:
         """`doc[items][*][field]` (without `prefix`): a model list page; ProviderError if it is not one."""
         rows = doc.get(items) if isinstance(doc, dict) else None
