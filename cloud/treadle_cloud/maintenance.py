@@ -44,6 +44,7 @@ class MaintenanceFunction:
                 break
         hooks = self.container.run(rt.triggers.hooks.run_once())  # on_complete hooks of finished triggered runs
         purged = self.container.run(rt.volumes.purge_ended())  # ephemeral volumes a crash left behind
+        self.container.run(rt.tidy_sql_memory())  # ended runs' SQL scopes; a restore a crash left half-way
         # retention (config `retention:`): one batch per class, archived to S3 first when asked
         retained = self.container.run(rt.enforce_retention(force=True))
         if rt.triggers.schedules.scheduler is not None:  # only where the stack grants scheduler:* (the API today)

@@ -461,7 +461,8 @@ class RetentionArchive(BaseModel):
 class RetentionConfig(BaseModel):
     """How long data is kept, per class: finished runs (`days`: with their transcripts, questions,
     inputs and the stored OpenAI responses that are their turns), channel messages
-    (`channel_messages_days`, since published), memory (`memory_days`, since last written) and
+    (`channel_messages_days`, since published), memory (`memory_days`, since last written; SQL
+    memory's agent, user and tenant scopes since last used: the whole scope is dropped) and
     stored OpenAI responses (`responses_days`, since created). `tenants.<id>` overrides per tenant:
     a number (or null: keep forever) overrides `days`, a mapping `{runs, channel_messages, memory,
     responses}` overrides each class it names. Enforced by the sweeper (sidecar) and the maintenance function (cloud) in

@@ -40,7 +40,8 @@
     ├── SnapshotNotFound               (404 snapshot_not_found)
     ├── SnapshotTooLarge               (413 snapshot_too_large)  the document exceeds `max_bytes`
     ├── SnapshotRefused                (422 snapshot_version_too_new | snapshot_version_unknown |
-    │                                   snapshot_checksum_mismatch | snapshot_invalid | snapshot_other_tenant)
+    │                                   snapshot_checksum_mismatch | snapshot_invalid | snapshot_other_tenant |
+    │                                   sql_not_enabled | sql_quota_exceeded | sql_statement_refused)
     ├── ToolError                      (tool failure; becomes a tool_result with is_error=true)
     │   ├── ToolNotPermitted           (the agent's tools: list does not name the tool)
     │   └── (volumes/, builtins/files/) path_refused, volume_refused, volumes_unavailable, file_not_found,
@@ -311,7 +312,10 @@ class SnapshotTooLarge(TreadleError):
 class SnapshotRefused(ValidationFailed):
     """A snapshot this treadle cannot restore: newer than it (`snapshot_version_too_new`), a section
     it does not know (`snapshot_version_unknown`), altered or cut (`snapshot_checksum_mismatch`), not
-    a snapshot (`snapshot_invalid`), or holding another tenant's rows (`snapshot_other_tenant`)."""
+    a snapshot (`snapshot_invalid`), or holding another tenant's rows (`snapshot_other_tenant`); an
+    SQL-memory scope it cannot recreate: no SQL memory here (`sql_not_enabled`), over the scope's
+    byte quota (`sql_quota_exceeded`), a statement the SQL-memory floor refuses
+    (`sql_statement_refused`) or one that fails as the scope's role (`snapshot_invalid`)."""
 
     code = "snapshot_invalid"
 

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from treadle.mcp.defs import McpServerDefs
     from treadle.mcp.tools import McpToolSource
     from treadle.store.snapshots import SnapshotStore
+    from treadle.store.sqlmemrestore import SqlScopeSnapshots
     from treadle.store.tokens import AuthTokenStore
     from treadle.substrate.tokens import OperatorTokens
     from treadle.substrate.volumedefs import VolumeDefFamily
@@ -352,12 +353,19 @@ class Runtime:
         return {pid: got[name] for pid, name in refs.items() if name in got}
 
     async def _purge_ended(self) -> int:
-        """The sweeper's pass over ended runs: their ephemeral volumes, and their SQL memory `run`
-        scopes (dropped at run end)."""
+        """The sweeper's pass over ended runs: their ephemeral volumes, and SQL memory's pass."""
         purged = await self.volumes.purge_ended()
+        await self.tidy_sql_memory()
+        return purged
+
+    async def tidy_sql_memory(self) -> None:
+        """SQL memory's pass (the sweeper's; cloud: the maintenance function): the `run` scopes of
+        ended runs dropped, and a snapshot restore a killed process left half-way finished (its
+        rows committed) or undone (store/sqlmemrestore.py)."""
         if self.sql_memory is not None:
             await self.sql_memory.drop_ended_runs(self.pool)
-        return purged
+        if self.sql_snapshots is not None:
+            await self.sql_snapshots.recover(self.snapshots.committed_restores)
 
     @cached_property
     def pausing(self) -> PauseControl:
@@ -386,7 +394,8 @@ class Runtime:
         snapshot never carries the source's sync state)."""
         from treadle.portable.snapshots import restore
 
-        result, done = await restore(self.snapshots, doc, tenant, include_history=include_history)
+        result, done = await restore(self.snapshots, doc, tenant, include_history=include_history,
+                                     sql=self.sql_snapshots)
         for run_id, step_no in done.to_send:
             await self.sender.next_step(run_id, step_no)  # the restore enqueued it with jobs_in_db
         woken = await self.wake_due()
@@ -406,6 +415,17 @@ class Runtime:
         return SqlMemory(self.database_url, SqlMemorySettings(
             database_url=sql.database_url, statement_timeout_ms=sql.statement_timeout_ms, max_rows=sql.max_rows,
             max_result_bytes=sql.max_result_bytes, quota_bytes=sql.quota_bytes))
+
+    @cached_property
+    def sql_snapshots(self) -> SqlScopeSnapshots | None:
+        """SQL memory's scopes in snapshots and tenant exports (store/sqlmemrestore.py): a restore
+        recreates them as each scope's role, every statement through SQL memory's floor."""
+        if self.sql_memory is None:
+            return None
+        from treadle.knowledge.sqlcheck import check_statement
+        from treadle.store.sqlmemrestore import SqlScopeSnapshots
+
+        return SqlScopeSnapshots(self.sql_memory, lambda text: check_statement(text, read_only=False)[0])
 
     @classmethod
     async def open(
@@ -668,6 +688,13 @@ class Runtime:
             for tenant, days in overrides.items():
                 if days is not None:
                     deleted += await purge(days, tenant, [])
+        if self.sql_memory is not None:  # memory's days also drop the SQL memory scopes not used for as long
+            default, overrides = rules.default("memory"), rules.overrides("memory")
+            if default is not None:
+                deleted += await self.sql_memory.drop_unused(default, exclude=list(overrides))
+            for tenant, days in overrides.items():
+                if days is not None:
+                    deleted += await self.sql_memory.drop_unused(days, tenant=tenant)
         return deleted
 
     async def _archive_batch(self, cls: str, rows: list[tuple[str, str, str]]) -> None:

@@ -14,12 +14,13 @@ from tests.support.substrate import substrate_runtime
 
 @pytest.fixture
 async def open_rt(migrated_db_url: str) -> AsyncIterator[Any]:
-    """`await open_rt(config_dict, providers=None)` → (runtime, inline dispatcher)."""
+    """`await open_rt(config_dict, providers=None, url=None)` → (runtime, inline dispatcher); `url`:
+    another database than the test's."""
     opened: list[Any] = []
     async with AsyncExitStack() as stack:
 
-        async def factory(config: dict[str, Any], **kw: Any) -> Any:
-            rt, disp = await stack.enter_async_context(substrate_runtime(migrated_db_url, config, **kw))
+        async def factory(config: dict[str, Any], *, url: str | None = None, **kw: Any) -> Any:
+            rt, disp = await stack.enter_async_context(substrate_runtime(url or migrated_db_url, config, **kw))
             opened.append(rt)
             return rt, disp
 

@@ -82,14 +82,19 @@ async def concurrency(rt: Rt, who: Who) -> dict[str, Any]:
                              "description": 'JSON lines `{"table", "row"}`'}, **errors(*AUTHED)})
 async def export_tenant(tenant_id: str, rt: Rt, who: Who) -> StreamingResponse:
     """Every row of the tenant, as JSON lines `{"table", "row"}` (one consistent snapshot; token
-    hashes and sealed credentials are left out)."""
+    hashes and sealed credentials are left out); then, where SQL memory is on, one line per SQL
+    memory scope `{"table": "sql_memory", "row": {tenant_id, scope, scope_id, pre, data,
+    sequences, post, not_carried}}` — its schema and rows, as a snapshot carries them."""
     _operator(who)
     data = TenantData(rt.pool)
     tenant = _tenant(tenant_id)
+    sql = rt.sql_snapshots
 
     async def lines() -> Any:
         async for item in data.export(tenant):
             yield json.dumps(item, default=str) + "\n"
+        for scope in await sql.capture(tenant) if sql is not None else []:
+            yield json.dumps({"table": "sql_memory", "row": scope}) + "\n"
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 

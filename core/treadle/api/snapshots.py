@@ -47,7 +47,7 @@ async def capture_and_save(
 ) -> SnapshotRow:
     """Capture the caller's snapshot (portable/snapshots.py) and keep it (the route and the MCP tool)."""
     opts = CaptureOptions(label, include_history, since, max_bytes, f"treadle {__version__}")
-    row = await capture(rt.snapshots, caller_tenant(who), opts)
+    row = await capture(rt.snapshots, caller_tenant(who), opts, rt.sql_snapshots)
     await rt.snapshots.save(row)
     return row
 

@@ -16,6 +16,15 @@ with them (older documents restore; a newer one is refused, `snapshot_version_to
 
 Secrets never travel: credentials are named (`credentials`: tenant, scope, name), their sealed
 values and the runs' own credentials stay behind (a warning names what the target must define).
+
+SQL memory (issue 41 item 5): where it is configured, the `sql_memory` section holds each scope's
+schema (tables, sequences, constraints, indexes, views, functions, triggers, types) and rows
+(store/sqlmemdump.py), read from its own database after the tables (not one transaction with
+them). A restore recreates every scope under its role's limits and commits them with the rows,
+all or nothing (store/sqlmemrestore.py); a target without SQL memory refuses such a document
+(`sql_not_enabled`). Embeddings (memory, Document chunks, sessions) travel as vectors, with the
+embedder, model and dimension that made them: restored, not re-embedded; a target without
+pgvector restores everything else and names the vector sections it left out.
 """
 
 from __future__ import annotations
@@ -30,9 +39,12 @@ from typing import Any
 from treadle.errors import SnapshotNotFound, SnapshotRefused, SnapshotTooLarge
 from treadle.store.migrate import available_migrations
 from treadle.store.snapshots import LIVE, SECTIONS, TABLES, Restored, SnapshotRow, SnapshotStore, canonical
+from treadle.store.sqlmemrestore import SqlScopeSnapshots
 
 SCHEMA_VERSION = 1
 SECTION_VERSION = "1.0"
+#: the section of SQL-memory scopes (not a table of treadle's database)
+SQL_SECTION = "sql_memory"
 #: loomcycle's snapshot.DefaultMaxBytes
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 
@@ -56,13 +68,24 @@ class CaptureOptions:
     producer: str = "treadle"
 
 
-async def capture(store: SnapshotStore, tenant: str | None, opts: CaptureOptions) -> SnapshotRow:
+async def capture(
+    store: SnapshotStore, tenant: str | None, opts: CaptureOptions, sql: SqlScopeSnapshots | None = None
+) -> SnapshotRow:
     """Read the state (one tenant's, or every tenant's for None) into a document; SnapshotTooLarge
-    past `max_bytes`. Not saved: the caller does (`SnapshotStore.save`)."""
+    past `max_bytes`. Not saved: the caller does (`SnapshotStore.save`). `sql`: SQL memory's
+    scopes, where it is configured."""
     run_ids = await store.select_runs(tenant, history=opts.include_history, since=opts.include_history_since)
     sections: dict[str, Any] = {}
     for table in TABLES:
         sections[table.section] = {"version": SECTION_VERSION, "entries": await store.capture(table, tenant, run_ids)}
+    notes: dict[str, Any] = {}
+    if sql is not None:
+        scopes = await sql.capture(tenant)
+        sections[SQL_SECTION] = {"version": SECTION_VERSION, "entries": scopes}
+        missing = [f"{e['tenant_id']}/{e['scope']}/{e['scope_id'] or '-'}: {n}"
+                   for e in scopes for n in e["not_carried"]]
+        if missing:
+            notes["sql_memory_not_carried"] = missing
     with_credentials = await store.runs_with_credentials(run_ids)
     created = datetime.now(UTC)
     doc: dict[str, Any] = {
@@ -73,7 +96,7 @@ async def capture(store: SnapshotStore, tenant: str | None, opts: CaptureOptions
         "migration": current_migration(),
         "include_history": opts.include_history,
         "sections": sections,
-        "notes": {"run_credentials_not_copied": with_credentials},
+        "notes": {"run_credentials_not_copied": with_credentials, **notes},
         "checksum": checksum(sections),
     }
     size = len(canonical(doc))
@@ -137,7 +160,7 @@ def check(doc: Any, tenant: str | None) -> dict[str, list[dict[str, Any]]]:
         )
     rows: dict[str, list[dict[str, Any]]] = {}
     for name, section in sections.items():
-        if name not in SECTIONS:
+        if name not in SECTIONS and name != SQL_SECTION:
             raise SnapshotRefused(f"unknown section {name!r}", code="snapshot_version_unknown")
         if not isinstance(section, dict) or not isinstance(section.get("entries"), list):
             raise SnapshotRefused(f"section {name!r}: entries must be a list", code="snapshot_invalid")
@@ -176,19 +199,36 @@ def without_history(rows: dict[str, list[dict[str, Any]]]) -> dict[str, list[dic
         if table.rows == "runs" and table.section in out:
             field = "id" if table.table == "runs" else "run_id"
             out[table.section] = [r for r in out[table.section] if r.get(field) in keep]
+    if SQL_SECTION in out:  # a run's scratch database goes with its run
+        out[SQL_SECTION] = [e for e in out[SQL_SECTION] if e.get("scope") != "run" or e.get("scope_id") in keep]
     return out
 
 
 async def restore(
-    store: SnapshotStore, doc: Any, tenant: str | None, *, include_history: bool
+    store: SnapshotStore, doc: Any, tenant: str | None, *, include_history: bool, sql: SqlScopeSnapshots | None = None
 ) -> tuple[RestoreResult, Restored]:
-    """Write a document's rows here. The caller sends the mid-way runs' steps (`Restored.to_send`)
-    and wakes what is due."""
+    """Write a document's rows here — and its SQL-memory scopes through `sql`, all committed
+    together or none (store/sqlmemrestore.py). The caller sends the mid-way runs' steps
+    (`Restored.to_send`) and wakes what is due."""
     rows = check(doc, tenant)
     if not include_history:
         rows = without_history(rows)
-    done = await store.restore(rows)
+    scopes = rows.pop(SQL_SECTION, [])
     warnings = _warnings(doc, rows)
+    if not scopes:
+        done = await store.restore(rows)
+    elif sql is None:
+        raise SnapshotRefused(
+            f"the snapshot holds {len(scopes)} SQL memory scope(s) and SQL memory is not enabled here"
+            " (configure memory.sql)", code="sql_not_enabled")
+    else:
+        async with sql.restoring(scopes) as staged:
+            done = await store.restore(rows, marker=staged.restore_id)
+        await store.forget_restore(staged.restore_id)
+        done.written[SQL_SECTION] = staged.restored
+        warnings += staged.warnings
+    warnings += [f"{s}: not restored — this database has no pgvector (the rows the vectors belong to are)"
+                 for s in done.skipped]
     result = RestoreResult(done.written, done.runs_by_status, warnings)
     return result, done
 

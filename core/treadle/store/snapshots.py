@@ -14,7 +14,7 @@ are not read at all; credentials travel as names (the `credentials` section, nev
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +37,9 @@ class Table:
     omit: tuple[str, ...] = ()
     #: serial id column whose sequence a restore moves past the restored ids
     serial: str | None = None
+    #: a table that exists only where pgvector does (made by `treadle_ensure_vector_memory()`):
+    #: captured where it exists; a restore makes it where it can, else leaves its rows out (named)
+    vectors: bool = False
 
 
 #: every section, in restore order (a row's references before the row)
@@ -46,6 +49,8 @@ TABLES: tuple[Table, ...] = (
     Table("memory", "memory", order="scope, scope_id, key"),
     # how often search returned each entry (issue 41: the frequency signal of Memory search's rank)
     Table("memory_access", "memory_access", order="scope, scope_id, key"),
+    # the entries' vectors as they are (embedder, model, dimension with each): carried, not re-embedded
+    Table("memory_embeddings", "memory_embeddings", order="scope, scope_id, key", vectors=True),
     Table("channels", "channels", order="name"),
     Table("channel_messages", "channel_messages", order="id", serial="id"),
     Table("channel_cursors", "channel_cursors"),
@@ -60,10 +65,12 @@ TABLES: tuple[Table, ...] = (
     Table("chunks", "chunks", order="scope, scope_id, document_id, id"),
     Table("chunk_edges", "chunk_edges", order="scope, scope_id, from_id, to_id, kind"),
     Table("chunk_types", "chunk_types", order="scope, scope_id, document_id, name"),
+    Table("chunk_embeddings", "chunk_embeddings", order="scope, scope_id, chunk_id", vectors=True),
     Table("chunk_revisions", "chunk_revisions", order="scope, scope_id, chunk_id, revision"),
     Table("chunk_tags", "chunk_tags", order="scope, scope_id, chunk_id, tag"),
     Table("document_tags", "document_tags", order="scope, scope_id, document_id, tag"),
     Table("sessions", "sessions", order="created_at, id"),
+    Table("session_embeddings", "session_embeddings", order="session_id"),
     Table("runs", "runs", rows="runs", order="created_at, id"),
     Table("events", "events", rows="runs", order="run_id, seq"),
     Table("run_waits", "run_waits", rows="runs", order="run_id, tool_use_id, key"),
@@ -102,6 +109,8 @@ class Restored:
     runs_by_status: dict[str, int]
     #: restored runs that were mid-way, leased here for a fresh step: (run_id, step_no)
     to_send: list[tuple[str, int]]
+    #: sections whose rows this database cannot hold (vector tables without pgvector)
+    skipped: list[str] = field(default_factory=list)
 
 
 class SnapshotStore:
@@ -143,6 +152,8 @@ class SnapshotStore:
         order = f" ORDER BY {table.order}" if table.order else ""
         sql = f"SELECT to_jsonb(t.*){omit} AS row FROM {table.table} t WHERE {where}{order}"
         async with self.pool.connection() as conn:
+            if table.vectors and not await _exists(conn, table.table):
+                return []
             cur = await conn.execute(sql, {"tenant": tenant, "runs": run_ids})
             return [r["row"] for r in await cur.fetchall()]
 
@@ -156,15 +167,24 @@ class SnapshotStore:
 
     # -- restore ----------------------------------------------------------------------------------
 
-    async def restore(self, sections: dict[str, list[dict[str, Any]]]) -> Restored:
-        """Write every section's rows in one transaction (see the module docstring)."""
+    async def restore(self, sections: dict[str, list[dict[str, Any]]], *, marker: str | None = None) -> Restored:
+        """Write every section's rows in one transaction (see the module docstring); `marker`:
+        a restore id recorded in the same transaction (SQL-memory scopes staged for it,
+        store/sqlmemrestore.py)."""
         written: dict[str, int] = {}
         by_status: dict[str, int] = {}
+        skipped: list[str] = []
         midway: list[str] = []  # restored runs that were queued or running (not those already here)
         async with self.pool.connection() as conn, conn.transaction():
+            if marker is not None:
+                await conn.execute("INSERT INTO snapshot_sql_restores (restore_id) VALUES (%s)", (marker,))
             for table in TABLES:
                 rows = sections.get(table.section) or []
                 if table.rows == "names" or not rows:
+                    written[table.section] = 0
+                    continue
+                if table.vectors and not await _vectors_here(conn, table.table):
+                    skipped.append(table.section)
                     written[table.section] = 0
                     continue
                 cols = sorted(set().union(*(r.keys() for r in rows)) & await self._columns(conn, table.table))
@@ -189,7 +209,19 @@ class SnapshotStore:
                         (table.table, table.serial),
                     )
             to_send = await self._lease_for_restart(conn, midway)
-        return Restored(written, by_status, to_send)
+        return Restored(written, by_status, to_send, skipped)
+
+    async def committed_restores(self, restore_ids: list[str]) -> set[str]:
+        """Those of `restore_ids` whose rows committed here (store/sqlmemrestore.py's journal)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute("SELECT restore_id FROM snapshot_sql_restores WHERE restore_id = ANY(%s)",
+                                     (restore_ids,))
+            return {r["restore_id"] for r in await cur.fetchall()}
+
+    async def forget_restore(self, restore_id: str) -> None:
+        """A restore's scopes are in place: its journal row is done with."""
+        async with self.pool.connection() as conn:
+            await conn.execute("DELETE FROM snapshot_sql_restores WHERE restore_id = %s", (restore_id,))
 
     async def _columns(self, conn: Any, table: str) -> set[str]:
         cur = await conn.execute(
@@ -263,6 +295,22 @@ class SnapshotStore:
                 f"DELETE FROM snapshots WHERE id = %(id)s AND {_TENANT}", {"id": snapshot_id, "tenant": tenant}
             )
             return cur.rowcount > 0
+
+
+async def _exists(conn: Any, table: str) -> bool:
+    cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (table,))
+    row = await cur.fetchone()
+    return bool(row and row["present"])
+
+
+async def _vectors_here(conn: Any, table: str) -> bool:
+    """Whether a vector table exists here, made now where pgvector is available."""
+    if await _exists(conn, table):
+        return True
+    cur = await conn.execute("SELECT CASE WHEN to_regproc('treadle_ensure_vector_memory') IS NULL THEN false"
+                             " ELSE treadle_ensure_vector_memory() END AS ok")
+    row = await cur.fetchone()
+    return bool(row and row["ok"]) and await _exists(conn, table)
 
 
 def _restored_rows(table: Table, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

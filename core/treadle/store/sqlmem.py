@@ -45,6 +45,8 @@ from psycopg.types.json import Jsonb
 from treadle.errors import TreadleError
 
 META = "treadle_sqlmem"
+#: a process marks a scope used (its `last_used_at`) at most this often
+TOUCH_EVERY_S = 3600.0
 SCOPES = ("agent", "user", "run", "tenant")
 
 
@@ -127,7 +129,8 @@ class SqlMemory:
         self._ready = False
         self._ready_lock = asyncio.Lock()
         self._secret = b""
-        self._known: set[str] = set()
+        #: scopes known to exist here → when this process last marked them used (time.monotonic)
+        self._known: dict[str, float] = {}
 
     # ---- names ---------------------------------------------------------------------------
 
@@ -172,7 +175,13 @@ class SqlMemory:
                         "   schema_name text PRIMARY KEY, role_name text NOT NULL, tenant_id text NOT NULL,"
                         "   scope text NOT NULL, scope_id text NOT NULL,"
                         "   created_at timestamptz NOT NULL DEFAULT now(),"
-                        "   last_used_at timestamptz NOT NULL DEFAULT now())"
+                        "   last_used_at timestamptz NOT NULL DEFAULT now());"
+                        # a snapshot restore's scopes, staged in schemas of their own until the
+                        # restore commits (store/sqlmemrestore.py)
+                        " CREATE TABLE IF NOT EXISTS treadle_sqlmem.staged ("
+                        "   staging_schema text PRIMARY KEY, restore_id text NOT NULL, schema_name text NOT NULL,"
+                        "   role_name text NOT NULL, tenant_id text NOT NULL, scope text NOT NULL,"
+                        "   scope_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
                     ).format(sql.Identifier(self.dbname)))
                     await conn.execute("INSERT INTO treadle_sqlmem.secret VALUES (1, %s) ON CONFLICT DO NOTHING",
                                        (secrets.token_hex(32),))
@@ -187,20 +196,35 @@ class SqlMemory:
     async def _ensure_scope(self, key: ScopeKey) -> tuple[str, str]:
         await self.open()
         schema, role = self.names(key)
-        if schema in self._known:
+        now = time.monotonic()
+        seen = self._known.get(schema)
+        if seen is not None and now - seen < TOUCH_EVERY_S:
             return schema, role
         async with await self._admin() as conn:
-            cur = await conn.execute("SELECT 1 FROM treadle_sqlmem.scopes WHERE schema_name = %s", (schema,))
+            cur = await conn.execute(  # marked used (retention drops scopes unused for memory_days)
+                "UPDATE treadle_sqlmem.scopes SET last_used_at = now() WHERE schema_name = %s RETURNING 1", (schema,))
             if await cur.fetchone() is None:
                 await conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (schema,))
                 try:
                     await self._provision(conn, key, schema, role)
                 finally:
                     await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (schema,))
-        self._known.add(schema)
+        self._known[schema] = now
         return schema, role
 
     async def _provision(self, conn: psycopg.AsyncConnection[Any], key: ScopeKey, schema: str, role: str) -> None:
+        await self.ensure_role(conn, schema, role)
+        ident_r, ident_s = sql.Identifier(role), sql.Identifier(schema)
+        async with conn.transaction():
+            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(ident_s, ident_r))
+            await conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(ident_s))
+            await conn.execute(
+                "INSERT INTO treadle_sqlmem.scopes (schema_name, role_name, tenant_id, scope, scope_id)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (schema, role, key.tenant, key.scope, key.scope_id))
+
+    async def ensure_role(self, conn: psycopg.AsyncConnection[Any], schema: str, role: str) -> None:
+        """The scope's login role with its settings (idempotent; `conn`: an admin connection)."""
         cur = await conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,))
         ident_r, ident_s = sql.Identifier(role), sql.Identifier(schema)
         if await cur.fetchone() is None:
@@ -208,16 +232,9 @@ class SqlMemory:
                 await conn.execute(sql.SQL(
                     "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION"
                     " NOBYPASSRLS CONNECTION LIMIT 8 PASSWORD {}").format(ident_r, sql.Literal(self._password(role))))
-        async with conn.transaction():
-            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(ident_s, ident_r))
-            await conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(ident_s))
-            await conn.execute(sql.SQL("ALTER ROLE {} SET search_path = {}").format(ident_r, ident_s))
-            await conn.execute(sql.SQL("ALTER ROLE {} SET statement_timeout = {}").format(
-                ident_r, sql.Literal(int(self.settings.statement_timeout_ms))))
-            await conn.execute(
-                "INSERT INTO treadle_sqlmem.scopes (schema_name, role_name, tenant_id, scope, scope_id)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (schema, role, key.tenant, key.scope, key.scope_id))
+        await conn.execute(sql.SQL("ALTER ROLE {} SET search_path = {}").format(ident_r, ident_s))
+        await conn.execute(sql.SQL("ALTER ROLE {} SET statement_timeout = {}").format(
+            ident_r, sql.Literal(int(self.settings.statement_timeout_ms))))
         with contextlib.suppress(psycopg.Error):  # superuser-only: where the admin may, temp files are bounded
             await conn.execute(sql.SQL("ALTER ROLE {} SET temp_file_limit = {}").format(
                 ident_r, sql.Literal(f"{max(1, self.settings.quota_bytes >> 10)}kB")))
@@ -226,7 +243,7 @@ class SqlMemory:
         """Drop a scope's schema (its data) and role; False when it did not exist."""
         await self.open()
         schema, role = self.names(key)
-        self._known.discard(schema)
+        self._known.pop(schema, None)
         async with await self._admin() as conn:
             cur = await conn.execute("DELETE FROM treadle_sqlmem.scopes WHERE schema_name = %s RETURNING 1", (schema,))
             existed = await cur.fetchone() is not None
@@ -264,6 +281,22 @@ class SqlMemory:
             if run_id not in live:
                 dropped += await self.drop_scope(ScopeKey(tenant, "run", run_id))
         return dropped
+
+    async def drop_unused(self, days: int, *, tenant: str | None = None, exclude: list[str] | None = None,
+                          limit: int = 50) -> int:
+        """Retention (config `retention.memory_days`): drop up to `limit` scopes (agent, user,
+        tenant; `run` scopes go with their run) not used for `days` — of one tenant, or of every
+        tenant but `exclude`. How many went."""
+        await self.open()
+        async with await self._admin() as conn:
+            cur = await conn.execute(
+                "SELECT tenant_id, scope, scope_id FROM treadle_sqlmem.scopes WHERE scope <> 'run'"
+                " AND last_used_at < now() - make_interval(days => %(days)s)"
+                " AND (%(t)s::text IS NULL OR tenant_id = %(t)s) AND NOT (tenant_id = ANY(%(x)s))"
+                " ORDER BY last_used_at LIMIT %(limit)s",
+                {"days": days, "t": tenant, "x": exclude or [], "limit": limit})
+            found = [ScopeKey(r["tenant_id"], r["scope"], r["scope_id"]) for r in await cur.fetchall()]
+        return sum([await self.drop_scope(key) for key in found])
 
     async def drop_all(self) -> int:
         """Drop every scope of this database (tests; a tenant erase uses drop_scope per scope)."""
