@@ -86,3 +86,52 @@ def test_spawn_runs_join_waits_on_the_database_while_the_worker_steps_the_runs(
     for r in early["results"]:
         got = call_tool(mcp, "get_run", {"run_id": r["run_id"], "wait_ms": 10_000})
         assert got["status"] == "completed", got
+
+
+#: a 2026-07-28 request: no handshake, the version and the client's capabilities on every request
+MODERN = {**HEADERS, "mcp-protocol-version": "2026-07-28"}
+
+
+def _modern_params(params: dict[str, Any], *, tasks: bool = True) -> dict[str, Any]:
+    caps: dict[str, Any] = {"extensions": {"io.modelcontextprotocol/tasks": {}}} if tasks else {}
+    return {**params, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "1"},
+                                "io.modelcontextprotocol/clientCapabilities": caps}}
+
+
+def test_tasks_in_both_revisions_follow_runs_the_worker_steps(
+    mcp: LambdaEnv, worker: LambdaEnv, sqs: Any, queue: dict[str, str]
+) -> None:
+    """A task is a run: the mcp function answers a task handle at once (2025-11-25 `task`, or a
+    2026-07-28 call whose runs are not done at timeout_ms), and tasks/get — each request its own
+    invocation — reads the run rows while the worker Lambda steps them through SQS."""
+    status, doc = rpc(mcp, "tools/call", {"name": "spawn_run", "arguments": {"agent": "calc", "prompt": "sum"},
+                                          "task": {"ttl": 60_000}})
+    assert status == 200 and doc["result"]["task"]["status"] == "working", doc
+    legacy_id = doc["result"]["task"]["taskId"]
+    status, doc = rpc(mcp, "tools/call", _modern_params({"name": "spawn_runs", "arguments": {
+        "runs": [{"agent": "echo", "prompt": "m1"}, {"agent": "echo", "prompt": "m2"}], "timeout_ms": 0}}),
+        headers={**MODERN, "mcp-method": "tools/call", "mcp-name": "spawn_runs"})
+    assert status == 200 and doc["result"]["resultType"] == "task", doc
+    modern_id = doc["result"]["taskId"]
+    assert modern_id.startswith("runs:") and doc["result"]["status"] == "working"
+
+    def modern_get() -> dict[str, Any]:
+        code, got = rpc(mcp, "tasks/get", _modern_params({"taskId": modern_id}), headers={
+            **MODERN, "mcp-method": "tasks/get", "mcp-name": modern_id})
+        assert code == 200, got
+        return dict(got["result"])
+
+    def both_done() -> bool:
+        code, got = rpc(mcp, "tasks/get", {"taskId": legacy_id})
+        assert code == 200, got
+        return bool(got["result"]["status"] == "completed" and modern_get()["status"] == "completed")
+
+    EventSourceMapping(sqs, queue["url"], queue["arn"], [worker]).run_until(both_done, timeout_s=60)
+    status, doc = rpc(mcp, "tasks/result", {"taskId": legacy_id})
+    assert status == 200 and json.loads(doc["result"]["content"][0]["text"])["final_text"] == "done after 3 tool calls"
+    result = modern_get()["result"]
+    joined = json.loads(result["content"][0]["text"])
+    assert not result.get("isError") and joined["settled"] == 2 and joined["total"] == 2
+    status, doc = rpc(mcp, "tasks/get", {"taskId": "r_" + "0" * 32})
+    assert doc["error"]["data"] == {"code": "task_not_found"}

@@ -23,6 +23,10 @@ CONFIG: TreadleConfig = parse_config(
             "echo": {"model": "echo"},
             # a conversation that compacts with two messages kept (tests/mcp/test_session_tools.py)
             "chatty": {"model": "echo", "compaction": {"keep_last_n": 2}},
+            # asks a question, then answers (MCP tasks and elicitation: tests/mcp/test_tasks.py)
+            "asker": {"model": "script", "tools": ["Interruption"], "mock": {"script": [
+                {"tool": "Interruption", "input": {"op": "ask", "question": "proceed?", "options": ["yes", "no"]}},
+                {"text": "answered"}]}},
             "forever": {
                 "model": "tool-caller", "tools": ["Context"], "max_iterations": 10000,
                 "mock": {"tool_calls": 10000, "latency_ms": 30},

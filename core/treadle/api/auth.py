@@ -191,6 +191,8 @@ TOOL_SCOPES: dict[str, str] = {
     "path": sc.TENANT, "document": sc.TENANT,
     # conversations (api/mcp/sessiontools.py), scoped as their routes
     "history": R, "compact_run": W, "replay_session": W,
+    # governance and operations (api/mcp/govtools.py), scoped as their routes
+    "erasure": sc.TENANT, "credentialdef": sc.TENANT, "resolve_probe": sc.ADMIN,
 }
 
 

@@ -67,8 +67,9 @@ class McpEndpoint:
 class TreadleErrorShape:
     """Wraps `send`: an HTTP error the SDK's transport answers itself (a body that is not JSON-RPC,
     a refused Host header, a wrong Accept) is re-shaped into treadle's `{"code", "error"}` with the
-    JSON-RPC error, if any, under `details.jsonrpc`. Successful responses — including JSON-RPC
-    errors answered with 200 — pass through untouched."""
+    JSON-RPC error, if any, under `details.jsonrpc`. Successful responses and the JSON-RPC error
+    answering a request (it has an id; 2026-07-28 answers it with a mapped HTTP status) pass through
+    untouched."""
 
     def __init__(self, send: Send) -> None:
         self._send = send
@@ -90,6 +91,12 @@ class TreadleErrorShape:
         extra: dict[str, Any] = {}
         try:
             doc = json.loads(raw)
+            if isinstance(doc, dict) and doc.get("jsonrpc") and doc.get("id") is not None:
+                # the answer to a request (2026-07-28 maps JSON-RPC error codes to HTTP statuses):
+                # the client reads the JSON-RPC error, so it passes through as the SDK wrote it
+                await self._send(self._start)
+                await self._send({"type": "http.response.body", "body": raw})
+                return
             rpc = doc.get("error") if isinstance(doc, dict) else None
             text = str(rpc.get("message")) if isinstance(rpc, dict) else raw.decode("utf-8", "replace")
             if isinstance(rpc, dict):

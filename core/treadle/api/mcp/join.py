@@ -19,9 +19,11 @@ POLL_S = 0.25
 
 
 async def settle(
-    rt: Runtime, tenant_id: str, run_ids: list[str], deadline: float, *, poll_s: float = POLL_S
+    rt: Runtime, tenant_id: str, run_ids: list[str], deadline: float, *, poll_s: float = POLL_S,
+    stop_on_wait: bool = False,
 ) -> dict[str, RunRecord]:
-    """The latest record of each run, once every run is terminal or `deadline` (monotonic) passes."""
+    """The latest record of each run, once every run is terminal (or, with `stop_on_wait`, any is
+    parked: it may wait on a question the caller can answer) or `deadline` (monotonic) passes."""
     latest: dict[str, RunRecord] = {}
     pending = list(dict.fromkeys(run_ids))
     while True:
@@ -33,6 +35,8 @@ async def settle(
             latest[run_id] = run
             if run.terminal:
                 pending.remove(run_id)
+            elif stop_on_wait and run.status == "waiting":
+                return {**latest, **{r: x for r in pending if (x := await rt.runs.get(tenant_id, r)) is not None}}
         left = deadline - time.monotonic()
         if not pending or left <= 0:
             return latest

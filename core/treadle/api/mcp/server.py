@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
 from treadle import __version__
-from treadle.api.mcp.tools import call_tool, list_tools
+from treadle.api.mcp import taskmethods
+from treadle.api.mcp.tasks import TASKS_EXT
+from treadle.api.mcp.tools import list_tools
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 
@@ -45,20 +48,56 @@ async def _on_list_tools(
 
 
 async def _on_call_tool(
-    _ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-) -> types.CallToolResult:
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
     caller = _caller.get()
-    return await call_tool(caller.rt, caller.who, params.name, params.arguments or {})
+    return await taskmethods.answer_call(caller.rt, caller.who, ctx, params)
 
 
-SERVER: Server[Any] = Server(
+async def _legacy_task_call(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    if ctx.method != "tools/call":
+        return await call_next(ctx)
+    caller = _caller.get()
+    return await taskmethods.legacy_task_call(caller.rt, caller.who, ctx, call_next)
+
+
+class _TreadleServer(Server[Any]):
+    """The low-level server, whose 2025-11-25 capabilities also say `tasks` (the SDK types tasks
+    but leaves them out of its capability derivation)."""
+
+    def get_capabilities(
+        self, notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None, *, protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        caps = super().get_capabilities(notification_options, experimental_capabilities, extensions,
+                                        protocol_version=protocol_version)
+        if protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            caps.tasks = types.ServerTasksCapability(
+                list=types.TasksListCapability(), cancel=types.TasksCancelCapability(),
+                requests=types.ServerTasksRequestsCapability(tools=types.TasksToolsCapability(
+                    call=types.TasksCallCapability())))
+        return caps
+
+
+def _who() -> tuple[Runtime, Principal]:
+    caller = _caller.get()
+    return caller.rt, caller.who
+
+
+SERVER: Server[Any] = _TreadleServer(
     "treadle",
     version=__version__,
     instructions="treadle: a durable agent runtime. spawn_run / spawn_runs start runs; get_run, "
     "get_transcript, cancel_run, steer_run follow them.",
     on_list_tools=_on_list_tools,
-    on_call_tool=_on_call_tool,
 )
+# tools/call answers a CallToolResult, an InputRequiredResult, or (2026-07-28 tasks) a task handle
+SERVER.add_request_handler("tools/call", types.CallToolRequestParams, _on_call_tool)
+SERVER.extensions = {TASKS_EXT: {}}  # 2026-07-28: advertised by server/discover
+SERVER.middleware.append(_legacy_task_call)
+for _method, (_params, _handler) in taskmethods.handlers(_who).items():
+    SERVER.add_request_handler(_method, _params, _handler)
 
 #: open mode (no token) is for a sidecar on a developer's machine: refuse Host/Origin headers that
 #: are not loopback so a web page cannot drive it through DNS rebinding. With a token the bearer

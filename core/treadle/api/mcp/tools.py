@@ -21,12 +21,14 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from treadle.api import channels, interrupts, loomcycle, memory, runs, steering, tokens
 from treadle.api.auth import may_call_tool, principal_view, tool_scope
 from treadle.api.mcp import (
+    govtools,  # noqa: F401  (registers erasure, credentialdef, resolve_probe)
     loomtools,  # noqa: F401  (registers loomcycle's channel, hook and run-state tools)
     sessiontools,  # noqa: F401  (registers history, compact_run, replay_session)
     snapshottools,  # noqa: F401  (registers loomcycle's six snapshot tools)
 )
 from treadle.api.mcp.join import outcome, settle
 from treadle.api.mcp.registry import TOOLS, Handler, MetaTool, _Args, tool
+from treadle.api.mcp.tasks import TASK_MODE, TASK_TOOLS, AnswerAsTask, TaskRef, follow_mode
 from treadle.api.runs import CancelRequest, RunRequest
 from treadle.domain.runs import RunStatus
 from treadle.errors import NotFound, TreadleError, ValidationFailed
@@ -80,6 +82,11 @@ def _deadline(rt: Runtime, timeout_ms: int) -> float:
 async def spawn_run(rt: Runtime, who: Principal, a: SpawnRunArgs) -> dict[str, Any]:
     body = RunRequest.model_validate(a.model_dump(exclude={"timeout_ms", "idempotency_key"}, exclude_unset=True))
     run, created = await runs._start(rt, who, body, a.idempotency_key)
+    ref = TaskRef("run", (run.id,))
+    if TASK_MODE.get() == "now":
+        raise AnswerAsTask(ref)
+    if follow_mode():
+        return await _follow(rt, who, ref, _deadline(rt, a.timeout_ms), a.timeout_ms, created=created)
     done = await settle(rt, who.tenant_id, [run.id], _deadline(rt, a.timeout_ms)) if a.timeout_ms else {}
     return {**await outcome(rt, who.tenant_id, done.get(run.id, run)), "created": created}
 
@@ -91,6 +98,12 @@ async def spawn_run(rt: Runtime, who: Principal, a: SpawnRunArgs) -> dict[str, A
       "or {index, ok: false, error: {code, error}} when that run could not start.", SpawnRunsArgs)
 async def spawn_runs(rt: Runtime, who: Principal, a: SpawnRunsArgs) -> dict[str, Any]:
     deadline = _deadline(rt, a.timeout_ms)
+    if a.spawns is not None and follow_mode():  # started here, followed as a task
+        batch = await runs.create_runs(BatchRequest(spawns=a.spawns, mode=a.mode, timeout_ms=0), rt, who)
+        ids = [str(r.get("run_id")) for r in batch["results"] if r.get("run_id")]
+        if len(ids) < len(a.spawns):  # a spawn was refused: only the whole list makes a task
+            return batch
+        return await _follow(rt, who, TaskRef("spawns", tuple(ids)), deadline, a.timeout_ms)
     if a.spawns is not None:  # loomcycle's call: POST /v1/runs:batch's answer
         wait_ms = max(1, int((deadline - time.monotonic()) * 1000)) if a.timeout_ms else 0
         return await runs.create_runs(BatchRequest(spawns=a.spawns, mode=a.mode, timeout_ms=min(wait_ms, 600_000)),
@@ -105,6 +118,8 @@ async def spawn_runs(rt: Runtime, who: Principal, a: SpawnRunsArgs) -> dict[str,
         except TreadleError as exc:
             started.append({"code": exc.code, "error": exc.message})
     ids = [s for s in started if isinstance(s, str)]
+    if follow_mode() and len(ids) == len(started):
+        return await _follow(rt, who, TaskRef("runs", tuple(ids)), deadline, a.timeout_ms)
     latest = await settle(rt, who.tenant_id, ids, deadline)
     results: list[dict[str, Any]] = []
     for index, item in enumerate(started):
@@ -117,6 +132,23 @@ async def spawn_runs(rt: Runtime, who: Principal, a: SpawnRunsArgs) -> dict[str,
     settled = sum(1 for r in results if r.get("settled"))
     return {"mode": a.mode, "results": results, "settled": settled, "total": len(results),
             "timed_out": settled < len(ids)}
+
+
+async def _follow(rt: Runtime, who: Principal, ref: TaskRef, deadline: float, timeout_ms: int, *,
+                  created: bool = True) -> dict[str, Any]:
+    """The runs of a task-capable call are started: answer as a task at once (2025-11-25's `task`),
+    or wait until they settle or ask a question and answer as a task if they did not settle."""
+    from treadle.api.mcp.tasks import answer, follow, view
+
+    if TASK_MODE.get() == "now":
+        raise AnswerAsTask(ref)
+    v = await follow(rt, who.tenant_id, ref, deadline) if timeout_ms else await view(rt, who.tenant_id, ref)
+    out = await answer(rt, who.tenant_id, v)
+    if ref.kind == "run":
+        out["created"] = created
+    if not v.terminal:
+        raise AnswerAsTask(ref, out)
+    return out
 
 
 class _RunOrAgent(_Args):
@@ -216,7 +248,12 @@ class InputArgs(steering.InputRequest):
 
 
 async def _input(rt: Runtime, who: Principal, a: InputArgs) -> dict[str, Any]:
-    return await steering.post_input(a.run_id, steering.InputRequest(text=a.text), rt, who)
+    out = await steering.post_input(a.run_id, steering.InputRequest(text=a.text), rt, who)
+    run = await rt.runs.get(who.tenant_id, a.run_id)
+    if TASK_MODE.get() is not None and run is not None and run.interactive and out.get("input_id") is not None:
+        # a resident's turn: the task follows it until the resident parks for input again
+        raise AnswerAsTask(TaskRef("send", (a.run_id,), int(out["input_id"])), out)
+    return out
 
 
 _STEER = ("Queue text as the run's next user turn (delivered at its next safe point), or wake an "
@@ -445,8 +482,13 @@ def _schema(rt: Runtime, meta: MetaTool) -> dict[str, Any]:
 
 def list_tools(rt: Runtime, who: Principal) -> list[types.Tool]:
     """The meta-tools the caller's scopes allow (api/auth.py TOOL_SCOPES)."""
-    return [types.Tool(name=m.name, description=m.description, input_schema=_schema(rt, m)) for m in TOOLS.values()
-            if may_call_tool(who, m.name)]
+    return [types.Tool(name=m.name, description=m.description, input_schema=_schema(rt, m),
+                       execution=_TASK_OPTIONAL if m.name in TASK_TOOLS else None)
+            for m in TOOLS.values() if may_call_tool(who, m.name)]
+
+
+#: 2025-11-25: the long tools may be called with `task` (2026-07-28: the server decides)
+_TASK_OPTIONAL = types.ToolExecution(task_support="optional")
 
 
 def tool_error(code: str, message: str) -> types.CallToolResult:
@@ -471,6 +513,8 @@ async def call_tool(rt: Runtime, who: Principal, name: str, arguments: dict[str,
     try:
         args: Any = meta.args.model_validate(arguments) if meta.args is not None else dict(arguments)
         result = await meta.handler(rt, who, args)
+    except AnswerAsTask:
+        raise  # the work goes on: the server answers with a task or a question (taskmethods.py)
     except ValidationError as exc:
         return tool_error("validation_error", _validation_message(exc))
     except TreadleError as exc:
