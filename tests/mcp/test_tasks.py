@@ -178,3 +178,22 @@ async def test_2025_task_augmented_calls_get_result_list_cancel(base_url: str) -
         with pytest.raises(MCPError) as refused:
             await _task_call(c, "whoami", {})
         assert refused.value.code == -32602 and "taskSupport" in refused.value.message
+
+
+async def test_2026_a_send_to_a_resident_is_a_task_done_when_the_turn_is(base_url: str) -> None:
+    async with connect(base_url, "2026-07-28", extensions=[TasksExtension()]) as c:
+        opened = await c.session.call_tool("spawn_run", {"agent": "echo", "prompt": "first turn",
+                                                         "interactive": True, "timeout_ms": 0}, allow_claimed=True)
+        assert isinstance(opened, TaskHandle)
+        parked = await poll(c.session, opened.task_id, {"input_required"})  # its first turn is answered
+        assert parked.input_requests and f"input:{opened.task_id}" in parked.input_requests
+        sent = await c.session.call_tool("steer_run", {"run_id": opened.task_id, "text": "second turn"},
+                                         allow_claimed=True)
+        assert isinstance(sent, TaskHandle) and sent.task_id.startswith(f"send:{opened.task_id}:")
+        done = await poll(c.session, sent.task_id, {"completed", "failed", "cancelled"})
+        assert done.status == "completed" and done.result is not None
+        turn = payload(types.CallToolResult.model_validate(done.result, by_name=False))
+        assert turn["run_id"] == opened.task_id and "second turn" in turn["final_text"]
+        await c.session.send_request(CancelTask(params=types.CancelTaskRequestParams(task_id=opened.task_id)),
+                                     types.EmptyResult)
+        assert (await poll(c.session, opened.task_id, {"cancelled"})).status == "cancelled"
