@@ -113,6 +113,9 @@ class HttpFunction:
         budget = cloud.sse_budget_seconds if cloud else 25.0
         rt.sse_budget_s = max(1.0, min(budget, remaining_s(context) - SSE_MARGIN_S))
         rt.sse_linger_s = cloud.sse_linger_seconds if cloud else 1.0
+        # API Gateway buffers a response until it ends: POST /v1/runs answers JSON unless the
+        # client asks for the stream (loomcycle streams by default; docs/loomcycle.md)
+        rt.runs_stream_by_default = False
         transfers = self._transfers()
         if transfers is not None:  # bodies over Lambda's 6 MB limit (treadle_cloud/transfers.py)
             from treadle_cloud.transfers import is_transfers_request, transfers_answer, whoami_probe

@@ -219,6 +219,13 @@ class Runtime:
     #: ... and, since API Gateway delivers a response only once it ends, ends it this long after
     #: its first frame instead of at the budget (the client resumes from the last id)
     sse_linger_s: float | None = None
+    #: POST /v1/runs answers with the run's SSE stream unless the request prefers JSON (loomcycle's
+    #: default, api/runstream.py); False where a response cannot stream (the cloud's api function:
+    #: API Gateway buffers it): JSON unless the request prefers the stream
+    runs_stream_by_default: bool = True
+    #: the server is shutting down gracefully (the sidecar's SIGTERM): open run streams end (their
+    #: clients resume after the restart), and a stream that ends so is no client leaving its run
+    draining: bool = False
     #: how outbound calls the runtime makes itself (tool-use hooks) resolve and connect (tests inject it)
     network: NetworkSetup | None = None
     #: bumped whenever a token is created, rotated or retired in this process (auth caches flush)

@@ -10,6 +10,8 @@
   lease, a deadline, a `deliver_at` or a TTL passes.
 - `until`: wait for a condition under a deadline, failing with what it last saw;
   `user_text`: the segments of one user turn, for `NewRun(segments=...)`.
+- `ACCEPT_JSON`: the header a test's HTTP client sends to get `POST /v1/runs`' JSON answer
+  (202) — without it the route answers with the run's SSE stream, as loomcycle does.
 
 A run with a scripted model, two iterations and one tool call::
 
@@ -51,6 +53,7 @@ from treadle.store.db import Pool
 from treadle.tools.base import Tool
 
 __all__ = [
+    "ACCEPT_JSON",
     "Reply",
     "ScriptedProvider",
     "UntilTimeout",
@@ -70,6 +73,10 @@ __all__ = [
 Reply: TypeAlias = ModelResponse | str | Sequence[Block]
 ScriptFunction: TypeAlias = Callable[[ModelRequest], Reply | Awaitable[Reply]]
 Database: TypeAlias = Runtime | Pool | str
+
+#: a test client's default header: POST /v1/runs answers `202 {run_id, …}`, not the run's SSE stream
+#: (which an ASGI transport would read to the run's end before answering)
+ACCEPT_JSON: Mapping[str, str] = {"Accept": "application/json"}
 
 #: settings a test runtime gets unless the caller gives its own (tests' runtimes are small)
 TEST_SETTINGS: dict[str, Any] = {"workers": 4, "chain_steps": 1}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import socket
 from collections.abc import Callable
+from types import FrameType
 
 import uvicorn
 
@@ -38,7 +39,7 @@ def serve(
         announce(f"http://{f'[{host}]' if ':' in host else host}:{port}")
     # JSON logs: uvicorn's own records go through the root handler too (one format)
     log_config = None if log_format() == "json" else uvicorn.config.LOGGING_CONFIG
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False,
+    server = DrainingServer(uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False,
                                            log_config=log_config))
     # uvicorn shuts down gracefully, then re-raises the signal with the handler it found: for
     # SIGTERM (kill, systemd, Docker) make that an exit, so atexit stops the embedded Postgres
@@ -49,6 +50,22 @@ def serve(
 
 def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn, telling the runtime when a graceful shutdown begins (`Runtime.draining`): uvicorn
+    waits for open responses to end before the app's shutdown runs, so the run streams end
+    themselves (their clients resume after the restart), and no run is cancelled as if its
+    client had left (api/runstream.py)."""
+
+    def drain(self) -> None:
+        rt = getattr(getattr(self.config.app, "state", None), "runtime", None)
+        if rt is not None:
+            rt.draining = True
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.drain()
+        super().handle_exit(sig, frame)
 
 
 class BackgroundServer:
@@ -65,7 +82,7 @@ class BackgroundServer:
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         app = create_sidecar_app(settings, config)
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self._server = DrainingServer(uvicorn.Config(app, log_level="warning", lifespan="on"))
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
@@ -80,6 +97,7 @@ class BackgroundServer:
         return self.url
 
     async def stop(self) -> None:
+        self._server.drain()
         self._server.should_exit = True
         if self._task is not None:
             await self._task

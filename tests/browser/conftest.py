@@ -15,6 +15,7 @@ from tests.support.browser import Browser, why_no_browser
 from tests.support.db import clone_database, drop_database
 from tests.support.e2e import ServerProcess, write_config
 from tests.support.waiting import scripted
+from treadle.testing import ACCEPT_JSON
 
 TOKEN = "browser-test-token-0123456789"
 HOOK_TOKEN = "browser-hook-token-9876543210"  # what a webhook's sender presents
@@ -51,7 +52,8 @@ FLOW_TEAM: dict[str, Any] = {
 @pytest.fixture
 def api(served: ServerProcess) -> Iterator[httpx.Client]:
     """treadle's API on the served treadle, with the token."""
-    with httpx.Client(base_url=served.url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=10) as c:
+    headers = {**ACCEPT_JSON, "authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=served.url, headers=headers, timeout=10) as c:
         yield c
 
 

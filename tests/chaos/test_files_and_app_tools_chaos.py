@@ -31,6 +31,7 @@ import pytest
 
 from tests.support.chaos import Db, Replica, write_config
 from tests.support.e2e import check_paired, query
+from treadle.testing import ACCEPT_JSON
 
 pytestmark = pytest.mark.e2e
 
@@ -106,7 +107,7 @@ class Answerer:
             todo.append((row["run_id"], row["tool_use_id"]))
         if not live or not todo:
             return
-        clients = [httpx.AsyncClient(base_url=r.url, timeout=5) for r in live]
+        clients = [httpx.AsyncClient(headers=ACCEPT_JSON, base_url=r.url, timeout=5) for r in live]
         gate = asyncio.Semaphore(16)
 
         async def post(i: int, run_id: str, tool_use_id: str) -> None:
@@ -156,7 +157,8 @@ async def test_file_and_application_tools_under_kill_and_stall(migrated_db_url: 
                 for attempt in range(40):
                     live = [r for r in replicas if r.running and not r.stopped]
                     with contextlib.suppress(httpx.HTTPError):
-                        async with httpx.AsyncClient(base_url=live[(i + attempt) % len(live)].url, timeout=30) as c:
+                        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=live[(i + attempt) % len(live)].url,
+                                                     timeout=30) as c:
                             resp = await c.post("/v1/runs", headers={"Idempotency-Key": f"chaos-{i}"}, json={
                                 "agent": "filer", "prompt": f"edit {i}", "client_tools": [LOOKUP]})
                         assert resp.status_code == 202, resp.text

@@ -23,7 +23,7 @@ from tests.support.chaos import Replica, write_config
 from tests.support.db import clone_database, drop_database
 from tests.support.e2e import check_paired, query
 from tests.waiting.test_pause_kill9 import ENV
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 pytestmark = pytest.mark.e2e
 RUNS = int(os.environ.get("TREADLE_CHAOS_PAUSE_RUNS") or 60)
@@ -67,7 +67,7 @@ async def test_a_pause_across_two_replicas_survives_killing_one_and_the_resume_f
     try:
         for rep in (a, b):
             await rep.wait_ready()
-        async with httpx.AsyncClient(timeout=60) as c:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, timeout=60) as c:
             gate = asyncio.Semaphore(16)  # started 16 at a time, so that at 200 runs most are still live at the pause
 
             async def start(i: int) -> None:  # half through each replica

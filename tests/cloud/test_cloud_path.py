@@ -259,9 +259,12 @@ def test_sse_ends_on_its_time_budget_and_resumes_from_seq(
 ) -> None:
     monkeypatch.setenv("TREADLE_SSE_BUDGET_SECONDS", "1")
     api = envs["api"]
-    status, body, hdrs = call(
-        api, "POST", "/v1/runs", {"agent": "calc", "prompt": "stream me"}, headers={"accept": "text/event-stream"}
-    )
+    # API Gateway buffers: POST /v1/runs answers JSON by default here (the sidecar streams), and
+    # streams when asked, as loomcycle's client asks (docs/loomcycle.md)
+    status, started, _ = call(api, "POST", "/v1/runs", {"agent": "calc", "prompt": "json"}, headers={"accept": "*/*"})
+    assert status == 202, started
+    status, body, hdrs = call(api, "POST", "/v1/runs", {"agent": "calc", "prompt": "stream me"},
+                              headers={"accept": "text/event-stream, application/json"})
     assert status == 200 and hdrs["content-type"].startswith("text/event-stream")
     first = sse_frames(body)
     assert [t for _, t, _ in first] == ["user_input", "started"]  # no worker yet: the budget ran out
@@ -277,6 +280,9 @@ def test_sse_ends_on_its_time_budget_and_resumes_from_seq(
     rest = sse_frames(body)
     assert rest[0][0] == 3 and rest[-1][1] == "done"
     assert [i for i, _, _ in first + rest] == list(range(1, len(first) + len(rest) + 1))
+    # a stream that ended on its budget is no client leaving: the run was not cancelled
+    status, run, _ = call(api, "GET", f"/v1/runs/{run_id}")
+    assert (status, run["status"]) == (200, "completed"), run
 
 
 def test_http_functions_answer_errors_not_500(envs: dict[str, LambdaEnv]) -> None:

@@ -18,6 +18,7 @@ import pytest
 import schemathesis
 
 from tests.support.contract import ServedInThread
+from treadle.testing import ACCEPT_JSON
 from treadle.wire import DefList, DefView
 
 SECRET_ENV = "TREADLE_TEST_CONTRACT_WEBHOOK_TOKEN"
@@ -27,7 +28,7 @@ class Checked:
     """An HTTP client that checks every answer against the served spec."""
 
     def __init__(self, served: ServedInThread) -> None:
-        self.http = httpx.Client(base_url=served.url, headers=served.auth, timeout=30.0)
+        self.http = httpx.Client(base_url=served.url, headers={**ACCEPT_JSON, **served.auth}, timeout=30.0)
         self.spec = self.http.get("/openapi.json").json()
         self.schema = schemathesis.openapi.from_dict(self.spec)
         self.seen: set[tuple[str, str]] = set()

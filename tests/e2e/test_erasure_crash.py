@@ -18,7 +18,7 @@ import pytest
 
 from tests.mcp.test_client_tools import rows_containing
 from tests.support.e2e import execute, query
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,7 @@ async def test_an_erasure_killed_mid_way_is_finished_by_asking_again(
     volumes = tmp_path / "volumes"
     srv = await start_server(url, AGENTS, name="erasurecrash", TREADLE_VOLUMES_ROOT=str(volumes),
                              extra_config={"volumes": {"notes": {}}})
-    async with httpx.AsyncClient(base_url=srv.url, timeout=10) as http:
+    async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=10) as http:
         for user in WORDS:
             r = await http.post("/v1/runs", json={"agent": f"w-{user.split('-')[0]}", "prompt": WORDS[user],
                                                   "user_id": user})
@@ -63,7 +63,7 @@ async def test_an_erasure_killed_mid_way_is_finished_by_asking_again(
     body = {"subject": ALICE, "dry_run": False, "confirm": ALICE}
 
     async def erase_in_background() -> None:
-        async with httpx.AsyncClient(base_url=srv.url, timeout=60) as http:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=60) as http:
             with contextlib.suppress(httpx.HTTPError):  # the server dies under it
                 await http.post("/v1/_erasure", json=body)
 
@@ -84,7 +84,7 @@ async def test_an_erasure_killed_mid_way_is_finished_by_asking_again(
     assert left[0]["n"] == 1  # the rows' transaction died with the process
 
     await srv.restart()
-    async with httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
+    async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=30) as http:
         again = await http.post("/v1/_erasure", json=body)
     assert again.status_code == 200, again.text
     receipt = again.json()

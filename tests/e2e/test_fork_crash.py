@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.support.e2e import check_paired, execute, query, slow_trigger
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +54,7 @@ async def test_a_replay_fork_killed_in_its_request_and_in_its_steps_finishes_onc
     async def inside() -> bool:
         return int((await query(url, SLEEPING))[0]["n"]) >= 1
 
-    async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
+    async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=60) as c:
         r = await c.post("/v1/runs", json={"agent": "counter", "prompt": "count"})
         original = r.json()["run_id"]
 

@@ -22,6 +22,7 @@ from tests.support.e2e import check_paired, query
 from tests.support.fake_http import FakeHTTPServer, Reply, Request
 from tests.support.teams import REVIEW_TEAM, PlayersOpenAI, _text
 from tests.support.vendors.base import text
+from treadle.testing import ACCEPT_JSON
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +43,7 @@ async def test_a_team_run_survives_kill9_at_every_transition(make_db: Any, start
                   for name in ("writer", "reviewer-a", "reviewer-b", "editor")}
         providers = {"players": {"driver": "openai", "base_url": vendor.url + "/v1", "api_key_env": KEY_ENV}}
         srv = await start_server(url, agents, extra_config={"providers": providers}, **{KEY_ENV: vendor.key}, **ENV)
-        async with httpx.AsyncClient(base_url=srv.url, timeout=30.0) as http:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=30.0) as http:
             created = await http.post("/v1/_teamdef", json={"op": "create", "name": "review", "overlay": REVIEW_TEAM})
             assert created.status_code == 200, created.text
             started = (await http.post("/v1/_teamdef", json={"op": "run", "name": "review", "input": "owls",
@@ -78,7 +79,7 @@ async def test_a_team_run_survives_kill9_at_every_transition(make_db: Any, start
         kids = await query(url, "SELECT agent, count(*) AS n FROM runs WHERE parent_run_id = %s GROUP BY agent",
                            (team,))
         assert {k["agent"]: k["n"] for k in kids} == {"writer": 2, "reviewer-a": 2, "reviewer-b": 2, "editor": 2}
-        async with httpx.AsyncClient(base_url=srv.url, timeout=30.0) as http:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=30.0) as http:
             events = (await http.get(f"/v1/runs/{team}/events")).json()["events"]
         assert check_paired(events) == []
 
@@ -151,7 +152,7 @@ async def test_kill9_around_a_parallel_states_early_cancel(make_db: Any, start_s
                   for name in ("writer", "reviewer-a", "reviewer-b", "editor")}
         providers = {"players": {"driver": "openai", "base_url": vendor.url + "/v1", "api_key_env": KEY_ENV}}
         srv = await start_server(url, agents, extra_config={"providers": providers}, **{KEY_ENV: vendor.key}, **ENV)
-        async with httpx.AsyncClient(base_url=srv.url, timeout=30.0) as http:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=30.0) as http:
             created = await http.post("/v1/_teamdef", json={"op": "create", "name": "quorum", "overlay": QUORUM_TEAM})
             assert created.status_code == 200, created.text
             started = (await http.post("/v1/_teamdef", json={"op": "run", "name": "quorum", "input": "owls",
@@ -198,7 +199,7 @@ async def test_kill9_around_a_parallel_states_early_cancel(make_db: Any, start_s
         # a fresh process after the walk: its sweeper and workers find nothing of the tree to resume
         srv.kill9()
         await srv.restart()
-        async with httpx.AsyncClient(base_url=srv.url, timeout=30.0) as http:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=30.0) as http:
             probe = (await http.post("/v1/runs", json={"agent": "writer", "prompt": "owls"})).json()["run_id"]
 
             async def probed() -> bool:

@@ -19,8 +19,8 @@ from treadle.client.http import SseEvent, parse_sse
 from treadle.config import Settings, TreadleConfig, parse_config
 from treadle.store.db import open_pool
 from treadle.store.runs import NewRun, RunStore
+from treadle.testing import ACCEPT_JSON, user_text
 from treadle.testing import until as wait_for
-from treadle.testing import user_text
 
 MAX_BODY = 4096
 TOKEN = "s3cret-" + secrets.token_hex(8)
@@ -97,7 +97,7 @@ async def api(db_url: str) -> AsyncIterator[Api]:
     server = BackgroundServer(settings(db_url), CONFIG)
     base = await server.start()
     assert base.startswith("http://127.0.0.1:")
-    client = httpx.AsyncClient(base_url=base, timeout=20.0)
+    client = httpx.AsyncClient(headers=ACCEPT_JSON, base_url=base, timeout=20.0)
     a = Api(client, server)
     try:
         yield a
@@ -535,7 +535,7 @@ async def authed(db_url: str, api: Api) -> AsyncIterator[httpx.AsyncClient]:
     workers, on the same database and config, drive its runs)."""
     server = BackgroundServer(settings(db_url, auth_token=TOKEN, workers=0), CONFIG)
     base = await server.start()
-    client = httpx.AsyncClient(base_url=base, timeout=20.0)
+    client = httpx.AsyncClient(headers=ACCEPT_JSON, base_url=base, timeout=20.0)
     try:
         yield client
     finally:

@@ -15,6 +15,7 @@ import pytest
 
 from treadle.api.app import api_routers, create_app
 from treadle.store.db import dumps_jsonb, without_nul
+from treadle.testing import ACCEPT_JSON
 
 AGENTS: dict[str, Any] = {
     "echo": {"model": "echo"},
@@ -47,7 +48,7 @@ def bad_error_shape(path: str, doc: Any) -> bool:
 def client(rt: Any) -> httpx.AsyncClient:
     app = create_app(auth_token=None, max_request_bytes=1 << 20, routers=api_routers())
     app.state.runtime = rt
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
+    return httpx.AsyncClient(headers=ACCEPT_JSON, transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
                              base_url="http://treadle")
 
 

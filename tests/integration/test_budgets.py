@@ -18,7 +18,7 @@ from treadle.domain.events import EventType
 from treadle.errors import TokenLimitExceeded
 from treadle.providers.base import ModelRequest, ModelResponse, Usage
 from treadle.store.runs import NewRun, RunRecord
-from treadle.testing import ScriptedProvider, open_test_runtime, tool_results, tool_use, until
+from treadle.testing import ACCEPT_JSON, ScriptedProvider, open_test_runtime, tool_results, tool_use, until
 
 CALL = Usage(input_tokens=1000, output_tokens=200, cache_creation_input_tokens=0, cache_read_input_tokens=300)
 PER_CALL = 1500  # tokens one call counts (input + output + cache creation + cache read)
@@ -62,7 +62,8 @@ def client(rt: Any, token: str | None = None) -> httpx.AsyncClient:
     app = create_app(auth_token=None, max_request_bytes=1 << 20)
     app.state.runtime = rt
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", headers=headers)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+                             headers={**ACCEPT_JSON, **headers})
 
 
 async def stored(rt: Any, tenant: str, run_id: str) -> RunRecord:

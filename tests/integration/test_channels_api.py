@@ -14,7 +14,7 @@ from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
 from treadle.config import Settings, parse_config
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 SUFFIX = secrets.token_hex(3)
 NEWS, WORK = f"http-news-{SUFFIX}", f"http-work-{SUFFIX}"
@@ -35,7 +35,7 @@ async def http(db_url: str) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(database_url=db_url, home=TEST_HOME, config=Path("unused.yaml"), workers=2)
     server = BackgroundServer(settings, config())
     base = await server.start()
-    async with httpx.AsyncClient(base_url=base, timeout=20.0) as client:
+    async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=base, timeout=20.0) as client:
         yield client
     await server.stop()
 

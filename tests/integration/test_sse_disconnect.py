@@ -14,6 +14,7 @@ from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
 from treadle.config import Settings, parse_config
+from treadle.testing import ACCEPT_JSON
 
 TRIES = 12
 
@@ -29,7 +30,8 @@ async def test_leaving_a_stream_early_drops_no_connection(db_url: str, caplog: p
     server = BackgroundServer(settings, config)
     base = await server.start()
     try:
-        async with httpx.AsyncClient(base_url=base, timeout=20.0, headers={"Authorization": f"Bearer {token}"}) as c:
+        headers = {**ACCEPT_JSON, "Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=base, timeout=20.0, headers=headers) as c:
             run_id = (await c.post("/v1/runs", json={"agent": "long", "prompt": "go"})).json()["run_id"]
             for _ in range(TRIES):
                 async with c.stream("GET", f"/v1/runs/{run_id}/stream") as resp:

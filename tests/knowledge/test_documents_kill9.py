@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.chaos import Replica, write_config
 from tests.support.e2e import check_paired, execute, query, slow_trigger
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,7 @@ async def test_an_edit_killed_inside_its_commit_lands_once_after_the_restart(
     srv.start()
     try:
         await srv.wait_ready()
-        async with httpx.AsyncClient(timeout=60) as c:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, timeout=60) as c:
             base, browse = srv.url, {"scope_id": "editor"}
             made = (
                 await c.post(

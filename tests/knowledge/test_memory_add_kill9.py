@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.chaos import Replica, write_config
 from tests.support.e2e import check_paired, execute, query
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +50,7 @@ CREATE TRIGGER mem_slow_fact BEFORE INSERT ON memory FOR EACH ROW WHEN (NEW.key 
     srv.start()
     try:
         await srv.wait_ready()
-        async with httpx.AsyncClient(timeout=60) as c:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, timeout=60) as c:
             r = await c.post(f"{srv.url}/v1/runs", json={"agent": "rememberer", "prompt": "remember"})
             assert r.status_code == 202, r.text
             run_id = r.json()["run_id"]

@@ -32,6 +32,7 @@ from tests.support.fake_http import Reply, Request
 from tests.support.teams import REVIEW_TEAM, PlayersOpenAI, play_text
 from tests.support.vendors.base import Turn, tools
 from tests.support.vendors.base import text as say
+from treadle.testing import ACCEPT_JSON
 
 pytestmark = pytest.mark.e2e
 
@@ -139,7 +140,7 @@ async def test_the_agent_teams_bundle_runs_end_to_end(migrated_db_url: str, tmp_
         srv.start()
         try:
             await srv.wait_ready(60)
-            async with httpx.AsyncClient(base_url=srv.url, timeout=30.0) as http:
+            async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=30.0) as http:
                 await _run(http, "agent/assistant", "build a writer, two reviewers and an editor")
                 assistant = await _run(http, "team/assistant", "assemble the review team and test it")
                 await _run(http, "team/orchestrator", "drive the review team")

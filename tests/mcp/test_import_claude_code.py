@@ -15,6 +15,7 @@ from treadle_sidecar.server import BackgroundServer
 
 from tests.support.db import TEST_HOME
 from treadle.config import Settings, parse_config
+from treadle.testing import ACCEPT_JSON
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,7 +156,7 @@ async def test_write_creates_the_defs_and_the_imported_agent_runs(tmp_path: Path
                                         "--no-discover")
         assert first.returncode == 0, first.stdout + first.stderr
         assert "created mcp github" in first.stdout and "mcp files" not in first.stdout and "FAILED" not in first.stdout
-        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=base, timeout=60) as client:
             assert "github" in (await client.get("/v1/_mcpserverdef/names")).json()["names"]
         (tmp_path / ".mcp.json").unlink()
         assert "created skill house-style" in first.stdout and "created agent reviewer" in first.stdout
@@ -165,7 +166,7 @@ async def test_write_creates_the_defs_and_the_imported_agent_runs(tmp_path: Path
         changed = await asyncio.to_thread(treadle, "--from", str(root), "--write", "--url", base, "--volume", "work")
         assert "forked agent summarizer" in changed.stdout and "version 2" in changed.stdout, changed.stdout
 
-        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=base, timeout=60) as client:
             names = (await client.get("/v1/_agentdef/names")).json()["names"]
             assert {"reviewer", "summarizer"} <= set(names)
             got = (await client.post("/v1/_agentdef", json={"op": "get", "name": "reviewer"})).json()

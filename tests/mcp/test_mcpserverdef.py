@@ -15,6 +15,7 @@ from tests.support.db import TEST_HOME
 from tests.support.mcp import CREDENTIAL, finished, tool_results
 from tests.support.mcp_servers import serve_http, vault
 from treadle.config import Settings, parse_config
+from treadle.testing import ACCEPT_JSON
 
 CONFIG = {
     "agents": {
@@ -36,7 +37,8 @@ async def test_create_discovers_and_a_run_uses_the_def(migrated_db_url: str, mon
     server = BackgroundServer(settings, parse_config(CONFIG))
     base = await server.start()
     try:
-        async with serve_http(vault(CREDENTIAL)) as url, httpx.AsyncClient(base_url=base, timeout=60) as client:
+        async with serve_http(vault(CREDENTIAL)) as url, \
+                httpx.AsyncClient(headers=ACCEPT_JSON, base_url=base, timeout=60) as client:
             overlay = {"transport": "streamable-http", "url": url,
                        "headers": {"Authorization": "Bearer ${run.credentials.vault}"}}
             created = await op(client, {"op": "create", "name": "dynvault", "overlay": overlay})
@@ -62,7 +64,8 @@ async def test_create_discovers_and_a_run_uses_the_def(migrated_db_url: str, mon
             assert refused.status_code == 422 and "stdio" in refused.json()["error"]
             bad_name = await op(client, {"op": "create", "name": "a__b", "overlay": overlay})
             assert bad_name.status_code == 422
-        async with httpx.AsyncClient(base_url=base, timeout=60) as client:  # the vault server is gone now
+        # the vault server is gone now
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=base, timeout=60) as client:
             gone = await op(client, {"op": "create", "name": "down", "overlay": {"url": url}})
             assert gone.status_code == 422 and "cannot list the tools" in gone.json()["error"], gone.text
             recorded = await op(client, {"op": "create", "name": "down", "overlay": {"url": url}, "discover": False})

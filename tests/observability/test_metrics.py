@@ -15,7 +15,7 @@ from treadle_sidecar.server import BackgroundServer
 from tests.support.db import TEST_HOME
 from treadle.config import Settings, parse_config
 from treadle.telemetry.metrics import Metrics
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 TOKEN = "metrics-" + secrets.token_hex(8)
 CONFIG = parse_config({"agents": {
@@ -56,14 +56,15 @@ async def test_metrics_agree_with_the_database(migrated_db_url: str, fresh_metri
     server = BackgroundServer(settings, CONFIG)
     url = await server.start()
     try:
-        async with httpx.AsyncClient(base_url=url, headers={"authorization": f"Bearer {TOKEN}"}) as client:
+        headers = {**ACCEPT_JSON, "authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(base_url=url, headers=headers) as client:
             started = []
             for agent in ["tools", "tools", "tools", "echo", "echo"]:
                 resp = await client.post("/v1/runs", json={"agent": agent, "prompt": "hi"})
                 assert resp.status_code == 202, resp.text
                 started.append(resp.json()["run_id"])
             await wait_terminal(client, started)
-            async with httpx.AsyncClient(base_url=url) as anonymous:
+            async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=url) as anonymous:
                 refused = await anonymous.get("/metrics")
             resp = await client.get("/metrics")
     finally:

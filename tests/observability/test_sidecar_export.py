@@ -15,7 +15,7 @@ from tests.support.db import TEST_HOME
 from tests.support.loopback import Answer, Loopback, Seen
 from treadle.config import Settings, parse_config
 from treadle.errors import ConfigError
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CONFIG = parse_config({"agents": {"tools": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 1}}}})
@@ -34,7 +34,7 @@ async def test_spans_are_exported_over_otlp_http(db_url: str, monkeypatch: pytes
         server = BackgroundServer(settings, CONFIG)
         url = await server.start()
         try:
-            async with httpx.AsyncClient(base_url=url) as client:
+            async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=url) as client:
                 started = await client.post("/v1/runs", json={"agent": "tools", "prompt": "hi"},
                                             headers={"traceparent": f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"})
                 run_id = started.json()["run_id"]

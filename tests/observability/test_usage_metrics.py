@@ -20,7 +20,7 @@ from tests.support.db import TEST_HOME
 from tests.support.e2e import query
 from tests.support.loopback import Answer, Loopback, Seen
 from treadle.config import Settings, parse_config
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 CONFIG = parse_config({
     "agents": {"tools": {"model": "tool-caller", "tools": ["Memory"], "mock": {"tool_calls": 2}},
@@ -61,7 +61,7 @@ async def test_usage_is_exported_as_otel_metrics_with_the_reports_dimensions(
         server = BackgroundServer(settings, CONFIG)
         url = await server.start()
         try:
-            async with httpx.AsyncClient(base_url=url) as client:
+            async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=url) as client:
                 runs = [(await client.post("/v1/runs", json={"agent": agent, "prompt": "hi", "user_id": user})).json()
                         ["run_id"] for agent, user in (("tools", ANN), ("tools", BOB), ("talker", ANN))]
 

@@ -9,6 +9,7 @@ import httpx
 
 from treadle.api.app import create_app
 from treadle.store.runs import NewRun
+from treadle.testing import ACCEPT_JSON
 
 SPAWNER = {"model": "script", "tools": ["Agent"],
            "mock": {"script": [{"tool": "Agent", "input": {"op": "spawn", "name": "child", "prompt": "go"}},
@@ -19,7 +20,7 @@ async def test_allowed_hosts_are_checked_stored_and_inherited(open_runtime: Any)
     rt, disp = await open_runtime({"parent": SPAWNER, "child": {"model": "echo"}})
     app = create_app(auth_token=None, max_request_bytes=1 << 20)
     app.state.runtime = rt
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+    async with httpx.AsyncClient(headers=ACCEPT_JSON, transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         bad = await c.post("/v1/runs", json={"agent": "parent", "prompt": "p", "allowed_hosts": ["no spaces!"]})
         assert bad.status_code == 422 and "allowed_hosts" in bad.text
         r = await c.post("/v1/runs", json={"agent": "parent", "prompt": "p", "allowed_hosts": ["api.example.com"]})

@@ -22,6 +22,7 @@ from tests.support.vendors.anthropic import FakeAnthropic
 from tests.support.vendors.openai import FakeOpenAI
 from treadle.client.http import SseEvent, parse_sse
 from treadle.config import Settings, parse_config
+from treadle.testing import ACCEPT_JSON
 
 E = TypeVar("E", bound=BaseException)
 
@@ -80,7 +81,8 @@ async def served_treadle(db_url: str) -> AsyncIterator[Served]:
                             auth_token=TOKEN, max_request_bytes=1 << 20, sweep_interval_seconds=30.0)
         server = BackgroundServer(settings, parse_config(config(oa.url, an.url, emb.url, env)))
         url = await server.start()
-        http = httpx.AsyncClient(base_url=url, timeout=30.0, headers={"Authorization": f"Bearer {TOKEN}"})
+        http = httpx.AsyncClient(base_url=url, timeout=30.0,
+                                 headers={**ACCEPT_JSON, "Authorization": f"Bearer {TOKEN}"})
         try:
             yield Served(url, http, oa, an, emb)
         finally:

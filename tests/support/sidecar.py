@@ -16,6 +16,7 @@ from treadle_sidecar.server import BackgroundServer
 from tests.support.db import TEST_HOME
 from treadle.client.http import SseEvent, parse_sse
 from treadle.config import Settings, TreadleConfig
+from treadle.testing import ACCEPT_JSON
 from treadle.testing import until as wait_for
 
 
@@ -41,7 +42,8 @@ async def sidecar_url(settings: Settings, config: TreadleConfig) -> AsyncIterato
 async def sidecar_client(settings: Settings, config: TreadleConfig,
                          timeout: float = 20.0) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client on a sidecar serving `config` (see `sidecar_url`)."""
-    async with sidecar_url(settings, config) as base, httpx.AsyncClient(base_url=base, timeout=timeout) as client:
+    async with sidecar_url(settings, config) as base, \
+            httpx.AsyncClient(headers=ACCEPT_JSON, base_url=base, timeout=timeout) as client:
         yield client
 
 

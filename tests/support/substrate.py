@@ -16,7 +16,7 @@ from treadle.api.app import create_app
 from treadle.dispatch.inline import InlineDispatcher
 from treadle.runtime import Runtime
 from treadle.store.runs import NewRun
-from treadle.testing import open_test_runtime, user_text
+from treadle.testing import ACCEPT_JSON, open_test_runtime, user_text
 
 TENANT = "default"
 
@@ -34,7 +34,7 @@ def client_for(rt: Runtime) -> httpx.AsyncClient:
     app = create_app(auth_token="s3cret", max_request_bytes=1 << 20)
     app.state.runtime = rt
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://treadle.test",
-                             headers={"authorization": "Bearer s3cret"})
+                             headers={**ACCEPT_JSON, "authorization": "Bearer s3cret"})
 
 
 def scripted(*calls: tuple[str, dict[str, Any]], **agent: Any) -> dict[str, Any]:

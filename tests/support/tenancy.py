@@ -9,6 +9,7 @@ import httpx
 
 from treadle.api.app import create_app
 from treadle.runtime import Runtime
+from treadle.testing import ACCEPT_JSON
 
 AGENTS: dict[str, Any] = {
     "echo": {"model": "echo"},
@@ -22,7 +23,7 @@ AGENTS: dict[str, Any] = {
 def api(rt: Runtime, *, legacy: str | None = None, public_docs: bool = False) -> httpx.AsyncClient:
     app = create_app(auth_token=legacy, max_request_bytes=1 << 20, public_docs=public_docs)
     app.state.runtime = rt
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://treadle.test")
+    return httpx.AsyncClient(headers=ACCEPT_JSON, transport=httpx.ASGITransport(app=app), base_url="http://treadle.test")
 
 
 def bearer(token: str) -> dict[str, str]:

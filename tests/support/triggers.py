@@ -9,6 +9,7 @@ import httpx
 
 from treadle.api.app import create_app
 from treadle.runtime import Runtime
+from treadle.testing import ACCEPT_JSON
 
 AGENTS: dict[str, Any] = {
     "echo": {"model": "echo"},
@@ -30,4 +31,4 @@ CHANNELS: dict[str, Any] = {"events": {"semantic": "broadcast"}, "inbox": {"sema
 def client_for(rt: Runtime, *, token: str | None = None, max_request_bytes: int = 1 << 20) -> httpx.AsyncClient:
     app = create_app(auth_token=token, max_request_bytes=max_request_bytes)
     app.state.runtime = rt
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://treadle.test")
+    return httpx.AsyncClient(headers=ACCEPT_JSON, transport=httpx.ASGITransport(app=app), base_url="http://treadle.test")

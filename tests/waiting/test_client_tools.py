@@ -10,7 +10,7 @@ import httpx
 
 from treadle.api.app import create_app
 from treadle.runtime import Runtime
-from treadle.testing import age_run
+from treadle.testing import ACCEPT_JSON, age_run
 
 TOKEN = "s3cret"
 LOOKUP = {"name": "lookup_order", "description": "Look an order up in the shop's database",
@@ -24,7 +24,7 @@ def client_for(rt: Runtime) -> httpx.AsyncClient:
     app = create_app(auth_token=TOKEN, max_request_bytes=1 << 20)
     app.state.runtime = rt
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://treadle.test",
-                             headers={"authorization": f"Bearer {TOKEN}"})
+                             headers={**ACCEPT_JSON, "authorization": f"Bearer {TOKEN}"})
 
 
 async def start(c: httpx.AsyncClient, **fields: Any) -> str:

@@ -18,7 +18,7 @@ import pytest
 from tests.support.chaos import Replica, write_config
 from tests.support.db import clone_database, drop_database
 from tests.support.e2e import execute, query, slow_trigger
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +48,7 @@ async def test_a_kill_between_the_answer_and_its_wake_loses_no_wake(db: str, tmp
     srv.start()
     try:
         await srv.wait_ready()
-        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as c:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=30) as c:
             r = await c.post("/v1/runs", json={"agent": "shopper", "prompt": "where is A-17?",
                                                "client_tools": [LOOKUP]})
             assert r.status_code == 202, r.text

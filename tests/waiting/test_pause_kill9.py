@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.chaos import Replica, write_config
 from tests.support.e2e import check_paired, execute, query, slow_trigger
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +57,7 @@ async def served(db: str, tmp_path: Path) -> AsyncIterator[tuple[Replica, httpx.
     srv.start()
     try:
         await srv.wait_ready()
-        async with httpx.AsyncClient(timeout=60) as c:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, timeout=60) as c:
             yield srv, c
     finally:
         srv.stop()

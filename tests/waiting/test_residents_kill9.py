@@ -17,7 +17,7 @@ import pytest
 from tests.support.chaos import Replica, write_config
 from tests.support.db import clone_database, drop_database
 from tests.support.e2e import execute, query
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +52,7 @@ async def test_a_kill_mid_turn_of_a_send_loses_nothing_and_repeats_nothing(db: s
     srv.start()
     try:
         await srv.wait_ready()
-        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as c:
+        async with httpx.AsyncClient(headers=ACCEPT_JSON, base_url=srv.url, timeout=30) as c:
             r = await c.post("/v1/runs", json={"agent": "holder", "prompt": "go"})
             assert r.status_code == 202, r.text
             parent = r.json()["run_id"]

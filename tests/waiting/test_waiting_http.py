@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.waiting import ECHO, FAILING, asker, spawner
 from treadle.api.app import create_app
-from treadle.testing import age_run
+from treadle.testing import ACCEPT_JSON, age_run
 
 AGENTS: dict[str, Any] = {
     "chat": ECHO,
@@ -58,7 +58,8 @@ async def http(open_runtime: Any, migrated_db_url: str) -> AsyncIterator[Http]:
     rt, disp = await open_runtime(AGENTS, url=migrated_db_url, provider_retries=0)
     app = create_app(auth_token=None, max_request_bytes=1 << 20)
     app.state.runtime = rt
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://treadle") as client:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(headers=ACCEPT_JSON, transport=transport, base_url="http://treadle") as client:
         yield Http(client, rt, disp)
 
 

@@ -20,6 +20,7 @@ from treadle.api.loomcycle import (
     run_batch,
     run_options,
 )
+from treadle.api.runstream import CLIENT_DISCONNECTED, RunStream, answers_with_stream
 from treadle.api.sse import RUN_STREAM_ITEM, SSE_HEADERS, sse_content, sse_frame, stream_run_events
 from treadle.api.steering import cancel_turn, decode_cursor, encode_cursor, waits_of
 from treadle.domain.runs import RunStatus
@@ -54,16 +55,21 @@ class EventStream(StreamingResponse):
 
 #: the SSE stream a run route may answer with instead of JSON
 SSE_DOC = sse_content(RUN_STREAM_ITEM, "with `Accept: text/event-stream`: the run's events as SSE frames")
-
-
+#: POST /v1/runs' default answer (api/runstream.py)
+RUN_SSE_DOC = sse_content(RUN_STREAM_ITEM, (
+    "the default (no `Accept`, `*/*`, `text/event-stream`): the run's events as SSE frames until it ends; "
+    "the client leaving first cancels the run (`client disconnected`) unless `detach` or `interactive`"))
 
 
 def _wants_sse(request: Request) -> bool:
-    return "text/event-stream" in request.headers.get("accept", "")
+    """The session routes' negotiation: the stream only when `text/event-stream` is preferred."""
+    return answers_with_stream(request.headers.get("accept"), stream_by_default=False)
 
 
-def _sse_response(rt: Runtime, tenant: str, run: RunRecord, from_seq: int, *, fresh: bool = False) -> StreamingResponse:
-    """loomcycle's first frames (`session`, `agent`; no ids) and then the run's events."""
+def _sse_response(rt: Runtime, tenant: str, run: RunRecord, from_seq: int, *, fresh: bool = False,
+                  cancel_on_leave: bool = False) -> StreamingResponse:
+    """loomcycle's first frames (`session`, `agent`; no ids) and then the run's events; with
+    `cancel_on_leave`, the client leaving before the end cancels the run (api/runstream.py)."""
     session_id = run.session
     agent: dict[str, Any] = {"agent_id": run.agent_id or run.id, "run_id": run.id, "session_id": session_id}
     preamble = []
@@ -73,9 +79,14 @@ def _sse_response(rt: Runtime, tenant: str, run: RunRecord, from_seq: int, *, fr
     preamble.append(sse_frame("agent", agent))
     body = stream_run_events(
         rt.runs, rt.hub, tenant, run.id, from_seq, keepalive_s=rt.settings.sse_keepalive_seconds,
-        budget_s=rt.sse_budget_s, linger_s=rt.sse_linger_s, preamble=preamble,
+        budget_s=rt.sse_budget_s, linger_s=rt.sse_linger_s, preamble=preamble, stop=lambda: rt.draining,
     )
-    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def leave() -> None:
+        await rt.cancel_run(tenant, run.id, CLIENT_DISCONNECTED)
+
+    return RunStream(body, headers=SSE_HEADERS, on_leave=leave if cancel_on_leave else None,
+                     draining=lambda: rt.draining)
 
 
 async def continued_session(rt: Runtime, who: Principal, body: RunRequest) -> SessionRecord | None:
@@ -121,7 +132,8 @@ async def _start(rt: Runtime, who: Principal, body: RunRequest, idempotency_key:
 
 
 @router.post("/runs", status_code=202, response_model=RunCreated, response_model_exclude_unset=True,
-             responses={202: SSE_DOC, **errors(*BODY, 404, 409)})
+             responses={200: RUN_SSE_DOC, 202: {"description": "with `Accept: application/json`"},
+                        **errors(*BODY, 404, 409)})
 async def create_run(
     body: RunRequest,
     request: Request,
@@ -129,13 +141,18 @@ async def create_run(
     who: Who,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
 ) -> JSONResponse | StreamingResponse:
-    """Start a run. With `Accept: text/event-stream` the response streams the run's events until
-    it ends; otherwise `202 {"run_id", "status"}`. An `Idempotency-Key` header makes retries safe:
-    the same key returns the run it started the first time. The stream opens with loomcycle's
-    `session` and `agent` frames."""
+    """Start a run. As loomcycle answers: `200`, the run's events as SSE until it ends (loomcycle's
+    `session` and `agent` frames first); a client that leaves before then cancels the run (reason
+    `client disconnected`) unless the body says `detach: true` or `interactive: true`; a server
+    shutting down ends the stream without cancelling. With `Accept: application/json` (JSON
+    preferred to `text/event-stream`): `202 {"run_id", "status", …}` and the run goes on alone.
+    The cloud's API Gateway function, which cannot stream, answers JSON unless asked for
+    `text/event-stream` (docs/loomcycle.md). An `Idempotency-Key` header makes retries safe: the
+    same key returns the run it started the first time."""
     run, created = await _start(rt, who, body, idempotency_key)
-    if _wants_sse(request):
-        return _sse_response(rt, who.tenant_id, run, 0, fresh=True)
+    if answers_with_stream(request.headers.get("accept"), stream_by_default=rt.runs_stream_by_default):
+        detached = body.detach or body.interactive or not created  # a retry's stream is not the run's owner
+        return _sse_response(rt, who.tenant_id, run, 0, fresh=True, cancel_on_leave=not detached)
     return JSONResponse({"run_id": run.id, "status": run.status, "created": created,
                          "agent_id": run.agent_id or run.id, "session_id": run.session,
                          "parent_context": run.parent_context}, status_code=202)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from treadle.domain.events import EventType
@@ -136,9 +136,12 @@ async def stream_run_events(
     budget_s: float | None = None,
     linger_s: float | None = None,
     preamble: list[bytes] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> AsyncIterator[bytes]:
     """`budget_s` bounds the response; with `linger_s` too it ends that long after its first
-    frame (a buffering proxy shows the client nothing before the end: better early and often)."""
+    frame (a buffering proxy shows the client nothing before the end: better early and often).
+    `stop()` true (the server is shutting down, `Runtime.draining`) ends it at its next poll, as a
+    budget does: the client resumes from its last id once the server is back."""
     for frame_bytes in preamble or []:  # loomcycle's `session` / `agent` frames (api/runs.py)
         yield frame_bytes
     cursor = from_seq
@@ -182,6 +185,9 @@ async def stream_run_events(
                 run = await asyncio.shield(runs.get(tenant_id, run_id))
                 if run is None or (run.terminal and run.last_seq <= cursor):
                     return
+            if stop is not None and stop():
+                yield b": server shutting down; resume with from_seq\n\n"
+                return
             lingered = linger_s is not None and first_sent is not None and now - first_sent >= linger_s
             if budget_s is not None and (now - started >= budget_s or lingered):
                 yield b": budget exhausted; resume with from_seq\n\n"

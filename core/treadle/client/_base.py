@@ -56,6 +56,8 @@ class Retry:
 
 
 NO_RETRY = Retry(attempts=1)
+#: the header that asks a run route for its JSON answer (POST /v1/runs streams by default)
+JSON = {"Accept": "application/json"}
 
 
 @dataclass(slots=True)

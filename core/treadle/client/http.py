@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from treadle.client._async.client import AsyncTreadle
-from treadle.client._base import NO_RETRY, Call, SseDecoder, SseEvent, StreamCursor
+from treadle.client._base import JSON, NO_RETRY, Call, SseDecoder, SseEvent, StreamCursor
 from treadle.client.errors import ApiError
 
 __all__ = ["ApiError", "SseEvent", "TreadleClient", "parse_sse"]
@@ -59,7 +59,7 @@ class TreadleClient:
 
     async def start_run(self, agent: str, prompt: str | None = None, **fields: Any) -> dict[str, Any]:
         body = {"agent": agent, **({"prompt": prompt} if prompt is not None else {}), **fields}
-        return await self._json(Call("POST", "/v1/runs", json=body))
+        return await self._json(Call("POST", "/v1/runs", json=body, headers=dict(JSON)))
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
         return await self._json(Call("GET", f"/v1/runs/{run_id}"))
@@ -80,5 +80,6 @@ class TreadleClient:
         return self.api.runs.stream(run_id, from_seq)
 
     def run_streaming(self, agent: str, prompt: str | None = None, **fields: Any) -> AsyncIterator[SseEvent]:
-        body = {"agent": agent, **({"prompt": prompt} if prompt is not None else {}), **fields}
+        """Start a run and stream it; `detach: true` unless given (leaving the stream leaves the run going)."""
+        body = {"agent": agent, **({"prompt": prompt} if prompt is not None else {}), "detach": True, **fields}
         return self.api.events(Call("POST", "/v1/runs", json=body), StreamCursor(None, 0))

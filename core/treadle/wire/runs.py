@@ -126,6 +126,10 @@ class RunRequest(LoomcycleRunFields):
     #: per-run credentials (name → value) for MCP server headers `${run.credentials.NAME}`; sealed
     #: at rest, never in events, logs or the model's view
     user_credentials: UserCredentials | None = None
+    #: treadle's: the run outlives the SSE answer of POST /v1/runs — a client that leaves the
+    #: stream does not cancel it (loomcycle's interactive runs are detached so; api/runstream.py).
+    #: A JSON answer, a batch or an MCP spawn never ties a run to a connection.
+    detach: bool = False
 
     _user_id = field_validator("user_id")(_identifier)
 

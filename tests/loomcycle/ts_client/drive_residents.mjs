@@ -36,7 +36,7 @@ async function answerPending(runId) {
 const residents = async () => (await web.listResidentChildren()).resident;
 let parent, echo, asker;
 await check("a run opens two residents; listResidentChildren shows them with loomcycle's residentInfo fields", async () => {
-  const started = await realFetch(base + "/v1/runs", { method: "POST", headers: { "content-type": "application/json" },
+  const started = await realFetch(base + "/v1/runs", { method: "POST", headers: { "content-type": "application/json", accept: "application/json" },
     body: JSON.stringify({ agent: "holder", prompt: "go" }) });
   assert(started.status === 202, "start answers " + started.status);
   parent = (await started.json()).run_id;

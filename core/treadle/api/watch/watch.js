@@ -747,9 +747,13 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
 
   $("start").addEventListener("submit", async (e) => {
     e.preventDefault();
-    const body = await guard("start-error", () => post("/v1/runs", {
-      agent: $("agent").hidden ? $("agent-text").value.trim() : $("agent").value,
-      prompt: $("prompt").value, interactive: $("interactive").checked,
+    // the run's JSON answer (202): POST /v1/runs streams the run unless asked for JSON
+    const body = await guard("start-error", () => json("/v1/runs", {
+      method: "POST", headers: { "content-type": "application/json", accept: "application/json" },
+      body: JSON.stringify({
+        agent: $("agent").hidden ? $("agent-text").value.trim() : $("agent").value,
+        prompt: $("prompt").value, interactive: $("interactive").checked,
+      }),
     }));
     if (body) {
       $("prompt").value = "";

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from treadle import wire
 from treadle.client import models as m
 from treadle.client._base import (
+    JSON,
     NO_RETRY,
     TERMINAL_STATUSES,
     Call,
@@ -204,15 +205,16 @@ class AsyncRuns(AsyncResource):
         idempotency_key: str | None = None,
         **extra: Any,
     ) -> m.RunCreated:
-        """Start a run (202). An Idempotency-Key is sent with every start (a fresh one unless
-        given), so a retry after a lost connection gets the same run back, never a second one.
+        """Start a run (202: `Accept: application/json`, where the server's default answer is the
+        run's stream). An Idempotency-Key is sent with every start (a fresh one unless given), so
+        a retry after a lost connection gets the same run back, never a second one.
         `extra`: loomcycle's further run fields (agent_id, parent_context, …)."""
         body = self._body(agent, prompt, dict(
             segments=segments, user_id=user_id, metadata=metadata, interactive=interactive,
             client_tools=client_tools, client_tool_timeout_seconds=client_tool_timeout_seconds,
             allowed_hosts=allowed_hosts, user_credentials=user_credentials, **extra))
         key = idempotency_key or uuid.uuid4().hex
-        return await self.client.model(Call("POST", "/v1/runs", json=body, headers={"Idempotency-Key": key}),
+        return await self.client.model(Call("POST", "/v1/runs", json=body, headers={"Idempotency-Key": key, **JSON}),
                                        m.RunCreated)
 
     def start_streaming(
@@ -224,9 +226,13 @@ class AsyncRuns(AsyncResource):
         **fields: Any,
     ) -> AsyncIterator[SseEvent]:
         """Start a run and stream its events (loomcycle's `session` and `agent` frames first),
-        resumed after the last seq if the connection drops, until `done` or `error`."""
+        resumed after the last seq if the connection drops, until `done` or `error`. The run is
+        started with `detach: true` (so a dropped connection, resumed, has not cancelled it; and
+        leaving the iterator early leaves the run going): pass `detach=False` for loomcycle's rule,
+        the client leaving cancels the run."""
         key = idempotency_key or uuid.uuid4().hex
-        call = Call("POST", "/v1/runs", json=self._body(agent, prompt, fields), headers={"Idempotency-Key": key})
+        body = self._body(agent, prompt, {"detach": True, **fields})
+        call = Call("POST", "/v1/runs", json=body, headers={"Idempotency-Key": key})
         return self.client.events(call, StreamCursor(None, 0))
 
     def stream(self, run_id: str, from_seq: int = 0) -> AsyncIterator[SseEvent]:
@@ -390,7 +396,7 @@ class AsyncSessions(AsyncResource):
         body = body_of(wire.SessionMessageRequest(**clean({"prompt": prompt, "segments": segments, **fields})))
         key = idempotency_key or uuid.uuid4().hex
         return await self.client.model(Call("POST", f"/v1/sessions/{session_id}/messages", json=body,
-                                            headers={"Idempotency-Key": key}), m.RunCreated)
+                                            headers={"Idempotency-Key": key, **JSON}), m.RunCreated)
 
     def send_streaming(self, session_id: str, prompt: str | None = None, *, idempotency_key: str | None = None,
                        **fields: Any) -> AsyncIterator[SseEvent]:
