@@ -42,7 +42,8 @@ from treadle.domain.scopes import IMPLIES
 from treadle.domain.substrate import EvaluationScope, SkillSpec
 from treadle.envsettings import EnvSettings
 from treadle.errors import ConfigError
-from treadle.specs.a2a import A2AServerCard
+from treadle.specs.a2a import A2AAgents, A2AClientConfig, A2AServerCard
+from treadle.specs.a2a import split_tool_name as split_a2a_tool_name
 from treadle.specs.fieldtypes import BaseUrl, DefScope, EnvVarName
 from treadle.specs.hosts import HostPatternStr
 from treadle.specs.loomcycle import adapt as adapt_loomcycle
@@ -605,6 +606,10 @@ class TreadleConfig(BaseModel):
     user_tiers: dict[str, UserTierConfig] = {}
     #: loomcycle's `a2a_server_cards:` (specs/a2a.py): the agents served over A2A (api/a2a/); none by default
     a2a_server_cards: dict[str, A2AServerCard] = Field(default={}, max_length=1)
+    #: loomcycle's `a2a_agents:` (specs/a2a.py): remote A2A peers as tools `a2a__<peer>__<skill>` (treadle/a2a/)
+    a2a_agents: A2AAgents = Field(default={}, max_length=256)
+    #: treadle's `a2a_client:` (specs/a2a.py): where peers push task updates to this treadle
+    a2a_client: A2AClientConfig = Field(default_factory=A2AClientConfig)
     #: the operator's price table (specs/pricing.py): usage is priced when recorded (GET /v1/_usage)
     pricing: PricingConfig | None = None
     #: loomcycle's `concurrency:` admission caps (ConcurrencyConfig); None: no cap
@@ -736,6 +741,12 @@ class TreadleConfig(BaseModel):
                         errs.append((f"tiers.{tier}.candidates.{i}", msg))
                 else:
                     check_ref(f"tiers.{tier}.candidates.{i}", c)
+        for agent_name, agent in self.agents.items():  # default-deny: an a2a__ tool names a configured peer
+            for i, t in enumerate(agent.tools):
+                peer = split_a2a_tool_name(t)
+                if peer is not None and peer[0] not in self.a2a_agents:
+                    errs.append((f"agents.{agent_name}.tools.{i}",
+                                 f"unknown A2A peer {peer[0]!r}" + _listing(self.a2a_agents)))
         for i, p in enumerate(self.provider_priority):
             if p not in known:
                 errs.append((f"provider_priority.{i}", f"unknown provider {p!r} (configured: {', '.join(known)})"))

@@ -64,6 +64,8 @@ from treadle.volumes.base import VolumeStorage
 from treadle.volumes.service import VolumeService
 
 if TYPE_CHECKING:
+    from treadle.a2a.client import A2AToolSource
+    from treadle.a2a.push import PushDelivery
     from treadle.engine.pausing import PauseControl
     from treadle.engine.step import Engine
     from treadle.mcp.defs import McpServerDefs
@@ -561,9 +563,22 @@ class Runtime:
 
         return McpServerDefs(DefStore(self.pool), self.mcp.discover_for_def, list(self.config.mcp_servers))
 
+    @cached_property
+    def a2a_client(self) -> A2AToolSource:
+        """Remote A2A agents as agent tools (treadle/a2a/client.py): built on the first step that needs one."""
+        from treadle.a2a.client import A2AToolSource
+
+        return A2AToolSource(self.config, self.network or NetworkSetup(), self.pool, self.waits)
+
     async def _mcp_tools(self, leased: LeasedRun, agent: ResolvedAgent) -> list[Tool]:
-        return await self.mcp.tools_for(leased.tenant_id, leased.run_id, agent.config.tools,
-                                        getattr(agent.config, "allowed_hosts", None), leased.allowed_hosts)
+        """The step's MCP and A2A tools (the engine's `McpTools` hook)."""
+        names, hosts = agent.config.tools, getattr(agent.config, "allowed_hosts", None)
+        out: list[Tool] = []
+        if any(t.startswith("mcp__") for t in names):
+            out += await self.mcp.tools_for(leased.tenant_id, leased.run_id, names, hosts, leased.allowed_hosts)
+        if any(t.startswith("a2a__") for t in names):
+            out += self.a2a_client.tools_for(names, hosts, leased.allowed_hosts)
+        return out
 
     async def close(self) -> None:
         if "mcp" in self.__dict__:
@@ -651,8 +666,22 @@ class Runtime:
         return await self.waker.poke(tenant_id, keys)
 
     async def wake_due(self) -> int:
-        """Wake runs whose wait deadline passed, and repair lost wake-ups (sweeper / maintenance)."""
-        return await self.waker.wake_due()
+        """Wake runs whose wait deadline passed, and repair lost wake-ups (sweeper / maintenance);
+        deliver the due A2A push notifications (treadle/a2a/push.py) where tasks are served."""
+        n = await self.waker.wake_due()
+        if self.config.a2a_server_cards:
+            try:
+                n += await self.a2a_push.deliver_due()
+            except Exception as exc:  # never stops the sweep
+                log.warning("A2A push delivery pass failed: %s", exc)
+        return n
+
+    @cached_property
+    def a2a_push(self) -> PushDelivery:
+        """Push notifications to the peers following this treadle's A2A tasks."""
+        from treadle.a2a.push import PushDelivery
+
+        return PushDelivery(self, self.config, self.network or NetworkSetup())
 
     async def enforce_retention(self, *, force: bool = False) -> int:
         """Delete one bounded batch per class — finished runs (with their transcripts), channel

@@ -53,7 +53,7 @@ async def test_card_lists_the_exposed_agents_only(base_url: str) -> None:
     assert {(i["protocolBinding"], i["protocolVersion"]) for i in card["supportedInterfaces"]} == {
         ("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("JSONRPC", "0.3")}
     assert card["url"].endswith("/a2a/jsonrpc") and card["protocolVersion"] == "0.3"  # 0.3 clients too
-    assert card["capabilities"]["streaming"] is True and not card["capabilities"].get("pushNotifications")
+    assert card["capabilities"]["streaming"] is True and card["capabilities"].get("pushNotifications") is True
 
 
 async def test_binding_needs_the_bearer(base_url: str) -> None:
@@ -148,3 +148,36 @@ async def test_an_a2a_0_3_client_is_served_on_the_same_endpoint(base_url: str) -
     task = out["result"]
     assert task["kind"] == "task" and task["status"]["state"] == "completed", out
     assert "old client" in task["artifacts"][0]["parts"][0]["text"]
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_push_configs_set_get_list_delete(base_url: str, binding: str) -> None:
+    """A task's push configs are stored per task (delivery: tests/e2e/test_a2a_crash.py); a bad URL
+    and credentials this process could not keep across a restart are refused by name."""
+    async with client(base_url, binding) as c:
+        task = await last_task(c, message("hello", skill="echo"))
+        made = await c.create_task_push_notification_config(pb.TaskPushNotificationConfig(
+            task_id=task.id, id="mine", url="http://127.0.0.1:9/hook", token="tok-1",
+            authentication=pb.AuthenticationInfo(scheme="Bearer")))
+        assert (made.id, made.task_id, made.url, made.token) == ("mine", task.id, "http://127.0.0.1:9/hook", "tok-1")
+        got = await c.get_task_push_notification_config(pb.GetTaskPushNotificationConfigRequest(
+            task_id=task.id, id="mine"))
+        assert got.authentication.scheme == "Bearer" and not got.authentication.credentials
+        listed = await c.list_task_push_notification_configs(pb.ListTaskPushNotificationConfigsRequest(
+            task_id=task.id))
+        assert [x.id for x in listed.configs] == ["mine"]
+        with pytest.raises(InvalidParamsError, match="url"):
+            await c.create_task_push_notification_config(pb.TaskPushNotificationConfig(
+                task_id=task.id, url="ftp://example.com/x"))
+        with pytest.raises(InvalidParamsError, match="TREADLE_CREDENTIALS_KEY"):
+            await c.create_task_push_notification_config(pb.TaskPushNotificationConfig(
+                task_id=task.id, url="https://example.com/x",
+                authentication=pb.AuthenticationInfo(scheme="Bearer", credentials="s3cret")))
+        await c.delete_task_push_notification_config(pb.DeleteTaskPushNotificationConfigRequest(
+            task_id=task.id, id="mine"))
+        listed = await c.list_task_push_notification_configs(pb.ListTaskPushNotificationConfigsRequest(
+            task_id=task.id))
+        assert list(listed.configs) == []
+        with pytest.raises(TaskNotFoundError):
+            await c.get_task_push_notification_config(pb.GetTaskPushNotificationConfigRequest(
+                task_id=task.id, id="mine"))

@@ -314,7 +314,8 @@ class Engine:
             agent = dataclasses.replace(agent, tools=[t for t in agent.tools if t.name in narrowed])
         if agent is not None and leased.client_tools and self.client_tools is not None:
             agent = dataclasses.replace(agent, tools=[*agent.tools, *self.client_tools(leased)])
-        if agent is not None and self.mcp_tools is not None and any(t.startswith("mcp__") for t in agent.config.tools):
+        external = ("mcp__", "a2a__")  # MCP servers' and A2A peers' tools: the runtime's hook lists them
+        if agent is not None and self.mcp_tools is not None and any(t.startswith(external) for t in agent.config.tools):
             agent = dataclasses.replace(agent, tools=[*agent.tools, *await self.mcp_tools(leased, agent)])
         return agent
 

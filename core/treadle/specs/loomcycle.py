@@ -36,7 +36,6 @@ UNSUPPORTED_TOP: dict[str, str] = {
     "local_api": "treadle listens on TREADLE_LISTEN",
     "search_providers": "treadle's WebSearch takes one `search:` provider",
     "search_priority": "treadle's WebSearch takes one `search:` provider",
-    "a2a_agents": "treadle has no A2A",
     "memory_backends": "treadle has one memory store",
     "change_subscriptions": "treadle has no change subscriptions",
     "document_sources": "treadle has no document sources",

@@ -25,6 +25,7 @@ from treadle.domain.defs import DefRecord, content_sha256, normalize_text
 from treadle.engine.agents import AgentCatalogue
 from treadle.engine.model_routes import route_errors
 from treadle.errors import DefRefused
+from treadle.specs.a2a import split_tool_name as split_a2a_tool_name
 from treadle.specs.mcp import is_mcp_tool_name
 from treadle.specs.volumes import binding_grants
 from treadle.store.defs import DefStore
@@ -107,7 +108,8 @@ class AgentDefFamily(DefLifecycle):
         errs = [f"{path.removeprefix(f'agents.{name}.')}: {msg}"
                 for path, msg in probe.reference_errors() or route_errors(probe) if path.startswith(f"agents.{name}.")]
         registry = self.catalogue.registry
-        unknown = [t for t in cfg.tools if registry.get(t) is None and not is_mcp_tool_name(t)]
+        unknown = [t for t in cfg.tools if registry.get(t) is None and not is_mcp_tool_name(t)
+                   and not split_a2a_tool_name(t)]
         if unknown:
             errs.append(f"tools: unknown tool(s) {', '.join(unknown)} (known: {', '.join(registry.names())})")
         if errs:

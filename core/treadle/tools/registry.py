@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from treadle.errors import ConfigError
+from treadle.specs.a2a import split_tool_name as split_a2a_tool_name
 from treadle.specs.mcp import is_mcp_tool_name
 from treadle.tools.base import Tool
 
@@ -61,7 +62,7 @@ class ToolRegistry:
         """The agent's tools, in the order its `tools:` list gives; unknown names are a config error."""
         out: list[Tool] = []
         for i, name in enumerate(names):
-            if is_mcp_tool_name(name):  # an MCP server's tool: offered per step (treadle/mcp)
+            if is_mcp_tool_name(name) or split_a2a_tool_name(name):  # an MCP/A2A tool: offered per step
                 continue
             tool = self.get(name)
             if tool is None:

@@ -4,6 +4,7 @@ Which agents are served is operator config (`a2a_server_cards:`, specs/a2a.py), 
 with no card every A2A route answers 404. Routes (loomcycle's paths):
 
     GET  /.well-known/agent-card.json   the Agent Card (public, as A2A discovery expects)
+    POST /a2a/push                      push notifications from peers this treadle calls (push.py)
     POST /a2a/jsonrpc                   the JSON-RPC binding
          /a2a/v1/...                    the HTTP+JSON binding (message:send, tasks/{id}, …)
 
@@ -21,6 +22,7 @@ from starlette.routing import BaseRoute, Route, Router
 from starlette.types import Receive, Scope, Send
 
 from treadle import __version__
+from treadle.api.a2a.push import PUSH_PATH, push_route
 from treadle.api.auth import TENANT_HEADER, Authenticator, authorize
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.tenantscope import bind_request
@@ -59,7 +61,8 @@ def agent_card(card: A2AServerCard, base_url: str) -> AgentCard:
             # `url` / `preferredTransport` / `protocolVersion` beside 1.0's fields
             pb.AgentInterface(url=base_url + JSONRPC_PATH, protocol_binding="JSONRPC", protocol_version="0.3"),
         ],
-        capabilities=pb.AgentCapabilities(streaming=card.capabilities.streaming, push_notifications=False,
+        capabilities=pb.AgentCapabilities(streaming=card.capabilities.streaming,
+                                          push_notifications=card.capabilities.push_notifications,
                                           extended_agent_card=False),
         default_input_modes=["text/plain"], default_output_modes=["text/plain"],
         skills=[pb.AgentSkill(id=a.skill, name=a.skill_name or a.agent_name, description=a.description or a.agent_name,
@@ -141,6 +144,7 @@ def binding_routes() -> list[BaseRoute]:
 
 router = APIRouter(tags=["a2a"], route_class=LazyAPIRoute)
 router.routes.append(Route(CARD_PATH, card_route, methods=["GET"], include_in_schema=False))
+router.routes.append(Route(PUSH_PATH, push_route, methods=["POST"], include_in_schema=False))
 router.routes.append(Route(JSONRPC_PATH, BindingEndpoint(), methods=["POST"], include_in_schema=False))
 router.routes.append(Route(REST_PATH + "/{rest:path}", BindingEndpoint(), methods=["GET", "POST", "DELETE"],
                            include_in_schema=False))

@@ -7,7 +7,9 @@ run's next input (an interactive run parked for input wakes on it). A blocking s
 the task is terminal or needs input, or when the wait budget ends (then `WORKING`: poll GetTask
 or SubscribeToTask). `SendStreamingMessage` / `SubscribeToTask` stream the task from the run's
 stored events, so a cut stream resumes by subscribing again; nothing is held in memory between
-requests. Push notifications and the extended card are refused (the card does not offer them)."""
+requests. Push notification configs (`tasks/pushNotificationConfig/*`, or a send's configuration)
+are stored per task and delivered by the maintenance pass (treadle/a2a/push.py); the extended card
+is refused (the card does not offer it)."""
 
 from __future__ import annotations
 
@@ -20,14 +22,13 @@ from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import (
     InvalidParamsError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
 from google.protobuf.json_format import MessageToDict
 
-from treadle.api.a2a.tasks import (
+from treadle.a2a.tasks import (
     CONTEXT_KEY,
     MESSAGE_KEY,
     TERMINAL_STATES,
@@ -35,6 +36,7 @@ from treadle.api.a2a.tasks import (
     run_state,
     task_of,
 )
+from treadle.api.a2a.pushconfig import DEFAULT_CONFIG_ID, push_config, push_offered, push_view, set_push
 from treadle.api.steering import decode_cursor, encode_cursor
 from treadle.domain.events import EventType
 from treadle.engine.plan import input_key
@@ -42,6 +44,7 @@ from treadle.errors import TreadleError
 from treadle.runtime import Runtime
 from treadle.security.principal import Principal
 from treadle.specs.a2a import A2AServerCard
+from treadle.store.a2a import A2APushStore
 from treadle.store.inputs import InputStore
 from treadle.store.interrupts import InterruptStore, interrupt_key
 from treadle.store.runs import NewRun, RunRecord
@@ -87,10 +90,19 @@ class RunTaskHandler(RequestHandler):
         if params.metadata:
             raise InvalidParamsError("metadata: not taken on a request (put skillId in the message's metadata)")
         cfg = params.configuration
-        if cfg.HasField("task_push_notification_config"):
-            raise PushNotificationNotSupportedError("push notifications are not offered by this agent")
+        push = cfg.task_push_notification_config if cfg.HasField("task_push_notification_config") else None
+        if push is not None:
+            push_config(card, push)  # refused before the run starts
         if message.task_id:
-            return await self._answer(rt, who, card, message.task_id, text)
+            run = await self._answer(rt, who, card, message.task_id, text)
+        else:
+            run = await self._start(rt, who, card, message, text)
+        if push is not None:
+            await set_push(rt, who, run.id, push)
+        return run
+
+    async def _start(self, rt: Runtime, who: Principal, card: A2AServerCard, message: pb.Message,
+                     text: str) -> RunRecord:
         meta = MessageToDict(message.metadata) if message.HasField("metadata") else {}
         skill = meta.get("skillId")
         exposed = card.agent_for(skill if isinstance(skill, str) else None)
@@ -249,20 +261,39 @@ class RunTaskHandler(RequestHandler):
 
     async def on_create_task_push_notification_config(self, params: pb.TaskPushNotificationConfig,
                                                       context: ServerCallContext) -> pb.TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError("push notifications are not offered by this agent")
+        rt, who, card = _caller(context)
+        push_config(card, params)
+        run = await self._run(rt, who, card, params.task_id)
+        return await set_push(rt, who, run.id, params)
 
     async def on_get_task_push_notification_config(self, params: pb.GetTaskPushNotificationConfigRequest,
                                                    context: ServerCallContext) -> pb.TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError("push notifications are not offered by this agent")
+        rt, who, card = _caller(context)
+        push_offered(card)
+        run = await self._run(rt, who, card, params.task_id)
+        row = await A2APushStore(rt.pool).get(who.tenant_id, run.id, params.id or DEFAULT_CONFIG_ID)
+        if row is None:
+            raise TaskNotFoundError(f"task {run.id} has no push notification config {params.id!r}")
+        return push_view(row)
 
     async def on_list_task_push_notification_configs(
         self, params: pb.ListTaskPushNotificationConfigsRequest, context: ServerCallContext,
     ) -> pb.ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError("push notifications are not offered by this agent")
+        rt, who, card = _caller(context)
+        push_offered(card)
+        if params.page_token:
+            raise InvalidParamsError("pageToken: a task's push configs come in one page")
+        run = await self._run(rt, who, card, params.task_id)
+        rows = await A2APushStore(rt.pool).for_task(who.tenant_id, run.id)
+        return pb.ListTaskPushNotificationConfigsResponse(configs=[push_view(r) for r in rows])
 
     async def on_delete_task_push_notification_config(self, params: pb.DeleteTaskPushNotificationConfigRequest,
                                                       context: ServerCallContext) -> None:
-        raise PushNotificationNotSupportedError("push notifications are not offered by this agent")
+        rt, who, card = _caller(context)
+        push_offered(card)
+        run = await self._run(rt, who, card, params.task_id)
+        if not await A2APushStore(rt.pool).delete(who.tenant_id, run.id, params.id or DEFAULT_CONFIG_ID):
+            raise TaskNotFoundError(f"task {run.id} has no push notification config {params.id!r}")
 
     async def on_get_extended_agent_card(self, params: pb.GetExtendedAgentCardRequest,
                                          context: ServerCallContext) -> pb.AgentCard:

@@ -12,16 +12,26 @@ task carries the Interruption's question (or the run's last text) as its status 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from a2a.types import a2a_pb2 as pb
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from treadle.domain.events import EventType
-from treadle.runtime import Runtime
+from treadle.store.db import Pool
 from treadle.store.inputs import InputStore
 from treadle.store.interrupts import Interrupt, InterruptStore
-from treadle.store.runs import RunRecord, session_id_of
+from treadle.store.runs import RunRecord, RunStore, session_id_of
+
+
+class Runtime(Protocol):
+    """What a task view reads: the runs and the pool (the runtime has both)."""
+
+    @property
+    def runs(self) -> RunStore: ...
+
+    @property
+    def pool(self) -> Pool: ...
 
 #: run metadata keys the A2A server writes (a peer's context id, the message that started the run)
 CONTEXT_KEY = "a2a_context_id"
