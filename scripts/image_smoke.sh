@@ -3,8 +3,10 @@
 # Dockerfile with buildah (vfs storage, chroot isolation) on a base made here from Debian's own
 # packages (debootstrap: bookworm, Python 3.11, pip), runs the image, checks /healthz and a demo
 # run through the served API, and stops it cleanly. Skips (exit 0, saying why) where buildah,
-# debootstrap or root is missing. Slow (minutes: a base, a pip install, vfs layer copies), so
-# .ci/run runs it only with TREADLE_IMAGE_SMOKE=1.
+# debootstrap or root is missing, where buildah cannot make a container, or where debootstrap cannot
+# fetch Debian's packages; a Dockerfile that does not build, or an image that does not serve, fails.
+# ~3 minutes on 2 cores (a base, a pip install, vfs layer copies); the base stays in buildah's
+# storage for the next run, the smoke image does not. .ci/run runs it unless TREADLE_IMAGE_SMOKE=0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skip() { echo "image smoke skipped: $*"; exit 0; }
@@ -17,13 +19,17 @@ WORK=${TREADLE_IMAGE_WORK:-$PWD/.treadle/image}
 MIRROR=${TREADLE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 mkdir -p "$WORK"
 t0=$(date +%s)
+probe=$("${B[@]}" from scratch 2>"$WORK/probe.log") || skip "buildah cannot make a container here: $(tail -n 1 "$WORK/probe.log")"
+"${B[@]}" rm "$probe" >/dev/null
+"${B[@]}" rmi --prune >/dev/null 2>&1 || true  # an earlier run's dangling layers (vfs copies them whole)
 
 # 1. the base: Debian bookworm minbase with Python and pip (what python:3.12-slim gives, one minor older)
 if ! "${B[@]}" inspect --type image localhost/treadle-base >/dev/null 2>&1; then
   if [ ! -x "$WORK/rootfs/usr/bin/python3" ]; then
     rm -rf "$WORK/rootfs"
     debootstrap --variant=minbase --include=python3,python3-pip,python3-venv,python-is-python3,ca-certificates \
-      bookworm "$WORK/rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1
+      bookworm "$WORK/rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
+      { tail -n 5 "$WORK/debootstrap.log"; rm -rf "$WORK/rootfs"; skip "debootstrap could not make the base from $MIRROR"; }
   fi
   ctr=$("${B[@]}" from scratch)
   "${B[@]}" add "$ctr" "$WORK/rootfs" / >/dev/null
@@ -47,7 +53,11 @@ t2=$(date +%s)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 token="smoke-$(date +%s%N)"
 ctr=$("${B[@]}" from localhost/treadle-smoke)
-cleanup() { [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait "${pid:-}" 2>/dev/null || true; "${B[@]}" rm "$ctr" >/dev/null 2>&1 || true; }
+cleanup() {
+  [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait "${pid:-}" 2>/dev/null || true
+  "${B[@]}" rm "$ctr" >/dev/null 2>&1 || true
+  "${B[@]}" rmi localhost/treadle-smoke >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
 "${B[@]}" run --network host --user treadle \
   --env TREADLE_AUTH_TOKEN="$token" --env TREADLE_LISTEN="127.0.0.1:$port" --env TREADLE_HOME=/data \

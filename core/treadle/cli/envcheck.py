@@ -18,7 +18,7 @@ OTHER_NAMES = frozenset({
     "TREADLE_URL", "TREADLE_TOOL_USE_ID",
     "TREADLE_EMF", "TREADLE_METRICS_NAMESPACE", "TREADLE_REQUIRE_PGVECTOR", "TREADLE_STREAM_HOST",
     "TREADLE_HOOKS_SECRET", "TREADLE_PUBLIC_CONFIG",
-    # scripts/image_smoke.sh (.ci/run runs it with TREADLE_IMAGE_SMOKE=1)
+    # scripts/image_smoke.sh (.ci/run runs it unless TREADLE_IMAGE_SMOKE=0)
     "TREADLE_IMAGE_SMOKE", "TREADLE_IMAGE_WORK", "TREADLE_DEBIAN_MIRROR",
     # the Python client (treadle/client): its bearer, else TREADLE_AUTH_TOKEN
     "TREADLE_TOKEN",
