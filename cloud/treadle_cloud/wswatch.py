@@ -126,7 +126,8 @@ _LOCK_WATCHERS = """
 @dataclass
 class WsPusher:
     """Posts runs' events (and live deltas) to their WebSocket watchers. Sends block on HTTP:
-    they run on a thread (`asyncio.to_thread`), one flush's posts in order."""
+    they run on threads (`asyncio.to_thread`, then up to `POST_CONCURRENCY`), each connection's
+    posts in order."""
 
     pool: Pool
     connections: Connections
@@ -202,23 +203,37 @@ class WsPusher:
         return posted, sorted(more)
 
     def _post_plan(self, plan: list[tuple[dict[str, Any], list[dict[str, Any]]]], gone: set[str]) -> list[int | None]:
-        """Posts each watcher's events in order; the last seq posted to each (None: none)."""
-        out: list[int | None] = []
-        for w, todo in plan:
-            last: int | None = None
-            if w["connection_id"] not in gone:
+        """Posts each watcher's events in order, from up to `POST_CONCURRENCY` threads (one
+        connection's watchers in plan order on one of them); the last seq posted to each (None: none)."""
+        out: list[int | None] = [None] * len(plan)
+        by_connection: dict[str, list[int]] = {}
+        for i, (w, _) in enumerate(plan):
+            by_connection.setdefault(w["connection_id"], []).append(i)
+
+        def send(connection_id: str, indexes: list[int]) -> None:
+            for i in indexes:
+                w, todo = plan[i]
                 for e in todo:
+                    if connection_id in gone:
+                        return
                     try:
-                        self.connections.post(w["connection_id"], event_message(w["run_id"], e["seq"], e["type"],
-                                                                                e["payload"]))
+                        self.connections.post(connection_id, event_message(w["run_id"], e["seq"], e["type"],
+                                                                           e["payload"]))
                     except ConnectionGone:
-                        gone.add(w["connection_id"])
-                        break
+                        gone.add(connection_id)
+                        return
                     except Exception as exc:  # the rest waits for the next pusher (the cursor stays)
-                        log.warning("posting to %s failed: %s", w["connection_id"], exc)
+                        log.warning("posting to %s failed: %s", connection_id, exc)
                         break
-                    last = e["seq"]
-            out.append(last)
+                    out[i] = e["seq"]
+
+        if len(by_connection) <= 1:
+            for item in by_connection.items():
+                send(*item)
+            return out
+        _ = self.connections.client  # made once, before the threads share it
+        with ThreadPoolExecutor(min(POST_CONCURRENCY, len(by_connection)), thread_name_prefix="ws-post") as ex:
+            list(ex.map(lambda item: send(*item), by_connection.items()))
         return out
 
     async def post_deltas(self, frames: list[tuple[str, str, dict[str, Any]]]) -> None:

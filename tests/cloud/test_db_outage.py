@@ -93,7 +93,9 @@ def test_a_warm_worker_whose_database_goes_away_sends_the_step_again(
     api: LambdaEnv, sqs: Any, queue: dict[str, str], cloud_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The step-level path: the runtime is open, then every connection to the database dies and
-    none can be made (the pool times out)."""
+    none can be made (the pool times out). The same warm environment takes the step 12 times
+    (past the queue's 10 receives) with nothing dead-lettered, then the database is back and the
+    run completes there."""
     monkeypatch.setattr(outage, "FIRST_DELAY_S", 0)
     worker = LambdaEnv("worker")
     try:
@@ -103,6 +105,7 @@ def test_a_warm_worker_whose_database_goes_away_sends_the_step_again(
         container = worker.handler.container
         rt = worker._thread.submit(container.runtime).result()  # warm: open on the real database
         inner = rt.pool.inner
+        conninfo, timeout, sizes = inner.conninfo, inner.timeout, (inner.min_size, inner.max_size)
         # the database goes away: new connections are refused (a pool waits 1 s, 30 s in
         # production) and the ones it holds are killed by the server
         inner.conninfo, inner.timeout = closed_port_url(), 1.0
@@ -120,6 +123,22 @@ def test_a_warm_worker_whose_database_goes_away_sends_the_step_again(
         assert again["Body"] == msg["Body"]
         assert again["MessageAttributes"][outage.ATTEMPTS_ATTR]["StringValue"] == "1"
         assert run_row(cloud_db, run_id)["status"] in ("queued", "running")
+        for attempt in range(2, 13):  # the queue dead-letters after 10 receives
+            sqs.delete_message(QueueUrl=queue["url"], ReceiptHandle=again["ReceiptHandle"])
+            assert worker.invoke(sqs_event([again], queue["arn"])) == {"batchItemFailures": []}
+            again = receive_one(sqs, queue)
+            assert again["Attributes"]["ApproximateReceiveCount"] == "1"
+            assert again["MessageAttributes"][outage.ATTEMPTS_ATTR]["StringValue"] == str(attempt)
+        assert worker.handler.results == {"db_unreachable": 12}
+        assert dead_letters(sqs, queue) == 0
+        # the database is back: the warm environment's pool connects again and the run goes on
+        inner.conninfo, inner.timeout = conninfo, timeout
+        worker._thread.submit(container.run, inner.resize(*sizes)).result()
+        sqs.change_message_visibility(QueueUrl=queue["url"], ReceiptHandle=again["ReceiptHandle"],
+                                      VisibilityTimeout=0)
+        esm = EventSourceMapping(sqs, queue["url"], queue["arn"], [worker], batch_size=1)
+        esm.run_until(lambda: run_row(cloud_db, run_id)["status"] == "completed", timeout_s=90)
+        assert esm.failures == 0 and dead_letters(sqs, queue) == 0
     finally:
         worker.close()
 

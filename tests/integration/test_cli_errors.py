@@ -24,6 +24,12 @@ SECRET = "hunter2-not-for-print"
     f"postgres://bob:{SECRET}@127.0.0.1:notaport/db",
     f"bob:{SECRET}@somehost/db",
     f"host=127.0.0.1 password={SECRET} port=zz",
+    # an unencoded @ in the password (libpq splits at the first), a quoted keyword value with a
+    # space, a query's password, a percent-encoded one
+    f"postgres://bob:p@ss-{SECRET}@127.0.0.1:zz/db",
+    f"host=127.0.0.1 password='x {SECRET}' port=zz",
+    f"postgresql://127.0.0.1:zz/db?user=bob&password={SECRET}",
+    f"postgresql://bob:{SECRET.replace('-', '%2D')}@127.0.0.1:zz/db",
 ])
 def test_the_doctor_never_prints_the_databases_password(
         url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

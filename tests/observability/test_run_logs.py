@@ -1,5 +1,6 @@
 """Logs that tell (issue 43 item 6): TREADLE_LOG_LEVEL sets treadle's loggers; a served run writes
-one INFO line when it starts and one when it ends (status, agent, tenant, steps, duration); the
+one INFO line when it starts and one when it ends (status, agent, tenant, steps, iterations,
+tokens, duration); the
 sidecar writes one access line per request — without the query string or any header, where
 tokens travel."""
 
@@ -55,12 +56,18 @@ async def test_a_served_run_logs_its_start_end_and_requests(db_url: str, caplog:
                 return bool((await c.get(f"/v1/runs/{run_id}")).json()["status"] == "completed")
 
             await until(ended, timeout=20, what="the run to complete")
+            run = (await c.get(f"/v1/runs/{run_id}")).json()
     finally:
         await server.stop()
     lines = [(r.name, r.getMessage()) for r in caplog.records]
     assert ("treadle.runs", f"run {run_id} started: agent=echo tenant=default user=ada") in lines
     [end] = [m for n, m in lines if n == "treadle.runs" and m.startswith(f"run {run_id} ended:")]
-    assert "status=completed agent=echo tenant=default steps=1 duration_s=" in end
+    assert "status=completed agent=echo tenant=default steps=1 iterations=1 " in end
+    # the run's own totals, as its final commit left them (input counts cache writes and reads)
+    usage = run["usage"]
+    tokens_in = usage["input_tokens"] + usage["cache_creation_input_tokens"] + usage["cache_read_input_tokens"]
+    assert run["iterations"] == 1 and tokens_in > 0 and usage["output_tokens"] > 0, run
+    assert f" tokens_in={tokens_in} tokens_out={usage['output_tokens']} duration_s=" in end, end
     access = [m for n, m in lines if n == "treadle.access"]
     assert any(m.startswith("POST /v1/runs 202 ") for m in access), access
     assert any(m.startswith(f"GET /v1/runs/{run_id} 200 ") for m in access), access

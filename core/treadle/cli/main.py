@@ -214,13 +214,27 @@ async def _doctor(args: Args) -> int:
 
 
 def hide_password(text: str, url: str | None) -> str:
-    """`text` without the password of `url` (however malformed the URL is)."""
+    """`text` without the password of `url` (however malformed the URL is): a URL's (`user:…@`, up
+    to the last `@`, an unencoded `@` in it included, and each part of it libpq may quote), a query's
+    `password=…` and a keyword string's `password=…` (quoted or not), percent-decoded too."""
     import re
+    from urllib.parse import unquote
 
     if not url:
         return text
-    found = re.search(r"(?:^|://)[^:/@\s]*:([^@\s]+)@", url.strip()) or re.search(r"password=([^\s]+)", url)
-    return text.replace(found.group(1), "***") if found and found.group(1) else text
+    found: list[str] = []
+    _, sep, rest = url.strip().partition("://")
+    rest = rest if sep else url.strip()  # `user:password@host/db` without a scheme too
+    if "@" in rest:
+        creds = rest[:rest.rfind("@")]
+        if ":" in creds.split("@", 1)[0] and "=" not in creds.split(":", 1)[0]:
+            password = creds.split(":", 1)[1]
+            found += [password, *(part for part in password.split("@") if len(part) >= 3)]
+    found += re.findall(r"password\s*=\s*'((?:[^'\\]|\\.)*)'?", url)  # a keyword string's quoted value
+    found += re.findall(r"password\s*=\s*([^\s&']+)", url)
+    for secret in sorted({f for s in found for f in (s, unquote(s)) if f}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def cmd_doctor(args: Args) -> int:

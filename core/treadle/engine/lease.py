@@ -15,7 +15,7 @@ from treadle.domain.content import Message
 from treadle.domain.runs import NewEvent
 from treadle.engine.compaction import Settings as CompactionSettings
 from treadle.engine.replay import Replayer
-from treadle.store.steps import Committed, LeasedRun, StepOutcome
+from treadle.store.steps import Committed, LeasedRun, RunTotals, StepOutcome
 
 
 @dataclass(slots=True)
@@ -36,6 +36,8 @@ class Lease:
     rooted_volumes: bool = True
     #: the status the run's final commit gave it (completed | failed | cancelled; None: not ended here)
     ended: str | None = None
+    #: the run's iterations and tokens as its final commit left them (None: not ended here)
+    totals: RunTotals | None = None
     #: a session continuation's history: the messages of the session's earlier runs (None: not
     #: read yet, or the run starts its session)
     history: list[Message] | None = None
@@ -67,6 +69,8 @@ class Lease:
             self.ended = outcome.status
         if c.rooted_volumes is not None:
             self.rooted_volumes = c.rooted_volumes
+        if c.totals is not None:
+            self.totals = c.totals
         moved = c.base != base
         keep = c.marked and not moved
         if keep or c.chain_owner is not None:

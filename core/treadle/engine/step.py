@@ -213,8 +213,11 @@ class Engine:
         if result is StepResult.FINISHED and leased.created_at is not None:
             lasted = (datetime.now(UTC) - leased.created_at).total_seconds()
             metrics().run_finished(lasted, lease.ended or "ended")
-            runs_log.info("run %s ended: status=%s agent=%s tenant=%s steps=%d duration_s=%.3f", leased.run_id,
-                          lease.ended or "ended", leased.agent, leased.tenant_id, leased.step_no + 1, lasted)
+            totals = lease.totals
+            runs_log.info("run %s ended: status=%s agent=%s tenant=%s steps=%d iterations=%s tokens_in=%s "
+                          "tokens_out=%s duration_s=%.3f", leased.run_id, lease.ended or "ended", leased.agent,
+                          leased.tenant_id, leased.step_no + 1, totals.iterations if totals else "?",
+                          totals.tokens_in if totals else "?", totals.tokens_out if totals else "?", lasted)
         return result
 
     async def _run_step(self, lease: Lease) -> StepResult:

@@ -138,8 +138,20 @@ class Committed:
     chain_owner: str | None = None
     #: the run's final commit: whether volume instances are rooted at it (None: not final)
     rooted_volumes: bool | None = None
+    #: the run's final commit: its iterations and tokens, all told (None: not final)
+    totals: RunTotals | None = None
     #: the job it enqueued carries this process's mark: keep the transcript (`StepStore.keep`)
     marked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunTotals:
+    """A run's iterations and tokens at its final commit (the run-end log line)."""
+
+    iterations: int
+    #: input tokens, cache writes and reads included
+    tokens_in: int
+    tokens_out: int
 
 
 @dataclass(slots=True)
@@ -707,6 +719,8 @@ class StepStore:
             cancel_requested=bool(row["cancel_requested"]), cancel_reason=row["cancel_reason"],
             chain_owner=outcome.chain_owner if chain else None,
             rooted_volumes=bool(row["rooted_volumes"]) if outcome.final else None,
+            totals=RunTotals(int(row["iterations"]), int(row["tokens_in"]), int(row["tokens_out"]))
+            if outcome.final else None,
             marked=params["yielder"] is not None,
         )
 
@@ -866,8 +880,8 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
     # threshold this child met, its siblings still running, would stay parked until they end
     ended += (", pw AS (INSERT INTO wait_timers (tenant_id, key, due_at) SELECT g.tenant_id, %(parent_key)s, now()"
               " FROM g ON CONFLICT DO NOTHING)" if final and pokes_parent else "")
-    rooted = (", EXISTS (SELECT 1 FROM volume_instances WHERE root_run_id = %(run_id)s) AS rooted_volumes"
-              if final else "")
+    rooted = (", EXISTS (SELECT 1 FROM volume_instances WHERE root_run_id = %(run_id)s) AS rooted_volumes,"
+              " g.iterations, g.tokens_in, g.tokens_out" if final else "")
     rollup = ROLLUP_CTE if usage else ""
     owner = "lease_owner = %(chain_owner)s," if chain else "lease_owner = NULL,"
     if final or parked:  # a parked run waits for a wake-up, not a deadline
@@ -895,7 +909,8 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
             updated_at = now()
         WHERE id = %(run_id)s AND lease_owner = %(owner)s AND step_no = %(step)s{yield_}{after_tool}
         RETURNING tenant_id, last_seq - %(n)s AS base, step_no, cancel_requested, cancel_reason, input_seq,
-                  created_at
+                  created_at, iterations, input_tokens + cache_creation_tokens + cache_read_tokens AS tokens_in,
+                  output_tokens AS tokens_out
     ), ev AS (
         INSERT INTO events (run_id, seq, tenant_id, type, payload, tool_use_id)
         SELECT %(run_id)s, g.base + t.ord, g.tenant_id, t.type, {payload}, t.tool_use_id
