@@ -18,7 +18,7 @@ from tests.support.db import TEST_HOME
 from treadle.config import Settings, parse_config
 from treadle.errors import ConfigError
 from treadle.telemetry.logs import configure_logging
-from treadle.testing import until
+from treadle.testing import ACCEPT_JSON, until
 
 
 def test_treadle_log_level_sets_treadles_loggers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,7 +47,7 @@ async def test_a_served_run_logs_its_start_end_and_requests(db_url: str, caplog:
     base = await server.start()
     try:
         async with httpx.AsyncClient(base_url=base, timeout=20.0,
-                                     headers={"Authorization": f"Bearer {token}"}) as c:
+                                     headers={**ACCEPT_JSON, "Authorization": f"Bearer {token}"}) as c:
             resp = await c.post(f"/v1/runs?note={token}", json={"agent": "echo", "prompt": "hi", "user_id": "ada"})
             assert resp.status_code == 202, resp.text
             run_id = resp.json()["run_id"]
