@@ -80,7 +80,8 @@ while True:
             sys.exit("the image's treadle serve never answered /healthz")
         time.sleep(0.5)
 auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-req = urllib.request.Request(f"{base}/v1/runs", method="POST", headers=auth,
+# Accept: the 202 JSON answer (POST /v1/runs otherwise answers with the run's SSE stream)
+req = urllib.request.Request(f"{base}/v1/runs", method="POST", headers={**auth, "Accept": "application/json"},
                              data=json.dumps({"agent": "demo", "prompt": "hello from the image"}).encode())
 run_id = json.load(urllib.request.urlopen(req, timeout=10))["run_id"]
 while True:
