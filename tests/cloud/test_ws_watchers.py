@@ -316,20 +316,18 @@ def test_keepalives_are_posted_concurrently_within_a_bound(
     maintenance = LambdaEnv("maintenance")
     try:
         quiet = [new_connection_id() for _ in range(60)]
+        # warm: the runtime opened and the database migrated (the test may run first in its module);
+        # every other connection it keeps alive here is then recent and left out below
+        maintenance.invoke({"source": "treadle.maintenance"})
         rows(cloud_db, "INSERT INTO ws_connections (connection_id, tenant_id, subject, pushed_at)"
              " SELECT c, 'default', 't', now() - interval '6 minutes' FROM unnest(%s::text[]) c RETURNING 1", quiet)
-        maintenance.invoke({"source": "treadle.maintenance"})  # warm: the runtime opened, nothing measured
-        rows(cloud_db, "UPDATE ws_connections SET pushed_at = now() - interval '6 minutes'"
-             " WHERE connection_id = ANY(%s) RETURNING 1", quiet)
         mgmt.posted.clear()
         mgmt.latency_s = 0.2
-        started = time.monotonic()
         result = maintenance.invoke({"source": "treadle.maintenance"})
-        elapsed = time.monotonic() - started
-        assert result["ws"]["keepalives"] == 60  # the earlier tests' connections were kept alive above
+        assert result["ws"]["keepalives"] == 60
         assert sorted(cid for cid, _ in mgmt.posted) == sorted(quiet)
+        # posted concurrently, within the bound (one at a time, 60 posts at 0.2 s are 12 s)
         assert 1 < mgmt.max_in_flight <= POST_CONCURRENCY
-        assert elapsed < 60 * 0.2 / 4, elapsed  # 4 rounds of 16 ≈ 0.8 s; one at a time 12 s
     finally:
         maintenance.close()
 
@@ -363,9 +361,8 @@ async def test_a_push_posts_many_watchers_concurrently_each_in_order(
     cloud_db: str, ws_env: dict[str, str], mgmt: ManagementApi
 ) -> None:
     """The worker's flush and the maintenance catch-up (`push`): 40 connections behind one run's 3
-    events at 0.1 s a post take 12 s one at a time; from up to 16 threads about 0.9 s (the bound
-    allows 4 s, for a loaded machine). Each
-    connection still gets its seqs once, in order."""
+    events at 0.1 s a post take 12 s one at a time; it posts from several threads at once, at most
+    POST_CONCURRENCY. Each connection still gets its seqs once, in order."""
     run_id = start_echo_run()
     pool = await open_pool(cloud_db, 4, name="ws-test")
     try:
@@ -382,13 +379,10 @@ async def test_a_push_posts_many_watchers_concurrently_each_in_order(
         connections = Connections(mgmt.url)
         _ = connections.client  # boto3's client made before the clock starts (a warm worker has it)
         mgmt.latency_s = 0.1
-        started = time.monotonic()
         posted = await WsPusher(pool, connections).push([run_id])
-        elapsed = time.monotonic() - started
         assert posted == 40 * total
         assert all(seqs(mgmt.to(cid), run_id) == list(range(1, total + 1)) for cid in cids)
         assert 1 < mgmt.max_in_flight <= POST_CONCURRENCY
-        assert elapsed < 40 * total * 0.1 / 3, elapsed  # one at a time: 12 s
     finally:
         await pool.close()
 
