@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
 
 from bench_support import ROOT, code_version, scratch_database, seam
+from treadle.domain.events import EventType
 from treadle.providers.mock import MockProvider
 from treadle.store.runs import NewRun
 from treadle.testing import open_test_runtime
@@ -68,8 +69,9 @@ async def turn_facts(rt: Any, run_id: str) -> dict[str, int]:
             "SELECT (SELECT coalesce(sum(pg_column_size(e.*)), 0) FROM events e WHERE e.run_id = r.id)"
             " + pg_column_size(r.*) AS bytes,"
             " (SELECT coalesce(max((e.payload->'usage'->>'input_tokens')::int), 0) FROM events e"
-            "  WHERE e.run_id = r.id AND e.type = 'usage') AS max_input,"
-            " (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.type = 'context_compaction') AS compactions,"
+            f"  WHERE e.run_id = r.id AND e.type = '{EventType.USAGE}') AS max_input,"
+            f" (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.type = '{EventType.CONTEXT_COMPACTION}')"
+            " AS compactions,"
             " r.status FROM runs r WHERE r.id = %s",
             (run_id,),
         )

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_support import drive_to_completion, pct, scratch_database  # noqa: E402
 from treadle.config import Settings, parse_config  # noqa: E402
+from treadle.domain.events import EventType  # noqa: E402
 from treadle.engine.workers import WorkerPool  # noqa: E402
 from treadle.runtime import Runtime  # noqa: E402
 from treadle.store.runs import NewRun  # noqa: E402
@@ -52,7 +53,7 @@ async def seed_expired(rt: Any, events: int, tag: str) -> None:
             " now() - interval '41 days', 10 FROM generate_series(1, %(n)s) g", {"tag": tag, "n": runs})
         await conn.execute(
             "INSERT INTO events (run_id, seq, tenant_id, type, payload, created_at)"
-            " SELECT %(tag)s || g, s, 'expired', 'text', jsonb_build_object('text', repeat('x', 200)),"
+            f" SELECT %(tag)s || g, s, 'expired', '{EventType.TEXT}', jsonb_build_object('text', repeat('x', 200)),"
             " now() - interval '41 days' FROM generate_series(1, %(n)s) g, generate_series(1, 10) s",
             {"tag": tag, "n": runs})
         await conn.execute("ANALYZE runs")

@@ -37,7 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from treadle.api.sse import TERMINAL_EVENTS, wire_event
+from treadle.api.sse import wire_event
+from treadle.domain.events import TERMINAL
 from treadle.store.db import Pool
 
 log = logging.getLogger("treadle.cloud.ws")
@@ -180,7 +181,7 @@ class WsPusher:
                 if last is None:
                     continue
                 posted += sum(1 for e in todo if e["seq"] <= last)
-                if any(e["type"] in TERMINAL_EVENTS for e in todo if e["seq"] <= last):
+                if any(e["type"] in TERMINAL for e in todo if e["seq"] <= last):
                     ended.append((w["connection_id"], w["run_id"]))
                 elif last == todo[-1]["seq"] and len(todo) == EVENTS_PER_CLAIM:
                     more.add(w["run_id"])

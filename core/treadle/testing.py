@@ -47,6 +47,7 @@ from treadle.builtins.registry import default_registry
 from treadle.config import Settings, parse_config
 from treadle.dispatch.inline import InlineDispatcher
 from treadle.domain.content import Block, TextBlock, ToolResultBlock, ToolUseBlock
+from treadle.domain.events import EventType
 from treadle.providers.base import DeltaSink, ModelRequest, ModelResponse, Provider, Usage
 from treadle.runtime import Runtime
 from treadle.store.db import Pool
@@ -292,7 +293,8 @@ _AGE_RUN = [
     # the deadline the parked tool call recorded (a woken tool compares it with the clock)
     "UPDATE events SET payload = jsonb_set(payload, '{wait,deadline}',"
     " to_jsonb((payload #>> '{wait,deadline}')::float8 - %(s)s))"
-    " WHERE run_id = %(run)s AND type = 'tool_parked' AND jsonb_typeof(payload #> '{wait,deadline}') = 'number'",
+    f" WHERE run_id = %(run)s AND type = '{EventType.TOOL_PARKED}'"
+    " AND jsonb_typeof(payload #> '{wait,deadline}') = 'number'",
     "UPDATE interrupts SET expires_at = expires_at - make_interval(secs => %(s)s)"
     " WHERE run_id = %(run)s AND status = 'pending' AND expires_at IS NOT NULL",
     "UPDATE jobs SET run_at = run_at - make_interval(secs => %(s)s) WHERE run_id = %(run)s",

@@ -39,7 +39,7 @@ def test_a_script_calls_only_routes_that_exist_and_writes_no_html(name: str) -> 
     js = SCRIPTS[name]
     literals = re.findall(r"`(/v1/[^`?]*)", js) + re.findall(r'"(/v1/[^"?]*)"', js)
     called = {re.sub(r"\$\{[^}]+\}", "X", m) for m in literals}
-    assert called, name
+    assert called or name == "events.js", name  # events.js is data: the event catalogue's names
     patterns = [re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", r.path) + "$")  # type: ignore[attr-defined]
                 for router in api_routers() for r in router.routes]
     assert sorted(p for p in called if not any(pat.match(p) for pat in patterns)) == []

@@ -23,6 +23,7 @@ from treadle.api.loomcycle import (
 from treadle.api.runstream import CLIENT_DISCONNECTED, RunStream, answers_with_stream
 from treadle.api.sse import RUN_STREAM_ITEM, SSE_HEADERS, sse_content, sse_frame, stream_run_events
 from treadle.api.steering import cancel_turn, decode_cursor, encode_cursor, waits_of
+from treadle.domain.events import EventType
 from treadle.domain.runs import RunStatus
 from treadle.errors import BadRequest, NotFound, RunNotFound, ValidationFailed
 from treadle.mcp.credentials import seal_credentials
@@ -74,9 +75,10 @@ def _sse_response(rt: Runtime, tenant: str, run: RunRecord, from_seq: int, *, fr
     agent: dict[str, Any] = {"agent_id": run.agent_id or run.id, "run_id": run.id, "session_id": session_id}
     preamble = []
     if fresh:
-        preamble.append(sse_frame("session", {"type": "session", "text": session_id, "session_id": session_id}))
+        preamble.append(sse_frame(EventType.SESSION, {"type": EventType.SESSION, "text": session_id,
+                                                       "session_id": session_id}))
         agent.update(parent_agent_id=None, parent_context=run.parent_context)
-    preamble.append(sse_frame("agent", agent))
+    preamble.append(sse_frame(EventType.AGENT, agent))
     body = stream_run_events(
         rt.runs, rt.hub, tenant, run.id, from_seq, keepalive_s=rt.settings.sse_keepalive_seconds,
         budget_s=rt.sse_budget_s, linger_s=rt.sse_linger_s, preamble=preamble, stop=lambda: rt.draining,

@@ -27,7 +27,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from treadle.domain.events import EventType
+from treadle.domain.events import TERMINAL, EventType
 from treadle.engine.hub import LiveFrame, RunEventHub
 from treadle.store.runs import RunStore
 
@@ -101,7 +101,6 @@ RUN_STREAM_ITEM = sse_item(
                        "session_id": {"type": ["string", "null"]}}})}}),
 )
 
-TERMINAL_EVENTS = frozenset({"done", "error"})
 _COMPACTION_KEYS = ("summary", "before_tokens", "after_tokens", "keep_n", "keep_first", "trigger")
 _INTERRUPTION_KEYS = ("interrupt_id", "kind", "question", "options", "context", "priority", "expires_at")
 
@@ -119,7 +118,7 @@ def wire_event(etype: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if etype == EventType.USER_INPUT and data.get("source") == "steer":
         text = "\n\n".join(str(b.get("text", "")) for seg in data.get("segments") or []
                             for b in seg.get("content") or [] if isinstance(b, dict))
-        return "steer", {**data, "type": "steer",
+        return EventType.STEER, {**data, "type": EventType.STEER,
                          "user_input": {"text": text, "source": "steer", "seen_at": data.get("ts")}}
     return etype, data
 
@@ -168,7 +167,7 @@ async def stream_run_events(
             if events:
                 last_sent = now
                 first_sent = first_sent or now
-                if events[-1].type in TERMINAL_EVENTS:  # written by the run's final commit: nothing follows
+                if events[-1].type in TERMINAL:  # written by the run's final commit: nothing follows
                     return
                 if len(events) == 500:
                     continue  # not caught up: keep holding the live frames

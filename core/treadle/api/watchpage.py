@@ -24,6 +24,7 @@ router = APIRouter(tags=["ui"])
 
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
+    "events.js": "text/javascript; charset=utf-8",
     "watch.js": "text/javascript; charset=utf-8",
     "panels.js": "text/javascript; charset=utf-8",
     "watch.css": "text/css; charset=utf-8",

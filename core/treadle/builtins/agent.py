@@ -33,6 +33,7 @@ from treadle.builtins.spawning import MAX_AGENT_DEPTH
 from treadle.builtins.spawning import check_pins as _check_pins
 from treadle.builtins.spawning import child_compaction as _child_compaction
 from treadle.config import CompactionConfig
+from treadle.domain.events import EventType
 from treadle.errors import ToolError
 from treadle.store.runs import NewRun
 from treadle.store.subruns import Child, child_idempotency_key, spawn_wait_key
@@ -143,7 +144,7 @@ class AgentTool:
 
         result = ToolResult.json(entries[0] if op == "spawn" else entries)
         for e in entries:
-            result.events.append(("spawn_child_result", {"spawn_child": {"tool_use_id": ctx.tool_use_id, **e}}))
+            result.events.append((EventType.SPAWN_CHILD_RESULT, {"spawn_child": {"tool_use_id": ctx.tool_use_id, **e}}))
         return result
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from treadle.builtins.args import refuse_fields, refuse_unknown, ttl_arg
 from treadle.domain.channelacl import Side, channel_allowed, refusal
+from treadle.domain.events import EventType
 from treadle.errors import ToolError, TreadleError
 from treadle.store.channels import ChannelDef, ChannelStore, channel_key, parse_deliver_at
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
@@ -103,7 +104,8 @@ class ChannelTool:
             if msg.visible_at is not None:
                 info["visible_at"] = msg.visible_at
             published.append(info)
-            result.events.append(("channel_publish", {"channel": {**info, "payload_preview": _preview(msg.value)}}))
+            preview = {**info, "payload_preview": _preview(msg.value)}
+            result.events.append((EventType.CHANNEL_PUBLISH, {"channel": preview}))
         body = published[0] if op == "publish" else {"published": published}
         result.content = ToolResult.json(body).content
         return result
@@ -135,7 +137,7 @@ class ChannelTool:
         )
         for m in msgs:
             result.events.append(
-                ("channel_delivery", {"channel": {"channel": d.name, "message_id": m.id, "scope": d.scope,
+                (EventType.CHANNEL_DELIVERY, {"channel": {"channel": d.name, "message_id": m.id, "scope": d.scope,
                                                   "scope_id": scope_id, "cursor": cursor,
                                                   "payload_preview": _preview(m.value)}})
             )

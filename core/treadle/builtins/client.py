@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from treadle.domain.events import EventType
 from treadle.store.clienttools import client_tool_key
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
@@ -47,7 +48,7 @@ class ClientTool:
         park = Park("client_tool", {key: version}, deadline_s=self.timeout_s,
                     extra={"tool": self.name, "timeout_s": self.timeout_s})
         if ctx.resume is None:
-            park.events.append(("tool_pending", {
+            park.events.append((EventType.TOOL_PENDING, {
                 "tool_use": {"id": ctx.tool_use_id, "name": self.name, "input": args},
                 "timeout_s": self.timeout_s,
                 "answer": f"POST /v1/runs/{ctx.run_id}/tool_results",

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from treadle.config import InterruptionConfig
+from treadle.domain.events import EventType
 from treadle.errors import ToolError
 from treadle.store.interrupts import InterruptStore, interrupt_id, interrupt_key
 from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
@@ -57,7 +58,7 @@ class InterruptionTool:
         if op == "notify":
             message = _required(args, "message")
             result = ToolResult.json({"notified": True})
-            result.events.append(("interruption_notify", {"message": message, "priority": _priority(args)}))
+            result.events.append((EventType.INTERRUPTION_NOTIFY, {"message": message, "priority": _priority(args)}))
             return result
         store = ctx.services.interrupts
         if op == "cancel":
@@ -89,7 +90,7 @@ async def _ask(ctx: ToolContext, store: InterruptStore, args: dict[str, Any], bo
     if row.status == "pending":
         park = Park("interruption", {key: version}, deadline_s=timeout_ms / 1000, extra={"interrupt_id": row.id})
         if ctx.resume is None:
-            park.events.append(("interruption_pending", row.pending_event()))
+            park.events.append((EventType.INTERRUPTION_PENDING, row.pending_event()))
         return park
     return ToolResult.json(row.tool_result())
 

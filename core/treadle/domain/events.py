@@ -13,6 +13,7 @@ a test fails when the file is stale).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
@@ -31,6 +32,8 @@ class EventType(StrEnum):
     USAGE = "usage"
     RETRY = "retry"
     PROVIDER_FALLBACK = "provider_fallback"
+    REASONING_INVALIDATED = "reasoning_invalidated"
+    FALLBACK_SUPPRESSED = "fallback_suppressed"
     # tool results and parks
     TOOL_RESULT = "tool_result"
     TOOL_PARKED = "tool_parked"
@@ -38,6 +41,7 @@ class EventType(StrEnum):
     INTERRUPTION_PENDING = "interruption_pending"
     INTERRUPTION_NOTIFY = "interruption_notify"
     CHANNEL_PUBLISH = "channel_publish"
+    CHANNEL_DELIVERY = "channel_delivery"
     SPAWN_CHILD_RESULT = "spawn_child_result"
     # a replay fork's first call that runs for real (engine/forkreplay.py)
     REPLAY_DIVERGED = "replay_diverged"
@@ -73,7 +77,12 @@ CATALOGUE: dict[EventType, str] = {
     EventType.USAGE: "one model call's tokens: `usage` {input/output/cache tokens, `model`, `provider`, "
     "`max_context_tokens`?}, `iteration`",
     EventType.RETRY: "a provider call failed and is retried: `retry` {attempt, wait, error, provider}",
-    EventType.PROVIDER_FALLBACK: "the route moved to its next candidate: `from`, `to`, `error`",
+    EventType.PROVIDER_FALLBACK: "the route moved to its next candidate: `fallback` {`failed_provider`, "
+    "`failed_model`, `new_provider`, `new_model`, `attempt`, `tier`, `reason`, `cause_error`}, `iteration`",
+    EventType.REASONING_INVALIDATED: "a call moved to a provider that cannot read the run's earlier reasoning, "
+    "which was left out of what it was sent: `text`, `provider`, `model`, `dropped` (blocks), `iteration`",
+    EventType.FALLBACK_SUPPRESSED: "a run pinned to its provider (`pin_after_success`) did not fall back when "
+    "that provider failed: `text`, `provider`, `model`, `reason`, `iteration`",
     EventType.TOOL_RESULT: "a tool call's answer: `tool_use`, `text`, `is_error` (unique per tool_use_id); "
     "`replayed` {`run_id`, `seq`} when a replay fork answered it from the original run's result at `seq` "
     "(the tool did not run)",
@@ -83,6 +92,8 @@ CATALOGUE: dict[EventType, str] = {
     EventType.INTERRUPTION_PENDING: "the agent asked a question (Interruption) and waits for the answer",
     EventType.INTERRUPTION_NOTIFY: "the agent notified the operator (Interruption notify)",
     EventType.CHANNEL_PUBLISH: "the agent published on a channel: `channel` {name, id, payload_preview}",
+    EventType.CHANNEL_DELIVERY: "a channel subscription took a message: `channel` {`channel`, `message_id`, `scope`, "
+    "`scope_id`, `cursor`, `payload_preview`}",
     EventType.SPAWN_CHILD_RESULT: "a sub-agent's result reached its parent: `spawn_child`",
     EventType.REPLAY_DIVERGED: "a replay fork's call did not match the original's record: it and every later "
     "call run for real. `index` (the fork's call number, from 0), `got` {`name`, `input`}, `want` {`name`, "
@@ -117,6 +128,29 @@ LIVE_ONLY: frozenset[EventType] = frozenset({EventType.TEXT_DELTA, EventType.THI
                                              EventType.SESSION, EventType.AGENT})
 #: the types that end a run
 TERMINAL: frozenset[EventType] = frozenset({EventType.DONE, EventType.ERROR})
+
+
+#: a model's streamed delta kind (providers' `DeltaSink`: "text" | "thinking") → its live frame's type
+DELTA_OF: dict[str, EventType] = {"text": EventType.TEXT_DELTA, "thinking": EventType.THINKING_DELTA}
+
+
+def sql_in(*types: EventType) -> str:
+    """`types` as a SQL list, `('a', 'b')`, for a query's `type IN …` (store/): the values are the
+    catalogue's own, never a caller's, so the text is safe to inline and the statement stays the
+    same text (a prepared statement, a stable plan)."""
+    return "(" + ", ".join(f"'{t.value}'" for t in types) + ")"
+
+
+def render_js() -> str:
+    """The catalogue as the web page reads it: api/watch/events.js, loaded before watch.js (and
+    required by it under node), so that the page compares event types with `EVENTS.X`, never with
+    a bare string (tests/unit/test_event_catalogue.py checks the page's scripts, and that the file
+    is this text: `python -m treadle.domain.events js > core/treadle/api/watch/events.js`)."""
+    members = "".join(f"  {e.name}: {json.dumps(e.value)},\n" for e in EventType)
+    return ("// generated from core/treadle/domain/events.py: the run events' types\n"
+            "// (python -m treadle.domain.events js > core/treadle/api/watch/events.js)\n"
+            f"\"use strict\";\n\nconst EVENT_TYPES = Object.freeze({{\n{members}}});\n"
+            "if (typeof module !== \"undefined\") module.exports = { EVENTS: EVENT_TYPES };\n")
 
 
 def is_type(etype: str, *types: EventType) -> bool:
@@ -449,4 +483,6 @@ def render_markdown() -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    print(render_markdown(), end="")
+    import sys
+
+    print(render_js() if sys.argv[1:] == ["js"] else render_markdown(), end="")

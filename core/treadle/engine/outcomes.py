@@ -9,6 +9,7 @@ from enum import Enum
 from typing import Any
 
 from treadle.domain.content import ToolUseBlock
+from treadle.domain.events import EventType
 from treadle.domain.runs import NewEvent
 from treadle.tools.base import Park
 
@@ -36,7 +37,7 @@ class ParkedCall:
 def tool_result_event(tu: ToolUseBlock, text: str, is_error: bool) -> NewEvent:
     """The `tool_result` event answering `tu` (unique per tool_use_id in the store)."""
     return NewEvent(
-        "tool_result",
+        EventType.TOOL_RESULT,
         {"tool_use": {"id": tu.id, "name": tu.name, "input": tu.input}, "text": text, "is_error": is_error},
         tool_use_id=tu.id,
     )

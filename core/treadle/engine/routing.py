@@ -87,7 +87,7 @@ async def call_route(
         if dropped and moved:
             events.append(
                 NewEvent(
-                    "reasoning_invalidated",
+                    EventType.REASONING_INVALIDATED,
                     {
                         "text": f"{dropped} reasoning block(s) dropped: {cand.provider_id} cannot read them",
                         "provider": cand.provider_id,
@@ -125,7 +125,7 @@ async def call_route(
                 wait = min(wait, policy.max_wait_s)
                 events.append(
                     NewEvent(
-                        "retry",
+                        EventType.RETRY,
                         {
                             "retry": {
                                 "provider": cand.provider_id,
@@ -163,7 +163,7 @@ async def call_route(
             nxt = candidates[index + 1]
             events.append(
                 NewEvent(
-                    "provider_fallback",
+                    EventType.PROVIDER_FALLBACK,
                     {
                         "fallback": {
                             "failed_provider": cand.provider_id,
@@ -182,7 +182,7 @@ async def call_route(
         elif pinned:
             events.append(
                 NewEvent(
-                    "fallback_suppressed",
+                    EventType.FALLBACK_SUPPRESSED,
                     {
                         "text": f"{cand.provider_id}/{cand.model} failed; the run is pinned to it (pin_after_success)",
                         "provider": cand.provider_id,

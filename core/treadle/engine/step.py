@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from treadle.config import CODE_JS, AgentConfig
 from treadle.domain.content import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock
-from treadle.domain.events import ContextCompaction, EventType, Text, Thinking, ToolCall, ToolUseRef, Usage
+from treadle.domain.events import DELTA_OF, ContextCompaction, EventType, Text, Thinking, ToolCall, ToolUseRef, Usage
 from treadle.domain.runs import NewEvent, StepMessage, StopReason
 from treadle.domain.signals import CancelSignal
 from treadle.engine import compaction, forkreplay, plan
@@ -732,10 +732,11 @@ class Engine:
 
         def factory(cand: Candidate, attempt: int) -> DeltaSink:
             async def sink(kind: str, delta: str) -> None:
-                if hub.has_live(run_id):
+                frame = DELTA_OF.get(kind)  # a kind with no frame is nobody's to show
+                if frame is not None and hub.has_live(run_id):
                     hub.publish(
                         run_id,
-                        f"{kind}_delta",
+                        frame,
                         {"text": delta, "iteration": iteration, "attempt": attempt, "provider": cand.provider_id},
                     )
 

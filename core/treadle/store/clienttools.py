@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from treadle.domain.events import EventType
 from treadle.errors import Conflict, NotFound
 from treadle.store.db import Pool
 from treadle.store.waits import POKE_SOON_SQL
@@ -57,9 +58,10 @@ class ClientToolStore:
                EXISTS (SELECT 1 FROM client_tool_results WHERE run_id = %(run)s AND tool_use_id = %(tu)s
                        AND content = %(content)s AND is_error = %(err)s) AS same,
                EXISTS (SELECT 1 FROM runs WHERE id = %(run)s AND tenant_id = %(tenant)s) AS run_exists,
-               EXISTS (SELECT 1 FROM events WHERE run_id = %(run)s AND type = 'tool_parked'
+               EXISTS (SELECT 1 FROM events WHERE run_id = %(run)s AND type = '{parked}'
                        AND payload->'tool_use'->>'id' = %(tu)s AND payload->'wait'->>'kind' = 'client_tool') AS asked
-        """.format(poke=POKE_SOON_SQL.format(select="SELECT %(tenant)s, %(key)s, now() FROM ins"))
+        """.format(poke=POKE_SOON_SQL.format(select="SELECT %(tenant)s, %(key)s, now() FROM ins"),
+                   parked=EventType.TOOL_PARKED)
         params = {"run": run_id, "tenant": tenant_id, "tu": tool_use_id, "content": content, "err": is_error,
                   "key": client_tool_key(run_id, tool_use_id)}
         async with self.pool.connection() as conn:

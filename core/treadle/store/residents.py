@@ -15,9 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from treadle.domain.events import EventType, sql_in
 from treadle.store.db import Pool
 
 _TERMINAL = "('completed','failed','cancelled')"
+#: the events that say where a child's turns begin and end, and what it said (`turn_events`)
+_TURN_TYPES = sql_in(EventType.TEXT, EventType.USER_INPUT, EventType.TURN_CANCELLED, EventType.AWAITING_INPUT,
+                     EventType.CONTEXT_COMPACTION, EventType.COMPACTION_FAILED)
 #: the state loomcycle reports: closed, the child's end, parked for input (no input queued), or mid-turn
 _STATE = f"""CASE WHEN r.closed_at IS NOT NULL THEN 'closed'
   WHEN c.status IN {_TERMINAL} THEN c.status
@@ -201,7 +205,7 @@ class ResidentStore:
                 AND EXISTS (SELECT 1 FROM run_waits cw WHERE cw.run_id = c.id AND cw.kind = 'awaiting_input')
                 AND c.input_seq <= coalesce((
                     SELECT max((e.payload->>'input_id')::bigint) FROM events e
-                    WHERE e.run_id = c.id AND e.type IN ('user_input', 'turn_cancelled')
+                    WHERE e.run_id = c.id AND e.type IN {sql_in(EventType.USER_INPUT, EventType.TURN_CANCELLED)}
                       AND e.payload ? 'input_id'), 0)))
         LIMIT %s
         """
@@ -214,8 +218,7 @@ class ResidentStore:
         """The child's events that say where its turns begin and end, and what it said."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT seq, type, payload FROM events WHERE run_id = %s AND tenant_id = %s AND type IN"
-                " ('text', 'user_input', 'turn_cancelled', 'awaiting_input', 'context_compaction',"
-                " 'compaction_failed') ORDER BY seq", (run_id, tenant_id))
+                f"SELECT seq, type, payload FROM events WHERE run_id = %s AND tenant_id = %s AND type IN {_TURN_TYPES}"
+                " ORDER BY seq", (run_id, tenant_id))
             rows = await cur.fetchall()
         return [(r["seq"], r["type"], r["payload"]) for r in rows]

@@ -10,6 +10,7 @@ from typing import Any
 from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
 
+from treadle.domain.events import EventType
 from treadle.domain.runs import RunOptions, RunStatus
 from treadle.errors import Conflict, NotFound
 from treadle.store.db import Pool
@@ -231,7 +232,8 @@ class RunStore:
         ), ev AS (
             INSERT INTO events (run_id, seq, tenant_id, type, payload)
             SELECT r.id, v.seq, r.tenant_id, v.type, v.payload FROM r,
-              (VALUES (1, 'user_input', %(ui)s::jsonb), (2, 'started', %(st)s::jsonb)) AS v(seq, type, payload)
+              (VALUES (1, '{EventType.USER_INPUT}', %(ui)s::jsonb), (2, '{EventType.STARTED}', %(st)s::jsonb))
+                AS v(seq, type, payload)
         ), jb AS (
             INSERT INTO jobs (tenant_id, run_id, step_no, run_created)
             SELECT r.tenant_id, r.id, 0, r.created_at FROM r WHERE %(jobs)s

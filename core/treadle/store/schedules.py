@@ -18,6 +18,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from treadle.domain.events import EventType
 from treadle.store.db import Pool
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -230,7 +231,8 @@ class ScheduleStore:
         """The last assistant text of a run ("" if it said nothing)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT payload->>'text' AS text FROM events WHERE run_id = %s AND tenant_id = %s AND type = 'text'"
+                "SELECT payload->>'text' AS text FROM events WHERE run_id = %s AND tenant_id = %s"
+                f" AND type = '{EventType.TEXT}'"
                 " ORDER BY seq DESC LIMIT 1",
                 (run_id, tenant_id),
             )

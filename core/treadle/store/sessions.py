@@ -11,7 +11,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from treadle.domain.events import EventType
+from treadle.domain.events import EventType, sql_in
 from treadle.store.db import Pool
 
 _COLUMNS = ("id, tenant_id, agent, user_id, created_at, updated_at, title, description, tags, pinned,"
@@ -201,7 +201,7 @@ class SessionStore:
                 " SELECT %(sid)s, r.tenant_id, %(agent)s, %(user)s, 1, r.created_at, r.created_at FROM r"
                 "), ev AS ("
                 " INSERT INTO events (run_id, seq, tenant_id, type, payload)"
-                " SELECT r.id, 1, r.tenant_id, 'started', %(started)s FROM r"
+                f" SELECT r.id, 1, r.tenant_id, '{EventType.STARTED}', %(started)s FROM r"
                 " UNION ALL SELECT r.id, src.seq, r.tenant_id, src.type, src.payload FROM r, src"
                 f"{tail_insert}"
                 ") SELECT n.copied FROM n", params)
@@ -266,7 +266,7 @@ _DOCUMENT = ("coalesce(s.title, '') || ' ' || coalesce(s.description, '') || ' '
              " || ' ' || array_to_string(s.tags, ' ') || ' ' || coalesce((SELECT string_agg(coalesce("
              "e.payload->>'text', e.payload->'segments'->0->'content'->0->>'text', ''), ' ') FROM runs r"
              " JOIN events e ON e.run_id = r.id WHERE r.tenant_id = s.tenant_id AND r.session_id = s.id"
-             " AND e.type IN ('user_input', 'text')), '')")
+             f" AND e.type IN {sql_in(EventType.USER_INPUT, EventType.TEXT)}), '')")
 _HISTORY_COLUMNS = ", ".join("s." + c.strip() for c in _COLUMNS.split(","))
 
 

@@ -849,7 +849,7 @@ def _commit_sql(fenced: bool, fold: str | None, *, final: bool, parked: bool, en
     # locked), so a cancel never queues behind a slow write for the run's lock
     tool = f"tool AS ({fold}), " if fold is not None else ""
     after_tool = " AND (SELECT count(*) FROM tool) >= 0" if fold is not None else ""
-    payload = ("CASE WHEN t.type = 'tool_result' AND t.tool_use_id = %(fold_id)s THEN t.payload"
+    payload = (f"CASE WHEN t.type = '{EventType.TOOL_RESULT}' AND t.tool_use_id = %(fold_id)s THEN t.payload"
                " || jsonb_build_object('text', coalesce((SELECT text FROM tool), %(fold_failed)s),"
                " 'is_error', (SELECT text FROM tool) IS NULL) ELSE t.payload END"
                if fold is not None else "t.payload")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from treadle.domain.events import EventType
 from treadle.store.db import Pool
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -74,11 +75,11 @@ class SubRunStore:
 
     async def children(self, tenant_id: str, parent_run_id: str, wait_key: str) -> dict[int, Child]:
         """The children one `Agent` call created, by index, with the final text of finished ones."""
-        sql = """
+        sql = f"""
         SELECT c.id, c.agent, c.status, c.stop_reason, c.error, c.cancel_reason, c.idempotency_key,
                CASE WHEN c.status = 'completed' THEN (
                    SELECT e.payload->>'text' FROM events e
-                   WHERE e.run_id = c.id AND e.type = 'text' ORDER BY e.seq DESC LIMIT 1)
+                   WHERE e.run_id = c.id AND e.type = '{EventType.TEXT}' ORDER BY e.seq DESC LIMIT 1)
                END AS output
         FROM runs c
         WHERE c.parent_run_id = %s AND c.tenant_id = %s AND c.parent_wait_key = %s

@@ -7,6 +7,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from treadle.domain.events import EventType
 from treadle.store.db import Pool
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -132,7 +133,7 @@ class VolumeStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM events WHERE run_id = %s AND tool_use_id = %s"
-                " AND type = 'tool_result') AS done",
+                f" AND type = '{EventType.TOOL_RESULT}') AS done",
                 (run_id, tool_use_id),
             )
             row = await cur.fetchone()

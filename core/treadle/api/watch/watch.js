@@ -5,7 +5,12 @@
 // Everything the model, a tool or a user wrote is shown as text (textContent), never as HTML.
 "use strict";
 
+// the run events' types, from the catalogue (events.js, generated from domain/events.py)
+const EVENTS = typeof module !== "undefined" ? require("./events.js").EVENTS : EVENT_TYPES;
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+// the events after which the run's row reads differently
+const STATE_EVENTS = new Set([EVENTS.DONE, EVENTS.ERROR, EVENTS.TOOL_PARKED, EVENTS.AWAITING_INPUT,
+  EVENTS.INTERRUPTION_PENDING, EVENTS.SPAWN_CHILD_RESULT]);
 const SHORT = 400; // characters of a tool's input or output shown before "show all"
 
 // -- pure helpers (exported for tests/unit/test_watch_page.py and tests/browser, run under node) --
@@ -55,31 +60,31 @@ function describe(type, d) {
   const tu = d.tool_use || {};
   const u = d.usage || {};
   switch (type) {
-    case "started": return { cls: "other", text: `▶ run ${d.run_id} · agent ${d.agent}` };
-    case "user_input": return { cls: "user", text: `user: ${d.text ?? segmentText(d.segments)}` };
-    case "text": return { cls: "text", text: String(d.text ?? "") };
-    case "thinking": return { cls: "other", text: `(thinking) ${short(d.text ?? "")}` };
-    case "tool_call": return { cls: "tool_call", text: `→ ${tu.name} ${short(tu.input ?? {})}` };
-    case "tool_result": {
+    case EVENTS.STARTED: return { cls: "other", text: `▶ run ${d.run_id} · agent ${d.agent}` };
+    case EVENTS.USER_INPUT: return { cls: "user", text: `user: ${d.text ?? segmentText(d.segments)}` };
+    case EVENTS.TEXT: return { cls: "text", text: String(d.text ?? "") };
+    case EVENTS.THINKING: return { cls: "other", text: `(thinking) ${short(d.text ?? "")}` };
+    case EVENTS.TOOL_CALL: return { cls: "tool_call", text: `→ ${tu.name} ${short(tu.input ?? {})}` };
+    case EVENTS.TOOL_RESULT: {
       const mark = d.replayed ? `↺ (replayed from seq ${d.replayed.seq}) ` : "";
       return { cls: d.is_error ? "tool_result error" : "tool_result", text: `${d.is_error ? "✗" : "←"} ${mark}${tu.name} ${short(d.text ?? "")}` };
     }
-    case "replay_diverged": {
+    case EVENTS.REPLAY_DIVERGED: {
       const want = d.want ? `${d.want.name} ${short(d.want.input ?? {})}` : "nothing (past the record)";
       return { cls: "other", text: `⑂ diverged at call #${d.index} (${d.reason}): ${d.got?.name} ${short(d.got?.input ?? {})}, the original made ${want}; from here tools run` };
     }
-    case "tool_parked": return { cls: "other", text: `‖ ${tu.name} waits (${d.wait?.kind ?? "park"}), holding no worker` };
-    case "retry": {
+    case EVENTS.TOOL_PARKED: return { cls: "other", text: `‖ ${tu.name} waits (${d.wait?.kind ?? "park"}), holding no worker` };
+    case EVENTS.RETRY: {
       const r = d.retry || {};
       return { cls: "other", text: `↻ retry ${r.attempt} in ${r.wait_ms} ms (${r.reason})` };
     }
-    case "usage":
+    case EVENTS.USAGE:
       return { cls: "usage", text: `· iteration ${d.iteration}: ${u.input_tokens} in / ${u.output_tokens} out (${u.provider}/${u.model})` };
-    case "interruption_pending": return { cls: "other", text: `? ${d.question ?? ""}` };
-    case "awaiting_input": return { cls: "other", text: "… awaiting input" };
-    case "done":
+    case EVENTS.INTERRUPTION_PENDING: return { cls: "other", text: `? ${d.question ?? ""}` };
+    case EVENTS.AWAITING_INPUT: return { cls: "other", text: "… awaiting input" };
+    case EVENTS.DONE:
       return { cls: "done", text: `■ done: ${d.stop_reason} · ${u.input_tokens ?? 0} in / ${u.output_tokens ?? 0} out tokens` };
-    case "error": return { cls: "error", text: `■ error ${d.code}: ${d.error}` };
+    case EVENTS.ERROR: return { cls: "error", text: `■ error ${d.code}: ${d.error}` };
     default: return { cls: "other", text: `${type} ${short(d, 300)}` };
   }
 }
@@ -87,8 +92,8 @@ function describe(type, d) {
 /** The whole of what `describe` shortened (a tool's input or output, thinking), or null. */
 function fullText(type, d) {
   let text = null;
-  if (type === "tool_call") text = asText(d.tool_use?.input ?? {});
-  else if (type === "tool_result" || type === "thinking") text = asText(d.text ?? "");
+  if (type === EVENTS.TOOL_CALL) text = asText(d.tool_use?.input ?? {});
+  else if (type === EVENTS.TOOL_RESULT || type === EVENTS.THINKING) text = asText(d.text ?? "");
   return text !== null && text.length > SHORT ? text : null;
 }
 
@@ -469,7 +474,7 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
   }
 
   function append(type, data, seq = null) {
-    if (type === "text_delta") {
+    if (type === EVENTS.TEXT_DELTA) {
       if (!live) {
         live = el("li", { class: "text live" });
         $("events").append(live);
@@ -477,8 +482,8 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
       live.textContent += data.text || "";
       return;
     }
-    if (type === "text" && live) { live.remove(); live = null; }
-    if (type === "usage") {
+    if (type === EVENTS.TEXT && live) { live.remove(); live = null; }
+    if (type === EVENTS.USAGE) {
       usages.push(data);
       const run = runsById.get(selected);
       if (run) showCounts(run);
@@ -669,9 +674,9 @@ if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded
             if (ev.id !== null) lastSeq = Math.max(lastSeq, Number(ev.id));
             let data = {};
             try { data = JSON.parse(ev.data || "{}"); } catch { data = { text: ev.data }; }
-            if (ev.event === "agent" || ev.event === "session") continue; // loomcycle's preamble frames
+            if (ev.event === EVENTS.AGENT || ev.event === EVENTS.SESSION) continue; // loomcycle's preamble frames
             append(ev.event, data, ev.id);
-            if (["done", "error", "tool_parked", "awaiting_input", "interruption_pending", "spawn_child_result"].includes(ev.event)) {
+            if (STATE_EVENTS.has(ev.event)) {
               loadRuns().then(() => showRun(runId)).catch(() => {});
             }
           }
