@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from mangum import Mangum
@@ -32,9 +32,7 @@ from treadle.errors import TreadleError
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.metrics import observed_invocation
 from treadle_cloud.routes import EVERY_ROUTER_PATHS, LazyRouter, modules, needed
-
-if TYPE_CHECKING:
-    from treadle_cloud.transfers import Transfers
+from treadle_cloud.transfers import Transfers
 
 log = logging.getLogger("treadle.cloud")
 
@@ -139,7 +137,6 @@ class HttpFunction:
             return None
         if self._transfers_ is None:
             from treadle_cloud.env import aws_client
-            from treadle_cloud.transfers import Transfers
 
             self._transfers_ = Transfers(lambda: aws_client("s3"), cloud.transfers_bucket, cloud.transfers_prefix,
                                          cloud.transfer_inline_bytes, cloud.transfer_url_seconds)

@@ -12,14 +12,12 @@ invocations are harmless.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from treadle.engine.workers import Sweeper
 from treadle_cloud.container import Container, remaining_s
 from treadle_cloud.metrics import observed_invocation
-
-if TYPE_CHECKING:
-    from treadle_cloud.wswatch import WsPusher
+from treadle_cloud.wswatch import Connections, WsPusher
 
 log = logging.getLogger("treadle.cloud.maintenance")
 
@@ -52,8 +50,6 @@ class MaintenanceFunction:
         ws: dict[str, int] = {}
         cloud = self.container.cloud
         if cloud is not None and cloud.ws_endpoint:  # WebSocket watchers: caught up, kept alive
-            from treadle_cloud.wswatch import Connections, WsPusher
-
             if self.ws is None:
                 self.ws = WsPusher(rt.pool, Connections(cloud.ws_endpoint))
             ws = {k: v for k, v in self.container.run(self.ws.catch_up()).items() if v}

@@ -27,18 +27,16 @@ import asyncio
 import ipaddress
 import os
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import ConfigDict
 
 from treadle.envsettings import EnvSettings
 from treadle.errors import ToolError
 from treadle.specs.hosts import DEFAULT_PORTS, HostPattern, normalize_host, parse_host_patterns, split_host_list
-
-if TYPE_CHECKING:
-    import ssl
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Posture = Literal["managed", "agentic"]

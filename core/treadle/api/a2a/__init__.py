@@ -27,13 +27,12 @@ from treadle.api.auth import TENANT_HEADER, Authenticator, authorize
 from treadle.api.lazyroute import LazyAPIRoute
 from treadle.api.tenantscope import bind_request
 from treadle.errors import NotFound, StoreError
+from treadle.runtime import Runtime
 from treadle.specs.a2a import A2AServerCard
 
 if TYPE_CHECKING:
     from a2a.server.context import ServerCallContext
     from a2a.types.a2a_pb2 import AgentCard
-
-    from treadle.runtime import Runtime
 
 CARD_PATH = "/.well-known/agent-card.json"
 JSONRPC_PATH = "/a2a/jsonrpc"
