@@ -42,7 +42,7 @@ CONFIGS = {
     "cmd/loomcycle/embedded/bundles/dev-exec.yaml": True,
     "cmd/loomcycle/embedded/bundles/doc-colorizer.yaml": True,
     "cmd/loomcycle/embedded/bundles/memory.yaml": False,
-    "examples/exp10-gbash-bench/loomcycle.yaml": False,
+    "examples/exp10-gbash-bench/loomcycle.yaml": True,
     "examples/exp9-prime-sql-memory-static/loomcycle.yaml": True,
     "test/runtime/code-js-stress/loomcycle.yaml": True,
     "test/runtime/code-js/loomcycle.yaml": True,
@@ -77,8 +77,12 @@ def _with_code_agents(root: Path, rel: str, data: dict[str, Any], **limits: Any)
     return {**data, "code_agents": {"enabled": True, "root": str((root / rel).parent / "agent_code"), **limits}}
 
 
-def test_every_code_agent_config_loads_or_names_a_key_that_is_not_a_code_agents() -> None:
+def test_every_code_agent_config_loads_or_names_a_key_that_is_not_a_code_agents(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _src()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "dynamic").mkdir()
+    monkeypatch.chdir(tmp_path / "work")  # the examples' run.sh layout: cwd = work/, with a sibling dynamic/
     found = _code_agent_configs(root)
     assert sorted(found) == sorted(CONFIGS), sorted(found)
     loads: dict[str, bool] = {}
@@ -291,3 +295,37 @@ async def test_exp9_static_runs_to_its_first_sqlite_statement(
     assert results[0]["text"].split() == [str(p) for p in (2, 3, 5, 7, 11)] + results[0]["text"].split()[5:]
     assert len(results[0]["text"].split()) == 95  # the primes up to 500, from primes.py
     assert calls[2]["statement"].startswith("INSERT OR IGNORE INTO primes")
+
+
+async def test_exp10_runs_in_its_run_sh_layout(runtime_of: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/exp10-gbash-bench as its run.sh starts it: `mkdir -p dynamic work`, cwd = work, so
+    the `default` volume (path ".") is work/ and `dynamic-root` (path "../dynamic") is the sibling
+    directory loomcycle resolves it to — both relative to the process's directory, as loomcycle's
+    validateVolumes does (filepath.Abs), and both must exist (neither runtime creates a static
+    volume). LOOMCYCLE_BASH_ENABLED is treadle's `workspace.bash.enabled`.
+
+    exp10-bash-agent runs to its report: the ephemeral VolumeDef is created (treadle answers no host
+    path, so the report's `ephemeral_vol` is empty), each Bash op is timed, the clone of the author's
+    /Users/… checkout fails inside `bench` (caught and reported, as on any machine without it).
+    exp10-bashbox-agent: treadle has no Bashbox (loomcycle's gbash), so its first Bashbox call —
+    outside any try in the code — ends the run `code_agent_threw` with `bashbox_unavailable`."""
+    here = tmp_path / "exp10"
+    (here / "work" / "reports").mkdir(parents=True)
+    (here / "dynamic").mkdir()  # run.sh: mkdir -p "$HERE/data" "$HERE/dynamic" "$HERE/work" …
+    monkeypatch.chdir(here / "work")  # run.sh: cd "$HERE/work"
+    rt, disp = await runtime_of("examples/exp10-gbash-bench/loomcycle.yaml",
+                                {"workspace": {"bash": {"enabled": True}}})
+    run, text = await _run(rt, disp, "exp10-bash-agent", "run the benchmark", user="exp10")
+    assert run.status == "completed", (run, text)
+    report = json.loads(text)
+    assert report["mode"] == "bash" and report["total_ms"] > 0, report
+    assert not [e for e in report["errors"] if e["op"] == "ephemeral_create"], report["errors"]
+    # treadle's VolumeDef answer names the volume, never a host path (docs/volumes.md): the report's
+    # ephemeral_vol (loomcycle's `path` field) stays empty — the one difference in its output
+    assert report["ephemeral_vol"] == "", report
+    names = [op["name"] for op in report["ops"]]
+    assert names[:2] == ["cleanup", "git_clone"] and "dir_depth" in names, names
+    assert report["ops"][0]["result"] == "ok", report["ops"][0]
+    box, _ = await _run(rt, disp, "exp10-bashbox-agent", "run the benchmark", user="exp10")
+    assert box.status == "failed" and box.error is not None, box
+    assert box.error["code"] == "code_agent_threw" and "bashbox" in box.error["error"].lower(), box.error
