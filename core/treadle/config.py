@@ -391,8 +391,17 @@ class AgentConfig(BaseModel):
     #: a code agent (`provider: code-js`, docs/code-agents.md): its JavaScript inline (`code`, or
     #: loomcycle's AgentDef spelling `code_body`); absent: `<code_agents.root>/<agent>/index.js`
     code: str | None = Field(default=None, max_length=1_048_576)
-    #: a code agent's whole-run wall-clock budget (default code_agents.run_timeout_seconds)
+    #: the whole run's wall-clock budget: a code agent's (default code_agents.run_timeout_seconds); an
+    #: LLM agent's run fails `run_timeout` at its first step past it (a model call in flight finishes)
     run_timeout_seconds: int | None = Field(default=None, ge=1, le=86_400)
+    #: loomcycle's maintenance plumbing mark: this agent's sessions are left out of memory
+    #: consolidation's scan and of History list / search / related (`include_internal` shows them)
+    internal: bool = False
+    #: loomcycle's grant of Memory's consolidation ops (cursor_*, supersede, pending_*; default-deny)
+    memory_consolidation: bool = False
+    #: loomcycle's opt-out of its auto-added Context tool: treadle adds no tool an agent does not list,
+    #: so this holds for every treadle agent; accepted as loomcycle writes it
+    disable_context: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -412,8 +421,8 @@ class AgentConfig(BaseModel):
                 self.model = CODE_JS_MODEL
             if "max_iterations" not in self.model_fields_set:
                 self.unbounded_iterations = True  # loomcycle: the run's time budget bounds a code agent
-        elif self.code is not None or self.run_timeout_seconds is not None:
-            raise ValueError("code / run_timeout_seconds are for code agents (provider: code-js)")
+        elif self.code is not None:
+            raise ValueError("code is for code agents (provider: code-js)")
         if self.tier is not None and self.model_fields_set & {"provider", "model"}:
             raise ValueError("tier: replaces provider/model; give one or the other")
         if self.tier is None and self.provider == "mock" and self.model == "script" and self.mock.script is None:

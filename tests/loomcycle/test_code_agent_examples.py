@@ -6,11 +6,11 @@ no model is called by a code agent.
 loomcycle's files are not copied here: set TREADLE_LOOMCYCLE_SRC to a checkout of its repository
 (`git clone https://github.com/denn-gubsky/loomcycle`; without it the tests skip). At its commit
 4292f35 there are 10 such configs (three bundles, each also embedded under cmd/loomcycle, two
-examples and two runtime suites): 7 load unchanged and run (the runtime suites, doc-colorizer,
-dev-exec, exp9-static up to its first SQLite-only statement); 3 stop on what is not about code
-agents — exp10's `dynamic_root` volume path, which must exist on this machine, and the memory
-bundle's `internal`, `memory_consolidation` and `disable_context` (features treadle lacks; each key's message
-says so) — `test_every_code_agent_config_loads_or_names_a_key_that_is_not_a_code_agents`."""
+examples and two runtime suites): all 10 load unchanged and run — the runtime suites, doc-colorizer,
+dev-exec, exp9-static up to its first SQLite-only statement, exp10 in its run.sh layout (its
+Bashbox half ends `bashbox_unavailable`), and the memory bundle's consolidation pass
+(tests/loomcycle/test_memory_bundle.py) —
+`test_every_code_agent_config_loads_or_names_a_key_that_is_not_a_code_agents`."""
 
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ TENANT = f"t_lcex_{secrets.token_hex(4)}"
 CONFIGS = {
     "bundles/dev-exec/loomcycle.yaml": True,
     "bundles/doc-colorizer/loomcycle.yaml": True,
-    "bundles/memory/loomcycle.yaml": False,
+    "bundles/memory/loomcycle.yaml": True,
     "cmd/loomcycle/embedded/bundles/dev-exec.yaml": True,
     "cmd/loomcycle/embedded/bundles/doc-colorizer.yaml": True,
-    "cmd/loomcycle/embedded/bundles/memory.yaml": False,
+    "cmd/loomcycle/embedded/bundles/memory.yaml": True,
     "examples/exp10-gbash-bench/loomcycle.yaml": True,
     "examples/exp9-prime-sql-memory-static/loomcycle.yaml": True,
     "test/runtime/code-js-stress/loomcycle.yaml": True,
@@ -88,6 +88,9 @@ def test_every_code_agent_config_loads_or_names_a_key_that_is_not_a_code_agents(
     loads: dict[str, bool] = {}
     for rel, data in found.items():
         try:
+            if "bundles" in rel:  # a bundle loads over loomcycle's base preset (its tiers), as loomcycle layers it
+                base = yaml.safe_load((root / "cmd/loomcycle/embedded/presets/base.yaml").read_text())
+                data = {**base, **data}
             parse_config(_with_code_agents(root, rel, data))
             loads[rel] = True
         except ConfigError as exc:
@@ -297,7 +300,8 @@ async def test_exp9_static_runs_to_its_first_sqlite_statement(
     assert calls[2]["statement"].startswith("INSERT OR IGNORE INTO primes")
 
 
-async def test_exp10_runs_in_its_run_sh_layout(runtime_of: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_exp10_runs_in_its_run_sh_layout(
+        runtime_of: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """examples/exp10-gbash-bench as its run.sh starts it: `mkdir -p dynamic work`, cwd = work, so
     the `default` volume (path ".") is work/ and `dynamic-root` (path "../dynamic") is the sibling
     directory loomcycle resolves it to — both relative to the process's directory, as loomcycle's

@@ -33,6 +33,8 @@ def name_gate(ctx: ToolContext, field: str, own: frozenset[str], grant_fields: t
             held = binding_grants(held or [])  # as AgentDefFamily.granted compares them
         elif f == "channels":
             held = acl_grants(held.model_dump() if held is not None else None)
+        elif f == "memory_consolidation":  # a boolean grant, compared as a set of one
+            held = ["granted"] if held else []
         grants[f] = None if held is None and f in UNRESTRICTED_WHEN_ABSENT else frozenset(held or ())
     return NameGate(scopes=scopes, field=field, own=own, grants=grants)
 

@@ -268,4 +268,18 @@ async def _capabilities(ctx: ToolContext) -> dict[str, Any]:
         "help_topics": list(help_topics()),
     }
     out["memory"]["vector_search"] = embedder is not None and await ctx.memory.vectors_available()
+    out["consolidation"] = consolidation_report(ctx)
     return out
+
+
+def consolidation_report(ctx: ToolContext) -> dict[str, Any]:
+    """loomcycle's `consolidation` capability: whether a consolidator is wired (a schedule starting
+    an agent granted `memory_consolidation`; `available`: such a schedule is enabled) and the
+    similarity bands in force (memory.add's: the bands treadle's fact writes use). treadle has no
+    write verification or conflict pass for a consolidator to switch on: both false."""
+    cfg = ctx.services.config
+    granted = [s for s in cfg.scheduled_runs.values()
+               if (a := cfg.agents.get(s.agent)) is not None and a.memory_consolidation]
+    return {"available": any(s.enabled for s in granted), "configured": bool(granted),
+            "merge_threshold": cfg.memory.add.merge_threshold, "related_threshold": cfg.memory.add.related_threshold,
+            "verify_writes": False, "detect_conflicts": False}

@@ -6,7 +6,8 @@ this agent; `user` — the chats of this run's user; `tenant` — every chat of 
 is resolved from the run, never from the request; a chat outside the scope is "not found".
 loomcycle's `global` (cross-tenant) is refused: treadle's tools never read another tenant.
 
-ops: list, get (`format: markdown` renders the transcript), search (full-text over title,
+ops: list, get (`format: markdown` renders the transcript, `conversation` only its user and
+assistant turns), search (full-text over title,
 description, summary, tags and the chat's text), rename, annotate (description, tags), pin,
 archive, resume (a continuation handle: continue with POST /v1/sessions/{id}/messages), related
 (chats near a chat or a query: by meaning when an embedder is configured; `search` then fuses its
@@ -52,7 +53,8 @@ class HistoryTool:
     effects: ToolEffects = "transactional"  # its writes (rename, annotate, pin, archive) commit with the step
     description = (
         "Your past chats (a chat = a session of runs). op: list (scope, tag, title_contains, pinned_only, "
-        "include_archived, from, to, limit, offset) | get (session_id, format: json|markdown) | search (query, "
+        "include_archived, include_internal, from, to, limit, offset) | get (session_id, format: "
+        "json|markdown|conversation) | search (query, "
         "scope, …) | rename (session_id, title) | annotate (session_id, description, tags) | pin (session_id, "
         "pinned) | archive (session_id, archived) | recap (session_id → a fresh summary of the chat, stored as "
         "its summary) | resume (session_id → how to continue it) | related (session_id or query). scope: self "
@@ -75,9 +77,11 @@ class HistoryTool:
             "archived": {"type": "boolean"},
             "pinned_only": {"type": "boolean"},
             "include_archived": {"type": "boolean"},
+            "include_internal": {"type": "boolean",
+                                 "description": "list / search / related: also the chats of `internal:` agents"},
             "from": {"type": "string", "description": "ISO 8601: chats created at or after"},
             "to": {"type": "string", "description": "ISO 8601: chats created before"},
-            "format": {"type": "string", "enum": ["json", "markdown"]},
+            "format": {"type": "string", "enum": ["json", "markdown", "conversation"]},
             "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
             "offset": {"type": "integer", "minimum": 0},
         },
@@ -98,7 +102,8 @@ class HistoryTool:
         if op not in OPS:
             raise ToolError(f"History: op must be one of {', '.join(OPS)}")
         history = History(ctx.services.runs.pool, ctx.tenant_id, ctx.agent, ctx.user_id, allowed,
-                          ctx.services.recapper, ctx.services.vector_memory.embedder)
+                          ctx.services.recapper, ctx.services.vector_memory.embedder,
+                          internal=tuple(n for n, a in ctx.services.config.agents.items() if a.internal))
         try:
             return ToolResult.json(await history.dispatch(str(op), args))
         except ToolError:
@@ -113,8 +118,10 @@ class History:
 
     def __init__(self, pool: Pool, tenant_id: str, agent: str | None, user_id: str | None,
                  allowed: tuple[str, ...], recapper: SessionRecapper | None = None,
-                 embedder: Embedder | None = None) -> None:
+                 embedder: Embedder | None = None, internal: tuple[str, ...] = ()) -> None:
         self.tenant_id, self.agent, self.user_id = tenant_id, agent, user_id
+        #: the `internal:` agents, whose chats list / search / related leave out unless include_internal
+        self.internal = internal
         self.allowed = allowed
         self.recapper = recapper
         self.embedder = embedder
@@ -140,6 +147,7 @@ class History:
             tag=_str(args, "tag"), title_contains=_str(args, "title_contains"),
             pinned_only=bool(args.get("pinned_only")), include_archived=bool(args.get("include_archived")),
             created_from=_when(args, "from"), created_to=_when(args, "to"),
+            exclude_agents=() if args.get("include_internal") else self.internal,
         )
 
     async def one(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -270,6 +278,8 @@ class History:
                 break
         if fmt == "markdown":
             return {**chat, "markdown": _markdown(chat, events)}
+        if fmt == "conversation":
+            return {**chat, "format": "conversation", "markdown": conversation(events)}
         return {**chat, "events": events}
 
 
@@ -288,6 +298,34 @@ def _markdown(chat: dict[str, Any], events: list[dict[str, Any]]) -> str:
         elif e["type"] == EventType.CONTEXT_COMPACTION:
             lines += ["*(the conversation was compacted here)*", ""]
     return "\n".join(lines)
+
+
+def conversation(events: list[dict[str, Any]]) -> str:
+    """loomcycle's `format: conversation`: the user turns and the assistant's replies, in order, and
+    nothing else — no header, no tool traffic, no system framing (what a memory extractor reads)."""
+    out: list[str] = []
+    reply: list[str] = []
+
+    def flush() -> None:
+        text = "".join(reply).strip()
+        if text:
+            out.append(f"### assistant\n\n{text}\n\n")
+        reply.clear()
+
+    for e in events:
+        if e["type"] == EventType.USER_INPUT:
+            flush()
+            parts = [str(b.get("text", "")).strip() for seg in e.get("segments") or [] if seg.get("role") == "user"
+                     for b in seg.get("content") or [] if isinstance(b, dict) and b.get("type") != "image"]
+            text = "\n\n".join(p for p in parts if p)
+            if text:
+                out.append(f"### user\n\n{text}\n\n")
+        elif e["type"] == EventType.TEXT:
+            reply.append(str(e.get("text", "")))
+        elif e["type"] == EventType.TOOL_CALL:
+            flush()
+    flush()
+    return "".join(out)
 
 
 def _fuse(*rankings: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from treadle.builtins import memory_consolidation as consolidation
 from treadle.builtins.args import refuse_fields, refuse_unknown, ttl_arg
 from treadle.builtins.path import dirents_of
 from treadle.errors import ToolError, TreadleError
@@ -24,7 +25,7 @@ from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 MAX_VALUE_BYTES = DEFAULT_MAX_VALUE_BYTES
 MAX_KEY_LEN = 512
-OPS = ("set", "get", "delete", "list", "incr", "search", "add", "recall")
+OPS = ("set", "get", "delete", "list", "incr", "search", "add", "recall", *consolidation.OPS)
 SCOPES = ("agent", "user", "tenant")
 #: loomcycle's SQL memory ops (knowledge/sqlmemory.py), gated by the agent's sql_scopes
 SQL_OPS = ("sql_query", "sql_exec", "sql_begin", "sql_commit", "sql_rollback")
@@ -77,6 +78,7 @@ class MemoryTool:
             "prefix": {"type": "string"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
             "delta": {"type": "integer"},
+            **consolidation.SCHEMA,
             "statement": {"type": "string",
                           "description": "sql_query (read-only) / sql_exec (DDL, DML): one statement"},
             "args": {"type": "array", "description": "sql_query / sql_exec: values of $1, $2, …", "items": {}},
@@ -193,7 +195,9 @@ class MemoryTool:
         if op != "recall":
             refuse_fields(args, ("threshold",), "Memory", op, "recall")
         if op != "set":
-            refuse_fields(args, ("provenance",), "Memory", op, "set")
+            refuse_fields(args, ("provenance", "from_pending"), "Memory", op, "set")
+        if op not in consolidation.OPS:
+            refuse_fields(args, consolidation.FIELDS, "Memory", op, "the consolidation ops")
         scope = args.get("scope")
         if scope not in SCOPES:
             raise ToolError(f"Memory: scope must be one of {', '.join(SCOPES)}")
@@ -224,6 +228,8 @@ class MemoryTool:
             return ToolResult.json(await _recall(ctx, scope, scope_id, args))
         if op == "add":
             return ToolResult.json(await _add(ctx, scope, scope_id, args))
+        if op in consolidation.OPS:
+            return ToolResult.json(await consolidation.run_op(ctx, op, scope, scope_id, args))
 
         if op == "get" and args.get("path") is not None and args.get("key") is None:
             found_at = await PathTree(dirents_of(ctx, "Memory")).lookup(
@@ -239,9 +245,13 @@ class MemoryTool:
             if embed_text is not None and not isinstance(embed_text, str):
                 raise ToolError("Memory.set: embed_text must be a string")
             quota = getattr(ctx.agent_config, "memory_quota_bytes", None) if scope == "agent" else None
+            provenance = _provenance(ctx, args.get("provenance"))
+            stamped = await consolidation.origin(ctx, scope, scope_id, args.get("from_pending"))
+            if stamped is not None:  # a consolidator's write: origin stamped here, never the model's
+                provenance = {**(provenance or {"source_run_id": ctx.run_id}), **stamped}
             out = await service(ctx).set(tenant, scope, scope_id, key, args["value"], ttl, embed=embed,
                                          embed_text=embed_text, quota_bytes=quota, keep_expiry=keep_expiry,
-                                         provenance=_provenance(ctx, args.get("provenance")))
+                                         provenance=provenance)
             result: dict[str, Any] = {"ok": True, "key": key, "scope": scope}
             if out.get("embedding"):
                 result["embedding"] = out["embedding"]
@@ -319,6 +329,8 @@ async def _add(ctx: ToolContext, scope: str, scope_id: str, args: dict[str, Any]
     infer = args.get("infer", True)
     if not isinstance(infer, bool):
         raise ToolError("Memory.add: infer must be a boolean")
+    if infer and consolidation.consolidator_deployed(list(ctx.services.config.agents.values())):
+        return await _enqueue(ctx, scope, scope_id, args)
     asker = ctx.services.asker
 
     async def ask(system: str, prompt: str, purpose: str, model: str | None) -> str:
@@ -330,6 +342,24 @@ async def _add(ctx: ToolContext, scope: str, scope_id: str, args: dict[str, Any]
     return await service(ctx).add(ctx.tenant_id, scope, scope_id, args.get("messages"), infer=infer,
                                   metadata=args.get("metadata"), ask=ask if asker is not None else None,
                                   run_id=ctx.run_id, tool_use_id=ctx.tool_use_id, quota_bytes=quota)
+
+
+async def _enqueue(ctx: ToolContext, scope: str, scope_id: str, args: dict[str, Any]) -> dict[str, Any]:
+    """loomcycle's asynchronous add, while a consolidator is deployed: the messages queue for its
+    next pass (`pending_drain`) and the answer is `pending` — no read-after-write."""
+    messages = args.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ToolError("Memory.add: messages must be a non-empty list of {role, content}")
+    try:
+        payload = consolidation.payload_of(messages, args.get("metadata"))
+    except TypeError:
+        raise ToolError("Memory.add: messages and metadata must be JSON") from None
+    event_id = consolidation.pending_id(ctx.run_id, ctx.tool_use_id)
+    run = await ctx.services.runs.get(ctx.tenant_id, ctx.run_id)
+    await consolidation.store(ctx).enqueue(ctx.tenant_id, scope, scope_id, event_id, payload,
+                                           origin="agent_explicit", source_run_id=ctx.run_id,
+                                           source_session_id=getattr(run, "session_id", None))
+    return {"status": "pending", "event_id": event_id}
 
 
 def _provenance(ctx: ToolContext, block: Any) -> dict[str, Any] | None:

@@ -338,7 +338,7 @@ class Engine:
         return plan.Facts(
             cancel_requested=leased.cancel_requested,
             cancel_reason=leased.cancel_reason,
-            deadline_unix=leased.run_options.deadline_unix,
+            deadline_unix=_deadline(leased, agent),
             agent_known=agent is not None,
             agent_name=leased.agent,
             input_seq=leased.input_seq,
@@ -823,4 +823,16 @@ def _last_turn_usage(events: list[tuple[int, str, dict[str, Any]]]) -> dict[str,
         if etype == EventType.USAGE:
             return Usage.parse(payload).tokens()
     return {}
+
+
+def _deadline(leased: LeasedRun, agent: ResolvedAgent | None) -> float | None:
+    """The run's deadline: its own (`run_timeout_seconds` of the request), or an LLM agent's
+    `run_timeout_seconds` counted from the run's start, whichever is first (a code agent's budget is
+    its provider's, providers/codejs.py)."""
+    deadline = leased.run_options.deadline_unix
+    cfg = agent.config if agent is not None else None
+    if cfg is None or cfg.run_timeout_seconds is None or cfg.provider == CODE_JS or leased.created_at is None:
+        return deadline
+    own = leased.created_at.timestamp() + cfg.run_timeout_seconds
+    return own if deadline is None else min(deadline, own)
 

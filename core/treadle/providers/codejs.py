@@ -138,7 +138,14 @@ PRELUDE = r"""
           set: function () { return false; }
         });
       } else if (name === "Agent") {
-        g.Agent = {spawn: function (a) { return invoke("Agent", arg("Agent.spawn", a), true); }};
+        g.Agent = {spawn: function (a) {
+          // loomcycle's shape: a child's answer as `[sub-agent agent_id=…]\n<its final text>` (a string)
+          var r = invoke("Agent", arg("Agent.spawn", a), true);
+          if (r && typeof r === "object" && r.ok === true && typeof r.output === "string") {
+            return "[sub-agent agent_id=" + (r.agent_id || r.run_id) + "]\n" + r.output;
+          }
+          return r;
+        }};
       } else {
         var mcp = name.indexOf("mcp__") === 0;
         g[name] = function (a) { return invoke(name, arg(name, a), mcp); };

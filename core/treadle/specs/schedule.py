@@ -80,12 +80,27 @@ class ScheduleSpec(BaseModel):
     @field_validator("agent")
     @classmethod
     def _agent(cls, v: str) -> str:
-        return _ident(v, "agent") or v
+        # an identifier, or loomcycle's `category/name` (identifiers joined by `/`)
+        if len(v) > 128 or not all(is_identifier(part) for part in v.split("/")):
+            raise ValueError("agent must match [A-Za-z0-9_-]{1,128}, or category/name of such parts")
+        return v
 
     @field_validator("user_id")
     @classmethod
     def _user(cls, v: str | None) -> str | None:
         return _ident(v, "user_id")
+
+    @field_validator("metadata")
+    @classmethod
+    def _fanout(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """loomcycle's consolidation fan-out markers (triggers/fanout.py), checked as it reads them."""
+        fan, scope = v.get("memory_consolidation_fanout"), v.get("memory_consolidation_scope")
+        if fan is not None and not isinstance(fan, bool):
+            raise ValueError("metadata.memory_consolidation_fanout must be a boolean")
+        if scope is not None and (fan is not True or scope != "user"):
+            raise ValueError("metadata.memory_consolidation_scope: a consolidation fan-out targets users "
+                             "(memory_consolidation_scope: user, with memory_consolidation_fanout: true)")
+        return v
 
     @field_validator("schedule")
     @classmethod

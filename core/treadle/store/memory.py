@@ -25,7 +25,8 @@ from psycopg.types.json import Jsonb
 from treadle.errors import MemoryQuotaExceeded, VectorUnavailable
 from treadle.store.db import Pool
 
-_LIVE = "(expires_at IS NULL OR expires_at > now())"
+#: a live entry: not expired, not superseded (a consolidator's soft archive, store/consolidation.py)
+_LIVE = "((expires_at IS NULL OR expires_at > now()) AND superseded_at IS NULL)"
 DEFAULT_MAX_VALUE_BYTES = 64 * 1024
 DEFAULT_MAX_SCOPE_BYTES = 1 << 20
 #: dimensions with an HNSW index (see migration 0004); others are always searched exactly
@@ -129,6 +130,7 @@ class MemoryStore:
                            CASE WHEN %s::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => %s) END, %s)
                    ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE
                    SET value = excluded.value, updated_at = now(), provenance = excluded.provenance,
+                       superseded_at = NULL,
                        expires_at = CASE WHEN %s AND memory.expires_at > now() THEN memory.expires_at
                                          ELSE excluded.expires_at END""",
                 (tenant, scope, scope_id, key, Jsonb(value), ttl_s, ttl_s,
@@ -331,7 +333,7 @@ class MemoryStore:
                     ORDER BY e.embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT %(n)s) e"""
                 # … and find their entries by key, one index probe each (a hash join would scan the scope)
                 entries = """CROSS JOIN LATERAL (
-                        SELECT m.value, m.updated_at, m.provenance, m.expires_at FROM memory m
+                        SELECT m.value, m.updated_at, m.provenance, m.expires_at, m.superseded_at FROM memory m
                         WHERE m.tenant_id = e.tenant_id AND m.scope = e.scope AND m.scope_id = e.scope_id
                           AND m.key = e.key LIMIT 1) m"""  # LIMIT: kept a subquery, never flattened
             else:
@@ -347,7 +349,7 @@ class MemoryStore:
                         WHERE e.tenant_id = %(t)s AND e.scope = %(s)s AND e.scope_id = %(i)s
                           AND e.model = %(model)s AND e.dimension = {dim} AND e.key LIKE %(like)s
                           AND (%(prov)s::text IS NULL OR (%(prov)s::text = 'required') = (m.provenance IS NOT NULL))
-                          AND (m.expires_at IS NULL OR m.expires_at > now())),
+                          AND (m.expires_at IS NULL OR m.expires_at > now()) AND m.superseded_at IS NULL),
                     best AS (
                         SELECT key, value, updated_at, provenance, embedder, model, vector, similarity,
                                (1 - %(w)s::float8) * similarity + %(w)s::float8 * exp(

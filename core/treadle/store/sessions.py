@@ -236,6 +236,8 @@ class HistoryFilter:
     include_archived: bool = False
     created_from: datetime | None = None
     created_to: datetime | None = None
+    #: the chats of these agents are left out (the `internal:` agents')
+    exclude_agents: tuple[str, ...] = ()
 
     def where(self, tenant_id: str) -> tuple[str, list[object]]:
         where: list[str] = ["s.tenant_id = %s"]
@@ -254,6 +256,9 @@ class HistoryFilter:
             where.append("s.pinned")
         if not self.include_archived:
             where.append("s.archived_at IS NULL")
+        if self.exclude_agents:
+            where.append("NOT (s.agent = ANY(%s))")
+            params.append(list(self.exclude_agents))
         return " AND ".join(where), params
 
 

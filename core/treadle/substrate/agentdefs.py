@@ -35,7 +35,8 @@ HASH_EXCLUDED = frozenset({"description", "agent_def_scopes", "skill_def_scopes"
                            "webhook_def_scopes", "volume_def_scopes", "volumes"})
 #: list fields a def written through a tool may carry only as far as the caller (or the parent) does
 GRANT_FIELDS = ("tools", "memory_scopes", "agent_def_scopes", "skill_def_scopes", "schedule_def_scopes",
-                "webhook_def_scopes", "evaluation_scopes", "allowed_hosts", "volume_def_scopes", "volumes", "channels")
+                "webhook_def_scopes", "evaluation_scopes", "allowed_hosts", "volume_def_scopes", "volumes", "channels",
+                "memory_consolidation")
 
 
 def agent_body(cfg: AgentConfig) -> dict[str, Any]:
@@ -152,4 +153,5 @@ class AgentDefFamily(DefLifecycle):
                                                                                    include=set(GRANT_FIELDS))
         granted["volumes"] = binding_grants(granted.get("volumes") or [])  # name:mode, comparable
         granted["channels"] = acl_grants(granted.get("channels"))  # publish:<pattern>, comparable
+        granted["memory_consolidation"] = ["granted"] if granted.get("memory_consolidation") else []
         return granted

@@ -20,7 +20,7 @@ from opentelemetry.trace import Span
 from pydantic import ValidationError
 
 from treadle.errors import TreadleError
-from treadle.ports import RunStarter
+from treadle.ports import AgentDirectory, RunStarter
 from treadle.specs.cron import fire_late_ok, plan
 from treadle.specs.schedule import ScheduleSpec
 from treadle.store.db import Pool
@@ -29,6 +29,7 @@ from treadle.store.runs import NewRun
 from treadle.store.schedules import DueSchedule, FireRow, ScheduleState, ScheduleStore
 from treadle.telemetry import tracing
 from treadle.telemetry.metrics import metrics
+from treadle.triggers.fanout import fanout_runs, is_fanout
 from treadle.triggers.settings import TriggerSettings
 
 log = logging.getLogger("treadle.schedules")
@@ -113,6 +114,8 @@ class Firing:
         self.starter = starter
         self.defs = defs
         self.syncer = sync
+        #: the directory a consolidation fan-out reads `internal:` agents from (triggers/fanout.py)
+        self.agents: AgentDirectory | None = None
 
     # -- the sidecar's sweeper ---------------------------------------------------------------------
 
@@ -285,6 +288,9 @@ class Firing:
         await self._start([Claimed(fire, st.name, spec)], result)
         if retire:
             await self._retire([(st.tenant_id, st.schedule_id, st.def_id)], result)
+        if not result.run_ids and result.skipped:  # a consolidation fan-out with no target (triggers/fanout.py)
+            return {"schedule_id": st.schedule_id, "run_id": None, "run_ids": [], "scheduled_for": now.isoformat(),
+                    "retired": bool(retire), "skipped": True}
         if not result.run_ids:
             from treadle.errors import StoreError
 
@@ -303,7 +309,15 @@ class Firing:
             async with sem:
                 with fire_span(c.name, c.fire.schedule_id) as span:  # the run's trace starts here
                     try:
-                        run, _ = await self.starter.start_run(new_run(c.fire, c.name, c.spec))
+                        if is_fanout(c.spec) and self.agents is not None:
+                            runs = await fanout_runs(self.pool, self.agents, c.spec, new_run(c.fire, c.name, c.spec))
+                            started = [(await self.starter.start_run(r))[0] for r in runs]
+                            if not started:  # no target has work: nothing to run
+                                fired(span, "skipped")
+                                return c.fire.schedule_id, c.fire.scheduled_for, None, "skipped", None, False
+                            run = started[0]
+                        else:
+                            run, _ = await self.starter.start_run(new_run(c.fire, c.name, c.spec))
                     except TreadleError as exc:
                         log.warning("schedule %s fire %s: %s", c.fire.schedule_id, c.fire.scheduled_for, exc.message)
                         fired(span, "failed", exc.code)
@@ -315,7 +329,9 @@ class Firing:
         rows = await asyncio.gather(*(one(c) for c in claimed))
         await self.store.record_starts(list(rows))
         for r in rows:
-            if r[2] is None:
+            if r[3] == "skipped":
+                result.skipped += 1
+            elif r[2] is None:
                 result.failed += 1
             else:
                 result.fired += 1

@@ -136,6 +136,7 @@ class ScheduleService:
         self.store = ScheduleStore(pool)
         self.family = ScheduleFamily(DefStore(pool), agents, self)
         self.firing = Firing(pool, self.store, self.settings, starter, self.family.defs, self)
+        self.firing.agents = agents
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
