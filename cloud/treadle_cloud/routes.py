@@ -68,6 +68,7 @@ API_ROUTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("treadle.api.channels", "user_router", ("/v1/users/",)),
     ("treadle.api.substrate", "router", ("/v1/_agentdef", "/v1/_evaluation", "/v1/_skilldef", "/v1/_volumedef")),
     ("treadle.api.memory", "router", ("/v1/_memory/",)),
+    ("treadle.api.memory_admin", "router", ("/v1/_memory/",)),
     ("treadle.api.llm_gateway", "router", ("/v1/_llm/",)),
     ("treadle.api.openai_compat", "routers", ("/v1/chat/", "/v1/embeddings", "/v1/models", "/v1/responses")),
     ("treadle.api.mcp", "router", ("/v1/_mcp", "/mcp")),

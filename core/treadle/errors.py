@@ -29,6 +29,8 @@
     ├── EmbedderNotConfigured          (501 embedder_not_configured)  embed/search without memory.embedder
     ├── VectorUnavailable              (501 pgvector_not_installed)   vector Memory on a server without pgvector
     ├── EmbedderError                  (502 embedder_error | embedder_auth | embedder_unreachable | ...)
+    ├── EmbeddingMaintenanceUnavailable (503 vector_unsupported | embedder_not_configured)  loomcycle's
+    │                                  /v1/_memory/embed_stats | reembed | backfill_embeddings without them
     ├── QueueFull                      (429 queue_full)        too many undelivered inputs for a run
     ├── RateLimited                    (429 rate_limited)      per-webhook rate limit; carries Retry-After
     ├── TokenLimitExceeded             (429 token_limit_exceeded)  a hard budget (/v1/_limits) is spent
@@ -391,6 +393,14 @@ class EmbedderNotConfigured(TreadleError):
 class VectorUnavailable(TreadleError):
     code = "pgvector_not_installed"
     status = 501
+
+
+class EmbeddingMaintenanceUnavailable(TreadleError):
+    """loomcycle's 503 for its embedding maintenance routes on a server without pgvector
+    (`vector_unsupported`) or without an embedder (`embedder_not_configured`)."""
+
+    code = "vector_unsupported"
+    status = 503
 
 
 class EmbedderError(TreadleError):

@@ -31,6 +31,7 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
         hooks,
         interrupts,
         memory,
+        memory_admin,
         runs,
         steering,
         substrate,
@@ -67,9 +68,9 @@ def api_routers(*, webhooks: bool = True) -> list[APIRouter]:
         usage,
     )
 
-    return [*routers, substrate.router, memory.router, llm_gateway.router, *openai_compat.routers(), mcp.router,
-            teams.router, a2a.router, usage.router, introspection.router, budgets.router,
-            credentialdefs.router, retention.router, erasure.router, pause.router, knowledge.router,
+    return [*routers, substrate.router, memory.router, memory_admin.router, llm_gateway.router,
+            *openai_compat.routers(), mcp.router, teams.router, a2a.router, usage.router, introspection.router,
+            budgets.router, credentialdefs.router, retention.router, erasure.router, pause.router, knowledge.router,
             snapshots.router, residents.router]
 
 

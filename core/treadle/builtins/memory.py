@@ -4,7 +4,7 @@ scope's embedded keys by meaning (substrate/memory.py). Values and scopes have b
 
 TTL: `ttl_seconds` (treadle's spelling, > 0) or `ttl` (loomcycle's: seconds, 0 = no expiry, and
 on an existing key keep its expiry); both given must agree. `set` without either stores the value
-without expiry; `incr` without either keeps the key's expiry. Arguments the input schema does not
+without expiry; `incr` and `merge` without either keep the key's expiry. Arguments the input schema does not
 name are refused (code unknown_field), and a TTL on an op that does not write is refused."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from treadle.tools.base import Park, ToolContext, ToolEffects, ToolResult
 
 MAX_VALUE_BYTES = DEFAULT_MAX_VALUE_BYTES
 MAX_KEY_LEN = 512
-OPS = ("set", "get", "delete", "list", "incr", "search", "add", "recall", *consolidation.OPS)
+OPS = ("set", "get", "delete", "list", "incr", "merge", "search", "add", "recall", *consolidation.OPS)
 SCOPES = ("agent", "user", "tenant")
 #: loomcycle's SQL memory ops (knowledge/sqlmemory.py), gated by the agent's sql_scopes
 SQL_OPS = ("sql_query", "sql_exec", "sql_begin", "sql_commit", "sql_rollback")
@@ -40,15 +40,17 @@ class MemoryTool:
     name = "Memory"
     effects: ToolEffects = "transactional"  # every write goes through the step's transaction
     description = (
-        "Persistent key/value memory. op: set|get|delete|list|incr|search|add|recall. scope: agent (shared by "
-        "every run of this agent), user (this run's user), tenant (everyone in the tenant; needs permission). "
-        "set takes value (any JSON), optional ttl_seconds (or ttl: seconds, 0 = no expiry / keep the key's "
-        "expiry), and embed: true (with optional embed_text) to make "
+        "Persistent key/value memory. op: set|get|delete|list|incr|merge|search|add|recall. scope: agent "
+        "(shared by every run of this agent), user (this run's user), tenant (everyone in the tenant; needs "
+        "permission). set takes value (any JSON), optional ttl_seconds (or ttl: seconds, 0 = no expiry / keep the "
+        "key's expiry), and embed: true (with optional embed_text) to make "
         "the entry findable by meaning; search takes query and optional k (or top_k), min_score (cosine similarity), "
         "recency_weight (0..1), prefix, and loomcycle's rank, dedup and sources, and returns keys ranked by score. "
         "add takes messages [{role, content}] and infer (default true: the model extracts durable facts); recall "
         "takes query, top_k and threshold and returns remembered facts. list takes optional prefix and "
-        "limit; incr takes optional delta (default 1). SQL memory (only in the agent's sql_scopes): sql_query runs "
+        "limit; incr takes optional delta (default 1); merge deep-merges value (a JSON object) into the key's "
+        "object (nested objects merge, anything else replaces) and returns the merged value. SQL memory (only in "
+        "the agent's sql_scopes): sql_query runs "
         "one read-only statement, sql_exec one DDL/DML statement (args bind $1, $2, …) in a per-scope Postgres "
         "schema: agent, user, tenant (durable) or run (this run's scratch)."
     )
@@ -60,11 +62,12 @@ class MemoryTool:
                       "description": "run: SQL ops only (a scratch database of this run)"},
             "key": {"type": "string"},
             "value": {},
-            "ttl_seconds": {"type": "number", "exclusiveMinimum": 0, "description": "set/incr: expire after"},
+            "ttl_seconds": {"type": "number", "exclusiveMinimum": 0,
+                            "description": "set/incr/merge: expire after"},
             "ttl": {
                 "type": "number", "minimum": 0,
-                "description": "set/incr: loomcycle's spelling of ttl_seconds; 0 = no expiry (an existing key keeps "
-                               "its expiry)",
+                "description": "set/incr/merge: loomcycle's spelling of ttl_seconds; 0 = no expiry (an existing "
+                               "key keeps its expiry)",
             },
             "embed": {"type": "boolean", "description": "set: also store an embedding of the value"},
             "embed_text": {"type": "string", "description": "set: embed this text instead of the value"},
@@ -210,8 +213,8 @@ class MemoryTool:
 
     async def _op(self, ctx: ToolContext, op: str, scope: str, scope_id: str, args: dict[str, Any]) -> ToolResult:
         mem, tenant = ctx.memory, ctx.tenant_id
-        if op not in ("set", "incr"):
-            refuse_fields(args, ("ttl", "ttl_seconds"), "Memory", op, "set and incr")
+        if op not in ("set", "incr", "merge"):
+            refuse_fields(args, ("ttl", "ttl_seconds"), "Memory", op, "set, incr and merge")
         ttl, keep_expiry = ttl_arg(args, "Memory")
         if op == "list":
             prefix = args.get("prefix") or ""
@@ -260,6 +263,18 @@ class MemoryTool:
                 result["path"] = await PathTree(dirents_of(ctx, "Memory")).name(
                     Tree(tenant, scope, scope_id), args["path"], "memory_entry", ref)
             return ToolResult.json(result)
+        if op == "merge":
+            extra = sorted(set(args) - {"op", "scope", "key", "value", "ttl", "ttl_seconds"})
+            if extra:
+                raise ToolError(f"Memory.merge: {extra[0]} applies to other ops only (merge takes key, value, ttl)",
+                                code="field_not_applicable")
+            patch = args.get("value")
+            if not isinstance(patch, dict):
+                raise ToolError("Memory.merge: value must be a JSON object" if "value" in args
+                                else "Memory.merge: missing required field: value")
+            quota = getattr(ctx.agent_config, "memory_quota_bytes", None) if scope == "agent" else None
+            merged = await mem.merge(tenant, scope, scope_id, key, patch, ttl, quota_bytes=quota)
+            return ToolResult.json({"key": key, "value": merged})
         if op == "get":
             found, value = await mem.get(tenant, scope, scope_id, key)
             return ToolResult.json({"found": found, "key": key, "value": value})

@@ -22,7 +22,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from treadle.errors import MemoryQuotaExceeded, VectorUnavailable
+from treadle.errors import MemoryQuotaExceeded, ValidationFailed, VectorUnavailable
 from treadle.store.db import Pool
 
 #: a live entry: not expired, not superseded (a consolidator's soft archive, store/consolidation.py)
@@ -242,6 +242,52 @@ class MemoryStore:
         value = row["value"] if row else None
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
+    async def merge(
+        self, tenant: str, scope: str, scope_id: str, key: str, patch: dict[str, Any], ttl_s: float | None,
+        *, quota_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        """loomcycle's `merge`: deep-merge the object `patch` into the key's object (an absent or
+        expired key counts as `{}`) under the scope's lock, and return the merged value. Nested
+        objects merge key by key; anything else (arrays, scalars, null) replaces. The entry keeps
+        its expiry unless `ttl_s` is given, and its provenance; a stale embedding is dropped (the
+        value changed, as `set` drops one). A stored value that is not an object is refused
+        (`memory_not_an_object`), a merged value over the limits raises MemoryQuotaExceeded —
+        either way nothing changes."""
+        quota = quota_bytes or self.max_scope_bytes
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                               (f"memory\x1f{tenant}\x1f{scope}\x1f{scope_id}",))
+            cur = await conn.execute(
+                f"SELECT value FROM memory WHERE tenant_id = %s AND scope = %s AND scope_id = %s AND key = %s"
+                f" AND {_LIVE}", (tenant, scope, scope_id, key))
+            row = await cur.fetchone()
+            base = row["value"] if row is not None else {}
+            if not isinstance(base, dict):
+                raise ValidationFailed("existing value is not a JSON object (use set to overwrite)",
+                                       code="memory_not_an_object")
+            merged = deep_merge(base, patch)
+            size = self.check_value(merged)
+            used = await self._used_by_others(conn, tenant, scope, scope_id, key, size, quota)
+            if used + size > quota:
+                raise MemoryQuotaExceeded(
+                    f"scope {scope}/{scope_id or '-'} would hold {used + size} bytes; its quota is {quota}"
+                    f" ({used} used by other keys)")
+            await conn.execute(
+                """INSERT INTO memory (tenant_id, scope, scope_id, key, value, expires_at)
+                   VALUES (%(t)s, %(s)s, %(i)s, %(k)s, %(v)s,
+                           CASE WHEN %(ttl)s::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => %(ttl)s) END)
+                   ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE
+                   SET value = excluded.value, updated_at = now(),
+                       provenance = CASE WHEN memory.expires_at <= now() THEN NULL ELSE memory.provenance END,
+                       expires_at = CASE WHEN %(ttl)s::float8 IS NULL AND memory.expires_at > now()
+                                         THEN memory.expires_at ELSE excluded.expires_at END""",
+                {"t": tenant, "s": scope, "i": scope_id, "k": key, "v": Jsonb(merged), "ttl": ttl_s})
+            if await self._has_vectors(conn):
+                await conn.execute(
+                    "DELETE FROM memory_embeddings WHERE tenant_id = %s AND scope = %s AND scope_id = %s AND key = %s",
+                    (tenant, scope, scope_id, key))
+        return merged
+
     async def entry(self, tenant: str, scope: str, scope_id: str, key: str) -> dict[str, Any] | None:
         """The live entry with its metadata (and its embedding's model, when it has one)."""
         async with self.pool.connection() as conn:
@@ -460,6 +506,16 @@ class MemoryStore:
                     "embeddings and search are unavailable (the embedded Postgres and Aurora ship it)"
                 )
         self._vectors = True
+
+
+def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """`overlay` over `base` (loomcycle's deepMerge): objects on both sides merge recursively,
+    any other overlay value replaces."""
+    out = dict(base)
+    for k, v in overlay.items():
+        below = out.get(k)
+        out[k] = deep_merge(below, v) if isinstance(below, dict) and isinstance(v, dict) else v
+    return out
 
 
 def _like(prefix: str) -> str:

@@ -95,6 +95,8 @@ if TYPE_CHECKING:
         UserInterrupts,
     )
     from treadle.wire.memory import (
+        EmbedStats,
+        EmbedSweep,
         MemoryDeleted,
         MemoryEntries,
         MemoryEntry,
@@ -187,7 +189,7 @@ _MODULE_OF: dict[str, str] = {
     "RunInterrupts": "interrupts", "TenantInterrupts": "interrupts", "UserInterrupts": "interrupts",
     "MemoryDeleted": "memory", "MemoryEntries": "memory", "MemoryEntry": "memory", "MemoryItem": "memory",
     "MemoryPut": "memory", "MemoryScopeKind": "memory", "MemoryScopes": "memory", "MemorySearch": "memory",
-    "MemorySearchResult": "memory", "MemoryWritten": "memory",
+    "MemorySearchResult": "memory", "MemoryWritten": "memory", "EmbedStats": "memory", "EmbedSweep": "memory",
     "ChatCompletion": "openai", "Embedding": "openai", "EmbeddingList": "openai", "GatewayResponse": "openai",
     "Model": "openai", "ModelList": "openai", "OpenAIError": "openai", "OpenAIErrorBody": "openai",
     "AgentCancelled": "runs", "AgentCancelRequest": "runs", "AgentList": "runs", "AgentState": "runs",
@@ -248,6 +250,8 @@ __all__ = [
     "DefList",
     "DefOp",
     "DefView",
+    "EmbedStats",
+    "EmbedSweep",
     "Embedding",
     "EmbeddingList",
     "ErasureReceipt",

@@ -106,3 +106,27 @@ class MemorySearchResult(Response):
     dedup_dropped: int | None = None
     #: a non-zero `rank.source_weight` (reserved: it contributes 0)
     rank_note: str | None = None
+
+
+class EmbedStats(Response):
+    """GET /v1/_memory/embed_stats: loomcycle's per-model counts of one (tenant, scope)."""
+
+    scope: str
+    tenant: str
+    #: [{provider, model, dimension, row_count}]
+    models: list[dict[str, Any]]
+    total_embedding_bytes: int
+    notes: list[str] = []
+
+
+class EmbedSweep(Response):
+    """POST /v1/_memory/reembed and /v1/_memory/backfill_embeddings: loomcycle's answers (reembed:
+    rows_total, rows_to_reembed, sample_keys, sample_keys_capped | rows_reembedded, rows_failed,
+    failed_keys; backfill: candidates, embedded, failed, skipped_empty, more, failed_keys,
+    sample_keys, notes)."""
+
+    scope: str
+    scope_id: str
+    dry_run: bool
+    #: {provider, model, dimension}
+    current_embedder: dict[str, Any]
