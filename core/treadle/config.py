@@ -364,6 +364,11 @@ class AgentConfig(BaseModel):
     # SQL memory (loomcycle's sql_scopes, default-deny): the scopes its Memory sql_* ops may use,
     # and a byte quota per scope overriding memory.sql.quota_bytes
     sql_scopes: list[Literal["agent", "user", "run", "tenant"]] = []
+    # loomcycle's: append {{tool:Context.capabilities}} and {{tool:Context.guide}} to the system
+    # prompt where it does not place them (specs/toolrefs.py)
+    inject_tool_guide: bool = False
+    # loomcycle's per-agent web-search fallback list: a full replacement of `search_priority`
+    search_providers: list[str] = []
     # loomcycle's per-agent Channel allowlists (None: every channel of the tenant)
     channels: AgentChannelACL | None = None
     sql_quota_bytes: int | None = Field(default=None, ge=8192)
@@ -402,6 +407,18 @@ class AgentConfig(BaseModel):
     #: loomcycle's opt-out of its auto-added Context tool: treadle adds no tool an agent does not list,
     #: so this holds for every treadle agent; accepted as loomcycle writes it
     disable_context: bool = False
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _placeholders(cls, v: str) -> str:
+        """loomcycle's boot check of `{{tool:…}}` placeholders (specs/toolrefs.py)."""
+        if "{{" in v:
+            from treadle.specs.toolrefs import problems
+
+            found = problems(v)
+            if found:
+                raise ValueError("; ".join(found))
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -571,6 +588,20 @@ class SearchConfig(BaseModel):
     headers: dict[str, str] = Field(default={}, max_length=32)
 
 
+SearchProviderId = Literal["brave", "serper", "exa", "tavily", "searxng"]
+
+
+class SearchProviderEntry(BaseModel):
+    """One `search_providers:` entry (loomcycle's RFC BB): `base_url` is required for `searxng`
+    (its instance) and, on a keyed provider, replaces the vendor's endpoint (loomcycle ignores it
+    there). The key of brave / serper / exa / tavily is a CredentialDef named BRAVE_API_KEY /
+    SERPER_API_KEY / EXA_API_KEY / TAVILY_API_KEY held by the run's agent, user or tenant, else the
+    operator's environment variable of that name (builtins/searchcircuit.py)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    base_url: BaseUrl | None = None
+
+
 #: the sections a lazy load (`parse_config(..., lazy=True)`: the cloud functions) leaves unvalidated
 #: until first read, with their defaults — the sections few invocations read (triggers, MCP servers,
 #: volumes, the HTTP and search tools' limits, principals, retention). Their models' schemas are
@@ -623,6 +654,10 @@ class TreadleConfig(BaseModel):
     pricing: PricingConfig | None = None
     #: loomcycle's `concurrency:` admission caps (ConcurrencyConfig); None: no cap
     concurrency: ConcurrencyConfig | None = None
+    #: loomcycle's web-search catalog with fallback (builtins/searchcircuit.py): the enabled
+    #: providers, and the order WebSearch tries them in (default: the enabled ids, sorted)
+    search_providers: dict[SearchProviderId, SearchProviderEntry] = {}
+    search_priority: list[str] = []
     # The LAZY_SECTIONS as given (None: absent), each read through the property of its name, which
     # validates it on first read (a full load has validated and set them all: parse_config).
     raw_scheduled_runs: Any = Field(default=None, alias="scheduled_runs")
@@ -726,6 +761,26 @@ class TreadleConfig(BaseModel):
     def _deref(self, c: str | ModelRef) -> ModelRef:
         return self.models[c] if isinstance(c, str) else c
 
+    def _search_errors(self) -> list[tuple[str, str]]:
+        """loomcycle's search catalog checks (its config.Validate), and one provider setup at a time."""
+        errs: list[tuple[str, str]] = []
+        enabled = list(self.search_providers)
+        if enabled and self.raw_search is not None:
+            errs.append(("search", "give `search:` (one provider) or loomcycle's `search_providers:`, not both"))
+        searx = self.search_providers.get("searxng")
+        if searx is not None and searx.base_url is None:
+            errs.append(("search_providers.searxng.base_url",
+                         "base_url is required for the self-hosted SearXNG provider"))
+        for i, pid in enumerate(self.search_priority):
+            if pid not in enabled:
+                errs.append((f"search_priority.{i}", f"{pid!r} is not an enabled search_providers entry"))
+        for name, agent in self.agents.items():
+            for i, pid in enumerate(agent.search_providers):
+                if pid not in enabled:
+                    errs.append((f"agents.{name}.search_providers.{i}",
+                                 f"{pid!r} is not an enabled search_providers entry"))
+        return errs
+
     def reference_errors(self, *, lazy: bool = False) -> list[tuple[str, str]]:
         """Cross-references the schema cannot see: providers, aliases, tiers, mock models. `lazy`:
         leave out those that read a lazy section (the triggers' agents, the volume bindings)."""
@@ -772,6 +827,7 @@ class TreadleConfig(BaseModel):
                                          f"unknown model alias {c!r}" + _listing(self.models)))
                     else:
                         check_ref(f"user_tiers.{ut_name}.tiers.{tier}.{i}", c)
+        errs.extend(self._search_errors())
         if CODE_JS in self.providers:
             errs.append((f"providers.{CODE_JS}", f"the id {CODE_JS!r} is the built-in provider of code agents"))
         for name, agent in self.agents.items():

@@ -329,6 +329,7 @@ class Runtime:
             pause=self.pause,
             provider_keys=self._provider_keys if self._provider_credentials else None,
             remember_secrets=self.remember_tenant_secrets if self._credentials_keyed else None,
+            render_prompt=_render_prompt,
         )
 
     @cached_property
@@ -977,3 +978,10 @@ class Runtime:
         for flagged_id, step_no in await self.subruns.request_cancel_tree(tenant_id, run_id, reason):
             await self.sender.always(flagged_id, step_no)  # a parked run has no job: it needs a message
         return await self.runs.get(tenant_id, run_id)
+
+
+async def _render_prompt(system: str, ctx: ToolContext) -> str:
+    """loomcycle's `{{tool:Context.…}}` placeholders (builtins/promptrefs.py; loaded on first use)."""
+    from treadle.builtins.promptrefs import render_prompt
+
+    return await render_prompt(system, ctx)

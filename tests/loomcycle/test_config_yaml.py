@@ -114,7 +114,7 @@ def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
     data.update({
         "concurrency": {"max_concurrent_runs": 4, "max_queue_depth": 8},  # honoured (test_concurrency.py)
         "storage": {"backend": "sqlite", "sqlmem_root": "/var/lib/sqlmem"},
-        "search_providers": {"brave": {}},
+        "search_providers": {"brave": {}},  # honoured (tests/reach/test_search_providers.py)
     })  # (mcp_servers and volumes are treadle keys too now: tests/mcp, tests/workspace)
     data["agents"]["doc/summarizer"] = {**data["agents"]["doc/summarizer"], "sql_scopes": ["user"],
                                         "compaction": {"enabled": True, "memory_flush": True}}
@@ -124,7 +124,7 @@ def test_unsupported_loomcycle_keys_fail_with_one_message_each() -> None:
     lines = str(info.value).splitlines()[1:]
     keys = [line.strip().split(": ")[1] for line in lines]
     # (sql_scopes is a treadle key now: tests/knowledge; compaction too, but not its memory_flush)
-    assert sorted(keys) == sorted(["storage.sqlmem_root", "search_providers", "interruption.backend",
+    assert sorted(keys) == sorted(["storage.sqlmem_root", "interruption.backend",
                                    "interruption.heartbeat_interval_ms", "agents.doc/summarizer.compaction"]), lines
     assert all("treadle" in line for line in lines)
 

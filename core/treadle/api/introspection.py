@@ -203,7 +203,9 @@ async def _features(rt: Runtime, public: bool) -> dict[str, Any]:
     vector: dict[str, Any] = {"available": embedder is not None and await rt.memory.vectors_available()}
     if embedder is not None:
         vector["embedder"] = {"provider": embedder.name, "model": embedder.model}
-    search = [config.search.driver] if config.search is not None else []
+    from treadle.builtins.searchcircuit import enabled_providers
+
+    search = [config.search.driver] if config.search is not None else sorted(enabled_providers(config, os.environ))
     feats: dict[str, Any] = {
         "vector_memory": vector,
         "full_text_memory": {"available": True},

@@ -1,11 +1,14 @@
 """Built-in `WebSearch` (external): search the web through the operator's search provider (yaml
-`search:`, builtins/search.py; its `headers` may name tenant credentials). Arguments `query` and
-`max_results` (1..100, default 10); the result is JSON `{"query", "results": [{"title", "url",
-"snippet"}]}`. Without `search:` every call fails with `websearch_not_configured`.
+`search:`, builtins/search.py; its `headers` may name tenant credentials), or loomcycle's catalog
+with fallback (`search_providers:` + `search_priority:`, builtins/searchcircuit.py). Arguments
+`query` and `max_results` (1..100, default 10); the result is JSON `{"query", "results": [{"title",
+"url", "snippet"}]}`, from the catalog with `provider` (who answered) and `fell_over` (who was
+tried first). With neither every call fails with `websearch_not_configured`.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from treadle.builtins.args import refuse_unknown
@@ -58,7 +61,10 @@ class WebSearchTool:
     }
 
     def __init__(self, network: NetworkSetup | None = None) -> None:
+        from treadle.builtins.searchcircuit import Cooldowns
+
         self.network = network or NetworkSetup()
+        self.cooldowns = Cooldowns()
 
     async def invoke(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult | Park:
         refuse_unknown(args, self.input_schema, "WebSearch")
@@ -70,11 +76,22 @@ class WebSearchTool:
         n = args.get("max_results", DEFAULT_RESULTS)
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_RESULTS:
             raise ToolError(f"WebSearch: max_results must be an integer from 1 to {MAX_RESULTS}", code="bad_request")
+        if ctx.services.config.search is None:
+            from treadle.builtins.searchcircuit import circuit_search, enabled_providers
+
+            env = self.network.env if self.network.env is not None else os.environ
+            if enabled_providers(ctx.services.config, env):
+                answer = await circuit_search(ctx, self.network, self.cooldowns, query.strip(), n)
+                return ToolResult.json({
+                    "query": query.strip(), "provider": answer.provider,
+                    **({"fell_over": answer.fell_over} if answer.fell_over else {}),
+                    "results": [{"title": h.title, "url": h.url, "snippet": h.snippet} for h in answer.hits]})
         cfg = ctx.services.config.search
         if cfg is None:
             raise ToolError(
                 "WebSearch: websearch_not_configured — no search provider is configured "
-                "(treadle.yaml: search: {driver: searxng, base_url: ...})",
+                "(treadle.yaml: search: {driver: searxng, base_url: ...}, or loomcycle's search_providers: "
+                "brave | serper | exa | tavily | searxng with search_priority)",
                 code="websearch_not_configured",
             )
         provider = build_search_provider(cfg, self.network)

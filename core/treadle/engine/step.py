@@ -58,7 +58,7 @@ from treadle.store.pause import PAUSE_KEY, PauseStore
 from treadle.store.steps import LeasedRun, StepStore
 from treadle.telemetry import tracing
 from treadle.telemetry.metrics import metrics
-from treadle.tools.base import Tool, ToolHooks, ToolServices
+from treadle.tools.base import Principal, Tool, ToolContext, ToolHooks, ToolServices
 
 log = logging.getLogger("treadle.engine")
 runs_log = logging.getLogger("treadle.runs")  # (runtime.py logs the starts)
@@ -115,7 +115,10 @@ class Engine:
         pause: PauseStore | None = None,
         provider_keys: ProviderKeys | None = None,
         remember_secrets: Callable[[str], Awaitable[None]] | None = None,
+        render_prompt: Callable[[str, ToolContext], Awaitable[str]] | None = None,
     ) -> None:
+        #: expands loomcycle's `{{tool:Context.…}}` placeholders of a system prompt (builtins/promptrefs.py)
+        self.render_prompt = render_prompt
         #: called with a step's tenant before the step: its CredentialDef values join this process's
         #: redaction set (governance/credentials.py `remember_tenant`; cached per tenant)
         self.remember_secrets = remember_secrets
@@ -685,6 +688,12 @@ class Engine:
         leased = lease.run
         cfg = agent.config
         system = cfg.system_prompt
+        if self.render_prompt is not None and ("{{" in system or cfg.inject_tool_guide):
+            system = await self.render_prompt(system, ToolContext(
+                principal=Principal(leased.tenant_id, leased.user_id), run_id=leased.run_id, tool_use_id="",
+                iteration=iteration, agent=leased.agent, agent_config=cfg, services=self.tools, model=agent.model,
+                provider=agent.provider_id, def_id=leased.def_id, allowed_hosts=leased.allowed_hosts,
+                parent_context=leased.parent_context))
         if transcript.system_extra:
             system = f"{system}\n\n{transcript.system_extra}" if system else transcript.system_extra
         if leased.metadata:

@@ -34,8 +34,6 @@ UNSUPPORTED_TOP: dict[str, str] = {
     "cache": "treadle has no response cache",
     "context_plugins": "treadle has no context plugins",
     "local_api": "treadle listens on TREADLE_LISTEN",
-    "search_providers": "treadle's WebSearch takes one `search:` provider",
-    "search_priority": "treadle's WebSearch takes one `search:` provider",
     "memory_backends": "treadle has one memory store",
     "change_subscriptions": "treadle has no change subscriptions",
     "document_sources": "treadle has no document sources",
