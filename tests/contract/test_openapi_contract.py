@@ -65,8 +65,10 @@ def test_the_spec_declares_the_error_body_and_the_bearer(served_api: ServedInThr
                 untyped.append(f"{method.upper()} {path}: 404 undocumented")
             if method in ("post", "put") and "requestBody" not in op and not path.endswith(
                     ("/pause", "/resume", "/_resume", "/run-now", "/purge", "/{response_id}/cancel", "/v1/responses",
-                     "/_resolve/probe", "/_resident/{run_id}/close", "/_resident/{run_id}/cancel")):
-                # (bodiless actions; /v1/responses reads OpenAI's body itself: docs/openai.md)
+                     "/_resolve/probe", "/_resident/{run_id}/close", "/_resident/{run_id}/cancel",
+                     "/_memory/reembed", "/_memory/backfill_embeddings")):
+                # (bodiless actions — loomcycle's embedding sweeps take query parameters; /v1/responses
+                # reads OpenAI's body itself: docs/openai.md)
                 untyped.append(f"{method.upper()} {path}: no request body documented")
     assert untyped == [], untyped
 

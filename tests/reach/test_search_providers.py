@@ -84,9 +84,10 @@ def searxng(s: Seen) -> Answer:
                                                  "content": "searx says"}] if s.query["pageno"] == ["1"] else []})
 
 
-AUTH = {"brave": lambda s: s.headers.get("x-subscription-token"), "serper": lambda s: s.headers.get("x-api-key"),
-        "exa": lambda s: s.headers.get("x-api-key"),
-        "tavily": lambda s: (s.headers.get("authorization") or "").removeprefix("Bearer ")}
+AUTH: dict[str, Callable[[Seen], str | None]] = {
+    "brave": lambda s: s.headers.get("x-subscription-token"), "serper": lambda s: s.headers.get("x-api-key"),
+    "exa": lambda s: s.headers.get("x-api-key"),
+    "tavily": lambda s: (s.headers.get("authorization") or "").removeprefix("Bearer ")}
 WIRE = {"brave": ("/res/v1/web/search", brave), "serper": ("/search", serper), "exa": ("/search", exa),
         "tavily": ("/search", tavily), "searxng": ("/search", searxng)}
 Behaviour = Callable[[Seen], Answer | None]
@@ -152,7 +153,7 @@ async def run(rt: Runtime, agent: str, tenant: str = TENANT) -> dict[str, Any]:
     assert isinstance(rt.dispatcher, InlineDispatcher)
     await rt.dispatcher.drain()
     [result] = [e.payload for e in await rt.runs.events(tenant, record.id) if e.type == "tool_result"]
-    return result  # type: ignore[no-any-return]
+    return result
 
 
 def tool_of(rt: Runtime) -> WebSearchTool:

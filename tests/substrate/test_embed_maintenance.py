@@ -31,7 +31,8 @@ class PickyEmbeddings(FakeOpenAIEmbeddings):
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[PickyEmbeddings]:
     monkeypatch.setenv("FAKE_EMBED_KEY", "sk-test")
-    async with PickyEmbeddings() as server:
+    server = PickyEmbeddings()
+    async with server:
         yield server
 
 

@@ -64,7 +64,7 @@ def enabled_providers(cfg: TreadleConfig, env: Mapping[str, str]) -> dict[str, S
     """The catalog: `search_providers:`, else Brave alone when BRAVE_API_KEY is set and there is
     no `search:` (loomcycle's back-compat)."""
     if cfg.search_providers:
-        return dict(cfg.search_providers)
+        return {str(pid): entry for pid, entry in cfg.search_providers.items()}
     if cfg.raw_search is None and env.get("BRAVE_API_KEY"):
         return {"brave": SearchProviderEntry()}
     return {}
