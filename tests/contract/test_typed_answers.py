@@ -160,6 +160,11 @@ def channels_memory_hooks(api: Checked, monkeypatch: pytest.MonkeyPatch) -> None
     # 501 where this Postgres has no pgvector (the search needs it)
     api.call("POST", "/v1/_memory/search", (200, 501), json={**where, "query": "two"})
     api.call("DELETE", "/v1/_memory/scopes/{scope}/{scope_id}/keys/{key}", 200, path={**where, "key": "a/b"})
+    # loomcycle's embedding maintenance (503 without pgvector or an embedder)
+    api.call("GET", "/v1/_memory/embed_stats", (200, 503), params={"scope": "user"})
+    for sweep in ("/v1/_memory/reembed", "/v1/_memory/backfill_embeddings"):
+        api.call("POST", sweep, 400, params={"scope": "nope", "tenant": "default"})
+        api.call("POST", sweep, (200, 503), params={**where, "tenant": "default"})  # a preview
     api.call("GET", "/v1/_memory/scopes/{scope}/{scope_id}/keys/{key}", 404, path={**where, "key": "a/b"})
 
     monkeypatch.setenv("TREADLE_HOOKS_SECRET", "contract-hook-secret")
