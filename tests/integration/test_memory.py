@@ -295,7 +295,7 @@ async def test_ttl_is_loomcycles_spelling_with_its_meaning(store: MemoryStore, r
     for bad in (-1, "10", True):
         with pytest.raises(ToolError, match="ttl must be a number of seconds"):
             await TOOL.invoke(c, {"op": "set", "scope": "agent", "key": "k", "value": 1, "ttl": bad})
-    with pytest.raises(ToolError, match=r"Memory\.get: ttl applies to set and incr only"):
+    with pytest.raises(ToolError, match=r"Memory\.get: ttl applies to set, incr and merge only"):
         await TOOL.invoke(c, {"op": "get", "scope": "agent", "key": "k", "ttl": 5})
 
 
