@@ -321,7 +321,9 @@ async def test_every_documented_field_is_accepted(store: MemoryStore, rt: Any, t
                "path": "/notes/k",  # set/get through the Path tree (tests/knowledge)
                # loomcycle's search blocks, add and recall (tests/knowledge/test_memory_search_complete.py)
                "rank": {}, "dedup": {}, "sources": ["notes"], "messages": [], "infer": False, "metadata": {},
-               "threshold": 0.5, "provenance": {}}
+               "threshold": 0.5, "provenance": {},
+               # the consolidation ops' (tests/loomcycle/test_memory_bundle.py)
+               "lease_ttl_ms": 1000, "from_pending": False, "session_id": "s", "completed_at": None, "ids": []}
     assert set(samples) == set(TOOL.input_schema["properties"])
     for field, sample in samples.items():
         for op in ("set", "search", "list", "incr"):
