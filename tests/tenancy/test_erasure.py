@@ -36,6 +36,11 @@ async def seed(rt: Any, disp: Any, tenant: str, user: str, words: str) -> None:
     db = rt.database_url
     await query(db, "INSERT INTO memory (tenant_id, scope, scope_id, key, value) VALUES"
                 " (%s, 'user', %s, 'note', to_jsonb(%s::text))", (tenant, user, words))
+    # memory consolidation's queue and watermark for the user's scope (migration 0094)
+    await query(db, "INSERT INTO memory_pending (id, tenant_id, scope, scope_id, payload) VALUES"
+                " (%s, %s, 'user', %s, jsonb_build_object('text', %s::text))",
+                (secrets.token_hex(6), tenant, user, words))
+    await query(db, "INSERT INTO memory_cursors (tenant_id, scope, scope_id) VALUES (%s, 'user', %s)", (tenant, user))
     await query(db, "INSERT INTO channels (tenant_id, name, scope) VALUES (%s, 'inbox', 'user')"
                 " ON CONFLICT DO NOTHING", (tenant,))
     await query(db, "INSERT INTO channel_messages (tenant_id, channel, scope_id, payload) VALUES"

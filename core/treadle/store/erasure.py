@@ -37,6 +37,9 @@ _STEPS: list[tuple[str, str]] = [
     ("memory", "DELETE FROM memory WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
     ("memory_scope_bytes", "DELETE FROM memory_scope_bytes WHERE tenant_id = %(t)s AND scope = 'user'"
                            " AND scope_id = %(s)s"),
+    # memory consolidation's queue and its watermark/lease for the user's scope (migration 0094)
+    ("memory_pending", "DELETE FROM memory_pending WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
+    ("memory_cursors", "DELETE FROM memory_cursors WHERE tenant_id = %(t)s AND scope = 'user' AND scope_id = %(s)s"),
     ("sql_memory_audit", "DELETE FROM sql_memory_audit WHERE tenant_id = %(t)s AND scope = 'user'"
                          " AND scope_id = %(s)s"),
     ("channel_messages", "DELETE FROM channel_messages m USING channels c WHERE m.tenant_id = %(t)s"
