@@ -273,6 +273,10 @@ async def test_a_lease_chain_shares_one_connection_and_holds_none_while_the_mode
         held_in_model_calls.append("no holding" if held is None else held.conn)
         return await call_model(*args, **kwargs)
 
+    # the budget check's tenant list is re-read once a second (governance/limits.py): on a slow
+    # machine that read lands inside a step; it is not the step's own work, read it once here
+    await rt.limits.tenants_with_limits()
+    monkeypatch.setattr(rt.limits, "refresh_s", float("inf"))
     monkeypatch.setattr(rt.pool.inner, "getconn", counting)
     monkeypatch.setattr(rt.engine, "_call_model", looking)
     _, leases, sent = await _run_on_the_queue(rt, queue, "one_conn")
