@@ -30,7 +30,8 @@ async def test_every_op_for_a_runtime_def(open_rt: Any) -> None:
     assert me["context"]["last_turn_input_tokens"] > 0 and me["context"]["max_context_tokens"] is None
 
     assert [t["name"] for t in tools["tools"]] == ["Context", "Memory"]
-    assert tools["tools"][1]["input_schema"]["properties"]["op"]["enum"][5] == "search"
+    memory_ops = tools["tools"][1]["input_schema"]["properties"]["op"]["enum"]
+    assert {"get", "set", "incr", "merge", "search"} <= set(memory_ops)  # Memory's own schema, as the model sees it
 
     listed = {a["name"]: a for a in agents["agents"]}
     assert listed["base"] == {"name": "base", "source": "yaml", "def_id": None,
