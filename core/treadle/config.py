@@ -17,7 +17,6 @@ names are honoured.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -46,9 +45,14 @@ from treadle.specs.a2a import A2AAgents, A2AClientConfig, A2AServerCard
 from treadle.specs.a2a import split_tool_name as split_a2a_tool_name
 from treadle.specs.fieldtypes import BaseUrl, DefScope, EnvVarName
 from treadle.specs.hosts import HostPatternStr
+from treadle.specs.layering import config_layers as config_layers
+from treadle.specs.layering import load_config_data as load_config_data
+from treadle.specs.layering import merge_layers as merge_layers
 from treadle.specs.loomcycle import adapt as adapt_loomcycle
 from treadle.specs.mcp import McpServerSpec, check_server_names
 from treadle.specs.memory import MemoryConfig
+from treadle.specs.mock import MockSettings as MockSettings
+from treadle.specs.mock import ScriptTurn as ScriptTurn
 from treadle.specs.pricing import PricingConfig
 from treadle.specs.volumes import StaticVolumeSpec, VolumeBinding, WorkspaceConfig
 
@@ -70,43 +74,6 @@ DEFAULT_MEMORY_SCOPES: tuple[MemoryScope, ...] = ("agent", "user")
 # TreadleConfig's schema holds them all the same, but their own validators — for a ScheduleDef,
 # WebhookDef, VolumeDef, MCPServerDef, SkillDef call, a trigger firing — are built on that first
 # use. `treadle.runtime.build_deferred()` builds them all (for a SnapStart INIT).
-
-
-class ScriptTurn(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-    text: str | None = None
-    tool: str | None = None
-    input: dict[str, Any] = {}
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> ScriptTurn:
-        if (self.text is None) == (self.tool is None):
-            raise ValueError("a script turn is either {text: ...} or {tool: NAME, input: {...}}")
-        return self
-
-
-class MockSettings(BaseModel):
-    """Knobs of the deterministic mock provider."""
-
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-    tool_calls: int = Field(default=3, ge=0)
-    latency_ms: float = Field(default=0.0, ge=0)
-    jitter_ms: float = Field(default=0.0, ge=0)
-    error_rate: float = Field(default=0.0, ge=0, le=1)
-    seed: int = 0
-    script: list[ScriptTurn] | None = None
-    #: the window the mock reports (`max_context_tokens`; 0: none), and a summary call that fails
-    context_window: int = Field(default=0, ge=0)
-    summary_error: bool = False
-    #: the input of tool-caller's and chat-tool's calls (default: a fixed input per tool)
-    tool_input: dict[str, Any] | None = None
-
-    @field_validator("script")
-    @classmethod
-    def _ends_with_text(cls, v: list[ScriptTurn] | None) -> list[ScriptTurn] | None:
-        if v is not None and (not v or v[-1].text is None):
-            raise ValueError("mock.script must end with a {text: ...} turn")
-        return v
 
 
 DriverName = Literal["anthropic", "openai", "deepseek", "ollama", "ollama_cloud", "gemini", "mock"]
@@ -1145,98 +1112,6 @@ def parse_config(data: object, source: str = "treadle.yaml", *, lazy: bool = Fal
     if errs:
         raise ConfigError("invalid configuration\n  " + "\n  ".join(f"{source}: {p}: {m}" for p, m in errs))
     return config
-
-
-def config_layers(path: Path | str) -> list[Path]:
-    """The files of a configuration: one path, or several joined by `:` (os.pathsep) — loomcycle's
-    LOOMCYCLE_CONFIG_FILES — which layer left to right (`merge_layers`). A path that exists as it
-    is stays one file, colon or not."""
-    p = Path(path)
-    text = str(path)
-    if p.exists() or os.pathsep not in text:
-        return [p]
-    return [Path(part) for part in text.split(os.pathsep) if part.strip()]
-
-
-class Prepend(list[Any]):
-    """A sequence tagged `!prepend` in a later layer: its items go in front of the earlier list."""
-
-
-class Append(list[Any]):
-    """A sequence tagged `!append`: its items go after the earlier list."""
-
-
-def merge_layers(layers: list[Any]) -> Any:
-    """loomcycle's config layering (internal/config/layering.go): mappings merge key by key,
-    recursively; a sequence tagged `!prepend` / `!append` composes with the earlier one; anything
-    else — a scalar, an untagged sequence, a type change — is replaced by the later layer. So two
-    layers' `agents:` merge by name (a same-named agent field by field) while a tier's candidate
-    list is replaced whole. One layer answers itself (its tags dropped)."""
-
-    def plain(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [plain(x) for x in v]
-        return v
-
-    def fold(base: Any, over: Any) -> Any:
-        if isinstance(base, dict) and isinstance(over, dict):
-            out = dict(base)
-            for k, v in over.items():
-                out[k] = fold(base[k], v) if k in base else plain(v)
-            return out
-        if isinstance(over, Prepend) and isinstance(base, list):
-            return [*plain(over), *base]
-        if isinstance(over, Append) and isinstance(base, list):
-            return [*base, *plain(over)]
-        return plain(over)
-
-    merged: Any = None
-    for layer in layers:
-        if layer is None:
-            continue  # an empty (all-comments) layer
-        merged = plain(layer) if merged is None else fold(merged, layer)
-    return merged
-
-
-def _read_layer(p: Path) -> Any:
-    if not p.exists():
-        raise ConfigError(f"{p}: configuration file not found (run `treadle init` to write a starter)")
-    if p.suffix == ".json":
-        try:
-            return json.loads(p.read_text())
-        except ValueError as exc:
-            raise ConfigError(f"{p}: not valid JSON: {exc}") from None
-    import yaml  # only where a YAML file is read (~10 ms of a cold start otherwise)
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def tagged(kind: type[list[Any]]) -> Any:
-        def construct(loader: yaml.SafeLoader, node: yaml.Node) -> list[Any]:
-            if not isinstance(node, yaml.SequenceNode):
-                raise yaml.constructor.ConstructorError(None, None, f"{node.tag} tags a sequence", node.start_mark)
-            return kind(loader.construct_sequence(node, deep=True))
-
-        return construct
-
-    Loader.add_constructor("!prepend", tagged(Prepend))
-    Loader.add_constructor("!append", tagged(Append))
-    try:
-        return yaml.load(p.read_text(), Loader=Loader)  # a SafeLoader plus the two list tags
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-
-
-def load_config_data(path: Path | str) -> tuple[Any, str]:
-    """The configuration's data (its layers merged) and the name errors are reported under."""
-    layers = config_layers(path)
-    data = [_read_layer(p) for p in layers]
-    for p, d in zip(layers, data, strict=True):
-        if d is not None and not isinstance(d, dict):
-            raise ConfigError(f"{p}: top level must be a mapping, got {type(d).__name__}")
-    return merge_layers(data), " + ".join(str(p) for p in layers)
 
 
 def load_config(path: Path | str, *, lazy: bool = False) -> TreadleConfig:
